@@ -1,0 +1,118 @@
+//! Typed, validated configuration for Mezzanine.
+//!
+//! One TOML file describes a Schemaless instance: its name and fixed shard
+//! count, the MariaDB clusters holding its shard ranges, the limits enforced
+//! at the cell API boundary, and how the storage layer talks to its nodes.
+//! Everything is checked before anything connects: unknown keys, overlapping
+//! or missing shard ranges, malformed URLs and out-of-range numbers are all
+//! errors that name the file, the line and the key.
+//!
+//! # Layout
+//!
+//! - [`model`]: the configuration types, one `///` per field (this is the
+//!   reference documentation of every key);
+//! - [`shards`]: shard ranges such as `"0-31"`;
+//! - [`locate`]: finds the line of a key in the source text, so that errors
+//!   found after parsing still point at the right place;
+//! - [`validate`]: the checks that need more than one key at a time.
+//!
+//! # Example
+//!
+//! ```
+//! let toml = r#"
+//! [instance]
+//! name = "trips"
+//! shard_count = 8
+//!
+//! [[cluster]]
+//! name = "a"
+//! master = "mysql://root@127.0.0.1:33061"
+//! shards = "0-7"
+//! "#;
+//! let config = config::Config::parse(toml, "inline.toml").unwrap();
+//! assert_eq!(config.instance.shard_count, 8);
+//! assert_eq!(config.cluster_for_shard(5).unwrap().name, "a");
+//!
+//! let err = config::Config::parse("[instance]\nname = \"trips\"\nshard_count = 0\n", "bad.toml")
+//!     .unwrap_err();
+//! assert!(err.to_string().starts_with("bad.toml:3: instance.shard_count:"));
+//! ```
+
+pub mod locate;
+pub mod model;
+pub mod shards;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use model::{Cluster, Config, Instance, Limits, Storage};
+pub use shards::ShardRange;
+
+/// Everything that can be wrong with a configuration file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file could not be read at all.
+    #[error("reading config file {path}: {source}")]
+    Read {
+        /// The path as given.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The file was read but a key is missing, unknown, malformed or
+    /// inconsistent with another key.
+    #[error("{file}:{line}: {key}: {message}")]
+    Invalid {
+        /// The file name as given (or a label for inline text).
+        file: String,
+        /// 1-based line of the offending key (or of its table when the key
+        /// is missing).
+        line: usize,
+        /// Dotted path of the key, with array indexes: `cluster[1].shards`.
+        key: String,
+        /// What is wrong, and where useful what was expected.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Config, Error> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates configuration text; `file` labels errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            let (line, key) = locate::describe_span(text, span);
+            Error::Invalid {
+                file: file.to_string(),
+                line,
+                key,
+                message: e.message().trim().to_string(),
+            }
+        })?;
+        validate::validate(&config).map_err(|problem| {
+            let line = locate::line_of_key(text, &problem.key);
+            Error::Invalid {
+                file: file.to_string(),
+                line,
+                key: problem.key.to_string(),
+                message: problem.message,
+            }
+        })?;
+        Ok(config)
+    }
+
+    /// The cluster whose shard range holds `shard`, if any.
+    pub fn cluster_for_shard(&self, shard: u32) -> Option<&Cluster> {
+        self.clusters.iter().find(|c| c.shards.contains(shard))
+    }
+}

@@ -1,0 +1,171 @@
+//! Finding where a key is in the source text.
+//!
+//! Serde errors come with a byte span; checks made after parsing come with a
+//! key path (`cluster[1].shards`). Both are turned into a 1-based line and a
+//! key path here, so every configuration error reads `file:line: key: ...`.
+
+use std::ops::Range;
+
+/// 1-based line number of byte `offset` in `text`.
+pub fn line_at(text: &str, offset: usize) -> usize {
+    let offset = offset.min(text.len());
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The line and dotted key path that a parse error's span points into.
+///
+/// The key is the enclosing table header (with the index of an array of
+/// tables) plus the key written on the span's line, if any.
+pub fn describe_span(text: &str, span: Range<usize>) -> (usize, String) {
+    let line_no = line_at(text, span.start);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut table = String::new();
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for line in lines.iter().take(line_no.saturating_sub(1)) {
+        if let Some(header) = header_of(line) {
+            table = header;
+        }
+        if let Some(name) = array_header_of(line) {
+            match counts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((name.clone(), 1)),
+            }
+            table = format!("{name}[{}]", counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| c - 1));
+        }
+    }
+    let current = lines.get(line_no.saturating_sub(1)).copied().unwrap_or("");
+    if let Some(name) = array_header_of(current) {
+        let index = counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c);
+        return (line_no, format!("{name}[{index}]"));
+    }
+    if let Some(header) = header_of(current) {
+        return (line_no, header);
+    }
+    let key = current
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches('"').to_string())
+        .unwrap_or_default();
+    let path = match (table.is_empty(), key.is_empty()) {
+        (true, true) => "(top level)".to_string(),
+        (true, false) => key,
+        (false, true) => table,
+        (false, false) => format!("{table}.{key}"),
+    };
+    (line_no, path)
+}
+
+fn header_of(line: &str) -> Option<String> {
+    let t = line.trim();
+    if t.starts_with("[[") {
+        return None;
+    }
+    let inner = t.strip_prefix('[')?.split(']').next()?;
+    Some(inner.trim().to_string())
+}
+
+fn array_header_of(line: &str) -> Option<String> {
+    let t = line.trim();
+    let inner = t.strip_prefix("[[")?.split("]]").next()?;
+    Some(inner.trim().to_string())
+}
+
+/// One step of a key path.
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn segments(path: &str) -> Vec<Segment<'_>> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let (name, rest) = part.split_once('[').unwrap_or((part, ""));
+        out.push(Segment::Key(name));
+        for index in rest.split('[') {
+            if let Ok(i) = index.trim_end_matches(']').parse() {
+                out.push(Segment::Index(i));
+            }
+        }
+    }
+    out
+}
+
+/// 1-based line of the key at `path` (`cluster[1].shards`), or of the
+/// nearest enclosing table that exists when the key itself is absent.
+pub fn line_of_key(text: &str, path: &str) -> usize {
+    let Ok(doc) = toml_edit::Document::parse(text) else {
+        return 1;
+    };
+    let mut best: Option<Range<usize>> = None;
+    let mut item: Option<&toml_edit::Item> = None;
+    let mut table: Option<&toml_edit::Table> = Some(doc.as_table());
+    for segment in segments(path) {
+        match segment {
+            Segment::Key(name) => {
+                let found = match (table, item) {
+                    (Some(t), _) => t.get_key_value(name),
+                    (None, Some(i)) => i.as_table_like().and_then(|t| t.get_key_value(name)),
+                    _ => None,
+                };
+                let Some((key, value)) = found else { break };
+                best = key.span().or(value.span()).or(best);
+                item = Some(value);
+                table = value.as_table();
+            }
+            Segment::Index(i) => {
+                let Some(current) = item else { break };
+                if let Some(tables) = current.as_array_of_tables() {
+                    let Some(t) = tables.get(i) else { break };
+                    best = t.span().or(best);
+                    table = Some(t);
+                    item = None;
+                } else if let Some(array) = current.as_array() {
+                    let Some(v) = array.get(i) else { break };
+                    best = v.span().or(best);
+                    table = None;
+                    item = None;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    best.map_or(1, |span| line_at(text, span.start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "[instance]\nname = \"t\"\n\n[[cluster]]\nname = \"a\"\nshards = \"0-3\"\n\n[[cluster]]\nname = \"b\"\nminions = [\"x\", \"y\"]\nshards = \"4-7\"\n";
+
+    #[test]
+    fn finds_keys_inside_arrays_of_tables() {
+        assert_eq!(line_of_key(TEXT, "instance.name"), 2);
+        assert_eq!(line_of_key(TEXT, "cluster[0].shards"), 6);
+        assert_eq!(line_of_key(TEXT, "cluster[1].shards"), 11);
+        assert_eq!(line_of_key(TEXT, "cluster[1].minions[1]"), 10);
+    }
+
+    #[test]
+    fn falls_back_to_the_enclosing_table() {
+        assert_eq!(line_of_key(TEXT, "cluster[1].master"), 8);
+    }
+
+    #[test]
+    fn describes_spans_with_their_table() {
+        let offset = TEXT.find("minions").unwrap();
+        assert_eq!(
+            describe_span(TEXT, offset..offset + 7),
+            (10, "cluster[1].minions".to_string())
+        );
+        let offset = TEXT.find("name = \"t\"").unwrap();
+        assert_eq!(
+            describe_span(TEXT, offset..offset + 4),
+            (2, "instance.name".to_string())
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! The configuration types. The `///` doc of each field is the reference
+//! documentation of its key (the README's config reference follows it).
+
+use serde::Deserialize;
+
+use crate::shards::ShardRange;
+
+/// A whole configuration file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[instance]`: which Schemaless data set this is.
+    pub instance: Instance,
+    /// `[[cluster]]`: the MariaDB clusters, each holding a range of shards.
+    /// Together their ranges cover `0..shard_count` exactly once.
+    #[serde(rename = "cluster")]
+    pub clusters: Vec<Cluster>,
+    /// `[limits]`: what the cell API accepts.
+    #[serde(default)]
+    pub limits: Limits,
+    /// `[storage]`: how the store talks to its storage nodes.
+    #[serde(default)]
+    pub storage: Storage,
+}
+
+/// `[instance]`
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Instance {
+    /// `instance.name`: names the data set; every shard database is called
+    /// `<name>_<shard:04>`. 1–32 characters of `[a-z0-9_]`, starting with a
+    /// letter.
+    pub name: String,
+    /// `instance.shard_count`: the number of shards, fixed for the life of
+    /// the instance (routing depends on it). 1–10000; 4096 in production.
+    pub shard_count: u32,
+}
+
+/// `[[cluster]]`: one master and its minions, holding a range of shards.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    /// `cluster.name`: unique among clusters; 1–32 characters of
+    /// `[a-z0-9_-]`.
+    pub name: String,
+    /// `cluster.master`: URL of the master, `mysql://USER[:PASS]@HOST:PORT`.
+    /// All writes and default reads go here.
+    pub master: String,
+    /// `cluster.minions`: URLs of the replicas of the master (GTID
+    /// replication), used for `ReadFrom::Minion` reads. May be empty.
+    #[serde(default)]
+    pub minions: Vec<String>,
+    /// `cluster.shards`: the shards this cluster holds, `"FIRST-LAST"`
+    /// (inclusive) or a single number.
+    pub shards: ShardRange,
+}
+
+/// `[limits]`: checked at the cell API boundary, before anything is written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// `limits.max_body_bytes`: the largest cell body accepted, measured as
+    /// its compact JSON text. 2 bytes (`{}`) to 8 MiB. Default 1 MiB.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// `limits.max_batch_cells`: the most cells one `put_cells` call takes.
+    /// 1–100000. Default 1000.
+    #[serde(default = "default_max_batch_cells")]
+    pub max_batch_cells: usize,
+}
+
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
+}
+
+fn default_max_batch_cells() -> usize {
+    1000
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: default_max_body_bytes(),
+            max_batch_cells: default_max_batch_cells(),
+        }
+    }
+}
+
+/// `[storage]`: connections and parallelism towards the storage nodes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// `storage.max_connections_per_node`: size of the one connection pool
+    /// kept per storage node (never per shard). 1–1000. Default 16.
+    #[serde(default = "default_max_connections_per_node")]
+    pub max_connections_per_node: u32,
+    /// `storage.connect_timeout_ms`: how long to wait for a connection from
+    /// a node's pool before the request fails. Default 5000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// `storage.write_parallelism`: how many shard groups of one
+    /// `put_cells` call are written at the same time. 1–256. Default 8.
+    #[serde(default = "default_write_parallelism")]
+    pub write_parallelism: usize,
+}
+
+fn default_max_connections_per_node() -> u32 {
+    16
+}
+
+fn default_connect_timeout_ms() -> u64 {
+    5000
+}
+
+fn default_write_parallelism() -> usize {
+    8
+}
+
+impl Default for Storage {
+    fn default() -> Self {
+        Storage {
+            max_connections_per_node: default_max_connections_per_node(),
+            connect_timeout_ms: default_connect_timeout_ms(),
+            write_parallelism: default_write_parallelism(),
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! Checks that serde cannot express: names, number ranges, URLs, and that
+//! the clusters' shard ranges cover the instance exactly once.
+
+use crate::model::Config;
+
+/// One thing wrong with a parsed configuration, before it is given a line.
+pub(crate) struct Problem {
+    /// Dotted key path with array indexes, `cluster[1].shards`.
+    pub key: String,
+    pub message: String,
+}
+
+fn problem(key: impl Into<String>, message: impl Into<String>) -> Problem {
+    Problem {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// The largest shard count: shard databases are named with a 4-digit number.
+pub const MAX_SHARD_COUNT: u32 = 10_000;
+
+/// The largest body limit: an encoded body must fit a MEDIUMBLOB (16 MiB)
+/// even when MessagePack is larger than the JSON it came from.
+pub const MAX_BODY_BYTES_LIMIT: usize = 8 * 1024 * 1024;
+
+pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
+    let instance = &config.instance;
+    if !valid_instance_name(&instance.name) {
+        return Err(problem(
+            "instance.name",
+            format!(
+                "{:?} is not a valid instance name: use 1-32 characters of [a-z0-9_], starting with a letter",
+                instance.name
+            ),
+        ));
+    }
+    if instance.shard_count == 0 || instance.shard_count > MAX_SHARD_COUNT {
+        return Err(problem(
+            "instance.shard_count",
+            format!(
+                "must be between 1 and {MAX_SHARD_COUNT}, got {}",
+                instance.shard_count
+            ),
+        ));
+    }
+
+    if config.clusters.is_empty() {
+        return Err(problem("cluster", "at least one [[cluster]] is required"));
+    }
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        if !valid_cluster_name(&cluster.name) {
+            return Err(problem(
+                format!("cluster[{i}].name"),
+                format!(
+                    "{:?} is not a valid cluster name: use 1-32 characters of [a-z0-9_-]",
+                    cluster.name
+                ),
+            ));
+        }
+        if let Some(j) = config.clusters[..i]
+            .iter()
+            .position(|c| c.name == cluster.name)
+        {
+            return Err(problem(
+                format!("cluster[{i}].name"),
+                format!("cluster name {:?} is already used by cluster[{j}]", cluster.name),
+            ));
+        }
+        check_url(&cluster.master).map_err(|m| problem(format!("cluster[{i}].master"), m))?;
+        for (k, minion) in cluster.minions.iter().enumerate() {
+            check_url(minion).map_err(|m| problem(format!("cluster[{i}].minions[{k}]"), m))?;
+        }
+        if cluster.shards.last >= instance.shard_count {
+            return Err(problem(
+                format!("cluster[{i}].shards"),
+                format!(
+                    "shard range {} reaches past the last shard {} (shard_count = {})",
+                    cluster.shards,
+                    instance.shard_count - 1,
+                    instance.shard_count
+                ),
+            ));
+        }
+        for (j, other) in config.clusters[..i].iter().enumerate() {
+            let (a, b) = (cluster.shards, other.shards);
+            if a.first <= b.last && b.first <= a.last {
+                return Err(problem(
+                    format!("cluster[{i}].shards"),
+                    format!(
+                        "shard range {a} overlaps cluster[{j}] ({:?}, shards {b}) at shard {}",
+                        other.name,
+                        a.first.max(b.first)
+                    ),
+                ));
+            }
+        }
+    }
+    // No overlaps, so the ranges cover everything iff their sizes add up;
+    // find the first uncovered shard to say where the gap is.
+    let covered: u64 = config.clusters.iter().map(|c| c.shards.len() as u64).sum();
+    if covered != instance.shard_count as u64 {
+        let mut ranges: Vec<_> = config.clusters.iter().map(|c| c.shards).collect();
+        ranges.sort_by_key(|r| r.first);
+        let mut next = 0;
+        for r in &ranges {
+            if r.first > next {
+                break;
+            }
+            next = r.last + 1;
+        }
+        return Err(problem(
+            "cluster",
+            format!(
+                "the clusters' shard ranges leave shard {next} uncovered: together they must cover 0-{} exactly once",
+                instance.shard_count - 1
+            ),
+        ));
+    }
+
+    let limits = &config.limits;
+    if limits.max_body_bytes < 2 || limits.max_body_bytes > MAX_BODY_BYTES_LIMIT {
+        return Err(problem(
+            "limits.max_body_bytes",
+            format!(
+                "must be between 2 and {MAX_BODY_BYTES_LIMIT}, got {}",
+                limits.max_body_bytes
+            ),
+        ));
+    }
+    if limits.max_batch_cells == 0 || limits.max_batch_cells > 100_000 {
+        return Err(problem(
+            "limits.max_batch_cells",
+            format!(
+                "must be between 1 and 100000, got {}",
+                limits.max_batch_cells
+            ),
+        ));
+    }
+
+    let storage = &config.storage;
+    if storage.max_connections_per_node == 0 || storage.max_connections_per_node > 1000 {
+        return Err(problem(
+            "storage.max_connections_per_node",
+            format!(
+                "must be between 1 and 1000, got {}",
+                storage.max_connections_per_node
+            ),
+        ));
+    }
+    if storage.connect_timeout_ms == 0 {
+        return Err(problem("storage.connect_timeout_ms", "must be at least 1"));
+    }
+    if storage.write_parallelism == 0 || storage.write_parallelism > 256 {
+        return Err(problem(
+            "storage.write_parallelism",
+            format!(
+                "must be between 1 and 256, got {}",
+                storage.write_parallelism
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn valid_instance_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_lowercase())
+        && name.len() <= 32
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+fn valid_cluster_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+}
+
+/// A storage node URL must be `mysql://` or `mariadb://` with a host.
+fn check_url(text: &str) -> Result<(), String> {
+    let url = url::Url::parse(text).map_err(|e| format!("{text:?} is not a valid URL: {e}"))?;
+    if !matches!(url.scheme(), "mysql" | "mariadb") {
+        return Err(format!(
+            "{text:?} must start with mysql:// or mariadb://, not {}://",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{text:?} names no host"));
+    }
+    if url.path().len() > 1 {
+        return Err(format!(
+            "{text:?} names a database ({}); shard databases are chosen by the store, leave the path empty",
+            url.path()
+        ));
+    }
+    Ok(())
+}

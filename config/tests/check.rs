@@ -1,0 +1,144 @@
+//! Every kind of bad configuration is an error naming the file, line and key.
+
+use config::{Config, Error};
+
+const GOOD: &str = r#"[instance]
+name = "trips"
+shard_count = 8
+
+[[cluster]]
+name = "a"
+master = "mysql://root@127.0.0.1:33061"
+minions = ["mysql://root@127.0.0.1:33062"]
+shards = "0-3"
+
+[[cluster]]
+name = "b"
+master = "mysql://root@127.0.0.1:33071"
+shards = "4-7"
+"#;
+
+/// Parses `text` expecting an error; returns (line, key, message).
+fn invalid(text: &str) -> (usize, String, String) {
+    match Config::parse(text, "test.toml") {
+        Err(Error::Invalid {
+            file,
+            line,
+            key,
+            message,
+        }) => {
+            assert_eq!(file, "test.toml");
+            (line, key, message)
+        }
+        Err(other) => panic!("unexpected error {other}"),
+        Ok(_) => panic!("accepted:\n{text}"),
+    }
+}
+
+#[test]
+fn the_shipped_example_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/local.toml");
+    let config = Config::load(path).unwrap();
+    assert_eq!(config.instance.name, "trips");
+    assert_eq!(config.instance.shard_count, 64);
+    assert_eq!(config.clusters.len(), 2);
+    assert_eq!(config.cluster_for_shard(40).unwrap().name, "b");
+}
+
+#[test]
+fn defaults_fill_optional_sections() {
+    let config = Config::parse(GOOD, "good.toml").unwrap();
+    assert_eq!(config.limits.max_body_bytes, 1 << 20);
+    assert_eq!(config.limits.max_batch_cells, 1000);
+    assert_eq!(config.storage.max_connections_per_node, 16);
+    assert!(config.clusters[1].minions.is_empty());
+}
+
+#[test]
+fn unknown_keys_name_their_line() {
+    let text = GOOD.replace("shards = \"4-7\"", "shards = \"4-7\"\nreplicas = 3");
+    let (line, key, message) = invalid(&text);
+    assert_eq!((line, key.as_str()), (15, "cluster[1].replicas"));
+    assert!(message.contains("unknown field"), "{message}");
+
+    let text = format!("{GOOD}\n[limits]\nmax_body = 5\n");
+    let (line, key, _) = invalid(&text);
+    assert_eq!((line, key.as_str()), (17, "limits.max_body"));
+}
+
+#[test]
+fn overlapping_ranges_are_rejected() {
+    let text = GOOD.replace("\"4-7\"", "\"3-7\"");
+    let (line, key, message) = invalid(&text);
+    assert_eq!((line, key.as_str()), (14, "cluster[1].shards"));
+    assert!(message.contains("overlaps cluster[0]"), "{message}");
+    assert!(message.contains("at shard 3"), "{message}");
+}
+
+#[test]
+fn gaps_are_rejected_naming_the_missing_shard() {
+    let text = GOOD.replace("\"4-7\"", "\"5-7\"");
+    let (_, key, message) = invalid(&text);
+    assert_eq!(key, "cluster");
+    assert!(message.contains("leave shard 4 uncovered"), "{message}");
+}
+
+#[test]
+fn ranges_past_the_shard_count_are_rejected() {
+    let text = GOOD.replace("\"4-7\"", "\"4-8\"");
+    let (line, key, message) = invalid(&text);
+    assert_eq!((line, key.as_str()), (14, "cluster[1].shards"));
+    assert!(message.contains("past the last shard 7"), "{message}");
+}
+
+#[test]
+fn bad_urls_are_rejected() {
+    let text = GOOD.replace("mysql://root@127.0.0.1:33062", "postgres://x@127.0.0.1:1");
+    let (line, key, message) = invalid(&text);
+    assert_eq!((line, key.as_str()), (8, "cluster[0].minions[0]"));
+    assert!(message.contains("mysql://"), "{message}");
+
+    let text = GOOD.replace("mysql://root@127.0.0.1:33071", "not a url");
+    let (line, key, _) = invalid(&text);
+    assert_eq!((line, key.as_str()), (13, "cluster[1].master"));
+
+    let text = GOOD.replace("127.0.0.1:33071", "127.0.0.1:33071/trips");
+    let (_, key, message) = invalid(&text);
+    assert_eq!(key, "cluster[1].master");
+    assert!(message.contains("names a database"), "{message}");
+}
+
+#[test]
+fn malformed_values_name_the_key() {
+    let (line, key, _) = invalid(&GOOD.replace("shard_count = 8", "shard_count = \"eight\""));
+    assert_eq!((line, key.as_str()), (3, "instance.shard_count"));
+
+    let (line, key, message) = invalid(&GOOD.replace("\"0-3\"", "\"3-0\""));
+    assert_eq!((line, key.as_str()), (9, "cluster[0].shards"));
+    assert!(message.contains("backwards"), "{message}");
+
+    let (_, key, _) = invalid(&GOOD.replace("name = \"trips\"", "name = \"Trips!\""));
+    assert_eq!(key, "instance.name");
+
+    let (_, key, _) = invalid(&GOOD.replace("name = \"b\"", "name = \"a\""));
+    assert_eq!(key, "cluster[1].name");
+
+    let (line, key, _) = invalid(&format!("{GOOD}\n[limits]\nmax_batch_cells = 0\n"));
+    assert_eq!((line, key.as_str()), (17, "limits.max_batch_cells"));
+}
+
+#[test]
+fn missing_sections_and_syntax_errors_are_located() {
+    let (_, key, message) = invalid("[[cluster]]\nname = \"a\"\nmaster = \"mysql://h\"\nshards = \"0\"\n");
+    assert!(message.contains("instance"), "{key}: {message}");
+
+    let (line, _, _) = invalid("[instance]\nname = \"t\"\nshard_count = = 3\n");
+    assert_eq!(line, 3);
+}
+
+#[test]
+fn unreadable_files_say_which_path() {
+    let err = Config::load("does/not/exist.toml").unwrap_err();
+    assert!(matches!(err, Error::Read { .. }));
+    assert!(err.to_string().contains("does/not/exist.toml"));
+}

@@ -33,9 +33,8 @@
 //! assert_eq!(config.instance.shard_count, 8);
 //! assert_eq!(config.cluster_for_shard(5).unwrap().name, "a");
 //!
-//! let err = config::Config::parse("[instance]\nname = \"trips\"\nshard_count = 0\n", "bad.toml")
-//!     .unwrap_err();
-//! assert!(err.to_string().starts_with("bad.toml:3: instance.shard_count:"));
+//! let err = config::Config::parse(&toml.replace("0-7", "0-8"), "bad.toml").unwrap_err();
+//! assert!(err.to_string().starts_with("bad.toml:10: cluster[0].shards:"));
 //! ```
 
 pub mod locate;

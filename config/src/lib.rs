@@ -34,7 +34,7 @@
 //! assert_eq!(config.cluster_for_shard(5).unwrap().name, "a");
 //!
 //! let err = config::Config::parse(&toml.replace("0-7", "0-8"), "bad.toml").unwrap_err();
-//! assert!(err.to_string().starts_with("bad.toml:10: cluster[0].shards:"));
+//! assert!(err.to_string().starts_with("bad.toml:9: cluster[0].shards:"));
 //! ```
 
 pub mod locate;

@@ -1,0 +1,107 @@
+//! The cell API: one async trait that every store implements (the MySQL
+//! store, the in-memory model, later the legacy model and the facade), so
+//! callers — and the verifier — never care which store is behind it.
+
+use async_trait::async_trait;
+
+use crate::cell::{Cell, CellKey, Column, RowKey, StoredCell};
+use crate::error::{Error, Result};
+
+/// Which node of a cluster a read goes to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadFrom {
+    /// The master: sees every acknowledged write (read-your-writes).
+    #[default]
+    Master,
+    /// A minion: takes load off the master, but may lag behind it. A
+    /// cluster without minions answers from its master.
+    Minion,
+}
+
+/// How a write was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The cell is new and is now stored.
+    Written,
+    /// The same cell, with the same body, was already stored: an
+    /// idempotent success, nothing changed.
+    AlreadyPresent,
+    /// Accepted and durable on two hosts, but not yet readable because the
+    /// shard's master is down (hinted handoff).
+    Buffered,
+}
+
+/// A cell of a batch whose address is taken by a different body. The
+/// stored cell is unchanged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The address.
+    pub key: CellKey,
+}
+
+impl From<Conflict> for Error {
+    fn from(c: Conflict) -> Error {
+        Error::Conflict { key: c.key }
+    }
+}
+
+/// What became of one cell of a `put_cells` batch.
+pub type CellResult = std::result::Result<WriteOutcome, Conflict>;
+
+/// One page of a shard's change log.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShardPage {
+    /// Cells in added_id order.
+    pub cells: Vec<StoredCell>,
+    /// Where the next call starts (`after` for it): the last added_id
+    /// returned, or the `after` given when the page is empty.
+    pub next: u64,
+}
+
+/// The Schemaless cell API.
+///
+/// Writes never overwrite: a cell that exists with the same body is
+/// [`WriteOutcome::AlreadyPresent`], with a different body a conflict.
+/// Within one `put_cells` batch cells take effect in order, so a second
+/// copy of a cell in the same batch is `AlreadyPresent` (or a conflict).
+#[async_trait]
+pub trait CellStore: Send + Sync {
+    /// How many shards the instance has.
+    fn shard_count(&self) -> u32;
+
+    /// Writes one cell.
+    async fn put_cell(&self, cell: Cell) -> Result<WriteOutcome> {
+        let mut results = self.put_cells(vec![cell]).await?;
+        let result = results.pop().expect("one result per cell");
+        result.map_err(Error::from)
+    }
+
+    /// Writes a batch; one result per cell, in the batch's order. The whole
+    /// batch is validated first: an invalid cell fails the call and nothing
+    /// is written.
+    async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>>;
+
+    /// One cell by its full address.
+    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>>;
+
+    /// The cell of (row, column) with the highest ref key.
+    async fn get_cell_latest(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Option<StoredCell>>;
+
+    /// The latest cell of every column of a row, ordered by column name.
+    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>>;
+
+    /// The shard's change log: up to `limit` cells with added_id > `after`,
+    /// in added_id order.
+    async fn get_cells_for_shard(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+        from: ReadFrom,
+    ) -> Result<ShardPage>;
+}

@@ -1,0 +1,358 @@
+//! Cells and their parts, validated at the API boundary.
+//!
+//! A value of [`RowKey`], [`Column`], [`RefKey`] or [`Body`] is valid by
+//! construction: the parsing constructors are the only way in, and each
+//! rejection is an [`Error::InvalidInput`] that names the field. The body's
+//! size limit depends on configuration, so the stores check it in
+//! [`check_batch`] before they write anything.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::error::Error;
+
+/// The UUID of an entity (a trip). Its 16 bytes decide the shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RowKey(Uuid);
+
+impl RowKey {
+    /// Parses a row key from text; anything but a UUID is rejected.
+    pub fn parse(text: &str) -> Result<RowKey, Error> {
+        Uuid::parse_str(text)
+            .map(RowKey)
+            .map_err(|e| Error::invalid("row_key", format!("{text:?} is not a UUID: {e}")))
+    }
+
+    /// A row key from bytes read back from storage.
+    pub fn from_slice(bytes: &[u8]) -> Option<RowKey> {
+        Uuid::from_slice(bytes).ok().map(RowKey)
+    }
+
+    /// A fresh random row key.
+    pub fn random() -> RowKey {
+        RowKey(Uuid::new_v4())
+    }
+
+    /// The UUID itself.
+    pub fn uuid(&self) -> Uuid {
+        self.0
+    }
+
+    /// The 16 bytes that are stored and routed on.
+    pub fn as_bytes(&self) -> &[u8; 16] {
+        self.0.as_bytes()
+    }
+}
+
+impl From<Uuid> for RowKey {
+    fn from(uuid: Uuid) -> Self {
+        RowKey(uuid)
+    }
+}
+
+impl fmt::Display for RowKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A column name: 1–64 characters of `[A-Za-z0-9_]`, case-sensitive.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Column(Arc<str>);
+
+impl Column {
+    /// The longest column name.
+    pub const MAX_LEN: usize = 64;
+
+    /// Checks and wraps a column name.
+    pub fn new(name: &str) -> Result<Column, Error> {
+        if name.is_empty() || name.len() > Self::MAX_LEN {
+            return Err(Error::invalid(
+                "column",
+                format!(
+                    "{name:?} must be 1-{} characters long, not {}",
+                    Self::MAX_LEN,
+                    name.len()
+                ),
+            ));
+        }
+        if let Some(bad) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+        {
+            return Err(Error::invalid(
+                "column",
+                format!("{name:?} contains {bad:?}; only [A-Za-z0-9_] is allowed"),
+            ));
+        }
+        Ok(Column(name.into()))
+    }
+
+    /// The name as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Column {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The version of a cell; the latest cell of a (row, column) is the one
+/// with the highest ref key. Never negative.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RefKey(i64);
+
+impl RefKey {
+    /// Checks and wraps a ref key.
+    pub fn new(value: i64) -> Result<RefKey, Error> {
+        if value < 0 {
+            return Err(Error::invalid(
+                "ref_key",
+                format!("{value} is negative; ref keys start at 0"),
+            ));
+        }
+        Ok(RefKey(value))
+    }
+
+    /// The number itself.
+    pub fn get(&self) -> i64 {
+        self.0
+    }
+}
+
+impl fmt::Display for RefKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A cell's value: a JSON object.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Body(Map<String, Value>);
+
+impl Body {
+    /// Wraps a JSON value, which must be an object.
+    pub fn from_value(value: Value) -> Result<Body, Error> {
+        match value {
+            Value::Object(map) => Ok(Body(map)),
+            other => Err(Error::invalid(
+                "body",
+                format!("must be a JSON object, not {}", json_kind(&other)),
+            )),
+        }
+    }
+
+    /// Parses a body from JSON text.
+    pub fn parse(text: &str) -> Result<Body, Error> {
+        let value: Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid("body", format!("is not valid JSON: {e}")))?;
+        Body::from_value(value)
+    }
+
+    /// The fields of the object.
+    pub fn fields(&self) -> &Map<String, Value> {
+        &self.0
+    }
+
+    /// The body as a JSON value.
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.0.clone())
+    }
+
+    /// Length of the compact JSON text, which is what `limits.max_body_bytes`
+    /// limits.
+    pub fn json_len(&self) -> usize {
+        struct Counter(usize);
+        impl std::io::Write for Counter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut counter = Counter(0);
+        serde_json::to_writer(&mut counter, &self.0).expect("a JSON map always serializes");
+        counter.0
+    }
+}
+
+impl From<Map<String, Value>> for Body {
+    fn from(map: Map<String, Value>) -> Self {
+        Body(map)
+    }
+}
+
+impl fmt::Display for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = serde_json::to_string(&self.0).map_err(|_| fmt::Error)?;
+        f.write_str(&text)
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The address of a cell.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CellKey {
+    /// The entity.
+    pub row_key: RowKey,
+    /// The group of fields.
+    pub column: Column,
+    /// The version.
+    pub ref_key: RefKey,
+}
+
+impl fmt::Display for CellKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.row_key, self.column, self.ref_key)
+    }
+}
+
+/// A cell to write: its address and its immutable body.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cell {
+    /// Where the cell lives.
+    pub key: CellKey,
+    /// What it holds.
+    pub body: Body,
+}
+
+impl Cell {
+    /// Builds a cell from already-validated parts.
+    pub fn new(row_key: RowKey, column: Column, ref_key: RefKey, body: Body) -> Cell {
+        Cell {
+            key: CellKey {
+                row_key,
+                column,
+                ref_key,
+            },
+            body,
+        }
+    }
+
+    /// Builds a cell from raw parts, validating each and naming the first
+    /// field that is wrong.
+    pub fn parse(row_key: &str, column: &str, ref_key: i64, body: Value) -> Result<Cell, Error> {
+        Ok(Cell::new(
+            RowKey::parse(row_key)?,
+            Column::new(column)?,
+            RefKey::new(ref_key)?,
+            Body::from_value(body)?,
+        ))
+    }
+}
+
+/// A cell as stored: with its change-log position and write time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredCell {
+    /// The cell itself.
+    pub cell: Cell,
+    /// Position in its shard's change log (the entity table's primary key).
+    pub added_id: u64,
+    /// When it was first written, microseconds since the Unix epoch.
+    pub created_at: i64,
+}
+
+/// Checks a batch against the configured limits before anything is written;
+/// the error names the offending cell by its index in the batch.
+pub fn check_batch(cells: &[Cell], limits: &config::Limits) -> Result<(), Error> {
+    if cells.len() > limits.max_batch_cells {
+        return Err(Error::invalid(
+            "cells",
+            format!(
+                "a batch of {} cells exceeds limits.max_batch_cells = {}",
+                cells.len(),
+                limits.max_batch_cells
+            ),
+        ));
+    }
+    for (i, cell) in cells.iter().enumerate() {
+        check_body(&cell.body, limits).map_err(|e| e.in_batch(i))?;
+    }
+    Ok(())
+}
+
+/// Checks one body against `limits.max_body_bytes`.
+pub fn check_body(body: &Body, limits: &config::Limits) -> Result<(), Error> {
+    let len = body.json_len();
+    if len > limits.max_body_bytes {
+        return Err(Error::invalid(
+            "body",
+            format!(
+                "is {len} bytes of JSON, over limits.max_body_bytes = {}",
+                limits.max_body_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Microseconds since the Unix epoch, now.
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field_of(err: Error) -> String {
+        match err {
+            Error::InvalidInput { field, .. } => field,
+            other => panic!("not an input error: {other}"),
+        }
+    }
+
+    #[test]
+    fn each_invalid_part_names_its_field() {
+        let uuid = "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d";
+        assert_eq!(field_of(Cell::parse("trip-42", "BASE", 1, json!({})).unwrap_err()), "row_key");
+        assert_eq!(field_of(Cell::parse(uuid, "", 1, json!({})).unwrap_err()), "column");
+        assert_eq!(field_of(Cell::parse(uuid, "BA SE", 1, json!({})).unwrap_err()), "column");
+        assert_eq!(field_of(Cell::parse(uuid, &"C".repeat(65), 1, json!({})).unwrap_err()), "column");
+        assert_eq!(field_of(Cell::parse(uuid, "BASE", -1, json!({})).unwrap_err()), "ref_key");
+        assert_eq!(field_of(Cell::parse(uuid, "BASE", 1, json!([1])).unwrap_err()), "body");
+        assert_eq!(field_of(Cell::parse(uuid, "BASE", 1, json!("x")).unwrap_err()), "body");
+        assert!(Cell::parse(uuid, &"C".repeat(64), 0, json!({})).is_ok());
+    }
+
+    #[test]
+    fn batch_limits_name_the_cell() {
+        let limits = config::Limits {
+            max_body_bytes: 20,
+            max_batch_cells: 3,
+        };
+        let small = Cell::parse("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d", "BASE", 1, json!({"a": 1})).unwrap();
+        let mut big = small.clone();
+        big.body = Body::from_value(json!({"text": "x".repeat(20)})).unwrap();
+        assert!(check_batch(&[small.clone(), small.clone()], &limits).is_ok());
+        assert_eq!(field_of(check_batch(&[small.clone(), big], &limits).unwrap_err()), "cells[1].body");
+        assert_eq!(field_of(check_batch(&vec![small; 4], &limits).unwrap_err()), "cells");
+    }
+
+    #[test]
+    fn json_len_is_the_compact_text_length() {
+        let body = Body::from_value(json!({"a": [1, 2], "b": "é"})).unwrap();
+        assert_eq!(body.json_len(), body.to_string().len());
+    }
+}

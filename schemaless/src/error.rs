@@ -1,0 +1,104 @@
+//! The one error type of the store.
+
+use crate::cell::CellKey;
+
+/// Everything a cell store call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The caller passed something the API does not accept; nothing was
+    /// written. `field` names it (`row_key`, `column`, `cells[3].body`, …).
+    #[error("invalid {field}: {message}")]
+    InvalidInput {
+        /// The offending field, with the index of the cell in a batch.
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A cell with this address exists with a different body. Cells are
+    /// immutable: the stored cell is unchanged.
+    #[error("conflict: cell {key} already exists with a different body")]
+    Conflict {
+        /// The address both bodies claim.
+        key: CellKey,
+    },
+    /// A stored body could not be decoded: it was damaged on disk or
+    /// written by something that is not this store.
+    #[error("corrupt cell {cell} (shard {shard}, added_id {added_id}): {reason}")]
+    CorruptCell {
+        /// The cell's address, or what could be read of it.
+        cell: String,
+        /// The shard it lives in.
+        shard: u32,
+        /// Its change-log position.
+        added_id: u64,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The shard number is not one of this instance's.
+    #[error("shard {shard} does not exist: the instance has {shard_count} shards")]
+    NoSuchShard {
+        /// The shard asked for.
+        shard: u32,
+        /// How many shards the instance has.
+        shard_count: u32,
+    },
+    /// A storage node failed or could not be reached.
+    #[error("storage node {node}: {source}")]
+    Storage {
+        /// Which node (URL without password).
+        node: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The schema on the servers does not match this configuration.
+    #[error("schema: {0}")]
+    Schema(String),
+}
+
+impl Error {
+    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
+        Error::InvalidInput {
+            field: field.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// Prefixes the field of an input error with the cell's index in its
+    /// batch: `body` becomes `cells[3].body`.
+    pub(crate) fn in_batch(self, index: usize) -> Error {
+        match self {
+            Error::InvalidInput { field, message } => Error::InvalidInput {
+                field: format!("cells[{index}].{field}"),
+                message,
+            },
+            other => other,
+        }
+    }
+
+    /// Whether the same call may succeed if simply tried again: a node that
+    /// could not be reached, a timeout, a deadlock. Input errors, conflicts
+    /// and corrupt cells are final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Storage { source, .. } => match source {
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_) => true,
+                sqlx::Error::Database(db) => matches!(
+                    db.code().as_deref(),
+                    // deadlock, lock wait timeout, server shutdown, read-only, query interrupted
+                    Some("40001") | Some("HY000") | Some("08S01") | Some("70100")
+                ),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+}
+
+/// Results of the store.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,142 @@
+//! The in-memory store: the model the MySQL store is tested against.
+//!
+//! It implements the cell API as plainly as possible — one map of cells,
+//! one append-only log per shard — so that property tests can run the same
+//! operations on it and on MariaDB and demand the same answers. It is not a
+//! stand-in for a database: nothing here is durable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use crate::api::{CellResult, CellStore, Conflict, ReadFrom, ShardPage, WriteOutcome};
+use crate::cell::{check_batch, now_micros, Cell, CellKey, Column, RowKey, StoredCell};
+use crate::error::{Error, Result};
+use crate::routing::shard_of;
+
+/// The cell API over plain maps.
+pub struct MemoryStore {
+    shard_count: u32,
+    limits: config::Limits,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every cell by address; ordered so "latest" is a range scan.
+    cells: BTreeMap<CellKey, StoredCell>,
+    /// Per shard, the addresses in added_id order (index = added_id - 1).
+    logs: HashMap<u32, Vec<CellKey>>,
+}
+
+impl MemoryStore {
+    /// An empty store with `shard_count` shards and the given limits.
+    pub fn new(shard_count: u32, limits: config::Limits) -> MemoryStore {
+        MemoryStore {
+            shard_count,
+            limits,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the maps half-updated
+        // in a way later calls could observe wrongly, so poisoning is moot.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl CellStore for MemoryStore {
+    fn shard_count(&self) -> u32 {
+        self.shard_count
+    }
+
+    async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
+        check_batch(&cells, &self.limits)?;
+        let mut state = self.state();
+        let mut results = Vec::with_capacity(cells.len());
+        for cell in cells {
+            if let Some(existing) = state.cells.get(&cell.key) {
+                results.push(if existing.cell.body == cell.body {
+                    Ok(WriteOutcome::AlreadyPresent)
+                } else {
+                    Err(Conflict { key: cell.key })
+                });
+                continue;
+            }
+            let shard = shard_of(&cell.key.row_key, self.shard_count);
+            let log = state.logs.entry(shard).or_default();
+            log.push(cell.key.clone());
+            let added_id = log.len() as u64;
+            let key = cell.key.clone();
+            state.cells.insert(
+                key,
+                StoredCell {
+                    cell,
+                    added_id,
+                    created_at: now_micros(),
+                },
+            );
+            results.push(Ok(WriteOutcome::Written));
+        }
+        Ok(results)
+    }
+
+    async fn get_cell(&self, key: &CellKey, _from: ReadFrom) -> Result<Option<StoredCell>> {
+        Ok(self.state().cells.get(key).cloned())
+    }
+
+    async fn get_cell_latest(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        _from: ReadFrom,
+    ) -> Result<Option<StoredCell>> {
+        let state = self.state();
+        Ok(state
+            .cells
+            .values()
+            .filter(|c| c.cell.key.row_key == *row_key && c.cell.key.column == *column)
+            .max_by_key(|c| c.cell.key.ref_key)
+            .cloned())
+    }
+
+    async fn get_cells_for_row(&self, row_key: &RowKey, _from: ReadFrom) -> Result<Vec<StoredCell>> {
+        let state = self.state();
+        let mut latest: BTreeMap<&Column, &StoredCell> = BTreeMap::new();
+        for stored in state.cells.values().filter(|c| c.cell.key.row_key == *row_key) {
+            let slot = latest.entry(&stored.cell.key.column).or_insert(stored);
+            if stored.cell.key.ref_key > slot.cell.key.ref_key {
+                *slot = stored;
+            }
+        }
+        Ok(latest.into_values().cloned().collect())
+    }
+
+    async fn get_cells_for_shard(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+        _from: ReadFrom,
+    ) -> Result<ShardPage> {
+        if shard >= self.shard_count {
+            return Err(Error::NoSuchShard {
+                shard,
+                shard_count: self.shard_count,
+            });
+        }
+        let state = self.state();
+        let log = state.logs.get(&shard).map(Vec::as_slice).unwrap_or(&[]);
+        let start = usize::try_from(after).unwrap_or(usize::MAX).min(log.len());
+        let cells: Vec<StoredCell> = log[start..]
+            .iter()
+            .take(limit)
+            .map(|key| state.cells[key].clone())
+            .collect();
+        let next = cells.last().map_or(after, |c| c.added_id);
+        Ok(ShardPage { cells, next })
+    }
+}

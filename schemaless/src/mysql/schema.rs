@@ -1,0 +1,214 @@
+//! Creating an instance's shard databases, online and idempotently.
+//!
+//! Each master gets one database per shard of its range, holding the
+//! entity table; replication carries them to the minions. A small
+//! `<instance>_meta` database on each master records the shard count the
+//! instance was created with: routing depends on it for ever, so applying a
+//! config with a different count is refused before anything is created.
+//! Only missing objects are created, so `apply` can be rerun at any time,
+//! with writes going on.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use sqlx::{AssertSqlSafe, Row};
+
+use super::sql;
+use super::topology::{ClusterNodes, Node, Topology};
+use crate::error::{Error, Result};
+
+/// How many DDL statements run at once on one master.
+const DDL_PARALLELISM: usize = 8;
+
+/// What `apply` found and did on one cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterReport {
+    /// The cluster's name.
+    pub cluster: String,
+    /// The master it was applied on.
+    pub master: String,
+    /// Shard databases (with their entity tables) created now.
+    pub created: u32,
+    /// Shard databases that already had their entity table.
+    pub existing: u32,
+}
+
+/// What `apply` did, cluster by cluster.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyReport {
+    /// One entry per cluster, in config order.
+    pub clusters: Vec<ClusterReport>,
+    /// Wall time of the whole apply.
+    pub elapsed: Duration,
+}
+
+impl ApplyReport {
+    /// Shards created now, over all clusters.
+    pub fn created(&self) -> u32 {
+        self.clusters.iter().map(|c| c.created).sum()
+    }
+
+    /// Shards that already existed, over all clusters.
+    pub fn existing(&self) -> u32 {
+        self.clusters.iter().map(|c| c.existing).sum()
+    }
+}
+
+/// The metadata database of an instance.
+pub fn meta_database(instance: &str) -> String {
+    format!("{instance}_meta")
+}
+
+/// Creates whatever is missing of the instance's schema on every master.
+pub async fn apply(topology: &Topology) -> Result<ApplyReport> {
+    let started = Instant::now();
+    // Check every master before creating anything anywhere.
+    for cluster in &topology.clusters {
+        check_meta(topology, cluster).await?;
+    }
+    let mut report = ApplyReport::default();
+    for cluster in &topology.clusters {
+        report.clusters.push(apply_cluster(topology, cluster).await?);
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Checks that the schema exists and matches the config: every master has
+/// the instance's metadata with the same shard count and every shard's
+/// entity table. Returns the shards that are missing, if any.
+pub async fn verify(topology: &Topology) -> Result<Vec<u32>> {
+    let mut missing = Vec::new();
+    for cluster in &topology.clusters {
+        if !check_meta(topology, cluster).await? {
+            missing.extend(cluster.shards.iter());
+            continue;
+        }
+        let existing = existing_shards(topology, &cluster.master).await?;
+        missing.extend(cluster.shards.iter().filter(|s| !existing.contains(s)));
+    }
+    Ok(missing)
+}
+
+/// Whether the master has the instance's metadata; an error if it records
+/// a different shard count.
+async fn check_meta(topology: &Topology, cluster: &ClusterNodes) -> Result<bool> {
+    let node = &cluster.master;
+    let meta = meta_database(&topology.instance);
+    let exists: Option<String> = sqlx::query_scalar(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_name = 'instance'",
+    )
+    .bind(&meta)
+    .fetch_optional(&node.pool)
+    .await
+    .map_err(|e| node.error(e))?;
+    if exists.is_none() {
+        return Ok(false);
+    }
+    let recorded: Option<(u32,)> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT shard_count FROM `{meta}`.`instance` WHERE name = ?"
+    )))
+    .bind(&topology.instance)
+    .fetch_optional(&node.pool)
+    .await
+    .map_err(|e| node.error(e))?;
+    match recorded {
+        Some((count,)) if count != topology.shard_count => Err(Error::Schema(format!(
+            "instance {:?} on {} was created with {count} shards but the config says {}: \
+             the shard count is fixed for the life of an instance",
+            topology.instance, node.label, topology.shard_count
+        ))),
+        Some(_) => Ok(true),
+        None => Ok(false),
+    }
+}
+
+/// The shards of this instance whose entity table exists on `node`.
+async fn existing_shards(topology: &Topology, node: &Node) -> Result<std::collections::HashSet<u32>> {
+    let prefix = format!("{}_", topology.instance);
+    let schemas: Vec<String> = sqlx::query_scalar(
+        "SELECT table_schema FROM information_schema.tables WHERE table_name = 'entity' AND table_schema LIKE CONCAT(?, '%')",
+    )
+    .bind(prefix.replace('_', "\\_"))
+    .fetch_all(&node.pool)
+    .await
+    .map_err(|e| node.error(e))?;
+    Ok(schemas
+        .iter()
+        .filter_map(|s| s.strip_prefix(&prefix))
+        .filter(|suffix| suffix.len() >= 4 && suffix.bytes().all(|b| b.is_ascii_digit()))
+        .filter_map(|suffix| suffix.parse().ok())
+        .collect())
+}
+
+async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<ClusterReport> {
+    let node = &cluster.master;
+    let meta = meta_database(&topology.instance);
+    for statement in [
+        format!("CREATE DATABASE IF NOT EXISTS `{meta}`"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS `{meta}`.`instance` (
+                name VARCHAR(64) NOT NULL PRIMARY KEY,
+                shard_count INT UNSIGNED NOT NULL,
+                created_at BIGINT NOT NULL
+            ) ENGINE=InnoDB"
+        ),
+    ] {
+        execute(node, statement).await?;
+    }
+    sqlx::query(AssertSqlSafe(format!(
+        "INSERT IGNORE INTO `{meta}`.`instance` (name, shard_count, created_at) VALUES (?, ?, ?)"
+    )))
+    .bind(&topology.instance)
+    .bind(topology.shard_count)
+    .bind(crate::cell::now_micros())
+    .execute(&node.pool)
+    .await
+    .map_err(|e| node.error(e))?;
+
+    let existing = existing_shards(topology, node).await?;
+    let missing: Vec<u32> = cluster.shards.iter().filter(|s| !existing.contains(s)).collect();
+    futures::stream::iter(missing.iter().map(|&shard| async move {
+        let database = topology.database(shard);
+        execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;
+        execute(node, sql::create_entity_table(&database)).await
+    }))
+    .buffer_unordered(DDL_PARALLELISM)
+    .try_collect::<Vec<()>>()
+    .await?;
+    Ok(ClusterReport {
+        cluster: cluster.name.clone(),
+        master: node.label.clone(),
+        created: missing.len() as u32,
+        existing: cluster.shards.len() - missing.len() as u32,
+    })
+}
+
+async fn execute(node: &Node, statement: String) -> Result<()> {
+    sqlx::raw_sql(AssertSqlSafe(statement))
+        .execute(&node.pool)
+        .await
+        .map_err(|e| node.error(e))?;
+    Ok(())
+}
+
+/// Drops every database of the instance from every master (tests and
+/// benchmarks only: this destroys data).
+pub async fn drop_instance(topology: &Topology) -> Result<()> {
+    for cluster in &topology.clusters {
+        let node = &cluster.master;
+        let prefix = format!("{}\\_", topology.instance);
+        let databases: Vec<String> = sqlx::query("SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE CONCAT(?, '%')")
+            .bind(prefix)
+            .fetch_all(&node.pool)
+            .await
+            .map_err(|e| node.error(e))?
+            .iter()
+            .map(|row| row.get::<String, _>(0))
+            .collect();
+        for database in databases {
+            execute(node, format!("DROP DATABASE IF EXISTS `{database}`")).await?;
+        }
+    }
+    Ok(())
+}

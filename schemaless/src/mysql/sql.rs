@@ -1,0 +1,152 @@
+//! SQL text for the entity tables.
+//!
+//! Statements are sent as text with their values rendered as literals, not
+//! as prepared statements with binds. This is deliberate:
+//!
+//! - every statement names a per-shard database (`trips_0042.entity`), so
+//!   with 4096 shards and variable-size multi-row inserts almost no two
+//!   statements share a text, and a prepared-statement cache would miss,
+//!   costing an extra prepare round trip (and a close) per call;
+//! - the text protocol does each call in one round trip.
+//!
+//! It is safe because every value rendered here comes from a validated
+//! type: row keys and bodies as hex literals (`X'…'`), columns are
+//! `[A-Za-z0-9_]` by construction, numbers are integers, and the instance
+//! name is `[a-z0-9_]` by config validation. Nothing user-supplied is ever
+//! pasted in as text.
+
+use std::fmt::Write;
+
+use crate::cell::{CellKey, Column, RowKey};
+
+/// The columns every read selects, in the order [`super::store`] decodes.
+pub const CELL_COLUMNS: &str = "added_id, row_key, column_name, ref_key, body, created_at";
+
+/// `CREATE TABLE` of a shard's entity table.
+pub fn create_entity_table(database: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS `{database}`.`entity` (
+            added_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
+            row_key BINARY(16) NOT NULL,
+            column_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+            ref_key BIGINT NOT NULL,
+            body MEDIUMBLOB NOT NULL,
+            created_at BIGINT NOT NULL,
+            PRIMARY KEY (added_id),
+            UNIQUE KEY cell (row_key, column_name, ref_key)
+        ) ENGINE=InnoDB"
+    )
+}
+
+/// Appends `X'<hex>'`.
+pub fn push_hex(sql: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    sql.reserve(bytes.len() * 2 + 3);
+    sql.push_str("X'");
+    for b in bytes {
+        sql.push(HEX[(b >> 4) as usize] as char);
+        sql.push(HEX[(b & 0xf) as usize] as char);
+    }
+    sql.push('\'');
+}
+
+/// Appends `'<column>'`; safe because columns are `[A-Za-z0-9_]`.
+pub fn push_column(sql: &mut String, column: &Column) {
+    sql.push('\'');
+    sql.push_str(column.as_str());
+    sql.push('\'');
+}
+
+/// Appends the predicate matching one cell address.
+pub fn push_key_predicate(sql: &mut String, key: &CellKey) {
+    sql.push_str("(row_key = ");
+    push_hex(sql, key.row_key.as_bytes());
+    sql.push_str(" AND column_name = ");
+    push_column(sql, &key.column);
+    let _ = write!(sql, " AND ref_key = {})", key.ref_key.get());
+}
+
+/// One row of a multi-row insert.
+pub struct InsertRow<'a> {
+    pub key: &'a CellKey,
+    pub body: &'a [u8],
+    pub created_at: i64,
+}
+
+/// A multi-row `INSERT` of new cells into one shard. A duplicate address
+/// fails the whole statement (nothing is inserted), which the store turns
+/// into a comparison: duplicates are detected, never ignored.
+pub fn insert_cells<'a>(database: &str, rows: impl IntoIterator<Item = InsertRow<'a>>) -> String {
+    let mut sql = format!(
+        "INSERT INTO `{database}`.`entity` (row_key, column_name, ref_key, body, created_at) VALUES "
+    );
+    for (i, row) in rows.into_iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        push_hex(&mut sql, row.key.row_key.as_bytes());
+        sql.push(',');
+        push_column(&mut sql, &row.key.column);
+        let _ = write!(sql, ",{},", row.key.ref_key.get());
+        push_hex(&mut sql, row.body);
+        let _ = write!(sql, ",{})", row.created_at);
+    }
+    sql
+}
+
+/// The stored cells among `keys`.
+pub fn select_keys<'a>(database: &str, keys: impl IntoIterator<Item = &'a CellKey>) -> String {
+    let mut sql = format!("SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE ");
+    for (i, key) in keys.into_iter().enumerate() {
+        if i > 0 {
+            sql.push_str(" OR ");
+        }
+        push_key_predicate(&mut sql, key);
+    }
+    sql
+}
+
+/// The latest cell of (row, column).
+pub fn select_latest(database: &str, row_key: &RowKey, column: &Column) -> String {
+    let mut sql = format!("SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE row_key = ");
+    push_hex(&mut sql, row_key.as_bytes());
+    sql.push_str(" AND column_name = ");
+    push_column(&mut sql, column);
+    sql.push_str(" ORDER BY ref_key DESC LIMIT 1");
+    sql
+}
+
+/// The latest cell of every column of a row, ordered by column.
+pub fn select_row(database: &str, row_key: &RowKey) -> String {
+    let mut key = String::new();
+    push_hex(&mut key, row_key.as_bytes());
+    format!(
+        "SELECT e.added_id, e.row_key, e.column_name, e.ref_key, e.body, e.created_at
+         FROM `{database}`.`entity` e
+         JOIN (SELECT column_name, MAX(ref_key) AS ref_key FROM `{database}`.`entity`
+               WHERE row_key = {key} GROUP BY column_name) latest
+           ON e.column_name = latest.column_name AND e.ref_key = latest.ref_key
+         WHERE e.row_key = {key}
+         ORDER BY e.column_name"
+    )
+}
+
+/// A page of the change log.
+pub fn select_changes(database: &str, after: u64, limit: usize) -> String {
+    format!(
+        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE added_id > {after} ORDER BY added_id LIMIT {limit}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_literals_are_lowercase_and_quoted() {
+        let mut s = String::new();
+        push_hex(&mut s, &[0x00, 0xab, 0x7f]);
+        assert_eq!(s, "X'00ab7f'");
+    }
+}

@@ -1,0 +1,338 @@
+//! The cell API on MySQL/MariaDB shards.
+//!
+//! Writes: a batch is validated and encoded as a whole, grouped by shard,
+//! and each group is one multi-row `INSERT` on the shard's master, groups
+//! running in parallel (`storage.write_parallelism`). The insert is plain —
+//! not `IGNORE`, not `ON DUPLICATE KEY UPDATE` — so a duplicate address
+//! fails the statement and changes nothing; the group then reads the cells
+//! that exist, compares bodies (same body: `AlreadyPresent`; different:
+//! conflict) and inserts only the rest. A concurrent writer inserting one
+//! of those in between fails that insert again, and the comparison is
+//! redone, so nothing is ever overwritten or silently dropped.
+//!
+//! A failed call may have written some groups: batches are not atomic
+//! across shards. Retrying the same batch is always safe; the cells that
+//! landed come back `AlreadyPresent`.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
+use sqlx::mysql::MySqlRow;
+use sqlx::{AssertSqlSafe, Row};
+
+use super::sql;
+use super::topology::{Node, Topology};
+use crate::api::{CellResult, CellStore, Conflict, ReadFrom, ShardPage, WriteOutcome};
+use crate::cell::{
+    check_batch, now_micros, Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell,
+};
+use crate::codec;
+use crate::error::{Error, Result};
+use crate::routing::shard_of;
+
+/// How often a group redoes its comparison when concurrent writers keep
+/// inserting the same addresses between its read and its insert.
+const MAX_INSERT_ATTEMPTS: usize = 8;
+
+/// The Schemaless store on MySQL/MariaDB.
+#[derive(Clone)]
+pub struct MySqlStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    topology: Topology,
+    limits: config::Limits,
+    write_parallelism: usize,
+    /// Inflated-size cap for decoding, derived from the body limit.
+    inflated_cap: usize,
+}
+
+/// A cell of a batch on its way to a shard.
+struct Pending {
+    /// Position in the caller's batch.
+    index: usize,
+    cell: Cell,
+    encoded: Vec<u8>,
+}
+
+impl MySqlStore {
+    /// A store over the configured clusters. Connections are made on first
+    /// use, so a node that is down only fails the requests that need it.
+    pub fn connect(config: &config::Config) -> Result<MySqlStore> {
+        Ok(MySqlStore {
+            inner: Arc::new(Inner {
+                topology: Topology::from_config(config)?,
+                limits: config.limits.clone(),
+                write_parallelism: config.storage.write_parallelism,
+                inflated_cap: codec::inflated_cap(config.limits.max_body_bytes),
+            }),
+        })
+    }
+
+    /// Where each shard lives.
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    /// Closes every connection pool.
+    pub async fn close(&self) {
+        self.inner.topology.close().await;
+    }
+
+    async fn write_group(&self, shard: u32, items: Vec<Pending>) -> Result<Vec<(usize, CellResult)>> {
+        let node = &self.inner.topology.cluster(shard)?.master;
+        let database = self.inner.topology.database(shard);
+        let mut seen = HashSet::with_capacity(items.len());
+        let unique = items.iter().all(|p| seen.insert(&p.cell.key));
+        if unique {
+            let created_at = now_micros();
+            match insert(node, &database, &items, created_at).await {
+                Ok(()) => {
+                    return Ok(items
+                        .iter()
+                        .map(|p| (p.index, Ok(WriteOutcome::Written)))
+                        .collect())
+                }
+                Err(e) if is_duplicate(&e) => {}
+                Err(e) => return Err(node.error(e)),
+            }
+        }
+        let mut last_error = None;
+        for _ in 0..MAX_INSERT_ATTEMPTS {
+            let existing = self.read_keys(node, shard, &database, &items).await?;
+            // Cells take effect in batch order: the first copy of a new
+            // address is written, later copies compare against it.
+            let mut effective: HashMap<&CellKey, &Body> =
+                existing.iter().map(|c| (&c.cell.key, &c.cell.body)).collect();
+            let mut results = Vec::with_capacity(items.len());
+            let mut to_insert = Vec::new();
+            for p in &items {
+                let outcome = match effective.get(&p.cell.key) {
+                    Some(body) if **body == p.cell.body => Ok(WriteOutcome::AlreadyPresent),
+                    Some(_) => Err(Conflict {
+                        key: p.cell.key.clone(),
+                    }),
+                    None => {
+                        effective.insert(&p.cell.key, &p.cell.body);
+                        to_insert.push(p);
+                        Ok(WriteOutcome::Written)
+                    }
+                };
+                results.push((p.index, outcome));
+            }
+            if to_insert.is_empty() {
+                return Ok(results);
+            }
+            match insert(node, &database, to_insert.iter().copied(), now_micros()).await {
+                Ok(()) => return Ok(results),
+                Err(e) if is_duplicate(&e) => last_error = Some(e),
+                Err(e) => return Err(node.error(e)),
+            }
+        }
+        Err(node.error(last_error.expect("the loop only continues after a duplicate")))
+    }
+
+    async fn read_keys(
+        &self,
+        node: &Node,
+        shard: u32,
+        database: &str,
+        items: &[Pending],
+    ) -> Result<Vec<StoredCell>> {
+        let keys: HashSet<&CellKey> = items.iter().map(|p| &p.cell.key).collect();
+        let sql = sql::select_keys(database, keys);
+        self.fetch(node, shard, sql).await
+    }
+
+    async fn fetch(&self, node: &Node, shard: u32, sql: String) -> Result<Vec<StoredCell>> {
+        let rows = sqlx::raw_sql(AssertSqlSafe(sql))
+            .fetch_all(&node.pool)
+            .await
+            .map_err(|e| node.error(e))?;
+        rows.iter()
+            .map(|row| decode_row(row, shard, self.inner.inflated_cap))
+            .collect()
+    }
+
+    async fn fetch_one(&self, shard: u32, from: ReadFrom, sql: String) -> Result<Option<StoredCell>> {
+        let node = self.inner.topology.reader(shard, from)?;
+        Ok(self.fetch(node, shard, sql).await?.into_iter().next())
+    }
+
+    fn shard_of(&self, row_key: &RowKey) -> u32 {
+        shard_of(row_key, self.inner.topology.shard_count)
+    }
+}
+
+async fn insert<'a>(
+    node: &Node,
+    database: &str,
+    items: impl IntoIterator<Item = &'a Pending>,
+    created_at: i64,
+) -> std::result::Result<(), sqlx::Error> {
+    let sql = sql::insert_cells(
+        database,
+        items.into_iter().map(|p| sql::InsertRow {
+            key: &p.cell.key,
+            body: &p.encoded,
+            created_at,
+        }),
+    );
+    sqlx::raw_sql(AssertSqlSafe(sql)).execute(&node.pool).await?;
+    Ok(())
+}
+
+fn is_duplicate(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+}
+
+/// Decodes one entity row; anything malformed is a [`Error::CorruptCell`]
+/// naming as much of the cell as could be read.
+fn decode_row(row: &MySqlRow, shard: u32, cap: usize) -> Result<StoredCell> {
+    let corrupt = |cell: String, added_id: u64, reason: String| Error::CorruptCell {
+        cell,
+        shard,
+        added_id,
+        reason,
+    };
+    let added_id: u64 = row
+        .try_get(0)
+        .map_err(|e| corrupt("?".into(), 0, e.to_string()))?;
+    let row_key_bytes: Vec<u8> = row
+        .try_get(1)
+        .map_err(|e| corrupt("?".into(), added_id, e.to_string()))?;
+    let column_name: String = row
+        .try_get(2)
+        .map_err(|e| corrupt("?".into(), added_id, e.to_string()))?;
+    let ref_key: i64 = row
+        .try_get(3)
+        .map_err(|e| corrupt("?".into(), added_id, e.to_string()))?;
+    let named = format!("{}/{column_name}/{ref_key}", hex_or_uuid(&row_key_bytes));
+    let row_key = RowKey::from_slice(&row_key_bytes)
+        .ok_or_else(|| corrupt(named.clone(), added_id, "row key is not 16 bytes".into()))?;
+    let column = Column::new(&column_name)
+        .map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+    let ref_key =
+        RefKey::new(ref_key).map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+    let body_bytes: Vec<u8> = row
+        .try_get(4)
+        .map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+    let created_at: i64 = row
+        .try_get(5)
+        .map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+    let body = codec::decode(&body_bytes, cap)
+        .map_err(|e| corrupt(named.clone(), added_id, format!("undecodable body: {e}")))?;
+    Ok(StoredCell {
+        cell: Cell::new(row_key, column, ref_key, body),
+        added_id,
+        created_at,
+    })
+}
+
+fn hex_or_uuid(bytes: &[u8]) -> String {
+    match RowKey::from_slice(bytes) {
+        Some(key) => key.to_string(),
+        None => bytes.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+#[async_trait]
+impl CellStore for MySqlStore {
+    fn shard_count(&self) -> u32 {
+        self.inner.topology.shard_count
+    }
+
+    async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
+        check_batch(&cells, &self.inner.limits)?;
+        let count = cells.len();
+        // Encode everything before writing anything: a body that cannot be
+        // stored must fail the call with nothing written.
+        let mut groups: BTreeMap<u32, Vec<Pending>> = BTreeMap::new();
+        for (index, cell) in cells.into_iter().enumerate() {
+            let encoded = codec::encode(&cell.body, self.inner.inflated_cap).map_err(|e| {
+                Error::invalid("body", format!("cannot be stored: {e}")).in_batch(index)
+            })?;
+            groups
+                .entry(self.shard_of(&cell.key.row_key))
+                .or_default()
+                .push(Pending {
+                    index,
+                    cell,
+                    encoded,
+                });
+        }
+        let mut results: Vec<Option<CellResult>> = vec![None; count];
+        let mut writes = futures::stream::iter(
+            groups
+                .into_iter()
+                .map(|(shard, items)| self.write_group(shard, items)),
+        )
+        .buffer_unordered(self.inner.write_parallelism);
+        while let Some(group) = writes.try_next().await? {
+            for (index, result) in group {
+                results[index] = Some(result);
+            }
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.expect("every cell belongs to exactly one group"))
+            .collect())
+    }
+
+    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
+        let shard = self.shard_of(&key.row_key);
+        let sql = sql::select_keys(&self.inner.topology.database(shard), [key]);
+        self.fetch_one(shard, from, sql).await
+    }
+
+    async fn get_cell_latest(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Option<StoredCell>> {
+        let shard = self.shard_of(row_key);
+        let sql = sql::select_latest(&self.inner.topology.database(shard), row_key, column);
+        self.fetch_one(shard, from, sql).await
+    }
+
+    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
+        let shard = self.shard_of(row_key);
+        let node = self.inner.topology.reader(shard, from)?;
+        let sql = sql::select_row(&self.inner.topology.database(shard), row_key);
+        self.fetch(node, shard, sql).await
+    }
+
+    async fn get_cells_for_shard(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+        from: ReadFrom,
+    ) -> Result<ShardPage> {
+        let node = self.inner.topology.reader(shard, from)?;
+        if limit == 0 {
+            return Ok(ShardPage {
+                cells: Vec::new(),
+                next: after,
+            });
+        }
+        let sql = sql::select_changes(&self.inner.topology.database(shard), after, limit);
+        let cells = self.fetch(node, shard, sql).await?;
+        let next = cells.last().map_or(after, |c| c.added_id);
+        Ok(ShardPage { cells, next })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undecodable_row_keys_are_shown_in_hex() {
+        assert_eq!(hex_or_uuid(&[0xab, 0x01]), "ab01");
+    }
+}

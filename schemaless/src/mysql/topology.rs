@@ -1,0 +1,183 @@
+//! Where each shard lives: clusters, their storage nodes, one connection
+//! pool per node.
+//!
+//! Pools belong to nodes, never to shards: with 4096 shards on a handful of
+//! servers, a pool per shard would hold thousands of idle connections.
+//! Every query names its shard's database instead (`trips_0042.entity`).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+
+use crate::api::ReadFrom;
+use crate::error::{Error, Result};
+
+/// One MySQL/MariaDB server and its connection pool.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// The node's URL without its password, for errors and status output.
+    pub label: String,
+    /// Connections to it; created lazily, so a node that is down does not
+    /// stop the others from serving.
+    pub pool: MySqlPool,
+}
+
+impl Node {
+    fn connect_lazy(url: &str, storage: &config::Storage) -> Result<Node> {
+        let label = redact(url);
+        let options = MySqlConnectOptions::from_str(url).map_err(|source| Error::Storage {
+            node: label.clone(),
+            source,
+        })?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(storage.max_connections_per_node)
+            .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
+            .connect_lazy_with(options);
+        Ok(Node { label, pool })
+    }
+
+    /// Wraps a driver error with this node's name.
+    pub fn error(&self, source: sqlx::Error) -> Error {
+        Error::Storage {
+            node: self.label.clone(),
+            source,
+        }
+    }
+}
+
+/// One master and its minions.
+#[derive(Clone, Debug)]
+pub struct ClusterNodes {
+    /// The cluster's name from config.
+    pub name: String,
+    /// Where writes and master reads go.
+    pub master: Node,
+    /// Replicas for minion reads.
+    pub minions: Vec<Node>,
+    /// The shards it holds.
+    pub shards: config::ShardRange,
+}
+
+/// The whole instance: names, shard count and the cluster of each shard.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    /// The instance name, prefix of every shard database.
+    pub instance: String,
+    /// Fixed for the life of the instance.
+    pub shard_count: u32,
+    /// The clusters, in config order.
+    pub clusters: Vec<ClusterNodes>,
+    /// For each shard, its index in `clusters`.
+    cluster_of_shard: Vec<usize>,
+}
+
+impl Topology {
+    /// Builds the topology and its (lazy) pools from validated config.
+    pub fn from_config(config: &config::Config) -> Result<Topology> {
+        let mut clusters = Vec::new();
+        let mut cluster_of_shard = vec![usize::MAX; config.instance.shard_count as usize];
+        for (i, c) in config.clusters.iter().enumerate() {
+            for shard in c.shards.iter() {
+                cluster_of_shard[shard as usize] = i;
+            }
+            clusters.push(ClusterNodes {
+                name: c.name.clone(),
+                master: Node::connect_lazy(&c.master, &config.storage)?,
+                minions: c
+                    .minions
+                    .iter()
+                    .map(|m| Node::connect_lazy(m, &config.storage))
+                    .collect::<Result<_>>()?,
+                shards: c.shards,
+            });
+        }
+        // Config validation guarantees full coverage; check the invariant
+        // rather than route a shard to a wrong cluster.
+        if let Some(shard) = cluster_of_shard.iter().position(|&c| c == usize::MAX) {
+            return Err(Error::Schema(format!("shard {shard} belongs to no cluster")));
+        }
+        Ok(Topology {
+            instance: config.instance.name.clone(),
+            shard_count: config.instance.shard_count,
+            clusters,
+            cluster_of_shard,
+        })
+    }
+
+    /// The cluster holding `shard`.
+    pub fn cluster(&self, shard: u32) -> Result<&ClusterNodes> {
+        self.cluster_of_shard
+            .get(shard as usize)
+            .map(|&i| &self.clusters[i])
+            .ok_or(Error::NoSuchShard {
+                shard,
+                shard_count: self.shard_count,
+            })
+    }
+
+    /// The node a read of `shard` goes to. Minion reads pick a minion at
+    /// random to spread load; a cluster without minions answers from its
+    /// master.
+    pub fn reader(&self, shard: u32, from: ReadFrom) -> Result<&Node> {
+        let cluster = self.cluster(shard)?;
+        Ok(match from {
+            ReadFrom::Master => &cluster.master,
+            ReadFrom::Minion if cluster.minions.is_empty() => &cluster.master,
+            ReadFrom::Minion => {
+                &cluster.minions[rand::random_range(0..cluster.minions.len())]
+            }
+        })
+    }
+
+    /// The database holding `shard`: `<instance>_<shard:04>`.
+    pub fn database(&self, shard: u32) -> String {
+        database_name(&self.instance, shard)
+    }
+
+    /// Closes every pool.
+    pub async fn close(&self) {
+        for c in &self.clusters {
+            c.master.pool.close().await;
+            for m in &c.minions {
+                m.pool.close().await;
+            }
+        }
+    }
+}
+
+/// `<instance>_<shard:04>`.
+pub fn database_name(instance: &str, shard: u32) -> String {
+    format!("{instance}_{shard:04}")
+}
+
+/// The URL with any password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_labels() {
+        assert_eq!(redact("mysql://root:s3cret@db:3306"), "mysql://root:***@db:3306");
+        assert_eq!(redact("mysql://root@db:3306"), "mysql://root@db:3306");
+    }
+
+    #[test]
+    fn database_names_are_zero_padded() {
+        assert_eq!(database_name("trips", 42), "trips_0042");
+        assert_eq!(database_name("trips", 4095), "trips_4095");
+    }
+}

@@ -1,1 +1,121 @@
-fn main() {}
+//! `mezzanine`: the command line of the Mezzanine migration toolkit.
+//!
+//! One subcommand per runbook step. Exit codes: 0 success, 1 failure,
+//! 2 bad usage or bad configuration.
+//!
+//! # Layout
+//!
+//! - [`cluster`]: `cluster up|down|status`, the dev servers;
+//! - [`check`]: `config check`;
+//! - [`schema`]: `schema apply`;
+//! - [`demo`]: the end-to-end demo;
+//! - [`bench`]: `bench cells`, figures against the raw limit of the same
+//!   servers.
+
+mod bench;
+mod check;
+mod cluster;
+mod demo;
+mod schema;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Move a live PostgreSQL data set into Schemaless, a sharded append-only
+/// cell store on MariaDB, without downtime and without losing a write.
+#[derive(Parser)]
+#[command(name = "mezzanine", version, propagate_version = true)]
+struct Cli {
+    /// The configuration file.
+    #[arg(long, global = true, default_value = "config/examples/local.toml", env = "MEZZANINE_CONFIG")]
+    config: PathBuf,
+    /// Where the dev cluster's servers keep their data and logs.
+    #[arg(long, global = true, default_value = ".devcluster", env = "MEZZANINE_CLUSTER_DIR")]
+    cluster_dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start, stop and inspect the dev cluster (PostgreSQL and MariaDB
+    /// servers on loopback).
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Validate configuration files.
+    #[command(subcommand)]
+    Config(check::ConfigCommand),
+    /// Create the Schemaless instance's shard databases.
+    #[command(subcommand)]
+    Schema(schema::SchemaCommand),
+    /// Run the end-to-end demo on the dev cluster (starting it if needed).
+    Demo(demo::DemoArgs),
+    /// Benchmarks, each against the raw limit of the same servers.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+/// An error that means "bad usage or configuration" (exit code 2).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Loads the configuration; its errors are usage errors.
+pub fn load_config(path: &std::path::Path) -> anyhow::Result<config::Config> {
+    config::Config::load(path).map_err(|e| UsageError(e.to_string()).into())
+}
+
+fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`mezzanine cluster status | head`), as
+    // command-line tools do, instead of panicking on the next print.
+    // SAFETY: called before any thread exists; SIG_DFL is always valid.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEZZANINE_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result = runtime.block_on(run(cli));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Cluster(c) => cluster::run(c, &cli.config, &cli.cluster_dir).await,
+        Command::Config(c) => check::run(c),
+        Command::Schema(c) => schema::run(c, &cli.config).await,
+        Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,
+        Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,
+    }
+}

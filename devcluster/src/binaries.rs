@@ -1,0 +1,88 @@
+//! Finding the server programs, and saying which Debian package to install
+//! when one is missing.
+
+use std::path::{Path, PathBuf};
+
+use crate::Error;
+
+/// The programs a dev cluster runs.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    /// `mariadbd` (or `mysqld`).
+    pub mariadbd: PathBuf,
+    /// `mariadb-install-db` (or `mysql_install_db`).
+    pub mariadb_install_db: PathBuf,
+    /// PostgreSQL's `initdb`.
+    pub initdb: PathBuf,
+    /// PostgreSQL's `postgres`.
+    pub postgres: PathBuf,
+}
+
+impl Binaries {
+    /// Looks for every program; the error names each missing one and the
+    /// package that provides it.
+    pub fn find() -> Result<Binaries, Error> {
+        let mut missing = Vec::new();
+        let mariadbd = find_in_path(&["mariadbd", "mysqld"], &["/usr/sbin", "/usr/libexec"]);
+        let install_db = find_in_path(&["mariadb-install-db", "mysql_install_db"], &["/usr/bin", "/usr/scripts"]);
+        if mariadbd.is_none() || install_db.is_none() {
+            missing.push(("mariadbd, mariadb-install-db", "mariadb-server"));
+        }
+        let pg_bin = postgres_bin_dir();
+        if pg_bin.is_none() {
+            missing.push(("postgres, initdb (PostgreSQL 15)", "postgresql-15 (or postgresql)"));
+        }
+        match (mariadbd, install_db, pg_bin) {
+            (Some(mariadbd), Some(mariadb_install_db), Some(pg)) => Ok(Binaries {
+                mariadbd,
+                mariadb_install_db,
+                initdb: pg.join("initdb"),
+                postgres: pg.join("postgres"),
+            }),
+            _ => Err(Error::MissingBinaries(
+                missing
+                    .iter()
+                    .map(|(what, package)| format!("{what}: apt-get install -y {package}"))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )),
+        }
+    }
+}
+
+fn find_in_path(names: &[&str], extra_dirs: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .chain(extra_dirs.iter().map(PathBuf::from))
+        .collect();
+    names
+        .iter()
+        .flat_map(|name| dirs.iter().map(move |d| d.join(name)))
+        .find(|candidate| is_executable(candidate))
+}
+
+/// PostgreSQL's server programs live outside PATH on Debian, one folder per
+/// major version. 15 is preferred; any other installed version is used if
+/// 15 is absent. `MEZZANINE_PG_BIN` overrides the search.
+fn postgres_bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("MEZZANINE_PG_BIN") {
+        let dir = PathBuf::from(dir);
+        return is_executable(&dir.join("postgres")).then_some(dir);
+    }
+    let preferred = Path::new("/usr/lib/postgresql/15/bin");
+    if is_executable(&preferred.join("postgres")) {
+        return Some(preferred.to_path_buf());
+    }
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|bin| is_executable(&bin.join("postgres")))
+        .collect();
+    versions.sort();
+    versions.pop()
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}

@@ -1,0 +1,213 @@
+//! Which servers a dev cluster has, and on which loopback ports.
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// One MariaDB cluster: a master and its minions.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSpec {
+    /// The cluster's name; nodes are called `<name>-master`,
+    /// `<name>-minion1`, ….
+    pub name: String,
+    /// The master's port.
+    pub master_port: u16,
+    /// One port per minion.
+    pub minion_ports: Vec<u16>,
+}
+
+/// A whole dev cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    /// The PostgreSQL server's port.
+    pub postgres_port: u16,
+    /// The MariaDB clusters.
+    pub clusters: Vec<ClusterSpec>,
+}
+
+/// The part a node plays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The PostgreSQL server (the legacy store).
+    Postgres,
+    /// A MariaDB cluster's master.
+    Master {
+        /// Its cluster.
+        cluster: String,
+    },
+    /// A MariaDB replica.
+    Minion {
+        /// Its cluster.
+        cluster: String,
+        /// Where it replicates from.
+        master_port: u16,
+    },
+}
+
+impl Role {
+    /// Whether the node is a MariaDB server.
+    pub fn is_mariadb(&self) -> bool {
+        !matches!(self, Role::Postgres)
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Postgres => f.write_str("postgres"),
+            Role::Master { cluster } => write!(f, "master of {cluster}"),
+            Role::Minion { cluster, .. } => write!(f, "minion of {cluster}"),
+        }
+    }
+}
+
+/// One server of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// `postgres`, `a-master`, `a-minion1`, ….
+    pub name: String,
+    /// What it is.
+    pub role: Role,
+    /// Its loopback port.
+    pub port: u16,
+    /// MariaDB `server_id`, unique in the dev cluster (0 for PostgreSQL).
+    pub server_id: u32,
+}
+
+impl Spec {
+    /// The ports of `config/examples/local.toml`: PostgreSQL on 55432,
+    /// clusters `a` (33061-33063) and `b` (33071-33073).
+    pub fn local() -> Spec {
+        Spec {
+            postgres_port: 55432,
+            clusters: vec![
+                ClusterSpec {
+                    name: "a".into(),
+                    master_port: 33061,
+                    minion_ports: vec![33062, 33063],
+                },
+                ClusterSpec {
+                    name: "b".into(),
+                    master_port: 33071,
+                    minion_ports: vec![33072, 33073],
+                },
+            ],
+        }
+    }
+
+    /// Clusters with these names, `minions` minions each, on free ports
+    /// picked by the kernel.
+    pub fn free_ports(names: &[&str], minions: usize) -> Result<Spec, Error> {
+        // Hold every listener until all ports are chosen so none repeats.
+        let count = 1 + names.len() * (1 + minions);
+        let listeners: Vec<TcpListener> = (0..count)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<Result<_, _>>()
+            .map_err(|e| Error::io("finding free ports", e))?;
+        let mut ports = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Error::io("finding free ports", e))?
+            .into_iter();
+        let mut next = || ports.next().expect("one port per node");
+        let postgres_port = next();
+        let clusters = names
+            .iter()
+            .map(|name| ClusterSpec {
+                name: name.to_string(),
+                master_port: next(),
+                minion_ports: (0..minions).map(|_| next()).collect(),
+            })
+            .collect();
+        Ok(Spec {
+            postgres_port,
+            clusters,
+        })
+    }
+
+    /// Every node, PostgreSQL first, then each master and its minions.
+    pub fn nodes(&self) -> Vec<NodeSpec> {
+        let mut nodes = vec![NodeSpec {
+            name: "postgres".into(),
+            role: Role::Postgres,
+            port: self.postgres_port,
+            server_id: 0,
+        }];
+        let mut server_id = 1;
+        for c in &self.clusters {
+            nodes.push(NodeSpec {
+                name: format!("{}-master", c.name),
+                role: Role::Master {
+                    cluster: c.name.clone(),
+                },
+                port: c.master_port,
+                server_id,
+            });
+            server_id += 1;
+            for (i, port) in c.minion_ports.iter().enumerate() {
+                nodes.push(NodeSpec {
+                    name: format!("{}-minion{}", c.name, i + 1),
+                    role: Role::Minion {
+                        cluster: c.name.clone(),
+                        master_port: c.master_port,
+                    },
+                    port: *port,
+                    server_id,
+                });
+                server_id += 1;
+            }
+        }
+        nodes
+    }
+
+    pub(crate) fn write(&self, path: &Path) -> Result<(), Error> {
+        let text = serde_json::to_string_pretty(self).expect("a spec always serializes");
+        std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    }
+
+    pub(crate) fn read(path: &Path) -> Result<Spec, Error> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        serde_json::from_str(&text).map_err(|e| {
+            Error::Server(format!("{} is not a dev cluster record: {e}", path.display()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_are_named_by_cluster_and_role_with_unique_server_ids() {
+        let nodes = Spec::local().nodes();
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["postgres", "a-master", "a-minion1", "a-minion2", "b-master", "b-minion1", "b-minion2"]
+        );
+        let mut ids: Vec<u32> = nodes.iter().map(|n| n.server_id).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), 7);
+        assert_eq!(
+            nodes[5].role,
+            Role::Minion {
+                cluster: "b".into(),
+                master_port: 33071
+            }
+        );
+    }
+
+    #[test]
+    fn free_ports_are_distinct() {
+        let spec = Spec::free_ports(&["a", "b"], 2).unwrap();
+        let mut ports: Vec<u16> = spec.nodes().iter().map(|n| n.port).collect();
+        ports.sort();
+        ports.dedup();
+        assert_eq!(ports.len(), 7);
+    }
+}

@@ -252,14 +252,16 @@ impl DevCluster {
     /// Freezes a node (SIGSTOP): it keeps its connections but answers
     /// nothing.
     pub fn pause(&self, name: &str) -> Result<(), Error> {
-        self.node(name)?.signal(libc::SIGSTOP);
-        Ok(())
+        let node = self.node(name)?;
+        node.signal(libc::SIGSTOP);
+        wait_for_state(node, NodeState::Paused)
     }
 
     /// Thaws a paused node (SIGCONT).
     pub fn resume(&self, name: &str) -> Result<(), Error> {
-        self.node(name)?.signal(libc::SIGCONT);
-        Ok(())
+        let node = self.node(name)?;
+        node.signal(libc::SIGCONT);
+        wait_for_state(node, NodeState::Running)
     }
 
     /// Starts a stopped or killed node again and waits until it serves; a
@@ -325,6 +327,22 @@ impl DevCluster {
         }
         text
     }
+}
+
+/// Signals are delivered asynchronously: wait until the kernel shows the
+/// node in the state asked for.
+fn wait_for_state(node: &Node, state: NodeState) -> Result<(), Error> {
+    for _ in 0..200 {
+        if node.state() == state {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err(Error::Server(format!(
+        "{} did not become {state} (it is {})",
+        node.spec.name,
+        node.state()
+    )))
 }
 
 impl Drop for DevCluster {

@@ -261,9 +261,12 @@ impl Node {
                 } else {
                     format!("/tmp/mezzanine-mariadbd-{port}.sock")
                 };
+                let tmp = format!("{dir}.tmp");
+                std::fs::create_dir_all(&tmp).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
                 command.args([
                     "--no-defaults".to_string(),
                     format!("--datadir={dir}"),
+                    format!("--tmpdir={tmp}"),
                     format!("--port={port}"),
                     "--bind-address=127.0.0.1".into(),
                     format!("--socket={socket}"),
@@ -348,7 +351,12 @@ impl Node {
 pub(crate) fn install_mariadb_template(binaries: &Binaries, template: &Path) -> Result<(), Error> {
     let staging = template.with_extension("tmp");
     let _ = std::fs::remove_dir_all(&staging);
+    // A private temporary folder: servers name their temporary tables by
+    // pid, and a pid reused after a kill -9 must not meet a stale file.
+    let tmp = template.with_extension("tmpdir");
+    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
     let output = Command::new(&binaries.mariadb_install_db)
+        .env("TMPDIR", &tmp)
         .arg("--no-defaults")
         .arg(format!("--datadir={}", staging.display()))
         .args([

@@ -1,1 +1,24 @@
+//! End-to-end tests of Mezzanine against real servers.
+//!
+//! One test binary (so the servers start once): every test shares one
+//! private dev cluster started on free loopback ports by [`harness`], and
+//! uses its own Schemaless instance so tests run in parallel. Tests that
+//! stop or kill servers start a private cluster of their own.
+//!
+//! - [`cells`]: cell API semantics on MariaDB;
+//! - [`changelog`]: `get_cells_for_shard` order, paging and minion reads;
+//! - [`model`]: random operation sequences on the in-memory model and on
+//!   MariaDB give the same answers;
+//! - [`bad_input`]: invalid input and corrupt stored data are clear errors
+//!   and change nothing;
+//! - [`servers`]: the dev cluster's node control (kill -9, restart, pause,
+//!   catch-up);
+//! - [`cli`]: the `mezzanine` command line.
 
+mod bad_input;
+mod cells;
+mod changelog;
+mod cli;
+mod harness;
+mod model;
+mod servers;

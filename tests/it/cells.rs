@@ -1,0 +1,168 @@
+//! Cell API semantics on MariaDB.
+
+use schemaless::{CellKey, CellStore, Conflict, Error, ReadFrom, WriteOutcome};
+use serde_json::json;
+
+use crate::harness::{cell, column, row, Instance};
+
+#[tokio::test]
+async fn the_latest_cell_is_the_highest_ref_key_whatever_the_write_order() {
+    let t = Instance::new(8).await;
+    for ref_key in [1, 3, 2] {
+        let put = t
+            .store
+            .put_cell(cell(1, "BASE", ref_key, json!({"version": ref_key})))
+            .await
+            .unwrap();
+        assert_eq!(put, WriteOutcome::Written);
+    }
+    let latest = t
+        .store
+        .get_cell_latest(&row(1), &column("BASE"), ReadFrom::Master)
+        .await
+        .unwrap()
+        .expect("a latest cell");
+    assert_eq!(latest.cell, cell(1, "BASE", 3, json!({"version": 3})));
+
+    let key = cell(1, "BASE", 2, json!({})).key;
+    let second = t.store.get_cell(&key, ReadFrom::Master).await.unwrap().unwrap();
+    assert_eq!(second.cell.body.fields()["version"], json!(2));
+
+    let absent = CellKey { ref_key: schemaless::RefKey::new(4).unwrap(), ..key };
+    assert_eq!(t.store.get_cell(&absent, ReadFrom::Master).await.unwrap(), None);
+    assert_eq!(
+        t.store
+            .get_cell_latest(&row(2), &column("BASE"), ReadFrom::Master)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn a_row_reads_back_the_latest_cell_of_each_of_many_columns() {
+    let t = Instance::new(8).await;
+    let columns = ["BASE", "STATUS", "NOTES", "billing_1", "fare_adj", "Zeta", "a"];
+    let mut batch = Vec::new();
+    for (i, col) in columns.iter().enumerate() {
+        for ref_key in 0..=(i as i64) {
+            batch.push(cell(7, col, ref_key, json!({"col": col, "ref": ref_key, "text": "ünïcødé ✓"})));
+        }
+    }
+    // Another row in the same store must not leak into this one.
+    batch.push(cell(8, "BASE", 99, json!({"other": true})));
+    let results = t.store.put_cells(batch).await.unwrap();
+    assert!(results.iter().all(|r| *r == Ok(WriteOutcome::Written)));
+
+    let cells = t.store.get_cells_for_row(&row(7), ReadFrom::Master).await.unwrap();
+    let mut expected: Vec<(String, i64)> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), i as i64))
+        .collect();
+    expected.sort();
+    let got: Vec<(String, i64)> = cells
+        .iter()
+        .map(|c| (c.cell.key.column.to_string(), c.cell.key.ref_key.get()))
+        .collect();
+    assert_eq!(got, expected);
+    for c in &cells {
+        assert_eq!(c.cell.body.fields()["text"], json!("ünïcødé ✓"));
+        assert_eq!(c.cell.key.row_key, row(7));
+    }
+}
+
+#[tokio::test]
+async fn rewrites_are_idempotent_and_conflicts_change_nothing() {
+    let t = Instance::new(8).await;
+    let original = cell(3, "BASE", 1, json!({"fare": "12.50", "status": "done"}));
+    assert_eq!(t.store.put_cell(original.clone()).await.unwrap(), WriteOutcome::Written);
+    assert_eq!(
+        t.store.put_cell(original.clone()).await.unwrap(),
+        WriteOutcome::AlreadyPresent
+    );
+    let changed = cell(3, "BASE", 1, json!({"fare": "99.00", "status": "done"}));
+    match t.store.put_cell(changed).await {
+        Err(Error::Conflict { key }) => assert_eq!(key, original.key),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let stored = t.store.get_cell(&original.key, ReadFrom::Master).await.unwrap().unwrap();
+    assert_eq!(stored.cell, original, "the stored cell is unchanged");
+    // Exactly one copy exists in the change log.
+    let shard = schemaless::routing::shard_of(&row(3), 8);
+    let page = t.store.get_cells_for_shard(shard, 0, 100, ReadFrom::Master).await.unwrap();
+    assert_eq!(page.cells.len(), 1);
+}
+
+#[tokio::test]
+async fn a_mixed_batch_reports_each_cell() {
+    let t = Instance::new(8).await;
+    let existing = cell(10, "BASE", 1, json!({"v": 1}));
+    let other_existing = cell(11, "STATUS", 5, json!({"s": "paid"}));
+    t.store
+        .put_cells(vec![existing.clone(), other_existing.clone()])
+        .await
+        .unwrap();
+
+    let batch = vec![
+        cell(12, "BASE", 1, json!({"new": 1})),          // new
+        existing.clone(),                                // duplicate of a stored cell
+        cell(11, "STATUS", 5, json!({"s": "refunded"})), // conflicts with a stored cell
+        cell(13, "NOTES", 1, json!({"n": "a"})),         // new ...
+        cell(13, "NOTES", 1, json!({"n": "a"})),         // ... and its copy in the same batch
+        cell(14, "NOTES", 2, json!({"n": "b"})),         // new ...
+        cell(14, "NOTES", 2, json!({"n": "c"})),         // ... and a conflicting copy
+    ];
+    let results = t.store.put_cells(batch).await.unwrap();
+    assert_eq!(
+        results,
+        vec![
+            Ok(WriteOutcome::Written),
+            Ok(WriteOutcome::AlreadyPresent),
+            Err(Conflict { key: other_existing.key.clone() }),
+            Ok(WriteOutcome::Written),
+            Ok(WriteOutcome::AlreadyPresent),
+            Ok(WriteOutcome::Written),
+            Err(Conflict { key: cell(14, "NOTES", 2, json!({})).key }),
+        ]
+    );
+    let stored = t.store.get_cell(&other_existing.key, ReadFrom::Master).await.unwrap().unwrap();
+    assert_eq!(stored.cell, other_existing);
+    let first_wins = t
+        .store
+        .get_cell(&cell(14, "NOTES", 2, json!({})).key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first_wins.cell.body.fields()["n"], json!("b"));
+}
+
+#[tokio::test]
+async fn concurrent_writers_of_the_same_cells_agree_on_one_written_copy() {
+    let t = Instance::new(4).await;
+    let batch: Vec<_> = (0..200).map(|i| cell(1000 + i, "BASE", 1, json!({"i": i as u64}))).collect();
+    let writers: Vec<_> = (0..6)
+        .map(|_| {
+            let store = t.store.clone();
+            let batch = batch.clone();
+            tokio::spawn(async move { store.put_cells(batch).await })
+        })
+        .collect();
+    let mut written = vec![0; batch.len()];
+    for w in writers {
+        let results = w.await.unwrap().expect("no writer fails");
+        for (i, r) in results.iter().enumerate() {
+            match r {
+                Ok(WriteOutcome::Written) => written[i] += 1,
+                Ok(WriteOutcome::AlreadyPresent) => {}
+                other => panic!("cell {i}: {other:?}"),
+            }
+        }
+    }
+    assert!(written.iter().all(|&n| n == 1), "each cell written exactly once: {written:?}");
+    let mut total = 0;
+    for shard in 0..4 {
+        total += t.store.get_cells_for_shard(shard, 0, 1000, ReadFrom::Master).await.unwrap().cells.len();
+    }
+    assert_eq!(total, batch.len());
+}

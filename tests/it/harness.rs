@@ -1,0 +1,108 @@
+//! Shared setup: the test cluster and per-test Schemaless instances.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use devcluster::{DevCluster, Spec};
+use schemaless::mysql::{schema, Topology};
+use schemaless::MySqlStore;
+
+static CLUSTER: OnceLock<DevCluster> = OnceLock::new();
+static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(0);
+
+/// The servers every test shares: PostgreSQL and two MariaDB clusters of a
+/// master and two minions, started once per test run, killed at exit.
+pub fn cluster() -> &'static DevCluster {
+    CLUSTER.get_or_init(|| {
+        // Servers are started from a runtime of their own: each test has
+        // its own runtime, and this one must not belong to any of them.
+        let cluster = std::thread::spawn(|| {
+            let runtime = tokio::runtime::Runtime::new().expect("a runtime for the servers");
+            runtime.block_on(async {
+                let spec = Spec::free_ports(&["a", "b"], 2).expect("free ports");
+                DevCluster::private(spec).await
+            })
+        })
+        .join()
+        .expect("the server thread")
+        .unwrap_or_else(|e| panic!("starting the test cluster: {e}"));
+        // SAFETY: registering a plain extern "C" function.
+        unsafe {
+            libc::atexit(stop_cluster_at_exit);
+        }
+        cluster
+    })
+}
+
+extern "C" fn stop_cluster_at_exit() {
+    if let Some(cluster) = CLUSTER.get() {
+        for node in cluster.nodes() {
+            node.kill();
+        }
+        let _ = cluster.purge();
+    }
+}
+
+/// A fresh, uniquely named instance on the shared cluster, schema applied.
+pub struct Instance {
+    pub config: config::Config,
+    pub store: MySqlStore,
+}
+
+impl Instance {
+    pub async fn new(shard_count: u32) -> Instance {
+        Instance::with_limits(shard_count, "").await
+    }
+
+    /// `extra` is appended to the config text (e.g. a `[limits]` table).
+    pub async fn with_limits(shard_count: u32, extra: &str) -> Instance {
+        let name = format!(
+            "t{}_{}",
+            std::process::id() % 100_000,
+            NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let text = format!("{}\n{extra}", cluster().config_toml(&name, shard_count));
+        let config = config::Config::parse(&text, "test.toml").expect("the test config is valid");
+        let topology = Topology::from_config(&config).expect("topology");
+        schema::apply(&topology).await.expect("schema apply");
+        topology.close().await;
+        let store = MySqlStore::connect(&config).expect("store");
+        Instance { config, store }
+    }
+
+    /// Runs SQL on the master holding `shard` (to tamper with stored data).
+    pub async fn execute_on_master(&self, shard: u32, sql: String) {
+        let node = &self.store.topology().cluster(shard).unwrap().master;
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&node.pool)
+            .await
+            .unwrap();
+    }
+
+    /// Waits until every minion has everything its master has.
+    pub async fn wait_for_minions(&self) {
+        cluster()
+            .wait_all_caught_up(Duration::from_secs(30))
+            .await
+            .expect("minions catch up");
+    }
+}
+
+/// A deterministic row key from a number (for readable tests).
+pub fn row(n: u128) -> schemaless::RowKey {
+    schemaless::RowKey::from(uuid::Uuid::from_u128(0x6f1c_1a0e_8a3b_4a55_9d1e_0000_0000_0000 + n))
+}
+
+pub fn column(name: &str) -> schemaless::Column {
+    schemaless::Column::new(name).unwrap()
+}
+
+pub fn cell(row_n: u128, col: &str, ref_key: i64, body: serde_json::Value) -> schemaless::Cell {
+    schemaless::Cell::new(
+        row(row_n),
+        column(col),
+        schemaless::RefKey::new(ref_key).unwrap(),
+        schemaless::Body::from_value(body).unwrap(),
+    )
+}

@@ -17,6 +17,7 @@ mod check;
 mod cluster;
 mod demo;
 mod schema;
+mod workload;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -81,6 +81,14 @@ impl Node {
         }
     }
 
+    /// The folder MariaDB may read `LOAD DATA INFILE` files from (its
+    /// `secure_file_priv`), shared by the cluster's nodes.
+    pub fn files_dir(&self) -> PathBuf {
+        self.dir
+            .parent()
+            .map_or_else(|| PathBuf::from("files"), |root| root.join("files"))
+    }
+
     pub(crate) fn initialized(&self) -> bool {
         match self.spec.role {
             Role::Postgres => self.dir.join("PG_VERSION").exists(),
@@ -263,10 +271,14 @@ impl Node {
                 };
                 let tmp = format!("{dir}.tmp");
                 std::fs::create_dir_all(&tmp).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
+                let files = self.files_dir();
+                std::fs::create_dir_all(&files)
+                    .map_err(|e| Error::io(format!("creating {}", files.display()), e))?;
                 command.args([
                     "--no-defaults".to_string(),
                     format!("--datadir={dir}"),
                     format!("--tmpdir={tmp}"),
+                    format!("--secure-file-priv={}", files.display()),
                     format!("--port={port}"),
                     "--bind-address=127.0.0.1".into(),
                     format!("--socket={socket}"),

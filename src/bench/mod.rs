@@ -1,6 +1,28 @@
-//! placeholder
+//! `mezzanine bench …`: benchmarks users can run on their own servers.
+//! Every figure is printed next to the raw limit of the same servers,
+//! measured in the same run, and with `--json` the last line is one JSON
+//! object holding every figure.
+//!
+//! - [`cells`]: `put_cells` against `LOAD DATA`, `get_cell_latest` against
+//!   a raw primary-key `SELECT`.
+
+mod cells;
+mod stats;
+
 use std::path::Path;
+
 use clap::Subcommand;
+
 #[derive(Subcommand)]
-pub enum BenchCommand { Cells }
-pub async fn run(_c: BenchCommand, _p: &Path, _d: &Path) -> anyhow::Result<()> { Ok(()) }
+pub enum BenchCommand {
+    /// put_cells throughput against a raw LOAD DATA of the same encoded
+    /// cells into the same tables, and get_cell_latest latency against a
+    /// raw primary-key SELECT through the same driver, on the dev cluster.
+    Cells(cells::CellsArgs),
+}
+
+pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Cells(args) => cells::run(args, config, cluster_dir).await,
+    }
+}

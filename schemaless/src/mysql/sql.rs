@@ -95,6 +95,22 @@ pub fn insert_cells<'a>(database: &str, rows: impl IntoIterator<Item = InsertRow
     sql
 }
 
+/// Bodies larger than this are inserted as bound parameters rather than
+/// hex literals, which would double their size on the wire.
+pub const MAX_LITERAL_BODY: usize = 256 * 1024;
+
+/// Whether an encoded body goes as a bound parameter.
+pub fn needs_bind(encoded: &[u8]) -> bool {
+    encoded.len() > MAX_LITERAL_BODY
+}
+
+/// A one-row insert with placeholders, for large bodies.
+pub fn insert_one_bound(database: &str) -> String {
+    format!(
+        "INSERT INTO `{database}`.`entity` (row_key, column_name, ref_key, body, created_at) VALUES (?, ?, ?, ?, ?)"
+    )
+}
+
 /// The stored cells among `keys`.
 pub fn select_keys<'a>(database: &str, keys: impl IntoIterator<Item = &'a CellKey>) -> String {
     let mut sql = format!("SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE ");

@@ -82,24 +82,55 @@ impl MySqlStore {
         self.inner.topology.close().await;
     }
 
-    async fn write_group(&self, shard: u32, items: Vec<Pending>) -> Result<Vec<(usize, CellResult)>> {
-        let node = &self.inner.topology.cluster(shard)?.master;
-        let database = self.inner.topology.database(shard);
-        let mut seen = HashSet::with_capacity(items.len());
-        let unique = items.iter().all(|p| seen.insert(&p.cell.key));
-        if unique {
+    /// Writes the shard groups of one master. The fast path is one
+    /// round trip: a multi-statement transaction with one multi-row
+    /// `INSERT` per shard. If any address already exists the transaction
+    /// is rolled back whole and every group takes the careful path
+    /// ([`MySqlStore::write_group`]), which compares and inserts what is
+    /// missing.
+    async fn write_node(&self, groups: Vec<(u32, Vec<Pending>)>) -> Result<Vec<(usize, CellResult)>> {
+        let Some(&(first_shard, _)) = groups.first() else {
+            return Ok(Vec::new());
+        };
+        let node = &self.inner.topology.cluster(first_shard)?.master;
+        let fast = groups.iter().all(|(_, items)| {
+            let mut seen = HashSet::with_capacity(items.len());
+            items.iter().all(|p| seen.insert(&p.cell.key) && !sql::needs_bind(&p.encoded))
+        });
+        if fast {
             let created_at = now_micros();
-            match insert(node, &database, &items, created_at).await {
+            let statements: Vec<String> = groups
+                .iter()
+                .map(|(shard, items)| {
+                    sql::insert_cells(&self.inner.topology.database(*shard), items.iter().map(|p| row(p, created_at)))
+                })
+                .collect();
+            match transaction(node, &statements).await {
                 Ok(()) => {
-                    return Ok(items
+                    return Ok(groups
                         .iter()
-                        .map(|p| (p.index, Ok(WriteOutcome::Written)))
+                        .flat_map(|(_, items)| items.iter().map(|p| (p.index, Ok(WriteOutcome::Written))))
                         .collect())
                 }
                 Err(e) if is_duplicate(&e) => {}
                 Err(e) => return Err(node.error(e)),
             }
         }
+        let results: Vec<Vec<(usize, CellResult)>> = futures::stream::iter(
+            groups.into_iter().map(|(shard, items)| self.write_group(shard, items)),
+        )
+        .buffer_unordered(self.inner.write_parallelism)
+        .try_collect()
+        .await?;
+        Ok(results.into_iter().flatten().collect())
+    }
+
+    /// The careful path for one shard: read what exists, compare, insert
+    /// only what is missing, and redo it if a concurrent writer got there
+    /// first.
+    async fn write_group(&self, shard: u32, items: Vec<Pending>) -> Result<Vec<(usize, CellResult)>> {
+        let node = &self.inner.topology.cluster(shard)?.master;
+        let database = self.inner.topology.database(shard);
         let mut last_error = None;
         for _ in 0..MAX_INSERT_ATTEMPTS {
             let existing = self.read_keys(node, shard, &database, &items).await?;
@@ -167,21 +198,65 @@ impl MySqlStore {
     }
 }
 
+fn row(p: &Pending, created_at: i64) -> sql::InsertRow<'_> {
+    sql::InsertRow {
+        key: &p.cell.key,
+        body: &p.encoded,
+        created_at,
+    }
+}
+
+/// Runs `statements` as one transaction in one round trip. On any error
+/// the transaction is rolled back before the connection goes back to the
+/// pool.
+async fn transaction(node: &Node, statements: &[String]) -> std::result::Result<(), sqlx::Error> {
+    let mut sql = String::with_capacity(statements.iter().map(|s| s.len() + 1).sum::<usize>() + 32);
+    sql.push_str("START TRANSACTION;");
+    for statement in statements {
+        sql.push_str(statement);
+        sql.push(';');
+    }
+    sql.push_str("COMMIT");
+    let mut conn = node.pool.acquire().await?;
+    match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *conn).await {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            // A statement failed and the rest were skipped: the transaction
+            // is still open on this connection. If the rollback fails the
+            // connection is closed instead, which rolls back too.
+            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
+                conn.close_on_drop();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Inserts rows with autocommit: small rows as one literal multi-row
+/// statement, large bodies one at a time as bound parameters (a hex
+/// literal would double their size on the wire).
 async fn insert<'a>(
     node: &Node,
     database: &str,
     items: impl IntoIterator<Item = &'a Pending>,
     created_at: i64,
 ) -> std::result::Result<(), sqlx::Error> {
-    let sql = sql::insert_cells(
-        database,
-        items.into_iter().map(|p| sql::InsertRow {
-            key: &p.cell.key,
-            body: &p.encoded,
-            created_at,
-        }),
-    );
-    sqlx::raw_sql(AssertSqlSafe(sql)).execute(&node.pool).await?;
+    let (large, small): (Vec<&Pending>, Vec<&Pending>) =
+        items.into_iter().partition(|p| sql::needs_bind(&p.encoded));
+    if !small.is_empty() {
+        let sql = sql::insert_cells(database, small.iter().map(|p| row(p, created_at)));
+        sqlx::raw_sql(AssertSqlSafe(sql)).execute(&node.pool).await?;
+    }
+    for p in large {
+        sqlx::query(AssertSqlSafe(sql::insert_one_bound(database)))
+            .bind(p.cell.key.row_key.as_bytes().as_slice())
+            .bind(p.cell.key.column.as_str())
+            .bind(p.cell.key.ref_key.get())
+            .bind(p.encoded.as_slice())
+            .bind(created_at)
+            .execute(&node.pool)
+            .await?;
+    }
     Ok(())
 }
 
@@ -264,15 +339,25 @@ impl CellStore for MySqlStore {
                     encoded,
                 });
         }
+        // Shard groups of one master are written together, in one
+        // transaction: one commit (and one binlog group) per node instead
+        // of one per shard.
+        let mut by_node: BTreeMap<usize, Vec<(u32, Vec<Pending>)>> = BTreeMap::new();
+        for (shard, items) in groups {
+            by_node
+                .entry(self.inner.topology.cluster_index(shard)?)
+                .or_default()
+                .push((shard, items));
+        }
         let mut results: Vec<Option<CellResult>> = vec![None; count];
         let mut writes = futures::stream::iter(
-            groups
-                .into_iter()
-                .map(|(shard, items)| self.write_group(shard, items)),
+            by_node
+                .into_values()
+                .map(|groups| self.write_node(groups)),
         )
-        .buffer_unordered(self.inner.write_parallelism);
-        while let Some(group) = writes.try_next().await? {
-            for (index, result) in group {
+        .buffer_unordered(self.inner.topology.clusters.len().max(1));
+        while let Some(node_results) = writes.try_next().await? {
+            for (index, result) in node_results {
                 results[index] = Some(result);
             }
         }

@@ -33,6 +33,23 @@ impl Node {
         let pool = MySqlPoolOptions::new()
             .max_connections(storage.max_connections_per_node)
             .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    // MariaDB copies the text of every row-changing
+                    // statement into the binlog as an annotation, by
+                    // default. Our inserts carry their bodies as hex, so
+                    // that would write every body three times over (twice
+                    // as text) on the master and again on every minion:
+                    // it cost a third of the write throughput. The row
+                    // events themselves are unaffected. MySQL has no such
+                    // variable, and a server that refuses it keeps its
+                    // default; neither is an error.
+                    let _ = sqlx::raw_sql("SET SESSION binlog_annotate_row_events = OFF")
+                        .execute(&mut *conn)
+                        .await;
+                    Ok(())
+                })
+            })
             .connect_lazy_with(options);
         Ok(Node { label, pool })
     }
@@ -110,6 +127,17 @@ impl Topology {
         self.cluster_of_shard
             .get(shard as usize)
             .map(|&i| &self.clusters[i])
+            .ok_or(Error::NoSuchShard {
+                shard,
+                shard_count: self.shard_count,
+            })
+    }
+
+    /// The index in `clusters` of the cluster holding `shard`.
+    pub fn cluster_index(&self, shard: u32) -> Result<usize> {
+        self.cluster_of_shard
+            .get(shard as usize)
+            .copied()
             .ok_or(Error::NoSuchShard {
                 shard,
                 shard_count: self.shard_count,

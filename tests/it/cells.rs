@@ -166,3 +166,26 @@ async fn concurrent_writers_of_the_same_cells_agree_on_one_written_copy() {
     }
     assert_eq!(total, batch.len());
 }
+
+#[tokio::test]
+async fn reads_agree_when_too_many_shards_per_node_to_prepare() {
+    // 1100 shards over two clusters is 550 per node: past what every
+    // connection can keep prepared, so point reads go as text.
+    let t = Instance::new(1100).await;
+    assert!(!t.store.topology().prepared_reads());
+    let cells: Vec<_> = (0..300).map(|i| cell(2000 + i, "BASE", 1 + (i as i64 % 3), json!({"i": i as u64}))).collect();
+    t.store.put_cells(cells.clone()).await.unwrap();
+    for c in &cells {
+        let got = t.store.get_cell(&c.key, ReadFrom::Master).await.unwrap().unwrap();
+        assert_eq!(got.cell, *c);
+        let latest = t
+            .store
+            .get_cell_latest(&c.key.row_key, &c.key.column, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(latest.cell, *c);
+    }
+    let small = Instance::new(8).await;
+    assert!(small.store.topology().prepared_reads());
+}

@@ -123,6 +123,22 @@ pub fn select_keys<'a>(database: &str, keys: impl IntoIterator<Item = &'a CellKe
     sql
 }
 
+/// A prepared point read: one cell by address (binds: row key, column,
+/// ref key).
+pub fn select_key_bound(database: &str) -> String {
+    format!(
+        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE row_key = ? AND column_name = ? AND ref_key = ?"
+    )
+}
+
+/// A prepared point read: the latest cell of (row, column) (binds: row
+/// key, column).
+pub fn select_latest_bound(database: &str) -> String {
+    format!(
+        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE row_key = ? AND column_name = ? ORDER BY ref_key DESC LIMIT 1"
+    )
+}
+
 /// The latest cell of (row, column).
 pub fn select_latest(database: &str, row_key: &RowKey, column: &Column) -> String {
     let mut sql = format!("SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE row_key = ");

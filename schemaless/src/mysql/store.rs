@@ -193,6 +193,21 @@ impl MySqlStore {
         Ok(self.fetch(node, shard, sql).await?.into_iter().next())
     }
 
+    async fn fetch_prepared(
+        &self,
+        shard: u32,
+        from: ReadFrom,
+        query: sqlx::query::Query<'_, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    ) -> Result<Option<StoredCell>> {
+        let node = self.inner.topology.reader(shard, from)?;
+        let row = query
+            .fetch_optional(&node.pool)
+            .await
+            .map_err(|e| node.error(e))?;
+        row.map(|r| decode_row(&r, shard, self.inner.inflated_cap))
+            .transpose()
+    }
+
     fn shard_of(&self, row_key: &RowKey) -> u32 {
         shard_of(row_key, self.inner.topology.shard_count)
     }
@@ -369,8 +384,15 @@ impl CellStore for MySqlStore {
 
     async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
         let shard = self.shard_of(&key.row_key);
-        let sql = sql::select_keys(&self.inner.topology.database(shard), [key]);
-        self.fetch_one(shard, from, sql).await
+        let database = self.inner.topology.database(shard);
+        if self.inner.topology.prepared_reads() {
+            let query = sqlx::query(AssertSqlSafe(sql::select_key_bound(&database)))
+                .bind(key.row_key.as_bytes().as_slice())
+                .bind(key.column.as_str())
+                .bind(key.ref_key.get());
+            return self.fetch_prepared(shard, from, query).await;
+        }
+        self.fetch_one(shard, from, sql::select_keys(&database, [key])).await
     }
 
     async fn get_cell_latest(
@@ -380,8 +402,14 @@ impl CellStore for MySqlStore {
         from: ReadFrom,
     ) -> Result<Option<StoredCell>> {
         let shard = self.shard_of(row_key);
-        let sql = sql::select_latest(&self.inner.topology.database(shard), row_key, column);
-        self.fetch_one(shard, from, sql).await
+        let database = self.inner.topology.database(shard);
+        if self.inner.topology.prepared_reads() {
+            let query = sqlx::query(AssertSqlSafe(sql::select_latest_bound(&database)))
+                .bind(row_key.as_bytes().as_slice())
+                .bind(column.as_str());
+            return self.fetch_prepared(shard, from, query).await;
+        }
+        self.fetch_one(shard, from, sql::select_latest(&database, row_key, column)).await
     }
 
     async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {

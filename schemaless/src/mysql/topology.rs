@@ -24,12 +24,14 @@ pub struct Node {
 }
 
 impl Node {
-    fn connect_lazy(url: &str, storage: &config::Storage) -> Result<Node> {
+    fn connect_lazy(url: &str, storage: &config::Storage, statement_cache: usize) -> Result<Node> {
         let label = redact(url);
-        let options = MySqlConnectOptions::from_str(url).map_err(|source| Error::Storage {
-            node: label.clone(),
-            source,
-        })?;
+        let options = MySqlConnectOptions::from_str(url)
+            .map_err(|source| Error::Storage {
+                node: label.clone(),
+                source,
+            })?
+            .statement_cache_capacity(statement_cache.max(1));
         let pool = MySqlPoolOptions::new()
             .max_connections(storage.max_connections_per_node)
             .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
@@ -87,12 +89,26 @@ pub struct Topology {
     pub clusters: Vec<ClusterNodes>,
     /// For each shard, its index in `clusters`.
     cluster_of_shard: Vec<usize>,
+    /// Whether point reads use prepared statements (see
+    /// [`Topology::prepared_reads`]).
+    prepared_reads: bool,
 }
+
+/// Point reads come in two statement shapes per shard; with at most this
+/// many shards on a node every connection can keep all of them prepared.
+const MAX_PREPARED_SHARDS_PER_NODE: u32 = 512;
 
 impl Topology {
     /// Builds the topology and its (lazy) pools from validated config.
     pub fn from_config(config: &config::Config) -> Result<Topology> {
         let mut clusters = Vec::new();
+        let most_shards = config.clusters.iter().map(|c| c.shards.len()).max().unwrap_or(0);
+        let prepared_reads = most_shards <= MAX_PREPARED_SHARDS_PER_NODE;
+        let statement_cache = if prepared_reads {
+            2 * most_shards as usize + 16
+        } else {
+            16
+        };
         let mut cluster_of_shard = vec![usize::MAX; config.instance.shard_count as usize];
         for (i, c) in config.clusters.iter().enumerate() {
             for shard in c.shards.iter() {
@@ -100,11 +116,11 @@ impl Topology {
             }
             clusters.push(ClusterNodes {
                 name: c.name.clone(),
-                master: Node::connect_lazy(&c.master, &config.storage)?,
+                master: Node::connect_lazy(&c.master, &config.storage, statement_cache)?,
                 minions: c
                     .minions
                     .iter()
-                    .map(|m| Node::connect_lazy(m, &config.storage))
+                    .map(|m| Node::connect_lazy(m, &config.storage, statement_cache))
                     .collect::<Result<_>>()?,
                 shards: c.shards,
             });
@@ -119,7 +135,19 @@ impl Topology {
             shard_count: config.instance.shard_count,
             clusters,
             cluster_of_shard,
+            prepared_reads,
         })
+    }
+
+    /// Whether point reads (`get_cell`, `get_cell_latest`) go as prepared
+    /// statements. Prepared, a read skips parsing — a few percent of a
+    /// loopback round trip — but every shard's database name makes its own
+    /// statement, so that pays only while each connection can keep every
+    /// shard's statements cached. With more shards per node than that,
+    /// most reads would miss the cache and pay a prepare round trip, so
+    /// they go as text instead (one round trip, always).
+    pub fn prepared_reads(&self) -> bool {
+        self.prepared_reads
     }
 
     /// The cluster holding `shard`.

@@ -40,7 +40,11 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
         }
     }
     if failed > 0 {
-        return Err(UsageError(format!("{failed} of {} config files are invalid", files.len())).into());
+        return Err(UsageError(format!(
+            "{failed} of {} config files are invalid",
+            files.len()
+        ))
+        .into());
     }
     Ok(())
 }

@@ -134,7 +134,11 @@ pub async fn print_status(cluster: &DevCluster) {
                     ),
                     Ok(s) if s.caught_up() => format!(
                         "caught up at {}",
-                        if s.minion_gtid.is_empty() { "(nothing written yet)" } else { &s.minion_gtid }
+                        if s.minion_gtid.is_empty() {
+                            "(nothing written yet)"
+                        } else {
+                            &s.minion_gtid
+                        }
                     ),
                     Ok(s) => format!(
                         "behind: at {} of {} ({}s)",

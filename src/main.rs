@@ -30,10 +30,20 @@ use clap::{Parser, Subcommand};
 #[command(name = "mezzanine", version, propagate_version = true)]
 struct Cli {
     /// The configuration file.
-    #[arg(long, global = true, default_value = "config/examples/local.toml", env = "MEZZANINE_CONFIG")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "config/examples/local.toml",
+        env = "MEZZANINE_CONFIG"
+    )]
     config: PathBuf,
     /// Where the dev cluster's servers keep their data and logs.
-    #[arg(long, global = true, default_value = ".devcluster", env = "MEZZANINE_CLUSTER_DIR")]
+    #[arg(
+        long,
+        global = true,
+        default_value = ".devcluster",
+        env = "MEZZANINE_CLUSTER_DIR"
+    )]
     cluster_dir: PathBuf,
     #[command(subcommand)]
     command: Command,

@@ -34,7 +34,9 @@ pub async fn apply(topology: &Topology) -> anyhow::Result<()> {
         "applying schema of instance {:?} ({} shards) ...",
         topology.instance, topology.shard_count
     );
-    let report = schema::apply(topology).await.context("applying the schema")?;
+    let report = schema::apply(topology)
+        .await
+        .context("applying the schema")?;
     for c in &report.clusters {
         println!(
             "  cluster {:<8} {:<32} {:>5} shard databases created, {:>5} already present",

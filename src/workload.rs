@@ -7,7 +7,13 @@ use rand::{Rng, SeedableRng};
 use schemaless::{Body, Cell, Column, RefKey, RowKey};
 use serde_json::json;
 
-const STATUSES: [&str; 5] = ["requested", "accepted", "en_route", "completed", "cancelled"];
+const STATUSES: [&str; 5] = [
+    "requested",
+    "accepted",
+    "en_route",
+    "completed",
+    "cancelled",
+];
 const NOTES: [&str; 6] = [
     "pickup at the north entrance",
     "rider asked for quiet ride",

@@ -34,12 +34,21 @@ pub fn describe_span(text: &str, span: Range<usize>) -> (usize, String) {
                 Some((_, c)) => *c += 1,
                 None => counts.push((name.clone(), 1)),
             }
-            table = format!("{name}[{}]", counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| c - 1));
+            table = format!(
+                "{name}[{}]",
+                counts
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0, |(_, c)| c - 1)
+            );
         }
     }
     let current = lines.get(line_no.saturating_sub(1)).copied().unwrap_or("");
     if let Some(name) = array_header_of(current) {
-        let index = counts.iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c);
+        let index = counts
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, c)| *c);
         return (line_no, format!("{name}[{index}]"));
     }
     if let Some(header) = header_of(current) {

@@ -64,7 +64,10 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         {
             return Err(problem(
                 format!("cluster[{i}].name"),
-                format!("cluster name {:?} is already used by cluster[{j}]", cluster.name),
+                format!(
+                    "cluster name {:?} is already used by cluster[{j}]",
+                    cluster.name
+                ),
             ));
         }
         check_url(&cluster.master).map_err(|m| problem(format!("cluster[{i}].master"), m))?;

@@ -129,7 +129,8 @@ fn malformed_values_name_the_key() {
 
 #[test]
 fn missing_sections_and_syntax_errors_are_located() {
-    let (_, key, message) = invalid("[[cluster]]\nname = \"a\"\nmaster = \"mysql://h\"\nshards = \"0\"\n");
+    let (_, key, message) =
+        invalid("[[cluster]]\nname = \"a\"\nmaster = \"mysql://h\"\nshards = \"0\"\n");
     assert!(message.contains("instance"), "{key}: {message}");
 
     let (line, _, _) = invalid("[instance]\nname = \"t\"\nshard_count = = 3\n");

@@ -24,13 +24,19 @@ impl Binaries {
     pub fn find() -> Result<Binaries, Error> {
         let mut missing = Vec::new();
         let mariadbd = find_in_path(&["mariadbd", "mysqld"], &["/usr/sbin", "/usr/libexec"]);
-        let install_db = find_in_path(&["mariadb-install-db", "mysql_install_db"], &["/usr/bin", "/usr/scripts"]);
+        let install_db = find_in_path(
+            &["mariadb-install-db", "mysql_install_db"],
+            &["/usr/bin", "/usr/scripts"],
+        );
         if mariadbd.is_none() || install_db.is_none() {
             missing.push(("mariadbd, mariadb-install-db", "mariadb-server"));
         }
         let pg_bin = postgres_bin_dir();
         if pg_bin.is_none() {
-            missing.push(("postgres, initdb (PostgreSQL 15)", "postgresql-15 (or postgresql)"));
+            missing.push((
+                "postgres, initdb (PostgreSQL 15)",
+                "postgresql-15 (or postgresql)",
+            ));
         }
         match (mariadbd, install_db, pg_bin) {
             (Some(mariadbd), Some(mariadb_install_db), Some(pg)) => Ok(Binaries {

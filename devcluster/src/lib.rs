@@ -112,7 +112,8 @@ impl DevCluster {
     /// Brings the servers of `spec` up under `root`, reusing any that are
     /// already running and initialising any that never were. Idempotent.
     pub async fn up(root: &Path, spec: Spec) -> Result<DevCluster, Error> {
-        std::fs::create_dir_all(root).map_err(|e| Error::io(format!("creating {}", root.display()), e))?;
+        std::fs::create_dir_all(root)
+            .map_err(|e| Error::io(format!("creating {}", root.display()), e))?;
         let root = root
             .canonicalize()
             .map_err(|e| Error::io(format!("resolving {}", root.display()), e))?;
@@ -150,7 +151,8 @@ impl DevCluster {
     /// The cluster recorded under `root` by an earlier `up`, with whatever
     /// of it is running now; nothing is started.
     pub fn open(root: &Path) -> Result<DevCluster, Error> {
-        let spec = Spec::read(&root.join(SPEC_FILE)).map_err(|_| Error::NotFound(root.to_path_buf()))?;
+        let spec =
+            Spec::read(&root.join(SPEC_FILE)).map_err(|_| Error::NotFound(root.to_path_buf()))?;
         let root = root
             .canonicalize()
             .map_err(|e| Error::io(format!("resolving {}", root.display()), e))?;
@@ -176,12 +178,17 @@ impl DevCluster {
         // Initialise MariaDB data folders from one template: one
         // install-db run instead of one per node.
         let template = self.root.join(".mariadb-template");
-        let mariadb: Vec<&Node> = self.nodes.iter().filter(|n| n.spec.role.is_mariadb()).collect();
+        let mariadb: Vec<&Node> = self
+            .nodes
+            .iter()
+            .filter(|n| n.spec.role.is_mariadb())
+            .collect();
         if mariadb.iter().any(|n| !n.initialized()) && !template.join("mysql").exists() {
             node::install_mariadb_template(&mariadb[0].binaries, &template)?;
         }
         // Start them together: servers take a second or two each to boot.
-        futures::future::try_join_all(self.nodes.iter().map(|n| n.ensure_running(&template))).await?;
+        futures::future::try_join_all(self.nodes.iter().map(|n| n.ensure_running(&template)))
+            .await?;
         for node in &self.nodes {
             if let Role::Minion { master_port, .. } = node.spec.role {
                 replication::ensure_replicating(node, master_port).await?;
@@ -235,7 +242,10 @@ impl DevCluster {
 
     /// `postgres://postgres@127.0.0.1:PORT/DATABASE`.
     pub fn postgres_url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{database}", self.spec.postgres_port)
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{database}",
+            self.spec.postgres_port
+        )
     }
 
     /// Stops a node cleanly.
@@ -268,7 +278,8 @@ impl DevCluster {
     /// minion resumes replication by itself.
     pub async fn start(&self, name: &str) -> Result<(), Error> {
         let node = self.node(name)?;
-        node.ensure_running(&self.root.join(".mariadb-template")).await?;
+        node.ensure_running(&self.root.join(".mariadb-template"))
+            .await?;
         if let Role::Minion { master_port, .. } = node.spec.role {
             replication::ensure_replicating(node, master_port).await?;
         }

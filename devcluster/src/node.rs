@@ -160,7 +160,11 @@ impl Node {
             Role::Postgres => libc::SIGINT,
             _ => libc::SIGTERM,
         });
-        let ours = self.process.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let ours = self
+            .process
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         let waiter = ours.unwrap_or(process);
         if !waiter.wait_exit(STOP_TIMEOUT).await {
             waiter.signal(libc::SIGKILL);
@@ -213,7 +217,8 @@ impl Node {
                 .map_err(|e| Error::io(format!("linking {}", self.dir.display()), e))?;
         }
         let data = self.data_dir();
-        std::fs::create_dir_all(&data).map_err(|e| Error::io(format!("creating {}", data.display()), e))?;
+        std::fs::create_dir_all(&data)
+            .map_err(|e| Error::io(format!("creating {}", data.display()), e))?;
         let mut command = Command::new(&self.binaries.initdb);
         command.args(["-D"]).arg(&data).args([
             "-U",
@@ -270,7 +275,8 @@ impl Node {
                     format!("/tmp/mezzanine-mariadbd-{port}.sock")
                 };
                 let tmp = format!("{dir}.tmp");
-                std::fs::create_dir_all(&tmp).map_err(|e| Error::io(format!("creating {tmp}"), e))?;
+                std::fs::create_dir_all(&tmp)
+                    .map_err(|e| Error::io(format!("creating {tmp}"), e))?;
                 let files = self.files_dir();
                 std::fs::create_dir_all(&files)
                     .map_err(|e| Error::io(format!("creating {}", files.display()), e))?;
@@ -314,7 +320,8 @@ impl Node {
                 Err(e) => e.to_string(),
             };
             if tokio::time::Instant::now() >= deadline {
-                return Err(self.failed_to_start(&format!("not ready after {START_TIMEOUT:?}: {last_error}")));
+                return Err(self
+                    .failed_to_start(&format!("not ready after {START_TIMEOUT:?}: {last_error}")));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -366,7 +373,8 @@ pub(crate) fn install_mariadb_template(binaries: &Binaries, template: &Path) -> 
     // A private temporary folder: servers name their temporary tables by
     // pid, and a pid reused after a kill -9 must not meet a stale file.
     let tmp = template.with_extension("tmpdir");
-    std::fs::create_dir_all(&tmp).map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+    std::fs::create_dir_all(&tmp)
+        .map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
     let output = Command::new(&binaries.mariadb_install_db)
         .env("TMPDIR", &tmp)
         .arg("--no-defaults")
@@ -412,9 +420,8 @@ fn running_as_root() -> bool {
 
 /// Whether any user may pass through `dir` and every folder above it.
 fn traversable_by_others(dir: &Path) -> bool {
-    dir.ancestors().all(|d| {
-        std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
-    })
+    dir.ancestors()
+        .all(|d| std::fs::metadata(d).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -453,7 +460,9 @@ fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), Error> {
     std::os::unix::fs::chown(path, Some(uid), Some(gid))
         .map_err(|e| Error::io(format!("giving {} to postgres", path.display()), e))?;
     if path.is_dir() {
-        for entry in std::fs::read_dir(path).map_err(|e| Error::io(format!("reading {}", path.display()), e))? {
+        for entry in std::fs::read_dir(path)
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?
+        {
             let entry = entry.map_err(|e| Error::io("reading a folder entry", e))?;
             if !entry.file_type().is_ok_and(|t| t.is_symlink()) {
                 chown_tree(&entry.path(), uid, gid)?;
@@ -467,8 +476,10 @@ fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), Error> {
 /// permission checks where we own them: a private temporary folder is
 /// created 0700.
 pub(crate) fn make_traversable(dir: &Path) -> Result<(), Error> {
-    let meta = std::fs::metadata(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+    let meta =
+        std::fs::metadata(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     let mut perms = meta.permissions();
     perms.set_mode(perms.mode() | 0o755);
-    std::fs::set_permissions(dir, perms).map_err(|e| Error::io(format!("opening up {}", dir.display()), e))
+    std::fs::set_permissions(dir, perms)
+        .map_err(|e| Error::io(format!("opening up {}", dir.display()), e))
 }

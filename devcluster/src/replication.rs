@@ -50,10 +50,9 @@ pub fn gtid_covers(have: &str, want: &str) -> bool {
             .collect()
     };
     let have = parse(have);
-    parse(want).iter().all(|(domain, seq)| {
-        have.iter()
-            .any(|(d, s)| d == domain && s >= seq)
-    })
+    parse(want)
+        .iter()
+        .all(|(domain, seq)| have.iter().any(|(d, s)| d == domain && s >= seq))
 }
 
 fn sql_error(node: &Node, source: sqlx::Error) -> Error {
@@ -67,7 +66,9 @@ fn sql_error(node: &Node, source: sqlx::Error) -> Error {
 /// it already replicates.
 pub(crate) async fn ensure_replicating(minion: &Node, master_port: u16) -> Result<(), Error> {
     let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
-    let status = slave_status(&mut conn).await.map_err(|e| sql_error(minion, e))?;
+    let status = slave_status(&mut conn)
+        .await
+        .map_err(|e| sql_error(minion, e))?;
     if status.is_none() {
         let change = format!(
             "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={master_port}, \
@@ -131,7 +132,9 @@ fn text_at(row: &MySqlRow, index: usize) -> Option<String> {
 /// The minion's replication state, and its master's position.
 pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStatus, Error> {
     let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
-    let row = slave_status(&mut conn).await.map_err(|e| sql_error(minion, e))?;
+    let row = slave_status(&mut conn)
+        .await
+        .map_err(|e| sql_error(minion, e))?;
     let gtid_row = sqlx::raw_sql("SELECT @@GLOBAL.gtid_slave_pos")
         .fetch_one(&mut conn)
         .await
@@ -155,7 +158,11 @@ pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStat
 }
 
 /// Waits until the minion has applied the master's position as of now.
-pub(crate) async fn wait_caught_up(minion: &Node, master_port: u16, timeout: Duration) -> Result<(), Error> {
+pub(crate) async fn wait_caught_up(
+    minion: &Node,
+    master_port: u16,
+    timeout: Duration,
+) -> Result<(), Error> {
     let target = master_gtid(master_port).await.ok_or_else(|| {
         Error::Server(format!(
             "cannot read the position of {}'s master on port {master_port}",

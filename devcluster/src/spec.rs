@@ -173,7 +173,10 @@ impl Spec {
         let text = std::fs::read_to_string(path)
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
         serde_json::from_str(&text).map_err(|e| {
-            Error::Server(format!("{} is not a dev cluster record: {e}", path.display()))
+            Error::Server(format!(
+                "{} is not a dev cluster record: {e}",
+                path.display()
+            ))
         })
     }
 }
@@ -188,7 +191,15 @@ mod tests {
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
         assert_eq!(
             names,
-            ["postgres", "a-master", "a-minion1", "a-minion2", "b-master", "b-minion1", "b-minion2"]
+            [
+                "postgres",
+                "a-master",
+                "a-minion1",
+                "a-minion2",
+                "b-master",
+                "b-minion1",
+                "b-minion2"
+            ]
         );
         let mut ids: Vec<u32> = nodes.iter().map(|n| n.server_id).collect();
         ids.dedup();

@@ -326,13 +326,34 @@ mod tests {
     #[test]
     fn each_invalid_part_names_its_field() {
         let uuid = "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d";
-        assert_eq!(field_of(Cell::parse("trip-42", "BASE", 1, json!({})).unwrap_err()), "row_key");
-        assert_eq!(field_of(Cell::parse(uuid, "", 1, json!({})).unwrap_err()), "column");
-        assert_eq!(field_of(Cell::parse(uuid, "BA SE", 1, json!({})).unwrap_err()), "column");
-        assert_eq!(field_of(Cell::parse(uuid, &"C".repeat(65), 1, json!({})).unwrap_err()), "column");
-        assert_eq!(field_of(Cell::parse(uuid, "BASE", -1, json!({})).unwrap_err()), "ref_key");
-        assert_eq!(field_of(Cell::parse(uuid, "BASE", 1, json!([1])).unwrap_err()), "body");
-        assert_eq!(field_of(Cell::parse(uuid, "BASE", 1, json!("x")).unwrap_err()), "body");
+        assert_eq!(
+            field_of(Cell::parse("trip-42", "BASE", 1, json!({})).unwrap_err()),
+            "row_key"
+        );
+        assert_eq!(
+            field_of(Cell::parse(uuid, "", 1, json!({})).unwrap_err()),
+            "column"
+        );
+        assert_eq!(
+            field_of(Cell::parse(uuid, "BA SE", 1, json!({})).unwrap_err()),
+            "column"
+        );
+        assert_eq!(
+            field_of(Cell::parse(uuid, &"C".repeat(65), 1, json!({})).unwrap_err()),
+            "column"
+        );
+        assert_eq!(
+            field_of(Cell::parse(uuid, "BASE", -1, json!({})).unwrap_err()),
+            "ref_key"
+        );
+        assert_eq!(
+            field_of(Cell::parse(uuid, "BASE", 1, json!([1])).unwrap_err()),
+            "body"
+        );
+        assert_eq!(
+            field_of(Cell::parse(uuid, "BASE", 1, json!("x")).unwrap_err()),
+            "body"
+        );
         assert!(Cell::parse(uuid, &"C".repeat(64), 0, json!({})).is_ok());
     }
 
@@ -342,12 +363,24 @@ mod tests {
             max_body_bytes: 20,
             max_batch_cells: 3,
         };
-        let small = Cell::parse("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d", "BASE", 1, json!({"a": 1})).unwrap();
+        let small = Cell::parse(
+            "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d",
+            "BASE",
+            1,
+            json!({"a": 1}),
+        )
+        .unwrap();
         let mut big = small.clone();
         big.body = Body::from_value(json!({"text": "x".repeat(20)})).unwrap();
         assert!(check_batch(&[small.clone(), small.clone()], &limits).is_ok());
-        assert_eq!(field_of(check_batch(&[small.clone(), big], &limits).unwrap_err()), "cells[1].body");
-        assert_eq!(field_of(check_batch(&vec![small; 4], &limits).unwrap_err()), "cells");
+        assert_eq!(
+            field_of(check_batch(&[small.clone(), big], &limits).unwrap_err()),
+            "cells[1].body"
+        );
+        assert_eq!(
+            field_of(check_batch(&vec![small; 4], &limits).unwrap_err()),
+            "cells"
+        );
     }
 
     #[test]

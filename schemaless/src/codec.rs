@@ -94,13 +94,16 @@ fn inflate(input: &[u8], cap: usize) -> Result<Vec<u8>, CodecError> {
         let mut z = cell.borrow_mut();
         z.reset(true);
         let limit = cap.saturating_add(1);
-        let mut out = Vec::with_capacity(input.len().saturating_mul(3).saturating_add(64).min(limit));
+        let mut out =
+            Vec::with_capacity(input.len().saturating_mul(3).saturating_add(64).min(limit));
         loop {
             let (in_before, out_before) = (z.total_in(), out.len());
             let consumed = (in_before as usize).min(input.len());
             let status = z
                 .decompress_vec(&input[consumed..], &mut out, FlushDecompress::None)
-                .map_err(|e| CodecError::Zlib(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
+                .map_err(|e| {
+                    CodecError::Zlib(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                })?;
             if out.len() > cap {
                 return Err(CodecError::TooLarge { cap });
             }
@@ -142,8 +145,8 @@ mod tests {
     use flate2::read::ZlibDecoder;
     use flate2::write::ZlibEncoder;
     use proptest::prelude::*;
-    use std::io::{Read, Write};
     use serde_json::json;
+    use std::io::{Read, Write};
 
     const CAP: usize = 1 << 20;
 
@@ -157,8 +160,13 @@ mod tests {
         let stored = encode(&body, CAP).unwrap();
         assert_eq!(decode(&stored, CAP).unwrap(), body);
         let mut packed = Vec::new();
-        ZlibDecoder::new(&stored[..]).read_to_end(&mut packed).unwrap();
-        assert!(packed.windows(6).any(|w| w == b"driver"), "field names are kept");
+        ZlibDecoder::new(&stored[..])
+            .read_to_end(&mut packed)
+            .unwrap();
+        assert!(
+            packed.windows(6).any(|w| w == b"driver"),
+            "field names are kept"
+        );
     }
 
     #[test]
@@ -174,8 +182,12 @@ mod tests {
         assert!(matches!(decode(&trailing, CAP), Err(CodecError::Zlib(_))));
         // valid zlib of something that is not MessagePack of an object
         let mut e = ZlibEncoder::new(Vec::new(), Compression::fast());
-        e.write_all(&rmp_serde::to_vec(&json!([1, 2])).unwrap()).unwrap();
-        assert!(matches!(decode(&e.finish().unwrap(), CAP), Err(CodecError::NotAnObject)));
+        e.write_all(&rmp_serde::to_vec(&json!([1, 2])).unwrap())
+            .unwrap();
+        assert!(matches!(
+            decode(&e.finish().unwrap(), CAP),
+            Err(CodecError::NotAnObject)
+        ));
     }
 
     #[test]
@@ -183,8 +195,14 @@ mod tests {
         let body = Body::from_value(json!({"pad": "z".repeat(100_000)})).unwrap();
         let stored = encode(&body, CAP).unwrap();
         assert!(stored.len() < 2_000, "compresses well");
-        assert!(matches!(decode(&stored, 10_000), Err(CodecError::TooLarge { cap: 10_000 })));
-        assert!(matches!(encode(&body, 10_000), Err(CodecError::TooLarge { .. })));
+        assert!(matches!(
+            decode(&stored, 10_000),
+            Err(CodecError::TooLarge { cap: 10_000 })
+        ));
+        assert!(matches!(
+            encode(&body, 10_000),
+            Err(CodecError::TooLarge { .. })
+        ));
     }
 
     #[test]
@@ -193,11 +211,17 @@ mod tests {
         // read what any writes: the format outlives this code.
         let body = Body::from_value(json!({"a": "b".repeat(5000), "n": 1})).unwrap();
         let mut e = ZlibEncoder::new(Vec::new(), Compression::best());
-        e.write_all(&rmp_serde::to_vec_named(body.fields()).unwrap()).unwrap();
+        e.write_all(&rmp_serde::to_vec_named(body.fields()).unwrap())
+            .unwrap();
         assert_eq!(decode(&e.finish().unwrap(), CAP).unwrap(), body);
         let mut back = Vec::new();
-        ZlibDecoder::new(&encode(&body, CAP).unwrap()[..]).read_to_end(&mut back).unwrap();
-        assert_eq!(rmp_serde::from_slice::<Value>(&back).unwrap(), body.to_value());
+        ZlibDecoder::new(&encode(&body, CAP).unwrap()[..])
+            .read_to_end(&mut back)
+            .unwrap();
+        assert_eq!(
+            rmp_serde::from_slice::<Value>(&back).unwrap(),
+            body.to_value()
+        );
     }
 
     #[test]

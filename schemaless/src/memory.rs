@@ -103,10 +103,18 @@ impl CellStore for MemoryStore {
             .cloned())
     }
 
-    async fn get_cells_for_row(&self, row_key: &RowKey, _from: ReadFrom) -> Result<Vec<StoredCell>> {
+    async fn get_cells_for_row(
+        &self,
+        row_key: &RowKey,
+        _from: ReadFrom,
+    ) -> Result<Vec<StoredCell>> {
         let state = self.state();
         let mut latest: BTreeMap<&Column, &StoredCell> = BTreeMap::new();
-        for stored in state.cells.values().filter(|c| c.cell.key.row_key == *row_key) {
+        for stored in state
+            .cells
+            .values()
+            .filter(|c| c.cell.key.row_key == *row_key)
+        {
             let slot = latest.entry(&stored.cell.key.column).or_insert(stored);
             if stored.cell.key.ref_key > slot.cell.key.ref_key {
                 *slot = stored;

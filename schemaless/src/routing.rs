@@ -45,10 +45,30 @@ mod tests {
         // Pinned forever: these are the shards of real data. Computed
         // independently (Python, from the FNV-1a definition) when pinned.
         let cases = [
-            ("00000000-0000-0000-0000-000000000000", 0x8820_1fb9_60ff_6465, 37, 1125),
-            ("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d", 0x7465_edc5_f56a_1714, 20, 1812),
-            ("ffffffff-ffff-ffff-ffff-ffffffffffff", 0xd660_7508_f5a1_e855, 21, 2133),
-            ("123e4567-e89b-12d3-a456-426614174000", 0x7f0c_9ad0_1399_33e0, 32, 992),
+            (
+                "00000000-0000-0000-0000-000000000000",
+                0x8820_1fb9_60ff_6465,
+                37,
+                1125,
+            ),
+            (
+                "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d",
+                0x7465_edc5_f56a_1714,
+                20,
+                1812,
+            ),
+            (
+                "ffffffff-ffff-ffff-ffff-ffffffffffff",
+                0xd660_7508_f5a1_e855,
+                21,
+                2133,
+            ),
+            (
+                "123e4567-e89b-12d3-a456-426614174000",
+                0x7f0c_9ad0_1399_33e0,
+                32,
+                992,
+            ),
         ];
         for (text, hash, of_64, of_4096) in cases {
             let key = RowKey::parse(text).unwrap();

@@ -59,7 +59,10 @@ pub struct CellsArgs {
 
 pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
     if args.cells == 0 || args.reads == 0 || args.concurrency == 0 {
-        return Err(crate::UsageError("--cells, --reads and --concurrency must be positive".into()).into());
+        return Err(crate::UsageError(
+            "--cells, --reads and --concurrency must be positive".into(),
+        )
+        .into());
     }
     let mut config = crate::load_config(config_path)?;
     config.instance.name = args.instance.clone();
@@ -104,12 +107,19 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     eprintln!("writing LOAD DATA files ...");
     let files = write_load_files(&files_dir, &args.instance, shard_count, &cells, &encoded)?;
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
-    eprintln!("LOAD DATA of {} cells into {shard_count} shards ...", args.cells);
+    eprintln!(
+        "LOAD DATA of {} cells into {shard_count} shards ...",
+        args.cells
+    );
     let started = Instant::now();
-    futures::stream::iter(files.iter().map(|(shard, path)| load_file(&topology, *shard, path)))
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+    futures::stream::iter(
+        files
+            .iter()
+            .map(|(shard, path)| load_file(&topology, *shard, path)),
+    )
+    .buffer_unordered(args.concurrency)
+    .try_collect::<Vec<()>>()
+    .await?;
     let load_elapsed = started.elapsed();
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     let load_replicated = started.elapsed();
@@ -132,7 +142,12 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         let store = store.clone();
         async move {
             let results = store.put_cells(chunk).await?;
-            Ok::<_, anyhow::Error>(results.iter().filter(|r| **r == Ok(WriteOutcome::Written)).count())
+            Ok::<_, anyhow::Error>(
+                results
+                    .iter()
+                    .filter(|r| **r == Ok(WriteOutcome::Written))
+                    .count(),
+            )
         }
     }))
     .buffer_unordered(args.concurrency)
@@ -145,7 +160,6 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     if written != args.cells {
         bail!("put_cells wrote {written} cells, expected {}", args.cells);
     }
-
 
     // --- point reads ----------------------------------------------------
     eprintln!("timing {} point reads of each kind ...", args.reads);
@@ -302,7 +316,10 @@ async fn load_file(topology: &Topology, shard: u32, path: &Path) -> anyhow::Resu
     Ok(())
 }
 
-async fn for_each_shard_sql(topology: &Topology, sql: impl Fn(&str) -> String) -> anyhow::Result<Vec<u64>> {
+async fn for_each_shard_sql(
+    topology: &Topology,
+    sql: impl Fn(&str) -> String,
+) -> anyhow::Result<Vec<u64>> {
     let mut out = Vec::new();
     for shard in 0..topology.shard_count {
         let node = &topology.cluster(shard)?.master;
@@ -317,17 +334,21 @@ async fn for_each_shard_sql(topology: &Topology, sql: impl Fn(&str) -> String) -
 }
 
 async fn count_cells(topology: &Topology) -> anyhow::Result<u64> {
-    Ok(for_each_shard_sql(topology, |db| format!("SELECT COUNT(*) FROM `{db}`.`entity`"))
-        .await?
-        .iter()
-        .sum())
+    Ok(for_each_shard_sql(topology, |db| {
+        format!("SELECT COUNT(*) FROM `{db}`.`entity`")
+    })
+    .await?
+    .iter()
+    .sum())
 }
 
 async fn truncate(topology: &Topology) -> anyhow::Result<()> {
     for shard in 0..topology.shard_count {
         let node = &topology.cluster(shard)?.master;
         let sql = format!("TRUNCATE TABLE `{}`.`entity`", topology.database(shard));
-        sqlx::raw_sql(AssertSqlSafe(sql)).execute(&node.pool).await?;
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&node.pool)
+            .await?;
     }
     Ok(())
 }
@@ -351,7 +372,11 @@ async fn time_reads(
             .get_cell(&cell.key, ReadFrom::Master)
             .await?
             .context("a written cell is missing")?;
-        targets.push((*cell, routing::shard_of(&cell.key.row_key, topology.shard_count), found.added_id));
+        targets.push((
+            *cell,
+            routing::shard_of(&cell.key.row_key, topology.shard_count),
+            found.added_id,
+        ));
     }
     let raw_sql: Vec<String> = (0..topology.shard_count)
         .map(|s| {
@@ -372,7 +397,10 @@ async fn time_reads(
                 .get_cell_latest(&cell.key.row_key, &cell.key.column, ReadFrom::Master)
                 .await?;
             let elapsed = t.elapsed();
-            anyhow::ensure!(got.is_some_and(|g| g.cell == **cell), "get_cell_latest returned another cell");
+            anyhow::ensure!(
+                got.is_some_and(|g| g.cell == **cell),
+                "get_cell_latest returned another cell"
+            );
             Ok::<Duration, anyhow::Error>(elapsed)
         };
         let time_raw = async {

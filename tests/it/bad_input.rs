@@ -17,7 +17,13 @@ fn field(err: Error) -> String {
 async fn log_len(t: &Instance) -> usize {
     let mut n = 0;
     for shard in 0..t.config.instance.shard_count {
-        n += t.store.get_cells_for_shard(shard, 0, 10_000, ReadFrom::Master).await.unwrap().cells.len();
+        n += t
+            .store
+            .get_cells_for_shard(shard, 0, 10_000, ReadFrom::Master)
+            .await
+            .unwrap()
+            .cells
+            .len();
     }
     n
 }
@@ -27,7 +33,10 @@ fn every_malformed_part_names_its_field() {
     let uuid = "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d";
     let cases = [
         (Cell::parse("42", "BASE", 1, json!({})), "row_key"),
-        (Cell::parse("6f1c1a0e-8a3b-4a55-9d1e", "BASE", 1, json!({})), "row_key"),
+        (
+            Cell::parse("6f1c1a0e-8a3b-4a55-9d1e", "BASE", 1, json!({})),
+            "row_key",
+        ),
         (Cell::parse(uuid, "", 1, json!({})), "column"),
         (Cell::parse(uuid, "BASE-2", 1, json!({})), "column"),
         (Cell::parse(uuid, "ÄBASE", 1, json!({})), "column"),
@@ -43,8 +52,11 @@ fn every_malformed_part_names_its_field() {
 
 #[tokio::test]
 async fn an_oversized_body_fails_the_whole_batch_and_writes_nothing() {
-    let t = Instance::with_limits(4, "[limits]\nmax_body_bytes = 1000\nmax_batch_cells = 10\n").await;
-    let mut batch: Vec<_> = (0..5).map(|i| cell(i, "BASE", 1, json!({"ok": true}))).collect();
+    let t =
+        Instance::with_limits(4, "[limits]\nmax_body_bytes = 1000\nmax_batch_cells = 10\n").await;
+    let mut batch: Vec<_> = (0..5)
+        .map(|i| cell(i, "BASE", 1, json!({"ok": true})))
+        .collect();
     batch.push(cell(9, "BASE", 1, json!({"pad": "x".repeat(1000)})));
     let err = t.store.put_cells(batch).await.unwrap_err();
     assert_eq!(field(err), "cells[5].body");
@@ -58,7 +70,10 @@ async fn an_oversized_body_fails_the_whole_batch_and_writes_nothing() {
     assert!(err.to_string().contains("max_body_bytes = 1000"), "{err}");
 
     let too_many: Vec<_> = (0..11).map(|i| cell(i, "BASE", 1, json!({}))).collect();
-    assert_eq!(field(t.store.put_cells(too_many).await.unwrap_err()), "cells");
+    assert_eq!(
+        field(t.store.put_cells(too_many).await.unwrap_err()),
+        "cells"
+    );
     assert_eq!(log_len(&t).await, 0, "nothing was written");
 }
 
@@ -67,14 +82,21 @@ async fn a_tampered_body_is_an_error_naming_the_cell() {
     let t = Instance::new(4).await;
     let victim = cell(77, "BASE", 3, json!({"fare": "10.00"}));
     let bystander = cell(78, "BASE", 1, json!({"fare": "11.00"}));
-    t.store.put_cells(vec![victim.clone(), bystander.clone()]).await.unwrap();
+    t.store
+        .put_cells(vec![victim.clone(), bystander.clone()])
+        .await
+        .unwrap();
     let shard = schemaless::routing::shard_of(&row(77), 4);
     let database = t.store.topology().database(shard);
     t.execute_on_master(
         shard,
         format!(
             "UPDATE `{database}`.entity SET body = X'789c0badcafe' WHERE row_key = X'{}'",
-            row(77).as_bytes().iter().map(|b| format!("{b:02x}")).collect::<String>()
+            row(77)
+                .as_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         ),
     )
     .await;
@@ -87,28 +109,60 @@ async fn a_tampered_body_is_an_error_naming_the_cell() {
         }
         other => panic!("expected a corrupt-cell error, got {other:?}"),
     };
-    check(t.store.get_cell(&victim.key, ReadFrom::Master).await.map(|_| ()));
-    check(t.store.get_cell_latest(&row(77), &column("BASE"), ReadFrom::Master).await.map(|_| ()));
-    check(t.store.get_cells_for_row(&row(77), ReadFrom::Master).await.map(|_| ()));
+    check(
+        t.store
+            .get_cell(&victim.key, ReadFrom::Master)
+            .await
+            .map(|_| ()),
+    );
+    check(
+        t.store
+            .get_cell_latest(&row(77), &column("BASE"), ReadFrom::Master)
+            .await
+            .map(|_| ()),
+    );
+    check(
+        t.store
+            .get_cells_for_row(&row(77), ReadFrom::Master)
+            .await
+            .map(|_| ()),
+    );
     check(t.store.put_cell(victim.clone()).await.map(|_| ()));
-    let err = t.store.get_cell(&victim.key, ReadFrom::Master).await.unwrap_err();
-    assert!(err.to_string().contains(&name), "the message names the cell: {err}");
+    let err = t
+        .store
+        .get_cell(&victim.key, ReadFrom::Master)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&name),
+        "the message names the cell: {err}"
+    );
     // Other rows are unaffected.
-    let other = t.store.get_cell(&bystander.key, ReadFrom::Master).await.unwrap().unwrap();
+    let other = t
+        .store
+        .get_cell(&bystander.key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(other.cell, bystander);
 }
 
 #[tokio::test]
 async fn a_different_shard_count_for_an_existing_instance_is_refused() {
     let t = Instance::new(4).await;
-    t.store.put_cell(cell(1, "BASE", 1, json!({}))).await.unwrap();
+    t.store
+        .put_cell(cell(1, "BASE", 1, json!({})))
+        .await
+        .unwrap();
     let text = cluster().config_toml(&t.config.instance.name, 8);
     let config = config::Config::parse(&text, "changed.toml").unwrap();
     let topology = Topology::from_config(&config).unwrap();
     let err = schema::apply(&topology).await.unwrap_err();
     assert!(err.to_string().contains("created with 4 shards"), "{err}");
     // Nothing was created for the new count.
-    let missing = schema::verify(&Topology::from_config(&t.config).unwrap()).await.unwrap();
+    let missing = schema::verify(&Topology::from_config(&t.config).unwrap())
+        .await
+        .unwrap();
     assert!(missing.is_empty());
     let node = &topology.clusters[0].master;
     let shard_dbs: i64 = sqlx::query_scalar(

@@ -25,11 +25,22 @@ async fn the_latest_cell_is_the_highest_ref_key_whatever_the_write_order() {
     assert_eq!(latest.cell, cell(1, "BASE", 3, json!({"version": 3})));
 
     let key = cell(1, "BASE", 2, json!({})).key;
-    let second = t.store.get_cell(&key, ReadFrom::Master).await.unwrap().unwrap();
+    let second = t
+        .store
+        .get_cell(&key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(second.cell.body.fields()["version"], json!(2));
 
-    let absent = CellKey { ref_key: schemaless::RefKey::new(4).unwrap(), ..key };
-    assert_eq!(t.store.get_cell(&absent, ReadFrom::Master).await.unwrap(), None);
+    let absent = CellKey {
+        ref_key: schemaless::RefKey::new(4).unwrap(),
+        ..key
+    };
+    assert_eq!(
+        t.store.get_cell(&absent, ReadFrom::Master).await.unwrap(),
+        None
+    );
     assert_eq!(
         t.store
             .get_cell_latest(&row(2), &column("BASE"), ReadFrom::Master)
@@ -42,11 +53,24 @@ async fn the_latest_cell_is_the_highest_ref_key_whatever_the_write_order() {
 #[tokio::test]
 async fn a_row_reads_back_the_latest_cell_of_each_of_many_columns() {
     let t = Instance::new(8).await;
-    let columns = ["BASE", "STATUS", "NOTES", "billing_1", "fare_adj", "Zeta", "a"];
+    let columns = [
+        "BASE",
+        "STATUS",
+        "NOTES",
+        "billing_1",
+        "fare_adj",
+        "Zeta",
+        "a",
+    ];
     let mut batch = Vec::new();
     for (i, col) in columns.iter().enumerate() {
         for ref_key in 0..=(i as i64) {
-            batch.push(cell(7, col, ref_key, json!({"col": col, "ref": ref_key, "text": "ünïcødé ✓"})));
+            batch.push(cell(
+                7,
+                col,
+                ref_key,
+                json!({"col": col, "ref": ref_key, "text": "ünïcødé ✓"}),
+            ));
         }
     }
     // Another row in the same store must not leak into this one.
@@ -54,7 +78,11 @@ async fn a_row_reads_back_the_latest_cell_of_each_of_many_columns() {
     let results = t.store.put_cells(batch).await.unwrap();
     assert!(results.iter().all(|r| *r == Ok(WriteOutcome::Written)));
 
-    let cells = t.store.get_cells_for_row(&row(7), ReadFrom::Master).await.unwrap();
+    let cells = t
+        .store
+        .get_cells_for_row(&row(7), ReadFrom::Master)
+        .await
+        .unwrap();
     let mut expected: Vec<(String, i64)> = columns
         .iter()
         .enumerate()
@@ -76,7 +104,10 @@ async fn a_row_reads_back_the_latest_cell_of_each_of_many_columns() {
 async fn rewrites_are_idempotent_and_conflicts_change_nothing() {
     let t = Instance::new(8).await;
     let original = cell(3, "BASE", 1, json!({"fare": "12.50", "status": "done"}));
-    assert_eq!(t.store.put_cell(original.clone()).await.unwrap(), WriteOutcome::Written);
+    assert_eq!(
+        t.store.put_cell(original.clone()).await.unwrap(),
+        WriteOutcome::Written
+    );
     assert_eq!(
         t.store.put_cell(original.clone()).await.unwrap(),
         WriteOutcome::AlreadyPresent
@@ -86,11 +117,20 @@ async fn rewrites_are_idempotent_and_conflicts_change_nothing() {
         Err(Error::Conflict { key }) => assert_eq!(key, original.key),
         other => panic!("expected a conflict, got {other:?}"),
     }
-    let stored = t.store.get_cell(&original.key, ReadFrom::Master).await.unwrap().unwrap();
+    let stored = t
+        .store
+        .get_cell(&original.key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.cell, original, "the stored cell is unchanged");
     // Exactly one copy exists in the change log.
     let shard = schemaless::routing::shard_of(&row(3), 8);
-    let page = t.store.get_cells_for_shard(shard, 0, 100, ReadFrom::Master).await.unwrap();
+    let page = t
+        .store
+        .get_cells_for_shard(shard, 0, 100, ReadFrom::Master)
+        .await
+        .unwrap();
     assert_eq!(page.cells.len(), 1);
 }
 
@@ -119,14 +159,23 @@ async fn a_mixed_batch_reports_each_cell() {
         vec![
             Ok(WriteOutcome::Written),
             Ok(WriteOutcome::AlreadyPresent),
-            Err(Conflict { key: other_existing.key.clone() }),
+            Err(Conflict {
+                key: other_existing.key.clone()
+            }),
             Ok(WriteOutcome::Written),
             Ok(WriteOutcome::AlreadyPresent),
             Ok(WriteOutcome::Written),
-            Err(Conflict { key: cell(14, "NOTES", 2, json!({})).key }),
+            Err(Conflict {
+                key: cell(14, "NOTES", 2, json!({})).key
+            }),
         ]
     );
-    let stored = t.store.get_cell(&other_existing.key, ReadFrom::Master).await.unwrap().unwrap();
+    let stored = t
+        .store
+        .get_cell(&other_existing.key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(stored.cell, other_existing);
     let first_wins = t
         .store
@@ -140,7 +189,9 @@ async fn a_mixed_batch_reports_each_cell() {
 #[tokio::test]
 async fn concurrent_writers_of_the_same_cells_agree_on_one_written_copy() {
     let t = Instance::new(4).await;
-    let batch: Vec<_> = (0..200).map(|i| cell(1000 + i, "BASE", 1, json!({"i": i as u64}))).collect();
+    let batch: Vec<_> = (0..200)
+        .map(|i| cell(1000 + i, "BASE", 1, json!({"i": i as u64})))
+        .collect();
     let writers: Vec<_> = (0..6)
         .map(|_| {
             let store = t.store.clone();
@@ -159,10 +210,19 @@ async fn concurrent_writers_of_the_same_cells_agree_on_one_written_copy() {
             }
         }
     }
-    assert!(written.iter().all(|&n| n == 1), "each cell written exactly once: {written:?}");
+    assert!(
+        written.iter().all(|&n| n == 1),
+        "each cell written exactly once: {written:?}"
+    );
     let mut total = 0;
     for shard in 0..4 {
-        total += t.store.get_cells_for_shard(shard, 0, 1000, ReadFrom::Master).await.unwrap().cells.len();
+        total += t
+            .store
+            .get_cells_for_shard(shard, 0, 1000, ReadFrom::Master)
+            .await
+            .unwrap()
+            .cells
+            .len();
     }
     assert_eq!(total, batch.len());
 }
@@ -173,10 +233,17 @@ async fn reads_agree_when_too_many_shards_per_node_to_prepare() {
     // connection can keep prepared, so point reads go as text.
     let t = Instance::new(1100).await;
     assert!(!t.store.topology().prepared_reads());
-    let cells: Vec<_> = (0..300).map(|i| cell(2000 + i, "BASE", 1 + (i as i64 % 3), json!({"i": i as u64}))).collect();
+    let cells: Vec<_> = (0..300)
+        .map(|i| cell(2000 + i, "BASE", 1 + (i as i64 % 3), json!({"i": i as u64})))
+        .collect();
     t.store.put_cells(cells.clone()).await.unwrap();
     for c in &cells {
-        let got = t.store.get_cell(&c.key, ReadFrom::Master).await.unwrap().unwrap();
+        let got = t
+            .store
+            .get_cell(&c.key, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(got.cell, *c);
         let latest = t
             .store

@@ -11,10 +11,17 @@ async fn whole_log(t: &Instance, shard: u32, page: usize, from: ReadFrom) -> Vec
     let mut after = 0;
     let mut all = Vec::new();
     loop {
-        let p = t.store.get_cells_for_shard(shard, after, page, from).await.unwrap();
+        let p = t
+            .store
+            .get_cells_for_shard(shard, after, page, from)
+            .await
+            .unwrap();
         assert!(p.cells.len() <= page);
         if p.cells.is_empty() {
-            assert_eq!(p.next, after, "an empty page leaves the position where it was");
+            assert_eq!(
+                p.next, after,
+                "an empty page leaves the position where it was"
+            );
             return all;
         }
         assert_eq!(p.next, p.cells.last().unwrap().added_id);
@@ -28,7 +35,9 @@ async fn the_log_pages_through_every_cell_once_in_added_id_order() {
     let t = Instance::new(4).await;
     let mut written = HashSet::new();
     for round in 0..5 {
-        let batch: Vec<_> = (0..60).map(|i| cell(i, "BASE", round, json!({"round": round, "i": i as u64}))).collect();
+        let batch: Vec<_> = (0..60)
+            .map(|i| cell(i, "BASE", round, json!({"round": round, "i": i as u64})))
+            .collect();
         for c in &batch {
             written.insert(c.key.clone());
         }
@@ -37,7 +46,10 @@ async fn the_log_pages_through_every_cell_once_in_added_id_order() {
     let mut seen = HashSet::new();
     for shard in 0..4 {
         let log = whole_log(&t, shard, 7, ReadFrom::Master).await;
-        assert!(log.windows(2).all(|w| w[0].added_id < w[1].added_id), "added_id order");
+        assert!(
+            log.windows(2).all(|w| w[0].added_id < w[1].added_id),
+            "added_id order"
+        );
         // Within a shard, a later round's cell of a row comes after its
         // earlier rounds: the log is the order of writing.
         for w in log.windows(2) {
@@ -47,7 +59,11 @@ async fn the_log_pages_through_every_cell_once_in_added_id_order() {
         }
         for c in log {
             assert_eq!(schemaless::routing::shard_of(&c.cell.key.row_key, 4), shard);
-            assert!(seen.insert(c.cell.key.clone()), "{} listed twice", c.cell.key);
+            assert!(
+                seen.insert(c.cell.key.clone()),
+                "{} listed twice",
+                c.cell.key
+            );
         }
     }
     assert_eq!(seen, written);
@@ -56,7 +72,9 @@ async fn the_log_pages_through_every_cell_once_in_added_id_order() {
 #[tokio::test]
 async fn a_minion_serves_the_same_log_after_catching_up() {
     let t = Instance::new(4).await;
-    let batch: Vec<_> = (0..120).map(|i| cell(500 + i, "STATUS", 1, json!({"i": i as u64}))).collect();
+    let batch: Vec<_> = (0..120)
+        .map(|i| cell(500 + i, "STATUS", 1, json!({"i": i as u64})))
+        .collect();
     t.store.put_cells(batch).await.unwrap();
     t.wait_for_minions().await;
     for shard in 0..4 {
@@ -70,8 +88,15 @@ async fn a_minion_serves_the_same_log_after_catching_up() {
 #[tokio::test]
 async fn an_unknown_shard_is_an_error() {
     let t = Instance::new(4).await;
-    match t.store.get_cells_for_shard(4, 0, 10, ReadFrom::Master).await {
-        Err(Error::NoSuchShard { shard: 4, shard_count: 4 }) => {}
+    match t
+        .store
+        .get_cells_for_shard(4, 0, 10, ReadFrom::Master)
+        .await
+    {
+        Err(Error::NoSuchShard {
+            shard: 4,
+            shard_count: 4,
+        }) => {}
         other => panic!("expected NoSuchShard, got {other:?}"),
     }
 }

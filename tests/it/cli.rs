@@ -24,7 +24,11 @@ fn help_lists_every_command() {
     for command in ["cluster", "config", "schema", "demo", "bench"] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
-    for sub in [&["cluster", "--help"][..], &["schema", "apply", "--help"], &["bench", "cells", "--help"]] {
+    for sub in [
+        &["cluster", "--help"][..],
+        &["schema", "apply", "--help"],
+        &["bench", "cells", "--help"],
+    ] {
         assert!(mezzanine(sub).status.success(), "{sub:?}");
     }
 }
@@ -37,8 +41,16 @@ fn config_check_accepts_the_example_and_rejects_bad_files_with_exit_2() {
 
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.toml");
-    let example = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/examples/local.toml")).unwrap();
-    std::fs::write(&bad, example.replace("shards = \"32-63\"", "shards = \"30-63\"")).unwrap();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/examples/local.toml"
+    ))
+    .unwrap();
+    std::fs::write(
+        &bad,
+        example.replace("shards = \"32-63\"", "shards = \"30-63\""),
+    )
+    .unwrap();
     let out = mezzanine(&["config", "check", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
@@ -59,9 +71,17 @@ fn schema_apply_creates_then_reports_everything_present() {
 
     let out = mezzanine(&["schema", "apply", "--config", config]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("16 created, 0 already present"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("16 created, 0 already present"),
+        "{}",
+        text(&out.stdout)
+    );
     let out = mezzanine(&["schema", "apply", "--config", config]);
-    assert!(text(&out.stdout).contains("0 created, 16 already present"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("0 created, 16 already present"),
+        "{}",
+        text(&out.stdout)
+    );
     let out = mezzanine(&["schema", "verify", "--config", config]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }

@@ -91,7 +91,9 @@ impl Instance {
 
 /// A deterministic row key from a number (for readable tests).
 pub fn row(n: u128) -> schemaless::RowKey {
-    schemaless::RowKey::from(uuid::Uuid::from_u128(0x6f1c_1a0e_8a3b_4a55_9d1e_0000_0000_0000 + n))
+    schemaless::RowKey::from(uuid::Uuid::from_u128(
+        0x6f1c_1a0e_8a3b_4a55_9d1e_0000_0000_0000 + n,
+    ))
 }
 
 pub fn column(name: &str) -> schemaless::Column {

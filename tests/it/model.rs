@@ -25,7 +25,12 @@ fn a_cell() -> impl Strategy<Value = Cell> {
     // A small space of addresses and bodies so that duplicates and
     // conflicts are frequent.
     (0u128..5, 0usize..3, 0i64..4, 0u8..3).prop_map(|(r, c, k, b)| {
-        cell(r, COLUMNS[c], k, json!({"b": b, "text": "ü", "n": [b, null]}))
+        cell(
+            r,
+            COLUMNS[c],
+            k,
+            json!({"b": b, "text": "ü", "n": [b, null]}),
+        )
     })
 }
 
@@ -50,7 +55,10 @@ async fn whole_log(store: &dyn CellStore, shard: u32, page: usize) -> Vec<Cell> 
     let mut after = 0;
     let mut all: Vec<StoredCell> = Vec::new();
     loop {
-        let p = store.get_cells_for_shard(shard, after, page, ReadFrom::Master).await.unwrap();
+        let p = store
+            .get_cells_for_shard(shard, after, page, ReadFrom::Master)
+            .await
+            .unwrap();
         if p.cells.is_empty() {
             break;
         }
@@ -63,14 +71,36 @@ async fn whole_log(store: &dyn CellStore, shard: u32, page: usize) -> Vec<Cell> 
 
 async fn answer(store: &dyn CellStore, op: &Op) -> String {
     match op {
-        Op::Put(c) => format!("{:?}", store.put_cell(c.clone()).await.map_err(|e| e.to_string())),
+        Op::Put(c) => format!(
+            "{:?}",
+            store.put_cell(c.clone()).await.map_err(|e| e.to_string())
+        ),
         Op::Batch(cells) => format!("{:?}", store.put_cells(cells.clone()).await.unwrap()),
-        Op::Get(k) => format!("{:?}", store.get_cell(k, ReadFrom::Master).await.unwrap().map(|c| c.cell)),
+        Op::Get(k) => format!(
+            "{:?}",
+            store
+                .get_cell(k, ReadFrom::Master)
+                .await
+                .unwrap()
+                .map(|c| c.cell)
+        ),
         Op::Latest(r, c) => format!(
             "{:?}",
-            store.get_cell_latest(&row(*r), &column(c), ReadFrom::Master).await.unwrap().map(|c| c.cell)
+            store
+                .get_cell_latest(&row(*r), &column(c), ReadFrom::Master)
+                .await
+                .unwrap()
+                .map(|c| c.cell)
         ),
-        Op::Row(r) => format!("{:?}", strip(store.get_cells_for_row(&row(*r), ReadFrom::Master).await.unwrap())),
+        Op::Row(r) => format!(
+            "{:?}",
+            strip(
+                store
+                    .get_cells_for_row(&row(*r), ReadFrom::Master)
+                    .await
+                    .unwrap()
+            )
+        ),
         Op::Log(s, p) => format!("{:?}", whole_log(store, *s, *p).await),
     }
 }
@@ -90,10 +120,20 @@ fn mariadb_answers_like_the_model() {
             for (i, op) in ops.iter().enumerate() {
                 let expected = answer(&model, op).await;
                 let got = answer(&t.store, op).await;
-                prop_assert_eq!(&got, &expected, "operation {} of {}: {:?}", i, ops.len(), op);
+                prop_assert_eq!(
+                    &got,
+                    &expected,
+                    "operation {} of {}: {:?}",
+                    i,
+                    ops.len(),
+                    op
+                );
             }
             for shard in 0..SHARDS {
-                prop_assert_eq!(whole_log(&t.store, shard, 100).await, whole_log(&model, shard, 100).await);
+                prop_assert_eq!(
+                    whole_log(&t.store, shard, 100).await,
+                    whole_log(&model, shard, 100).await
+                );
             }
             t.store.close().await;
             Ok(())

@@ -12,60 +12,95 @@ async fn connect(cluster: &DevCluster, node: &str) -> Result<MySqlConnection, sq
 
 async fn count(cluster: &DevCluster, node: &str) -> i64 {
     let mut conn = connect(cluster, node).await.unwrap();
-    sqlx::query_scalar("SELECT COUNT(*) FROM probe.t").fetch_one(&mut conn).await.unwrap()
+    sqlx::query_scalar("SELECT COUNT(*) FROM probe.t")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
 }
 
 async fn insert(cluster: &DevCluster, rows: usize) {
     let mut conn = connect(cluster, "a-master").await.unwrap();
     for _ in 0..rows {
-        sqlx::query("INSERT INTO probe.t () VALUES ()").execute(&mut conn).await.unwrap();
+        sqlx::query("INSERT INTO probe.t () VALUES ()")
+            .execute(&mut conn)
+            .await
+            .unwrap();
     }
 }
 
 #[tokio::test]
 async fn nodes_survive_kill_restart_and_pause() {
-    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap()).await.unwrap();
-    let mut conn = connect(&cluster, "a-master").await.unwrap();
-    sqlx::raw_sql("CREATE DATABASE probe; CREATE TABLE probe.t (id INT AUTO_INCREMENT PRIMARY KEY)")
-        .execute(&mut conn)
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
         .await
         .unwrap();
+    let mut conn = connect(&cluster, "a-master").await.unwrap();
+    sqlx::raw_sql(
+        "CREATE DATABASE probe; CREATE TABLE probe.t (id INT AUTO_INCREMENT PRIMARY KEY)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
     drop(conn);
     insert(&cluster, 10).await;
-    cluster.wait_caught_up("a-minion1", Duration::from_secs(20)).await.unwrap();
+    cluster
+        .wait_caught_up("a-minion1", Duration::from_secs(20))
+        .await
+        .unwrap();
     assert_eq!(count(&cluster, "a-minion1").await, 10);
 
     // kill -9 the master: it is gone at once, and its committed rows
     // survive the restart; the minion reconnects by itself.
     let pid = cluster.node("a-master").unwrap().pid().unwrap();
     cluster.kill("a-master").unwrap();
-    assert_eq!(cluster.node("a-master").unwrap().state(), NodeState::Stopped);
+    assert_eq!(
+        cluster.node("a-master").unwrap().state(),
+        NodeState::Stopped
+    );
     assert!(connect(&cluster, "a-master").await.is_err());
     cluster.start("a-master").await.unwrap();
     assert_ne!(cluster.node("a-master").unwrap().pid().unwrap(), pid);
     assert_eq!(count(&cluster, "a-master").await, 10);
     insert(&cluster, 5).await;
-    cluster.wait_caught_up("a-minion1", Duration::from_secs(30)).await.unwrap();
+    cluster
+        .wait_caught_up("a-minion1", Duration::from_secs(30))
+        .await
+        .unwrap();
     assert_eq!(count(&cluster, "a-minion1").await, 15);
 
     // A paused node answers nothing until resumed.
     cluster.pause("a-minion1").unwrap();
-    assert_eq!(cluster.node("a-minion1").unwrap().state(), NodeState::Paused);
-    let frozen = tokio::time::timeout(Duration::from_millis(1500), count(&cluster, "a-minion1")).await;
+    assert_eq!(
+        cluster.node("a-minion1").unwrap().state(),
+        NodeState::Paused
+    );
+    let frozen =
+        tokio::time::timeout(Duration::from_millis(1500), count(&cluster, "a-minion1")).await;
     assert!(frozen.is_err(), "a paused node must not answer");
     cluster.resume("a-minion1").unwrap();
-    assert_eq!(cluster.node("a-minion1").unwrap().state(), NodeState::Running);
+    assert_eq!(
+        cluster.node("a-minion1").unwrap().state(),
+        NodeState::Running
+    );
     assert_eq!(count(&cluster, "a-minion1").await, 15);
 
     // A clean stop and start of a minion: it catches up on what it missed.
     cluster.stop("a-minion1").await.unwrap();
-    assert_eq!(cluster.node("a-minion1").unwrap().state(), NodeState::Stopped);
+    assert_eq!(
+        cluster.node("a-minion1").unwrap().state(),
+        NodeState::Stopped
+    );
     insert(&cluster, 7).await;
     cluster.start("a-minion1").await.unwrap();
-    cluster.wait_caught_up("a-minion1", Duration::from_secs(30)).await.unwrap();
+    cluster
+        .wait_caught_up("a-minion1", Duration::from_secs(30))
+        .await
+        .unwrap();
     assert_eq!(count(&cluster, "a-minion1").await, 22);
     let status = cluster.minion_status("a-minion1").await.unwrap();
-    assert!(status.io_running && status.sql_running && status.caught_up(), "{status:?}");
+    assert!(
+        status.io_running && status.sql_running && status.caught_up(),
+        "{status:?}"
+    );
 
     // PostgreSQL too.
     let pg = cluster.node("postgres").unwrap();
@@ -105,13 +140,22 @@ async fn up_is_idempotent_and_down_stops_everything() {
     assert_eq!(pids, pids_again, "up reuses running servers");
 
     let other = Spec::free_ports(&["a", "b"], 1).unwrap();
-    assert!(DevCluster::up(&root, other).await.is_err(), "a different layout is refused");
+    assert!(
+        DevCluster::up(&root, other).await.is_err(),
+        "a different layout is refused"
+    );
 
     let opened = DevCluster::open(&root).unwrap();
     opened.down().await.unwrap();
-    assert!(opened.nodes().iter().all(|n| n.state() == NodeState::Stopped));
+    assert!(opened
+        .nodes()
+        .iter()
+        .all(|n| n.state() == NodeState::Stopped));
 
     let restarted = DevCluster::up(&root, spec).await.unwrap();
-    assert!(restarted.nodes().iter().all(|n| n.state() == NodeState::Running));
+    assert!(restarted
+        .nodes()
+        .iter()
+        .all(|n| n.state() == NodeState::Running));
     restarted.down().await.unwrap();
 }

@@ -68,7 +68,9 @@ pub async fn apply(topology: &Topology) -> Result<ApplyReport> {
     }
     let mut report = ApplyReport::default();
     for cluster in &topology.clusters {
-        report.clusters.push(apply_cluster(topology, cluster).await?);
+        report
+            .clusters
+            .push(apply_cluster(topology, cluster).await?);
     }
     report.elapsed = started.elapsed();
     Ok(report)
@@ -124,7 +126,10 @@ async fn check_meta(topology: &Topology, cluster: &ClusterNodes) -> Result<bool>
 }
 
 /// The shards of this instance whose entity table exists on `node`.
-async fn existing_shards(topology: &Topology, node: &Node) -> Result<std::collections::HashSet<u32>> {
+async fn existing_shards(
+    topology: &Topology,
+    node: &Node,
+) -> Result<std::collections::HashSet<u32>> {
     let prefix = format!("{}_", topology.instance);
     let schemas: Vec<String> = sqlx::query_scalar(
         "SELECT table_schema FROM information_schema.tables WHERE table_name = 'entity' AND table_schema LIKE CONCAT(?, '%')",
@@ -167,7 +172,11 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
     .map_err(|e| node.error(e))?;
 
     let existing = existing_shards(topology, node).await?;
-    let missing: Vec<u32> = cluster.shards.iter().filter(|s| !existing.contains(s)).collect();
+    let missing: Vec<u32> = cluster
+        .shards
+        .iter()
+        .filter(|s| !existing.contains(s))
+        .collect();
     futures::stream::iter(missing.iter().map(|&shard| async move {
         let database = topology.database(shard);
         execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;

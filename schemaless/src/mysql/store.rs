@@ -88,28 +88,38 @@ impl MySqlStore {
     /// is rolled back whole and every group takes the careful path
     /// ([`MySqlStore::write_group`]), which compares and inserts what is
     /// missing.
-    async fn write_node(&self, groups: Vec<(u32, Vec<Pending>)>) -> Result<Vec<(usize, CellResult)>> {
+    async fn write_node(
+        &self,
+        groups: Vec<(u32, Vec<Pending>)>,
+    ) -> Result<Vec<(usize, CellResult)>> {
         let Some(&(first_shard, _)) = groups.first() else {
             return Ok(Vec::new());
         };
         let node = &self.inner.topology.cluster(first_shard)?.master;
         let fast = groups.iter().all(|(_, items)| {
             let mut seen = HashSet::with_capacity(items.len());
-            items.iter().all(|p| seen.insert(&p.cell.key) && !sql::needs_bind(&p.encoded))
+            items
+                .iter()
+                .all(|p| seen.insert(&p.cell.key) && !sql::needs_bind(&p.encoded))
         });
         if fast {
             let created_at = now_micros();
             let statements: Vec<String> = groups
                 .iter()
                 .map(|(shard, items)| {
-                    sql::insert_cells(&self.inner.topology.database(*shard), items.iter().map(|p| row(p, created_at)))
+                    sql::insert_cells(
+                        &self.inner.topology.database(*shard),
+                        items.iter().map(|p| row(p, created_at)),
+                    )
                 })
                 .collect();
             match transaction(node, &statements).await {
                 Ok(()) => {
                     return Ok(groups
                         .iter()
-                        .flat_map(|(_, items)| items.iter().map(|p| (p.index, Ok(WriteOutcome::Written))))
+                        .flat_map(|(_, items)| {
+                            items.iter().map(|p| (p.index, Ok(WriteOutcome::Written)))
+                        })
                         .collect())
                 }
                 Err(e) if is_duplicate(&e) => {}
@@ -117,7 +127,9 @@ impl MySqlStore {
             }
         }
         let results: Vec<Vec<(usize, CellResult)>> = futures::stream::iter(
-            groups.into_iter().map(|(shard, items)| self.write_group(shard, items)),
+            groups
+                .into_iter()
+                .map(|(shard, items)| self.write_group(shard, items)),
         )
         .buffer_unordered(self.inner.write_parallelism)
         .try_collect()
@@ -128,7 +140,11 @@ impl MySqlStore {
     /// The careful path for one shard: read what exists, compare, insert
     /// only what is missing, and redo it if a concurrent writer got there
     /// first.
-    async fn write_group(&self, shard: u32, items: Vec<Pending>) -> Result<Vec<(usize, CellResult)>> {
+    async fn write_group(
+        &self,
+        shard: u32,
+        items: Vec<Pending>,
+    ) -> Result<Vec<(usize, CellResult)>> {
         let node = &self.inner.topology.cluster(shard)?.master;
         let database = self.inner.topology.database(shard);
         let mut last_error = None;
@@ -136,8 +152,10 @@ impl MySqlStore {
             let existing = self.read_keys(node, shard, &database, &items).await?;
             // Cells take effect in batch order: the first copy of a new
             // address is written, later copies compare against it.
-            let mut effective: HashMap<&CellKey, &Body> =
-                existing.iter().map(|c| (&c.cell.key, &c.cell.body)).collect();
+            let mut effective: HashMap<&CellKey, &Body> = existing
+                .iter()
+                .map(|c| (&c.cell.key, &c.cell.body))
+                .collect();
             let mut results = Vec::with_capacity(items.len());
             let mut to_insert = Vec::new();
             for p in &items {
@@ -188,7 +206,12 @@ impl MySqlStore {
             .collect()
     }
 
-    async fn fetch_one(&self, shard: u32, from: ReadFrom, sql: String) -> Result<Option<StoredCell>> {
+    async fn fetch_one(
+        &self,
+        shard: u32,
+        from: ReadFrom,
+        sql: String,
+    ) -> Result<Option<StoredCell>> {
         let node = self.inner.topology.reader(shard, from)?;
         Ok(self.fetch(node, shard, sql).await?.into_iter().next())
     }
@@ -260,7 +283,9 @@ async fn insert<'a>(
         items.into_iter().partition(|p| sql::needs_bind(&p.encoded));
     if !small.is_empty() {
         let sql = sql::insert_cells(database, small.iter().map(|p| row(p, created_at)));
-        sqlx::raw_sql(AssertSqlSafe(sql)).execute(&node.pool).await?;
+        sqlx::raw_sql(AssertSqlSafe(sql))
+            .execute(&node.pool)
+            .await?;
     }
     for p in large {
         sqlx::query(AssertSqlSafe(sql::insert_one_bound(database)))
@@ -303,8 +328,8 @@ fn decode_row(row: &MySqlRow, shard: u32, cap: usize) -> Result<StoredCell> {
     let named = format!("{}/{column_name}/{ref_key}", hex_or_uuid(&row_key_bytes));
     let row_key = RowKey::from_slice(&row_key_bytes)
         .ok_or_else(|| corrupt(named.clone(), added_id, "row key is not 16 bytes".into()))?;
-    let column = Column::new(&column_name)
-        .map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+    let column =
+        Column::new(&column_name).map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
     let ref_key =
         RefKey::new(ref_key).map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
     let body_bytes: Vec<u8> = row
@@ -365,12 +390,9 @@ impl CellStore for MySqlStore {
                 .push((shard, items));
         }
         let mut results: Vec<Option<CellResult>> = vec![None; count];
-        let mut writes = futures::stream::iter(
-            by_node
-                .into_values()
-                .map(|groups| self.write_node(groups)),
-        )
-        .buffer_unordered(self.inner.topology.clusters.len().max(1));
+        let mut writes =
+            futures::stream::iter(by_node.into_values().map(|groups| self.write_node(groups)))
+                .buffer_unordered(self.inner.topology.clusters.len().max(1));
         while let Some(node_results) = writes.try_next().await? {
             for (index, result) in node_results {
                 results[index] = Some(result);
@@ -392,7 +414,8 @@ impl CellStore for MySqlStore {
                 .bind(key.ref_key.get());
             return self.fetch_prepared(shard, from, query).await;
         }
-        self.fetch_one(shard, from, sql::select_keys(&database, [key])).await
+        self.fetch_one(shard, from, sql::select_keys(&database, [key]))
+            .await
     }
 
     async fn get_cell_latest(
@@ -409,7 +432,8 @@ impl CellStore for MySqlStore {
                 .bind(column.as_str());
             return self.fetch_prepared(shard, from, query).await;
         }
-        self.fetch_one(shard, from, sql::select_latest(&database, row_key, column)).await
+        self.fetch_one(shard, from, sql::select_latest(&database, row_key, column))
+            .await
     }
 
     async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {

@@ -102,7 +102,12 @@ impl Topology {
     /// Builds the topology and its (lazy) pools from validated config.
     pub fn from_config(config: &config::Config) -> Result<Topology> {
         let mut clusters = Vec::new();
-        let most_shards = config.clusters.iter().map(|c| c.shards.len()).max().unwrap_or(0);
+        let most_shards = config
+            .clusters
+            .iter()
+            .map(|c| c.shards.len())
+            .max()
+            .unwrap_or(0);
         let prepared_reads = most_shards <= MAX_PREPARED_SHARDS_PER_NODE;
         let statement_cache = if prepared_reads {
             2 * most_shards as usize + 16
@@ -128,7 +133,9 @@ impl Topology {
         // Config validation guarantees full coverage; check the invariant
         // rather than route a shard to a wrong cluster.
         if let Some(shard) = cluster_of_shard.iter().position(|&c| c == usize::MAX) {
-            return Err(Error::Schema(format!("shard {shard} belongs to no cluster")));
+            return Err(Error::Schema(format!(
+                "shard {shard} belongs to no cluster"
+            )));
         }
         Ok(Topology {
             instance: config.instance.name.clone(),
@@ -180,9 +187,7 @@ impl Topology {
         Ok(match from {
             ReadFrom::Master => &cluster.master,
             ReadFrom::Minion if cluster.minions.is_empty() => &cluster.master,
-            ReadFrom::Minion => {
-                &cluster.minions[rand::random_range(0..cluster.minions.len())]
-            }
+            ReadFrom::Minion => &cluster.minions[rand::random_range(0..cluster.minions.len())],
         })
     }
 
@@ -227,7 +232,10 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_labels() {
-        assert_eq!(redact("mysql://root:s3cret@db:3306"), "mysql://root:***@db:3306");
+        assert_eq!(
+            redact("mysql://root:s3cret@db:3306"),
+            "mysql://root:***@db:3306"
+        );
         assert_eq!(redact("mysql://root@db:3306"), "mysql://root@db:3306");
     }
 

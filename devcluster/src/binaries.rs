@@ -92,3 +92,23 @@ fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_server_names_the_package_to_install() {
+        let empty = tempfile::tempdir().unwrap();
+        // SAFETY: no other test of this crate reads the environment.
+        unsafe { std::env::set_var("MEZZANINE_PG_BIN", empty.path()) };
+        let result = Binaries::find();
+        unsafe { std::env::remove_var("MEZZANINE_PG_BIN") };
+        match result {
+            Err(Error::MissingBinaries(text)) => {
+                assert!(text.contains("apt-get install -y postgresql"), "{text}");
+            }
+            other => panic!("expected a missing-binaries error, got {other:?}"),
+        }
+    }
+}

@@ -192,17 +192,23 @@ async fn concurrent_writers_of_the_same_cells_agree_on_one_written_copy() {
     let batch: Vec<_> = (0..200)
         .map(|i| cell(1000 + i, "BASE", 1, json!({"i": i as u64})))
         .collect();
-    let writers: Vec<_> = (0..6)
-        .map(|_| {
+    // Each writer sends the cells in its own order: overlapping batches
+    // must wait for each other, never deadlock or fail.
+    let writers: Vec<_> = (0..6u64)
+        .map(|w| {
             let store = t.store.clone();
-            let batch = batch.clone();
-            tokio::spawn(async move { store.put_cells(batch).await })
+            let mut order: Vec<usize> = (0..batch.len()).collect();
+            order.sort_by_key(|i| (*i as u64 * (2 * w + 1) * 7919) % 211);
+            let shuffled: Vec<_> = order.iter().map(|&i| batch[i].clone()).collect();
+            tokio::spawn(async move { (order, store.put_cells(shuffled).await) })
         })
         .collect();
     let mut written = vec![0; batch.len()];
     for w in writers {
-        let results = w.await.unwrap().expect("no writer fails");
-        for (i, r) in results.iter().enumerate() {
+        let (order, results) = w.await.unwrap();
+        let results = results.expect("no writer fails");
+        for (position, r) in results.iter().enumerate() {
+            let i = order[position];
             match r {
                 Ok(WriteOutcome::Written) => written[i] += 1,
                 Ok(WriteOutcome::AlreadyPresent) => {}

@@ -122,7 +122,7 @@ impl MySqlStore {
                         })
                         .collect())
                 }
-                Err(e) if is_duplicate(&e) => {}
+                Err(e) if is_duplicate(&e) || is_lock_conflict(&e) => {}
                 Err(e) => return Err(node.error(e)),
             }
         }
@@ -177,11 +177,11 @@ impl MySqlStore {
             }
             match insert(node, &database, to_insert.iter().copied(), now_micros()).await {
                 Ok(()) => return Ok(results),
-                Err(e) if is_duplicate(&e) => last_error = Some(e),
+                Err(e) if is_duplicate(&e) || is_lock_conflict(&e) => last_error = Some(e),
                 Err(e) => return Err(node.error(e)),
             }
         }
-        Err(node.error(last_error.expect("the loop only continues after a duplicate")))
+        Err(node.error(last_error.expect("the loop only continues after a duplicate or a lock conflict")))
     }
 
     async fn read_keys(
@@ -300,6 +300,17 @@ async fn insert<'a>(
     Ok(())
 }
 
+/// A deadlock or lock wait timeout: the statement was rolled back and may
+/// simply be tried again.
+fn is_lock_conflict(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|m| matches!(m.number(), 1205 | 1213)),
+        _ => false,
+    }
+}
+
 fn is_duplicate(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
 }
@@ -381,9 +392,13 @@ impl CellStore for MySqlStore {
         }
         // Shard groups of one master are written together, in one
         // transaction: one commit (and one binlog group) per node instead
-        // of one per shard.
+        // of one per shard. Shards in ascending order and rows sorted by
+        // address give every writer the same lock order, so overlapping
+        // batches wait for each other instead of deadlocking. The sort is
+        // stable: copies of one address keep their batch order.
         let mut by_node: BTreeMap<usize, Vec<(u32, Vec<Pending>)>> = BTreeMap::new();
-        for (shard, items) in groups {
+        for (shard, mut items) in groups {
+            items.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
             by_node
                 .entry(self.inner.topology.cluster_index(shard)?)
                 .or_default()

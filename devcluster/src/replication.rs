@@ -94,12 +94,13 @@ async fn slave_status(conn: &mut sqlx::MySqlConnection) -> Result<Option<MySqlRo
     Ok(rows.into_iter().next())
 }
 
-fn text(row: &MySqlRow, column: &str) -> Option<String> {
-    row.try_get::<Option<String>, _>(column)
+/// A column as text, whether the server sends it as a string or as bytes.
+fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(row: &MySqlRow, index: I) -> Option<String> {
+    row.try_get::<Option<String>, _>(index)
         .ok()
         .flatten()
         .or_else(|| {
-            row.try_get::<Option<Vec<u8>>, _>(column)
+            row.try_get::<Option<Vec<u8>>, _>(index)
                 .ok()
                 .flatten()
                 .map(|b| String::from_utf8_lossy(&b).into_owned())
@@ -114,19 +115,7 @@ async fn master_gtid(master_port: u16) -> Option<String> {
         .await
         .ok()?;
     let _ = conn.close().await;
-    text_at(&row, 0)
-}
-
-fn text_at(row: &MySqlRow, index: usize) -> Option<String> {
-    row.try_get::<Option<String>, _>(index)
-        .ok()
-        .flatten()
-        .or_else(|| {
-            row.try_get::<Option<Vec<u8>>, _>(index)
-                .ok()
-                .flatten()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-        })
+    text(&row, 0)
 }
 
 /// The minion's replication state, and its master's position.
@@ -141,7 +130,7 @@ pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStat
         .map_err(|e| sql_error(minion, e))?;
     let _ = conn.close().await;
     let mut status = MinionStatus {
-        minion_gtid: text_at(&gtid_row, 0).unwrap_or_default(),
+        minion_gtid: text(&gtid_row, 0).unwrap_or_default(),
         master_gtid: master_gtid(master_port).await,
         ..MinionStatus::default()
     };

@@ -64,6 +64,10 @@ pub struct ShardPage {
 /// [`WriteOutcome::AlreadyPresent`], with a different body a conflict.
 /// Within one `put_cells` batch cells take effect in order, so a second
 /// copy of a cell in the same batch is `AlreadyPresent` (or a conflict).
+/// The cells one call adds to a shard enter its change log after those of
+/// earlier calls, in address order (row key, column, ref key): every writer
+/// then takes its locks in the same order, so concurrent overlapping
+/// batches wait for each other instead of deadlocking.
 #[async_trait]
 pub trait CellStore: Send + Sync {
     /// How many shards the instance has.

@@ -57,29 +57,38 @@ impl CellStore for MemoryStore {
         check_batch(&cells, &self.limits)?;
         let mut state = self.state();
         let mut results = Vec::with_capacity(cells.len());
+        let mut new_cells: BTreeMap<CellKey, Cell> = BTreeMap::new();
         for cell in cells {
-            if let Some(existing) = state.cells.get(&cell.key) {
-                results.push(if existing.cell.body == cell.body {
-                    Ok(WriteOutcome::AlreadyPresent)
-                } else {
-                    Err(Conflict { key: cell.key })
-                });
-                continue;
-            }
-            let shard = shard_of(&cell.key.row_key, self.shard_count);
+            let existing = state
+                .cells
+                .get(&cell.key)
+                .map(|c| &c.cell.body)
+                .or_else(|| new_cells.get(&cell.key).map(|c| &c.body));
+            results.push(match existing {
+                Some(body) if *body == cell.body => Ok(WriteOutcome::AlreadyPresent),
+                Some(_) => Err(Conflict { key: cell.key }),
+                None => {
+                    new_cells.insert(cell.key.clone(), cell);
+                    Ok(WriteOutcome::Written)
+                }
+            });
+        }
+        // A call's new cells enter each shard's log in address order, as
+        // they do on MariaDB (see `CellStore::put_cells`).
+        let created_at = now_micros();
+        for (key, cell) in new_cells {
+            let shard = shard_of(&key.row_key, self.shard_count);
             let log = state.logs.entry(shard).or_default();
-            log.push(cell.key.clone());
+            log.push(key.clone());
             let added_id = log.len() as u64;
-            let key = cell.key.clone();
             state.cells.insert(
                 key,
                 StoredCell {
                     cell,
                     added_id,
-                    created_at: now_micros(),
+                    created_at,
                 },
             );
-            results.push(Ok(WriteOutcome::Written));
         }
         Ok(results)
     }

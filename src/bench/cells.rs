@@ -137,6 +137,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     eprintln!("put_cells of {} cells ...", args.cells);
     let batch = config.limits.max_batch_cells;
     let batches: Vec<Vec<Cell>> = cells.chunks(batch).map(<[Cell]>::to_vec).collect();
+    let cpu_before = process_cpu();
     let started = Instant::now();
     let written: Vec<usize> = futures::stream::iter(batches.into_iter().map(|chunk| {
         let store = store.clone();
@@ -154,6 +155,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     .try_collect()
     .await?;
     let put_elapsed = started.elapsed();
+    let put_client_cpu = process_cpu().saturating_sub(cpu_before);
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     let put_replicated = started.elapsed();
     let written: usize = written.iter().sum();
@@ -187,6 +189,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         "load_data_cells_per_sec": load_rate,
         "put_ratio": put_rate / load_rate,
         "put_acked_cells_per_sec": put_ack_rate,
+        "put_client_cpu_us_per_cell": put_client_cpu.as_secs_f64() * 1e6 / args.cells as f64,
         "load_data_acked_cells_per_sec": load_ack_rate,
         "put_acked_ratio": put_ack_rate / load_ack_rate,
         "reads": args.reads,
@@ -223,6 +226,10 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         "put_ratio        {:>10.2} (target >= 0.75)      {:>10.2}",
         put_rate / load_rate,
         put_ack_rate / load_ack_rate
+    );
+    println!(
+        "put_cells client CPU {:.1} us per cell",
+        put_client_cpu.as_secs_f64() * 1e6 / args.cells as f64
     );
     println!(
         "get_cell_latest  p50 {:>7.1} us  p99 {:>7.1} us",
@@ -426,4 +433,16 @@ async fn time_reads(
         }
     }
     Ok((Latencies::new(ours), Latencies::new(raw)))
+}
+
+/// CPU time (user + system) this process has used so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes into the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }

@@ -181,7 +181,9 @@ impl MySqlStore {
                 Err(e) => return Err(node.error(e)),
             }
         }
-        Err(node.error(last_error.expect("the loop only continues after a duplicate or a lock conflict")))
+        Err(node.error(
+            last_error.expect("the loop only continues after a duplicate or a lock conflict"),
+        ))
     }
 
     async fn read_keys(

@@ -85,14 +85,19 @@ impl Error {
             Error::Storage { source, .. } => match source {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
                 | sqlx::Error::WorkerCrashed
                 | sqlx::Error::Protocol(_) => true,
-                sqlx::Error::Database(db) => matches!(
-                    db.code().as_deref(),
-                    // deadlock, lock wait timeout, server shutdown, read-only, query interrupted
-                    Some("40001") | Some("HY000") | Some("08S01") | Some("70100")
-                ),
+                sqlx::Error::Database(db) => db
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|e| {
+                        matches!(
+                            e.number(),
+                            // too many connections, server shutting down,
+                            // lock wait timeout, deadlock, read-only (a
+                            // master being replaced), query interrupted
+                            1040 | 1053 | 1205 | 1213 | 1290 | 1317 | 1927
+                        )
+                    }),
                 _ => false,
             },
             _ => false,

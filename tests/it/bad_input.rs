@@ -175,3 +175,40 @@ async fn a_different_shard_count_for_an_existing_instance_is_refused() {
     // cluster a holds shards 0-1 of 4 (plus the meta database)
     assert_eq!(shard_dbs, 3);
 }
+
+#[tokio::test]
+async fn an_unapplied_schema_is_a_final_error_and_an_unreachable_node_a_retryable_one() {
+    let name = format!("noschema{}", std::process::id() % 100_000);
+    let config = config::Config::parse(&cluster().config_toml(&name, 4), "t.toml").unwrap();
+    let store = schemaless::MySqlStore::connect(&config).unwrap();
+    let err = store
+        .put_cell(cell(1, "BASE", 1, json!({})))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Storage { .. }), "{err}");
+    assert!(
+        !err.is_retryable(),
+        "a missing shard database does not heal by retrying: {err}"
+    );
+
+    // Port 1 on loopback refuses connections.
+    let text = cluster().config_toml(&name, 4).replace(
+        &cluster().mysql_url("a-master").unwrap(),
+        "mysql://root@127.0.0.1:1",
+    );
+    let config = config::Config::parse(&text, "t.toml").unwrap();
+    let store = schemaless::MySqlStore::connect(&config).unwrap();
+    // Shard 0 is on cluster a, whose master now points at port 1.
+    let err = store
+        .get_cells_for_shard(0, 0, 10, ReadFrom::Master)
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_retryable(),
+        "an unreachable node may come back: {err}"
+    );
+    assert!(
+        err.to_string().contains("127.0.0.1:1"),
+        "the error names the node: {err}"
+    );
+}

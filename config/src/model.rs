@@ -98,6 +98,11 @@ pub struct Storage {
     /// a node's pool before the request fails. Default 5000.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
+    /// `storage.request_timeout_ms`: how long one statement may take before
+    /// the call fails with a (retryable) timeout, so that a frozen server
+    /// cannot hang its callers. 1–3600000. Default 10000.
+    #[serde(default = "default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
     /// `storage.write_parallelism`: how many shard groups of one
     /// `put_cells` call are written at the same time. 1–256. Default 8.
     #[serde(default = "default_write_parallelism")]
@@ -112,6 +117,10 @@ fn default_connect_timeout_ms() -> u64 {
     5000
 }
 
+fn default_request_timeout_ms() -> u64 {
+    10_000
+}
+
 fn default_write_parallelism() -> usize {
     8
 }
@@ -121,6 +130,7 @@ impl Default for Storage {
         Storage {
             max_connections_per_node: default_max_connections_per_node(),
             connect_timeout_ms: default_connect_timeout_ms(),
+            request_timeout_ms: default_request_timeout_ms(),
             write_parallelism: default_write_parallelism(),
         }
     }

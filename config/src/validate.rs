@@ -154,6 +154,15 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     if storage.connect_timeout_ms == 0 {
         return Err(problem("storage.connect_timeout_ms", "must be at least 1"));
     }
+    if storage.request_timeout_ms == 0 || storage.request_timeout_ms > 3_600_000 {
+        return Err(problem(
+            "storage.request_timeout_ms",
+            format!(
+                "must be between 1 and 3600000, got {}",
+                storage.request_timeout_ms
+            ),
+        ));
+    }
     if storage.write_parallelism == 0 || storage.write_parallelism > 256 {
         return Err(problem(
             "storage.write_parallelism",

@@ -52,6 +52,16 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A storage node did not answer within `storage.request_timeout_ms`.
+    /// A write that timed out may or may not have landed; retrying it is
+    /// safe (it comes back `AlreadyPresent` if it did).
+    #[error("storage node {node}: no answer within {after:?}")]
+    Timeout {
+        /// Which node (URL without password).
+        node: String,
+        /// The timeout in force.
+        after: std::time::Duration,
+    },
     /// The schema on the servers does not match this configuration.
     #[error("schema: {0}")]
     Schema(String),
@@ -100,6 +110,7 @@ impl Error {
                     }),
                 _ => false,
             },
+            Error::Timeout { .. } => true,
             _ => false,
         }
     }

@@ -159,3 +159,64 @@ async fn up_is_idempotent_and_down_stops_everything() {
         .all(|n| n.state() == NodeState::Running));
     restarted.down().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_frozen_master_times_out_instead_of_hanging_and_a_retry_is_safe() {
+    use schemaless::mysql::{schema, Topology};
+    use schemaless::{CellStore, Error, ReadFrom, WriteOutcome};
+
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
+        .await
+        .unwrap();
+    let text = format!(
+        "{}\n[storage]\nrequest_timeout_ms = 700\nconnect_timeout_ms = 700\n",
+        cluster.config_toml("frozen", 4)
+    );
+    let config = config::Config::parse(&text, "frozen.toml").unwrap();
+    schema::apply(&Topology::from_config(&config).unwrap())
+        .await
+        .unwrap();
+    let store = schemaless::MySqlStore::connect(&config).unwrap();
+    let before = crate::harness::cell(1, "BASE", 1, serde_json::json!({"v": 1}));
+    store.put_cell(before.clone()).await.unwrap();
+    cluster
+        .wait_caught_up("a-minion1", Duration::from_secs(20))
+        .await
+        .unwrap();
+
+    cluster.pause("a-master").unwrap();
+    let during = crate::harness::cell(2, "BASE", 1, serde_json::json!({"v": 2}));
+    let write = store.put_cell(during.clone()).await.unwrap_err();
+    assert!(write.is_retryable(), "{write}");
+    let read = store
+        .get_cell(&before.key, ReadFrom::Master)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(read, Error::Timeout { .. } | Error::Storage { .. }),
+        "{read}"
+    );
+    assert!(read.is_retryable());
+    // Minion reads do not depend on the frozen master.
+    let stale = store
+        .get_cell(&before.key, ReadFrom::Minion)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stale.cell, before);
+
+    cluster.resume("a-master").unwrap();
+    // The timed-out write may or may not have landed; the retry tells.
+    let retried = store.put_cell(during.clone()).await.unwrap();
+    assert!(matches!(
+        retried,
+        WriteOutcome::Written | WriteOutcome::AlreadyPresent
+    ));
+    let got = store
+        .get_cell(&during.key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.cell, during);
+    store.close().await;
+}

@@ -6,7 +6,9 @@
 //! instance was created with: routing depends on it for ever, so applying a
 //! config with a different count is refused before anything is created.
 //! Only missing objects are created, so `apply` can be rerun at any time,
-//! with writes going on.
+//! with writes going on. DDL runs without the store's request timeout:
+//! creating thousands of databases on a busy server may legitimately take
+//! longer than any one cell call should.
 
 use std::time::{Duration, Instant};
 

@@ -123,7 +123,7 @@ impl MySqlStore {
                         .collect())
                 }
                 Err(e) if is_duplicate(&e) || is_lock_conflict(&e) => {}
-                Err(e) => return Err(node.error(e)),
+                Err(e) => return Err(e),
             }
         }
         let results: Vec<Vec<(usize, CellResult)>> = futures::stream::iter(
@@ -178,12 +178,10 @@ impl MySqlStore {
             match insert(node, &database, to_insert.iter().copied(), now_micros()).await {
                 Ok(()) => return Ok(results),
                 Err(e) if is_duplicate(&e) || is_lock_conflict(&e) => last_error = Some(e),
-                Err(e) => return Err(node.error(e)),
+                Err(e) => return Err(e),
             }
         }
-        Err(node.error(
-            last_error.expect("the loop only continues after a duplicate or a lock conflict"),
-        ))
+        Err(last_error.expect("the loop only continues after a duplicate or a lock conflict"))
     }
 
     async fn read_keys(
@@ -199,10 +197,7 @@ impl MySqlStore {
     }
 
     async fn fetch(&self, node: &Node, shard: u32, sql: String) -> Result<Vec<StoredCell>> {
-        let rows = sqlx::raw_sql(AssertSqlSafe(sql))
-            .fetch_all(&node.pool)
-            .await
-            .map_err(|e| node.error(e))?;
+        let rows = node.fetch_all(sql).await?;
         rows.iter()
             .map(|row| decode_row(row, shard, self.inner.inflated_cap))
             .collect()
@@ -222,13 +217,10 @@ impl MySqlStore {
         &self,
         shard: u32,
         from: ReadFrom,
-        query: sqlx::query::Query<'_, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+        query: sqlx::query::Query<'static, sqlx::MySql, sqlx::mysql::MySqlArguments>,
     ) -> Result<Option<StoredCell>> {
         let node = self.inner.topology.reader(shard, from)?;
-        let row = query
-            .fetch_optional(&node.pool)
-            .await
-            .map_err(|e| node.error(e))?;
+        let row = node.fetch_optional(query).await?;
         row.map(|r| decode_row(&r, shard, self.inner.inflated_cap))
             .transpose()
     }
@@ -248,8 +240,8 @@ fn row(p: &Pending, created_at: i64) -> sql::InsertRow<'_> {
 
 /// Runs `statements` as one transaction in one round trip. On any error
 /// the transaction is rolled back before the connection goes back to the
-/// pool.
-async fn transaction(node: &Node, statements: &[String]) -> std::result::Result<(), sqlx::Error> {
+/// pool (or the connection is closed, which rolls back too).
+async fn transaction(node: &Node, statements: &[String]) -> Result<()> {
     let mut sql = String::with_capacity(statements.iter().map(|s| s.len() + 1).sum::<usize>() + 32);
     sql.push_str("START TRANSACTION;");
     for statement in statements {
@@ -257,19 +249,28 @@ async fn transaction(node: &Node, statements: &[String]) -> std::result::Result<
         sql.push(';');
     }
     sql.push_str("COMMIT");
-    let mut conn = node.pool.acquire().await?;
-    match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&mut *conn).await {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            // A statement failed and the rest were skipped: the transaction
-            // is still open on this connection. If the rollback fails the
-            // connection is closed instead, which rolls back too.
-            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
-                conn.close_on_drop();
-            }
-            Err(e)
+    let mut conn = node.acquire().await?;
+    let result = node
+        .run(&mut conn, |c| {
+            Box::pin(async move {
+                sqlx::raw_sql(AssertSqlSafe(sql)).execute(c).await?;
+                Ok(())
+            })
+        })
+        .await;
+    if let Err(Error::Storage { .. }) = result {
+        // A statement failed and the rest were skipped: the transaction is
+        // still open on this connection.
+        let rollback = node
+            .run(&mut conn, |c| {
+                Box::pin(async move { sqlx::raw_sql("ROLLBACK").execute(c).await.map(|_| ()) })
+            })
+            .await;
+        if rollback.is_err() {
+            conn.close_on_drop();
         }
     }
+    result
 }
 
 /// Inserts rows with autocommit: small rows as one literal multi-row
@@ -280,41 +281,44 @@ async fn insert<'a>(
     database: &str,
     items: impl IntoIterator<Item = &'a Pending>,
     created_at: i64,
-) -> std::result::Result<(), sqlx::Error> {
+) -> Result<()> {
     let (large, small): (Vec<&Pending>, Vec<&Pending>) =
         items.into_iter().partition(|p| sql::needs_bind(&p.encoded));
     if !small.is_empty() {
-        let sql = sql::insert_cells(database, small.iter().map(|p| row(p, created_at)));
-        sqlx::raw_sql(AssertSqlSafe(sql))
-            .execute(&node.pool)
-            .await?;
+        node.execute(sql::insert_cells(
+            database,
+            small.iter().map(|p| row(p, created_at)),
+        ))
+        .await?;
     }
     for p in large {
-        sqlx::query(AssertSqlSafe(sql::insert_one_bound(database)))
-            .bind(p.cell.key.row_key.as_bytes().as_slice())
-            .bind(p.cell.key.column.as_str())
+        let query = sqlx::query(AssertSqlSafe(sql::insert_one_bound(database)))
+            .bind(p.cell.key.row_key.as_bytes().to_vec())
+            .bind(p.cell.key.column.as_str().to_string())
             .bind(p.cell.key.ref_key.get())
-            .bind(p.encoded.as_slice())
-            .bind(created_at)
-            .execute(&node.pool)
-            .await?;
+            .bind(p.encoded.clone())
+            .bind(created_at);
+        node.execute_prepared(query).await?;
     }
     Ok(())
 }
 
 /// A deadlock or lock wait timeout: the statement was rolled back and may
 /// simply be tried again.
-fn is_lock_conflict(e: &sqlx::Error) -> bool {
+fn is_lock_conflict(e: &Error) -> bool {
     match e {
-        sqlx::Error::Database(db) => db
+        Error::Storage {
+            source: sqlx::Error::Database(db),
+            ..
+        } => db
             .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
             .is_some_and(|m| matches!(m.number(), 1205 | 1213)),
         _ => false,
     }
 }
 
-fn is_duplicate(e: &sqlx::Error) -> bool {
-    matches!(e, sqlx::Error::Database(db) if db.is_unique_violation())
+fn is_duplicate(e: &Error) -> bool {
+    matches!(e, Error::Storage { source: sqlx::Error::Database(db), .. } if db.is_unique_violation())
 }
 
 /// Decodes one entity row; anything malformed is a [`Error::CorruptCell`]

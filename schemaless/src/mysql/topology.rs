@@ -8,7 +8,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, MySql};
 
 use crate::api::ReadFrom;
 use crate::error::{Error, Result};
@@ -21,6 +23,9 @@ pub struct Node {
     /// Connections to it; created lazily, so a node that is down does not
     /// stop the others from serving.
     pub pool: MySqlPool,
+    /// How long one statement may take before the call fails with
+    /// [`Error::Timeout`]: a frozen server must not hang its callers.
+    pub request_timeout: Duration,
 }
 
 impl Node {
@@ -53,7 +58,11 @@ impl Node {
                 })
             })
             .connect_lazy_with(options);
-        Ok(Node { label, pool })
+        Ok(Node {
+            label,
+            pool,
+            request_timeout: Duration::from_millis(storage.request_timeout_ms),
+        })
     }
 
     /// Wraps a driver error with this node's name.
@@ -62,6 +71,83 @@ impl Node {
             node: self.label.clone(),
             source,
         }
+    }
+
+    /// A connection from the pool (waiting at most
+    /// `storage.connect_timeout_ms`).
+    pub async fn acquire(&self) -> Result<PoolConnection<MySql>> {
+        self.pool.acquire().await.map_err(|e| self.error(e))
+    }
+
+    /// Runs one call on `conn` within the request timeout. After a timeout
+    /// the connection is closed rather than reused: the statement may still
+    /// be running on it (and the server rolls back what it had not
+    /// committed).
+    pub async fn run<T>(
+        &self,
+        conn: &mut PoolConnection<MySql>,
+        call: impl for<'c> FnOnce(
+            &'c mut sqlx::MySqlConnection,
+        )
+            -> futures::future::BoxFuture<'c, std::result::Result<T, sqlx::Error>>,
+    ) -> Result<T> {
+        let outcome = tokio::time::timeout(self.request_timeout, call(conn)).await;
+        match outcome {
+            Ok(result) => result.map_err(|e| self.error(e)),
+            Err(_) => {
+                conn.close_on_drop();
+                Err(Error::Timeout {
+                    node: self.label.clone(),
+                    after: self.request_timeout,
+                })
+            }
+        }
+    }
+
+    /// Runs text SQL (one or more statements) and returns its rows.
+    pub async fn fetch_all(&self, sql: String) -> Result<Vec<MySqlRow>> {
+        let mut conn = self.acquire().await?;
+        self.run(&mut conn, |c| {
+            Box::pin(sqlx::raw_sql(AssertSqlSafe(sql)).fetch_all(c))
+        })
+        .await
+    }
+
+    /// Runs text SQL (one or more statements) for its effect.
+    pub async fn execute(&self, sql: String) -> Result<()> {
+        let mut conn = self.acquire().await?;
+        self.run(&mut conn, |c| {
+            Box::pin(async move {
+                sqlx::raw_sql(AssertSqlSafe(sql)).execute(c).await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Runs a prepared statement for its effect.
+    pub async fn execute_prepared(
+        &self,
+        query: sqlx::query::Query<'static, MySql, MySqlArguments>,
+    ) -> Result<()> {
+        let mut conn = self.acquire().await?;
+        self.run(&mut conn, |c| {
+            Box::pin(async move {
+                query.execute(c).await?;
+                Ok(())
+            })
+        })
+        .await
+    }
+
+    /// Runs a prepared statement returning at most one row.
+    pub async fn fetch_optional(
+        &self,
+        query: sqlx::query::Query<'static, MySql, MySqlArguments>,
+    ) -> Result<Option<MySqlRow>> {
+        let mut conn = self.acquire().await?;
+        self.run(&mut conn, |c| Box::pin(query.fetch_optional(c)))
+            .await
     }
 }
 

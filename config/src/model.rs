@@ -103,8 +103,9 @@ pub struct Storage {
     /// cannot hang its callers. 1–3600000. Default 10000.
     #[serde(default = "default_request_timeout_ms")]
     pub request_timeout_ms: u64,
-    /// `storage.write_parallelism`: how many shard groups of one
-    /// `put_cells` call are written at the same time. 1–256. Default 8.
+    /// `storage.write_parallelism`: when a `put_cells` call meets cells
+    /// that already exist, how many of one master's shard groups are
+    /// compared and written at the same time. 1–256. Default 8.
     #[serde(default = "default_write_parallelism")]
     pub write_parallelism: usize,
 }

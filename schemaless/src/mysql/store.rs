@@ -1,18 +1,24 @@
 //! The cell API on MySQL/MariaDB shards.
 //!
-//! Writes: a batch is validated and encoded as a whole, grouped by shard,
-//! and each group is one multi-row `INSERT` on the shard's master, groups
-//! running in parallel (`storage.write_parallelism`). The insert is plain —
-//! not `IGNORE`, not `ON DUPLICATE KEY UPDATE` — so a duplicate address
-//! fails the statement and changes nothing; the group then reads the cells
-//! that exist, compares bodies (same body: `AlreadyPresent`; different:
-//! conflict) and inserts only the rest. A concurrent writer inserting one
-//! of those in between fails that insert again, and the comparison is
-//! redone, so nothing is ever overwritten or silently dropped.
+//! Writes: a batch is validated and encoded as a whole (an invalid cell
+//! fails the call with nothing written), then grouped by shard. The groups
+//! of one master go in one round trip, as one transaction holding one plain
+//! multi-row `INSERT` per shard; the masters are written in parallel.
+//! Plain means not `IGNORE`, not `ON DUPLICATE KEY UPDATE`: a duplicate
+//! address fails its statement and the whole transaction is rolled back.
+//! Each group of that master then takes the careful path, up to
+//! `storage.write_parallelism` at a time: read the cells that exist,
+//! compare bodies (same body: `AlreadyPresent`; different: conflict), and
+//! insert only the rest. A concurrent writer inserting one of those in
+//! between fails that insert again and the comparison is redone, so nothing
+//! is ever overwritten or silently dropped.
 //!
-//! A failed call may have written some groups: batches are not atomic
-//! across shards. Retrying the same batch is always safe; the cells that
-//! landed come back `AlreadyPresent`.
+//! A failed call may have written some masters' groups: batches are not
+//! atomic across masters. Retrying the same batch is always safe; the cells
+//! that landed come back `AlreadyPresent`.
+//!
+//! Every statement runs within `storage.request_timeout_ms` (see
+//! [`super::topology::Node::run`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -62,6 +62,10 @@ pub enum Error {
         /// The timeout in force.
         after: std::time::Duration,
     },
+    /// The store was created outside a Tokio runtime; its connection pools
+    /// need one.
+    #[error("the MySQL store must be created inside a Tokio runtime")]
+    NoRuntime,
     /// The schema on the servers does not match this configuration.
     #[error("schema: {0}")]
     Schema(String),

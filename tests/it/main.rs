@@ -11,6 +11,7 @@
 //!   MariaDB give the same answers;
 //! - [`bad_input`]: invalid input and corrupt stored data are clear errors
 //!   and change nothing;
+//! - [`schema`]: creating and dropping instances on the servers;
 //! - [`servers`]: the dev cluster's node control (kill -9, restart, pause,
 //!   catch-up);
 //! - [`cli`]: the `mezzanine` command line.
@@ -21,4 +22,5 @@ mod changelog;
 mod cli;
 mod harness;
 mod model;
+mod schema;
 mod servers;

@@ -142,10 +142,20 @@ async fn existing_shards(
     .map_err(|e| node.error(e))?;
     Ok(schemas
         .iter()
-        .filter_map(|s| s.strip_prefix(&prefix))
-        .filter(|suffix| suffix.len() >= 4 && suffix.bytes().all(|b| b.is_ascii_digit()))
-        .filter_map(|suffix| suffix.parse().ok())
+        .filter_map(|s| shard_of_database(&topology.instance, s))
         .collect())
+}
+
+/// The shard number of `database` if it is one of `instance`'s shard
+/// databases (`<instance>_` and four or more digits). `trips_big_0001`
+/// belongs to instance `trips_big`, not to `trips`.
+fn shard_of_database(instance: &str, database: &str) -> Option<u32> {
+    let suffix = database.strip_prefix(instance)?.strip_prefix('_')?;
+    if suffix.len() >= 4 && suffix.bytes().all(|b| b.is_ascii_digit()) {
+        suffix.parse().ok()
+    } else {
+        None
+    }
 }
 
 async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<ClusterReport> {
@@ -217,9 +227,28 @@ pub async fn drop_instance(topology: &Topology) -> Result<()> {
             .iter()
             .map(|row| row.get::<String, _>(0))
             .collect();
-        for database in databases {
+        let meta = meta_database(&topology.instance);
+        for database in databases
+            .into_iter()
+            .filter(|d| *d == meta || shard_of_database(&topology.instance, d).is_some())
+        {
             execute(node, format!("DROP DATABASE IF EXISTS `{database}`")).await?;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_instances_own_databases_are_its_shards() {
+        assert_eq!(shard_of_database("trips", "trips_0042"), Some(42));
+        assert_eq!(shard_of_database("trips", "trips_4095"), Some(4095));
+        assert_eq!(shard_of_database("trips", "trips_big_0001"), None);
+        assert_eq!(shard_of_database("trips", "trips_meta"), None);
+        assert_eq!(shard_of_database("trips", "tripsx_0001"), None);
+        assert_eq!(shard_of_database("trips", "trips_042"), None);
+    }
 }

@@ -187,6 +187,9 @@ const MAX_PREPARED_SHARDS_PER_NODE: u32 = 512;
 impl Topology {
     /// Builds the topology and its (lazy) pools from validated config.
     pub fn from_config(config: &config::Config) -> Result<Topology> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(Error::NoRuntime);
+        }
         let mut clusters = Vec::new();
         let most_shards = config
             .clusters
@@ -203,7 +206,16 @@ impl Topology {
         let mut cluster_of_shard = vec![usize::MAX; config.instance.shard_count as usize];
         for (i, c) in config.clusters.iter().enumerate() {
             for shard in c.shards.iter() {
-                cluster_of_shard[shard as usize] = i;
+                // A config built in code skips validation: refuse a range
+                // past the shard count rather than index out of bounds.
+                let slot = cluster_of_shard.get_mut(shard as usize).ok_or_else(|| {
+                    Error::Schema(format!(
+                        "cluster {:?} holds shard {shard}, past the last shard {}",
+                        c.name,
+                        config.instance.shard_count.saturating_sub(1)
+                    ))
+                })?;
+                *slot = i;
             }
             clusters.push(ClusterNodes {
                 name: c.name.clone(),
@@ -315,6 +327,19 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn outside_a_runtime_is_an_error_not_a_panic() {
+        let config = config::Config::parse(
+            "[instance]\nname = \"t\"\nshard_count = 2\n[[cluster]]\nname = \"a\"\nmaster = \"mysql://root@127.0.0.1:1\"\nshards = \"0-1\"\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert!(matches!(
+            Topology::from_config(&config),
+            Err(Error::NoRuntime)
+        ));
+    }
 
     #[test]
     fn passwords_never_reach_labels() {

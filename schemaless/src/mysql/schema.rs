@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::AssertSqlSafe;
 
 use super::sql;
 use super::topology::{ClusterNodes, Node, Topology};
@@ -219,14 +219,13 @@ pub async fn drop_instance(topology: &Topology) -> Result<()> {
     for cluster in &topology.clusters {
         let node = &cluster.master;
         let prefix = format!("{}\\_", topology.instance);
-        let databases: Vec<String> = sqlx::query("SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE CONCAT(?, '%')")
-            .bind(prefix)
-            .fetch_all(&node.pool)
-            .await
-            .map_err(|e| node.error(e))?
-            .iter()
-            .map(|row| row.get::<String, _>(0))
-            .collect();
+        let databases: Vec<String> = sqlx::query_scalar(
+            "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE CONCAT(?, '%')",
+        )
+        .bind(prefix)
+        .fetch_all(&node.pool)
+        .await
+        .map_err(|e| node.error(e))?;
         let meta = meta_database(&topology.instance);
         for database in databases
             .into_iter()

@@ -95,7 +95,7 @@ pub struct Storage {
     #[serde(default = "default_max_connections_per_node")]
     pub max_connections_per_node: u32,
     /// `storage.connect_timeout_ms`: how long to wait for a connection from
-    /// a node's pool before the request fails. Default 5000.
+    /// a node's pool before the request fails. 1–3600000. Default 5000.
     #[serde(default = "default_connect_timeout_ms")]
     pub connect_timeout_ms: u64,
     /// `storage.request_timeout_ms`: how long one statement may take before

@@ -35,15 +35,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
             ),
         ));
     }
-    if instance.shard_count == 0 || instance.shard_count > MAX_SHARD_COUNT {
-        return Err(problem(
-            "instance.shard_count",
-            format!(
-                "must be between 1 and {MAX_SHARD_COUNT}, got {}",
-                instance.shard_count
-            ),
-        ));
-    }
+    in_range(
+        "instance.shard_count",
+        instance.shard_count.into(),
+        1,
+        MAX_SHARD_COUNT.into(),
+    )?;
 
     if config.clusters.is_empty() {
         return Err(problem("cluster", "at least one [[cluster]] is required"));
@@ -122,54 +119,52 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     }
 
     let limits = &config.limits;
-    if limits.max_body_bytes < 2 || limits.max_body_bytes > MAX_BODY_BYTES_LIMIT {
-        return Err(problem(
-            "limits.max_body_bytes",
-            format!(
-                "must be between 2 and {MAX_BODY_BYTES_LIMIT}, got {}",
-                limits.max_body_bytes
-            ),
-        ));
-    }
-    if limits.max_batch_cells == 0 || limits.max_batch_cells > 100_000 {
-        return Err(problem(
-            "limits.max_batch_cells",
-            format!(
-                "must be between 1 and 100000, got {}",
-                limits.max_batch_cells
-            ),
-        ));
-    }
-
+    in_range(
+        "limits.max_body_bytes",
+        limits.max_body_bytes as u64,
+        2,
+        MAX_BODY_BYTES_LIMIT as u64,
+    )?;
+    in_range(
+        "limits.max_batch_cells",
+        limits.max_batch_cells as u64,
+        1,
+        100_000,
+    )?;
     let storage = &config.storage;
-    if storage.max_connections_per_node == 0 || storage.max_connections_per_node > 1000 {
+    in_range(
+        "storage.max_connections_per_node",
+        storage.max_connections_per_node.into(),
+        1,
+        1000,
+    )?;
+    in_range(
+        "storage.connect_timeout_ms",
+        storage.connect_timeout_ms,
+        1,
+        3_600_000,
+    )?;
+    in_range(
+        "storage.request_timeout_ms",
+        storage.request_timeout_ms,
+        1,
+        3_600_000,
+    )?;
+    in_range(
+        "storage.write_parallelism",
+        storage.write_parallelism as u64,
+        1,
+        256,
+    )?;
+    Ok(())
+}
+
+/// `value` of `key` must lie in `low..=high`.
+fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
+    if value < low || value > high {
         return Err(problem(
-            "storage.max_connections_per_node",
-            format!(
-                "must be between 1 and 1000, got {}",
-                storage.max_connections_per_node
-            ),
-        ));
-    }
-    if storage.connect_timeout_ms == 0 {
-        return Err(problem("storage.connect_timeout_ms", "must be at least 1"));
-    }
-    if storage.request_timeout_ms == 0 || storage.request_timeout_ms > 3_600_000 {
-        return Err(problem(
-            "storage.request_timeout_ms",
-            format!(
-                "must be between 1 and 3600000, got {}",
-                storage.request_timeout_ms
-            ),
-        ));
-    }
-    if storage.write_parallelism == 0 || storage.write_parallelism > 256 {
-        return Err(problem(
-            "storage.write_parallelism",
-            format!(
-                "must be between 1 and 256, got {}",
-                storage.write_parallelism
-            ),
+            key,
+            format!("must be between {low} and {high}, got {value}"),
         ));
     }
     Ok(())

@@ -125,6 +125,14 @@ fn malformed_values_name_the_key() {
 
     let (line, key, _) = invalid(&format!("{GOOD}\n[limits]\nmax_batch_cells = 0\n"));
     assert_eq!((line, key.as_str()), (17, "limits.max_batch_cells"));
+
+    let (line, key, message) = invalid(&GOOD.replace("shard_count = 8", "shard_count = 0"));
+    assert_eq!((line, key.as_str()), (3, "instance.shard_count"));
+    assert_eq!(message, "must be between 1 and 10000, got 0");
+
+    let (_, key, message) = invalid(&format!("{GOOD}\n[storage]\nrequest_timeout_ms = 0\n"));
+    assert_eq!(key, "storage.request_timeout_ms");
+    assert_eq!(message, "must be between 1 and 3600000, got 0");
 }
 
 #[test]

@@ -132,21 +132,18 @@ impl Node {
         let process = Process::adopt(pid);
         process.signal(libc::SIGKILL);
         let guard = self.process.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ours) = guard.as_ref() {
-            // Reap so the pid stops looking alive.
-            for _ in 0..500 {
-                if !ours.alive() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
+        // Our own child must be reaped (`alive` does) or its pid keeps
+        // looking alive; anyone else's is reaped by init. Up to 5 s.
+        let gone = || {
+            guard
+                .as_ref()
+                .map_or_else(|| !pid_alive(pid), |ours| !ours.alive())
+        };
+        for _ in 0..500 {
+            if gone() {
+                break;
             }
-        } else {
-            for _ in 0..500 {
-                if !pid_alive(pid) {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 

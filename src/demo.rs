@@ -5,7 +5,9 @@
 //! guarantees (latest wins, idempotent rewrites, conflicts that change
 //! nothing), and where the data lives: which shard, cluster and database
 //! each row went to, and that every minion holds the same cells as its
-//! master. Later steps of the migration extend it.
+//! master. Then the legacy side: the trips tables in PostgreSQL, seeded,
+//! given UUIDs online, and read and written through the tripstore facade in
+//! `legacy` mode. Later steps of the migration extend it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,6 +28,9 @@ pub struct DemoArgs {
     /// How many trips to write (three cells each).
     #[arg(long, default_value_t = 2000)]
     trips: usize,
+    /// How many trips to seed into the legacy PostgreSQL tables.
+    #[arg(long, default_value_t = 2000)]
+    legacy_trips: u64,
     /// PostgreSQL's port for the dev cluster.
     #[arg(long, default_value_t = 55432)]
     postgres_port: u16,
@@ -183,8 +188,130 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
     }
     println!("  ... the next page starts after added_id {}", page.next);
 
+    legacy_steps(&config, args.legacy_trips).await?;
+
     println!("\ndemo done. `mezzanine cluster status` shows the servers; `mezzanine cluster down` stops them.");
     store.close().await;
     topology.close().await;
+    Ok(())
+}
+
+/// Steps 7-9: the legacy PostgreSQL model behind the facade.
+async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()> {
+    let legacy_config = legacy::connection::legacy_config(config)?;
+    let layout = legacy::connection::layout_config(config)?;
+
+    step("7. the legacy database: trips and three child tables in PostgreSQL");
+    legacy::trips::init(legacy_config, &layout.schema, None).await?;
+    let pool = legacy::connection::pool(legacy_config)?;
+    let started = Instant::now();
+    let counts =
+        legacy::trips::seed(&pool, &layout.schema, &layout.uuid, trips, 42, |_| {}).await?;
+    println!(
+        "seeded {} trips, {} notes, {} billing attempts, {} fare adjustments in {:.2}s (COPY)",
+        counts.trips,
+        counts.notes,
+        counts.billing_attempts,
+        counts.fare_adjustments,
+        started.elapsed().as_secs_f64()
+    );
+    let options = legacy::add_uuid::Options {
+        batch: 1000,
+        pause: Duration::ZERO,
+    };
+    let report = legacy::add_uuid::run(&pool, layout, &options, |_| {}).await?;
+    println!(
+        "legacy add-uuid: column {}, {} rows filled online, unique index {}",
+        if report.added_column {
+            "added"
+        } else {
+            "already there"
+        },
+        report.filled,
+        if report.built_index {
+            "built concurrently"
+        } else {
+            "already there"
+        }
+    );
+
+    step("8. the tripstore facade in legacy mode: the cell API over PostgreSQL");
+    let store = tripstore::TripStore::connect(config).await?;
+    if store.mode() != tripstore::Mode::Legacy {
+        let change = store
+            .set_mode(&tripstore::ModeRequest {
+                target: tripstore::Mode::Legacy,
+                force: true,
+                by: "mezzanine demo".into(),
+                reason: Some("the demo reads through the legacy model".into()),
+            })
+            .await?;
+        println!("mode was {}; the demo moved it back to legacy", change.from);
+    }
+    println!("mode: {}", store.mode());
+    let (uuid, driver): (uuid::Uuid, uuid::Uuid) = sqlx::query_as(
+        "SELECT t.uuid, t.driver_uuid FROM trips t JOIN trip_notes n ON n.trip_id = t.id
+         JOIN billing_attempts b ON b.trip_id = t.id ORDER BY t.id DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .context("finding a trip with notes and billing attempts")?;
+    let row = schemaless::RowKey::from(uuid);
+    println!("get_cells_for_row({row}):");
+    for stored in store.get_cells_for_row(&row, ReadFrom::Master).await? {
+        println!(
+            "  {:<17} ref {:<3} {}",
+            stored.cell.key.column.as_str(),
+            stored.cell.key.ref_key,
+            stored.cell.body
+        );
+    }
+
+    step("9. writing through the facade: a version-guarded upsert of the trips row");
+    let base = schemaless::Column::new("BASE")?;
+    let latest = store
+        .get_cell_latest(&row, &base, ReadFrom::Master)
+        .await?
+        .context("the trip has no BASE cell")?;
+    let mut fields = latest.cell.body.fields().clone();
+    fields.insert("status".into(), json!("disputed"));
+    let next = Cell::new(
+        row,
+        base.clone(),
+        RefKey::new(latest.cell.key.ref_key.get() + 1)?,
+        Body::from(fields),
+    );
+    println!(
+        "BASE ref {} (status disputed): {:?}",
+        next.key.ref_key,
+        store.put_cell(next.clone()).await?
+    );
+    println!("the same cell again: {:?}", store.put_cell(next).await?);
+    println!(
+        "the old ref {} again: {:?} (a newer version is stored; nothing changes)",
+        latest.cell.key.ref_key,
+        store.put_cell(latest.cell.clone()).await?
+    );
+    let (status, version): (String, i64) =
+        sqlx::query_as("SELECT status, version FROM trips WHERE uuid = $1")
+            .bind(uuid)
+            .fetch_one(&pool)
+            .await?;
+    println!("in PostgreSQL: trips.status = {status:?}, version = {version}");
+    let query = schemaless::IndexQuery {
+        index: "trips_by_driver".into(),
+        shard_value: json!(driver.to_string()),
+        filters: vec![],
+        order_by: Some("requested_at".into()),
+        descending: true,
+        limit: 3,
+    };
+    let entries = store.query_index(&query, ReadFrom::Master).await?;
+    println!("query_index(trips_by_driver, {driver}), newest 3, answered by SQL:");
+    for entry in entries {
+        println!("  {} {}", entry.row_key, entry.fields);
+    }
+    store.close().await;
+    pool.close().await;
     Ok(())
 }

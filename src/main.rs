@@ -8,6 +8,8 @@
 //! - [`cluster`]: `cluster up|down|status`, the dev servers;
 //! - [`check`]: `config check`;
 //! - [`schema`]: `schema apply`;
+//! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
+//! - [`mode`]: `mode show|set`, where the facade sends calls;
 //! - [`demo`]: the end-to-end demo;
 //! - [`bench`]: `bench cells`, figures against the raw limit of the same
 //!   servers.
@@ -16,6 +18,8 @@ mod bench;
 mod check;
 mod cluster;
 mod demo;
+mod legacy;
+mod mode;
 mod schema;
 mod workload;
 
@@ -61,6 +65,13 @@ enum Command {
     /// Create the Schemaless instance's shard databases.
     #[command(subcommand)]
     Schema(schema::SchemaCommand),
+    /// The legacy PostgreSQL tables: the sample data set and the online
+    /// UUID column.
+    #[command(subcommand)]
+    Legacy(legacy::LegacyCommand),
+    /// Show or change the mode every facade routes by.
+    #[command(subcommand)]
+    Mode(mode::ModeCommand),
     /// Run the end-to-end demo on the dev cluster (starting it if needed).
     Demo(demo::DemoArgs),
     /// Benchmarks, each against the raw limit of the same servers.
@@ -111,7 +122,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", message(&e));
             if e.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
@@ -121,11 +132,29 @@ fn main() -> ExitCode {
     }
 }
 
+/// The error and its causes, joined by ": ", leaving out a cause whose
+/// text its parent already shows (many errors print their source).
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Cluster(c) => cluster::run(c, &cli.config, &cli.cluster_dir).await,
         Command::Config(c) => check::run(c),
         Command::Schema(c) => schema::run(c, &cli.config).await,
+        Command::Legacy(c) => legacy::run(c, &cli.config).await,
+        Command::Mode(c) => mode::run(c, &cli.config).await,
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,
         Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,
     }

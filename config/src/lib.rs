@@ -11,6 +11,8 @@
 //!
 //! - [`model`]: the configuration types, one `///` per field (this is the
 //!   reference documentation of every key);
+//! - [`layout`]: `[legacy]`, `[layout]` and `[[index]]`, the legacy
+//!   PostgreSQL tables and how they map to Schemaless columns;
 //! - [`shards`]: shard ranges such as `"0-31"`;
 //! - [`locate`]: finds the line of a key in the source text, so that errors
 //!   found after parsing still point at the right place;
@@ -37,6 +39,7 @@
 //! assert!(err.to_string().starts_with("bad.toml:9: cluster[0].shards:"));
 //! ```
 
+pub mod layout;
 pub mod locate;
 pub mod model;
 pub mod shards;
@@ -44,6 +47,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
+pub use layout::{ColumnKind, Fields, Index, Layout, LayoutColumn, Legacy};
 pub use model::{Cluster, Config, Instance, Limits, Storage};
 pub use shards::ShardRange;
 

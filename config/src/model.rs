@@ -3,6 +3,7 @@
 
 use serde::Deserialize;
 
+use crate::layout::{Index, Layout, Legacy};
 use crate::shards::ShardRange;
 
 /// A whole configuration file.
@@ -21,6 +22,14 @@ pub struct Config {
     /// `[storage]`: how the store talks to its storage nodes.
     #[serde(default)]
     pub storage: Storage,
+    /// `[legacy]`: the PostgreSQL database the data comes from. Needed by
+    /// the legacy model, the facade and the migration commands.
+    pub legacy: Option<Legacy>,
+    /// `[layout]`: how the legacy tables map to Schemaless columns.
+    pub layout: Option<Layout>,
+    /// `[[index]]`: secondary indexes over fields of a layout column.
+    #[serde(rename = "index", default)]
+    pub indexes: Vec<Index>,
 }
 
 /// `[instance]`

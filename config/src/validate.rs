@@ -1,6 +1,7 @@
 //! Checks that serde cannot express: names, number ranges, URLs, and that
 //! the clusters' shard ranges cover the instance exactly once.
 
+use crate::layout::{valid_sql_identifier, ColumnKind, Layout};
 use crate::model::Config;
 
 /// One thing wrong with a parsed configuration, before it is given a line.
@@ -156,6 +157,241 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         1,
         256,
     )?;
+    if let Some(legacy) = &config.legacy {
+        check_postgres_url(&legacy.url).map_err(|m| problem("legacy.url", m))?;
+        in_range(
+            "legacy.max_connections",
+            legacy.max_connections.into(),
+            1,
+            1000,
+        )?;
+        in_range(
+            "legacy.statement_timeout_ms",
+            legacy.statement_timeout_ms,
+            1,
+            3_600_000,
+        )?;
+        in_range("legacy.mode_poll_ms", legacy.mode_poll_ms, 10, 600_000)?;
+    }
+    if let Some(layout) = &config.layout {
+        validate_layout(layout)?;
+    }
+    validate_indexes(config)
+}
+
+fn sql_name(key: String, name: &str) -> Result<(), Problem> {
+    if valid_sql_identifier(name) {
+        Ok(())
+    } else {
+        Err(problem(
+            key,
+            format!("{name:?} is not a valid SQL name: use 1-63 characters of [A-Za-z0-9_], not starting with a digit"),
+        ))
+    }
+}
+
+fn validate_layout(layout: &Layout) -> Result<(), Problem> {
+    sql_name("layout.schema".into(), &layout.schema)?;
+    sql_name("layout.table".into(), &layout.table)?;
+    sql_name("layout.id".into(), &layout.id)?;
+    sql_name("layout.uuid".into(), &layout.uuid)?;
+    if layout.id == layout.uuid {
+        return Err(problem("layout.uuid", "must differ from layout.id"));
+    }
+    if layout.columns.is_empty() {
+        return Err(problem(
+            "layout",
+            "at least one [[layout.column]] is required",
+        ));
+    }
+    for (i, column) in layout.columns.iter().enumerate() {
+        let key = |k: &str| format!("layout.column[{i}].{k}");
+        if !valid_column_name(&column.name) {
+            return Err(problem(
+                key("name"),
+                format!(
+                    "{:?} is not a valid column name: use 1-64 characters of [A-Za-z0-9_]",
+                    column.name
+                ),
+            ));
+        }
+        if let Some(j) = layout.columns[..i]
+            .iter()
+            .position(|c| c.name == column.name)
+        {
+            return Err(problem(
+                key("name"),
+                format!(
+                    "column {:?} is already declared by layout.column[{j}]",
+                    column.name
+                ),
+            ));
+        }
+        match column.kind {
+            ColumnKind::Row => {
+                if let Some(table) = &column.table {
+                    if *table != layout.table {
+                        return Err(problem(
+                            key("table"),
+                            format!("a row column is the parent table {:?}; leave table out (or set it to the parent)", layout.table),
+                        ));
+                    }
+                }
+                if column.parent.is_some() {
+                    return Err(problem(
+                        key("parent"),
+                        "only a child column has a parent key",
+                    ));
+                }
+            }
+            ColumnKind::Child => {
+                let Some(table) = &column.table else {
+                    return Err(problem(
+                        key("table"),
+                        "a child column needs its child table",
+                    ));
+                };
+                sql_name(key("table"), table)?;
+                if *table == layout.table {
+                    return Err(problem(
+                        key("table"),
+                        "a child table cannot be the parent table; use kind = \"row\"",
+                    ));
+                }
+                let Some(parent) = &column.parent else {
+                    return Err(problem(
+                        key("parent"),
+                        format!(
+                            "a child column needs the foreign key of {table} to {}.{}",
+                            layout.table, layout.id
+                        ),
+                    ));
+                };
+                sql_name(key("parent"), parent)?;
+            }
+        }
+        sql_name(key("ref_key"), &column.ref_key)?;
+        if column.fields.0.is_empty() {
+            return Err(problem(key("fields"), "a column needs at least one field"));
+        }
+        let mut used = std::collections::BTreeMap::new();
+        for (json, sql) in &column.fields.0 {
+            if json.is_empty() || json.len() > 128 {
+                return Err(problem(
+                    key("fields"),
+                    format!("field name {json:?} must be 1-128 characters"),
+                ));
+            }
+            sql_name(key("fields"), sql)?;
+            let own_id = (column.kind == ColumnKind::Row).then_some(&layout.id);
+            let reserved = [
+                Some(&layout.uuid),
+                Some(&column.ref_key),
+                column.parent.as_ref(),
+                own_id,
+            ];
+            if reserved.contains(&Some(sql)) {
+                return Err(problem(
+                    key("fields"),
+                    format!("field {json:?} maps to {sql:?}, which the layout already uses as a key column"),
+                ));
+            }
+            if let Some(other) = used.insert(sql, json) {
+                return Err(problem(
+                    key("fields"),
+                    format!("fields {other:?} and {json:?} both map to SQL column {sql:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_indexes(config: &Config) -> Result<(), Problem> {
+    for (i, index) in config.indexes.iter().enumerate() {
+        let key = |k: &str| format!("index[{i}].{k}");
+        if !valid_instance_name(&index.name) || index.name.len() > 64 {
+            return Err(problem(
+                key("name"),
+                format!("{:?} is not a valid index name: use 1-64 characters of [a-z0-9_], starting with a letter", index.name),
+            ));
+        }
+        if let Some(j) = config.indexes[..i]
+            .iter()
+            .position(|x| x.name == index.name)
+        {
+            return Err(problem(
+                key("name"),
+                format!("index {:?} is already declared by index[{j}]", index.name),
+            ));
+        }
+        let Some(layout) = &config.layout else {
+            return Err(problem(
+                key("column"),
+                "an index needs a [layout] declaring its column",
+            ));
+        };
+        let Some(column) = layout.column(&index.column) else {
+            let names: Vec<&str> = layout.columns.iter().map(|c| c.name.as_str()).collect();
+            return Err(problem(
+                key("column"),
+                format!(
+                    "no layout column is called {:?}; the columns are {}",
+                    index.column,
+                    names.join(", ")
+                ),
+            ));
+        };
+        let has = |field: &str| column.fields.0.contains_key(field);
+        if !has(&index.shard_field) {
+            return Err(problem(
+                key("shard_field"),
+                format!(
+                    "column {} has no field {:?}",
+                    column.name, index.shard_field
+                ),
+            ));
+        }
+        for (k, field) in index.fields.iter().enumerate() {
+            if !has(field) {
+                return Err(problem(
+                    format!("index[{i}].fields[{k}]"),
+                    format!("column {} has no field {field:?}", column.name),
+                ));
+            }
+            if *field == index.shard_field || index.fields[..k].contains(field) {
+                return Err(problem(
+                    format!("index[{i}].fields[{k}]"),
+                    format!("field {field:?} is already part of the index"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn valid_column_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The legacy database URL must be `postgres://` or `postgresql://` with a
+/// host and a database.
+fn check_postgres_url(text: &str) -> Result<(), String> {
+    let url = url::Url::parse(text).map_err(|e| format!("{text:?} is not a valid URL: {e}"))?;
+    if !matches!(url.scheme(), "postgres" | "postgresql") {
+        return Err(format!(
+            "{text:?} must start with postgres:// or postgresql://, not {}://",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{text:?} names no host"));
+    }
+    if url.path().len() <= 1 {
+        return Err(format!("{text:?} names no database: add /DATABASE"));
+    }
     Ok(())
 }
 

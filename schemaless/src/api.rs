@@ -3,8 +3,9 @@
 //! callers — and the verifier — never care which store is behind it.
 
 use async_trait::async_trait;
+use serde_json::Value;
 
-use crate::cell::{Cell, CellKey, Column, RowKey, StoredCell};
+use crate::cell::{Body, Cell, CellKey, Column, RowKey, StoredCell};
 use crate::error::{Error, Result};
 
 /// Which node of a cluster a read goes to.
@@ -29,6 +30,11 @@ pub enum WriteOutcome {
     /// Accepted and durable on two hosts, but not yet readable because the
     /// shard's master is down (hinted handoff).
     Buffered,
+    /// Accepted, but a cell of the same row and column with a higher ref
+    /// key is already stored, and this store keeps only the latest (the
+    /// legacy model's parent row). Nothing changed; the latest cell is what
+    /// every store agrees on, so replays in any order end the same.
+    Superseded,
 }
 
 /// A cell of a batch whose address is taken by a different body. The
@@ -56,6 +62,62 @@ pub struct ShardPage {
     /// Where the next call starts (`after` for it): the last added_id
     /// returned, or the `after` given when the page is empty.
     pub next: u64,
+}
+
+/// A comparison in an index query's filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterOp {
+    /// `=`
+    Eq,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `IN`: the value is a JSON array of candidates.
+    In,
+}
+
+/// One condition on a denormalized field of an index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Filter {
+    /// The index field compared.
+    pub field: String,
+    /// How.
+    pub op: FilterOp,
+    /// With what: a value of the field's type (an array of them for `IN`).
+    pub value: Value,
+}
+
+/// `query_index`'s question: the entries of one shard-field value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexQuery {
+    /// The index's name, as declared in `[[index]]`.
+    pub index: String,
+    /// The value of the index's shard field (e.g. one driver's UUID).
+    pub shard_value: Value,
+    /// All must hold.
+    pub filters: Vec<Filter>,
+    /// Order by this index field (then by row key); by row key alone when
+    /// absent.
+    pub order_by: Option<String>,
+    /// Largest first instead of smallest first.
+    pub descending: bool,
+    /// At most this many entries.
+    pub limit: usize,
+}
+
+/// One entry of an index: a row whose latest cell of the indexed column
+/// matches, with the indexed fields of that cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexEntry {
+    /// The entity.
+    pub row_key: RowKey,
+    /// The shard field and the denormalized fields, as the cell has them.
+    pub fields: Body,
 }
 
 /// The Schemaless cell API.
@@ -108,4 +170,18 @@ pub trait CellStore: Send + Sync {
         limit: usize,
         from: ReadFrom,
     ) -> Result<ShardPage>;
+
+    /// Entries of a secondary index for one shard-field value, filtered,
+    /// ordered and limited. A store that cannot answer index queries says
+    /// so with [`Error::Unsupported`].
+    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
+        let _ = from;
+        Err(Error::Unsupported {
+            operation: "query_index",
+            reason: format!(
+                "this store does not maintain secondary indexes (asked for index {:?})",
+                query.index
+            ),
+        })
+    }
 }

@@ -69,10 +69,29 @@ pub enum Error {
     /// The schema on the servers does not match this configuration.
     #[error("schema: {0}")]
     Schema(String),
+    /// The store cannot do this at all (e.g. the legacy model has no change
+    /// log). Final: retrying cannot help.
+    #[error("{operation} is unsupported here: {reason}")]
+    Unsupported {
+        /// The API call.
+        operation: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// A stored value cannot be turned into a cell (a legacy row whose
+    /// value the layout's conversion refuses). Other rows are unaffected.
+    #[error("cannot read {what} as a cell: {reason}")]
+    Unreadable {
+        /// Which row and field.
+        what: String,
+        /// What was wrong with it.
+        reason: String,
+    },
 }
 
 impl Error {
-    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Error {
+    /// An [`Error::InvalidInput`].
+    pub fn invalid(field: &str, message: impl Into<String>) -> Error {
         Error::InvalidInput {
             field: field.to_string(),
             message: message.into(),
@@ -81,7 +100,7 @@ impl Error {
 
     /// Prefixes the field of an input error with the cell's index in its
     /// batch: `body` becomes `cells[3].body`.
-    pub(crate) fn in_batch(self, index: usize) -> Error {
+    pub fn in_batch(self, index: usize) -> Error {
         match self {
             Error::InvalidInput { field, message } => Error::InvalidInput {
                 field: format!("cells[{index}].{field}"),
@@ -96,27 +115,48 @@ impl Error {
     /// and corrupt cells are final.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Storage { source, .. } => match source {
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_) => true,
-                sqlx::Error::Database(db) => db
-                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .is_some_and(|e| {
-                        matches!(
-                            e.number(),
-                            // too many connections, server shutting down,
-                            // lock wait timeout, deadlock, read-only (a
-                            // master being replaced), query interrupted
-                            1040 | 1053 | 1205 | 1213 | 1290 | 1317 | 1927
-                        )
-                    }),
-                _ => false,
-            },
+            Error::Storage { source, .. } => driver_error_is_retryable(source),
             Error::Timeout { .. } => true,
             _ => false,
         }
+    }
+}
+
+/// Whether a driver error may go away if the same call is tried again: a
+/// node that could not be reached, a pool that timed out, a deadlock or
+/// lock timeout, a server shutting down (by MySQL error number or by
+/// SQLSTATE, which PostgreSQL reports too).
+pub fn driver_error_is_retryable(source: &sqlx::Error) -> bool {
+    match source {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => {
+            let mysql = db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| {
+                    matches!(
+                        e.number(),
+                        // too many connections, server shutting down,
+                        // lock wait timeout, deadlock, read-only (a
+                        // master being replaced), query interrupted
+                        1040 | 1053 | 1205 | 1213 | 1290 | 1317 | 1927
+                    )
+                });
+            // The same cases by SQLSTATE, which the legacy model's
+            // PostgreSQL reports: serialization failure, deadlock,
+            // lock not available, statement timeout, too many
+            // connections, shutdown, connection failures.
+            let sqlstate = db.code().is_some_and(|code| {
+                matches!(
+                    code.as_ref(),
+                    "40001" | "40P01" | "55P03" | "57014" | "53300" | "57P01" | "57P02" | "57P03"
+                ) || code.starts_with("08")
+            });
+            mysql || sqlstate
+        }
+        _ => false,
     }
 }
 

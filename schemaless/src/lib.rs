@@ -51,7 +51,10 @@ pub mod memory;
 pub mod mysql;
 pub mod routing;
 
-pub use api::{CellResult, CellStore, Conflict, ReadFrom, ShardPage, WriteOutcome};
+pub use api::{
+    CellResult, CellStore, Conflict, Filter, FilterOp, IndexEntry, IndexQuery, ReadFrom, ShardPage,
+    WriteOutcome,
+};
 pub use cell::{Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell};
 pub use error::{Error, Result};
 pub use memory::MemoryStore;

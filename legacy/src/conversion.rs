@@ -1,0 +1,527 @@
+//! One conversion per SQL type, both ways, so that every path agrees on
+//! what a value means: a body read from a row, a body scanned for the
+//! backfill and a body written by an app all pass through the same
+//! [`Conversion::render`] or [`Conversion::accept`] and come out in the same
+//! canonical form.
+//!
+//! | SQL type | JSON |
+//! |---|---|
+//! | `smallint`, `integer`, `bigint` | number (integer) |
+//! | `numeric` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`) |
+//! | `real`, `double precision` | number; `"NaN"`, `"Infinity"`, `"-Infinity"` as strings |
+//! | `text`, `varchar` | string |
+//! | `boolean` | `true` / `false` |
+//! | `uuid` | string, lowercase with hyphens |
+//! | `timestamptz` | string, UTC, microseconds: `"2015-03-08T07:30:00.000000Z"` |
+//! | `timestamp` | the same without `Z` |
+//! | `date` | `"2015-03-08"` |
+//! | `json`, `jsonb` | the JSON value as is |
+//! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
+//! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
+//!
+//! **NULL**: an SQL NULL is JSON `null`, and every field of a column is in
+//! every body read from the legacy tables. On write, a field left out of the
+//! body is written as NULL, so `{}` and `{"fare": null}` are the same cell
+//! once canonical. A `json`/`jsonb` value that is itself JSON `null` reads
+//! the same as SQL NULL (there is one `null`).
+//!
+//! Values are read as text (`col::text`, timestamps as epoch microseconds,
+//! arrays through `array_to_json`), which PostgreSQL produces the same way
+//! whatever the session's time zone or date style, and written as text
+//! cast to the column's exact type.
+
+use serde_json::{Number, Value};
+
+use crate::time;
+
+/// How one SQL type becomes JSON and back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conversion {
+    /// `smallint`
+    Int2,
+    /// `integer`
+    Int4,
+    /// `bigint`
+    Int8,
+    /// `numeric`, exact, as a string.
+    Numeric,
+    /// `real`
+    Float4,
+    /// `double precision`
+    Float8,
+    /// `text`, `varchar`
+    Text,
+    /// `boolean`
+    Bool,
+    /// `uuid`
+    Uuid,
+    /// `timestamp with time zone`
+    Timestamptz,
+    /// `timestamp without time zone`
+    Timestamp,
+    /// `date`
+    Date,
+    /// `json` and `jsonb`
+    Json,
+    /// `text[]`, `varchar[]`
+    TextArray,
+    /// `smallint[]`
+    Int2Array,
+    /// `integer[]`
+    Int4Array,
+    /// `bigint[]`
+    Int8Array,
+}
+
+/// The SQL types the layout can map, as `pg_type.typname`, for messages.
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, uuid, timestamptz, timestamp, date, json, jsonb, text[], varchar[], smallint[], integer[], bigint[]";
+
+impl Conversion {
+    /// The conversion for a column of type `typname` (`pg_type.typname`:
+    /// `int4`, `_text`, …), if there is one.
+    pub fn for_type(typname: &str) -> Option<Conversion> {
+        Some(match typname {
+            "int2" => Conversion::Int2,
+            "int4" => Conversion::Int4,
+            "int8" => Conversion::Int8,
+            "numeric" => Conversion::Numeric,
+            "float4" => Conversion::Float4,
+            "float8" => Conversion::Float8,
+            "text" | "varchar" => Conversion::Text,
+            "bool" => Conversion::Bool,
+            "uuid" => Conversion::Uuid,
+            "timestamptz" => Conversion::Timestamptz,
+            "timestamp" => Conversion::Timestamp,
+            "date" => Conversion::Date,
+            "json" | "jsonb" => Conversion::Json,
+            "_text" | "_varchar" => Conversion::TextArray,
+            "_int2" => Conversion::Int2Array,
+            "_int4" => Conversion::Int4Array,
+            "_int8" => Conversion::Int8Array,
+            _ => return None,
+        })
+    }
+
+    /// The SQL expression that reads column `column` (already quoted and
+    /// qualified) as the text [`Conversion::render`] takes.
+    pub fn read_expr(&self, column: &str) -> String {
+        match self {
+            Conversion::Timestamptz | Conversion::Timestamp => format!(
+                "CASE WHEN isfinite({column}) THEN (extract(epoch FROM {column}) * 1000000)::int8::text ELSE {column}::text END"
+            ),
+            Conversion::TextArray
+            | Conversion::Int2Array
+            | Conversion::Int4Array
+            | Conversion::Int8Array => format!("array_to_json({column})::text"),
+            _ => format!("{column}::text"),
+        }
+    }
+
+    /// The JSON value of a stored value read by [`Conversion::read_expr`]
+    /// (`None` is SQL NULL).
+    pub fn render(&self, text: Option<&str>) -> Result<Value, String> {
+        let Some(text) = text else {
+            return Ok(Value::Null);
+        };
+        match self {
+            Conversion::Int2 | Conversion::Int4 | Conversion::Int8 => text
+                .parse::<i64>()
+                .map(Value::from)
+                .map_err(|e| format!("{text:?} is not an integer: {e}")),
+            Conversion::Numeric => canonical_decimal(text).map(Value::String),
+            Conversion::Float4 => {
+                let x: f32 = text
+                    .parse()
+                    .map_err(|e| format!("{text:?} is not a real: {e}"))?;
+                Ok(float_value(widen(x)))
+            }
+            Conversion::Float8 => {
+                let x: f64 = text
+                    .parse()
+                    .map_err(|e| format!("{text:?} is not a double: {e}"))?;
+                Ok(float_value(x))
+            }
+            Conversion::Text => Ok(Value::String(text.to_string())),
+            Conversion::Bool => match text {
+                "true" => Ok(Value::Bool(true)),
+                "false" => Ok(Value::Bool(false)),
+                _ => Err(format!("{text:?} is not a boolean")),
+            },
+            Conversion::Uuid => uuid::Uuid::parse_str(text)
+                .map(|u| Value::String(u.hyphenated().to_string()))
+                .map_err(|e| format!("{text:?} is not a UUID: {e}")),
+            Conversion::Timestamptz | Conversion::Timestamp => {
+                let micros: i64 = text.parse().map_err(|_| {
+                    format!("{text:?} cannot be a cell value: only finite timestamps are")
+                })?;
+                time::format_timestamp(micros, *self == Conversion::Timestamptz).map(Value::String)
+            }
+            Conversion::Date => time::canonical_date(text).map(Value::String),
+            Conversion::Json => {
+                serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
+            }
+            Conversion::TextArray
+            | Conversion::Int2Array
+            | Conversion::Int4Array
+            | Conversion::Int8Array => {
+                let value: Value = serde_json::from_str(text)
+                    .map_err(|e| format!("stored array does not parse: {e}"))?;
+                // Checking it as input keeps one definition of a valid array
+                // (flat, elements of the type).
+                self.accept(&value).map(|(canonical, _)| canonical)
+            }
+        }
+    }
+
+    /// Checks a JSON value written for this type and returns its canonical
+    /// form and the text to cast into the column (`None` for NULL).
+    pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
+        if value.is_null() {
+            return Ok((Value::Null, None));
+        }
+        let canonical = match self {
+            Conversion::Int2 => integer(value, i16::MIN.into(), i16::MAX.into(), "smallint")?,
+            Conversion::Int4 => integer(value, i32::MIN.into(), i32::MAX.into(), "integer")?,
+            Conversion::Int8 => integer(value, i64::MIN, i64::MAX, "bigint")?,
+            Conversion::Numeric => {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    _ => return Err(expected("a decimal string such as \"12.50\"", value)),
+                };
+                Value::String(canonical_decimal(&text)?)
+            }
+            Conversion::Float4 => {
+                let x = float_input(value)?;
+                let narrowed = widen(x as f32);
+                if x.is_finite() && narrowed != x {
+                    return Err(format!(
+                        "{x} is not exactly representable as a real (it would be stored as {narrowed})"
+                    ));
+                }
+                float_value(narrowed)
+            }
+            Conversion::Float8 => float_value(float_input(value)?),
+            Conversion::Text => {
+                let s = value.as_str().ok_or_else(|| expected("a string", value))?;
+                if s.contains('\0') {
+                    return Err("text cannot contain the NUL character (\\u0000)".into());
+                }
+                value.clone()
+            }
+            Conversion::Bool => Value::Bool(
+                value
+                    .as_bool()
+                    .ok_or_else(|| expected("true or false", value))?,
+            ),
+            Conversion::Uuid => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a UUID string", value))?;
+                let uuid =
+                    uuid::Uuid::parse_str(s).map_err(|e| format!("{s:?} is not a UUID: {e}"))?;
+                Value::String(uuid.hyphenated().to_string())
+            }
+            Conversion::Timestamptz | Conversion::Timestamp => {
+                let zone = *self == Conversion::Timestamptz;
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a timestamp string", value))?;
+                let micros = time::parse_timestamp(s, zone)?;
+                Value::String(time::format_timestamp(micros, zone)?)
+            }
+            Conversion::Date => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a date string YYYY-MM-DD", value))?;
+                Value::String(time::canonical_date(s)?)
+            }
+            Conversion::Json => {
+                return Ok((value.clone(), Some(value.to_string())));
+            }
+            Conversion::TextArray => {
+                let items = array(value)?;
+                for item in items {
+                    match item {
+                        Value::Null => {}
+                        Value::String(s) if !s.contains('\0') => {}
+                        Value::String(_) => {
+                            return Err("text cannot contain the NUL character (\\u0000)".into())
+                        }
+                        other => return Err(expected("an array of strings", other)),
+                    }
+                }
+                value.clone()
+            }
+            Conversion::Int2Array | Conversion::Int4Array | Conversion::Int8Array => {
+                let (low, high, name) = match self {
+                    Conversion::Int2Array => (i16::MIN.into(), i16::MAX.into(), "smallint"),
+                    Conversion::Int4Array => (i32::MIN.into(), i32::MAX.into(), "integer"),
+                    _ => (i64::MIN, i64::MAX, "bigint"),
+                };
+                let items = array(value)?;
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    out.push(if item.is_null() {
+                        Value::Null
+                    } else {
+                        integer(item, low, high, name)?
+                    });
+                }
+                Value::Array(out)
+            }
+        };
+        let param = self.param(&canonical);
+        Ok((canonical, Some(param)))
+    }
+
+    /// The text PostgreSQL casts into the column, from a canonical value.
+    fn param(&self, canonical: &Value) -> String {
+        match (self, canonical) {
+            (_, Value::String(s)) => s.clone(),
+            (
+                Conversion::TextArray
+                | Conversion::Int2Array
+                | Conversion::Int4Array
+                | Conversion::Int8Array,
+                Value::Array(items),
+            ) => array_literal(items),
+            (_, other) => other.to_string(),
+        }
+    }
+}
+
+fn expected(what: &str, got: &Value) -> String {
+    let kind = match got {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    };
+    format!("expected {what}, got {kind} ({got})")
+}
+
+fn integer(value: &Value, low: i64, high: i64, name: &str) -> Result<Value, String> {
+    let n = value
+        .as_i64()
+        .ok_or_else(|| expected(&format!("an integer ({name})"), value))?;
+    if n < low || n > high {
+        return Err(format!("{n} is out of range for {name} ({low} to {high})"));
+    }
+    Ok(Value::from(n))
+}
+
+fn array(value: &Value) -> Result<&Vec<Value>, String> {
+    value.as_array().ok_or_else(|| expected("an array", value))
+}
+
+/// The f64 nearest to an f32 that prints like the f32 (1.1f32 becomes 1.1,
+/// not 1.100000023841858), so a real reads back as the number written.
+fn widen(x: f32) -> f64 {
+    x.to_string().parse().expect("a printed f32 parses as f64")
+}
+
+fn float_input(value: &Value) -> Result<f64, String> {
+    match value {
+        Value::Number(n) => n.as_f64().ok_or_else(|| expected("a number", value)),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Ok(f64::NAN),
+            "Infinity" => Ok(f64::INFINITY),
+            "-Infinity" => Ok(f64::NEG_INFINITY),
+            _ => Err(expected(
+                "a number, or \"NaN\", \"Infinity\", \"-Infinity\"",
+                value,
+            )),
+        },
+        _ => Err(expected("a number", value)),
+    }
+}
+
+/// A float as JSON: a number when finite (always the float kind, so `1`
+/// and `1.0` are one value), else its name as a string.
+fn float_value(x: f64) -> Value {
+    if x.is_nan() {
+        Value::String("NaN".into())
+    } else if x == f64::INFINITY {
+        Value::String("Infinity".into())
+    } else if x == f64::NEG_INFINITY {
+        Value::String("-Infinity".into())
+    } else {
+        // -0.0 and 0.0 are one value.
+        let x = if x == 0.0 { 0.0 } else { x };
+        Value::Number(Number::from_f64(x).expect("a finite float"))
+    }
+}
+
+/// The canonical text of an exact decimal: optional `-`, no leading zeros,
+/// no exponent, no trailing zeros in the fraction, no `-0`.
+pub fn canonical_decimal(text: &str) -> Result<String, String> {
+    match text {
+        "NaN" | "Infinity" | "-Infinity" => return Ok(text.to_string()),
+        "+Infinity" | "inf" | "+inf" => return Ok("Infinity".into()),
+        "-inf" => return Ok("-Infinity".into()),
+        _ => {}
+    }
+    let bad = || format!("{text:?} is not a decimal number");
+    let (negative, rest) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match rest.find(['e', 'E']) {
+        Some(at) => {
+            let exponent: i64 = rest[at + 1..].parse().map_err(|_| bad())?;
+            if exponent.abs() > 1000 {
+                return Err(format!("{text:?}: exponents beyond ±1000 are not accepted"));
+            }
+            (&rest[..at], exponent)
+        }
+        None => (rest, 0),
+    };
+    let (int_part, frac_part) = match mantissa.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (mantissa, ""),
+    };
+    if (int_part.is_empty() && frac_part.is_empty())
+        || !int_part.bytes().all(|b| b.is_ascii_digit())
+        || !frac_part.bytes().all(|b| b.is_ascii_digit())
+    {
+        return Err(bad());
+    }
+    // All digits, and where the point falls among them.
+    let digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).collect();
+    let point = int_part.len() as i64 + exponent;
+    let mut whole = String::new();
+    let mut fraction = String::new();
+    if point <= 0 {
+        fraction.extend(std::iter::repeat_n('0', (-point) as usize));
+        fraction.extend(digits.iter().map(|&d| d as char));
+    } else {
+        let point = point as usize;
+        for (i, &d) in digits.iter().enumerate() {
+            if i < point {
+                whole.push(d as char);
+            } else {
+                fraction.push(d as char);
+            }
+        }
+        whole.extend(std::iter::repeat_n('0', point.saturating_sub(digits.len())));
+    }
+    let whole = whole.trim_start_matches('0');
+    let fraction = fraction.trim_end_matches('0');
+    let mut out = String::with_capacity(whole.len() + fraction.len() + 3);
+    if negative && !(whole.is_empty() && fraction.is_empty()) {
+        out.push('-');
+    }
+    out.push_str(if whole.is_empty() { "0" } else { whole });
+    if !fraction.is_empty() {
+        out.push('.');
+        out.push_str(fraction);
+    }
+    Ok(out)
+}
+
+/// A PostgreSQL array literal of flat JSON items: `{"a","b\"c",NULL}`.
+fn array_literal(items: &[Value]) -> String {
+    let mut out = String::from("{");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match item {
+            Value::Null => out.push_str("NULL"),
+            Value::String(s) => {
+                out.push('"');
+                for c in s.chars() {
+                    if c == '"' || c == '\\' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+                out.push('"');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decimals_have_one_form() {
+        for (text, canonical) in [
+            ("12.50", "12.5"),
+            ("0012.000", "12"),
+            ("-0.00", "0"),
+            ("+.5", "0.5"),
+            ("1e3", "1000"),
+            ("1.25E-3", "0.00125"),
+            (
+                "-123456789012345678901234567890.123456789",
+                "-123456789012345678901234567890.123456789",
+            ),
+            ("NaN", "NaN"),
+        ] {
+            assert_eq!(canonical_decimal(text).unwrap(), canonical, "{text}");
+        }
+        for bad in ["", ".", "1.2.3", "12a", "e5", "--1", "1e99999"] {
+            assert!(canonical_decimal(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn floats_read_as_written() {
+        let (v, p) = Conversion::Float4.accept(&json!(1.1)).unwrap();
+        assert_eq!(v, json!(1.1));
+        assert_eq!(Conversion::Float4.render(p.as_deref()).unwrap(), v);
+        assert!(Conversion::Float4.accept(&json!(1.123456789)).is_err());
+        // An integral JSON number and its float are one value.
+        let (one, _) = Conversion::Float8.accept(&json!(1)).unwrap();
+        assert_eq!(one, Conversion::Float8.render(Some("1")).unwrap());
+        assert_eq!(Conversion::Float8.render(Some("-0")).unwrap(), json!(0.0));
+        assert_eq!(
+            Conversion::Float8.render(Some("NaN")).unwrap(),
+            json!("NaN")
+        );
+    }
+
+    #[test]
+    fn arrays_become_literals() {
+        let (v, p) = Conversion::TextArray
+            .accept(&json!(["a", "b\"c\\", null, "é"]))
+            .unwrap();
+        assert_eq!(v, json!(["a", "b\"c\\", null, "é"]));
+        assert_eq!(p.unwrap(), r#"{"a","b\"c\\",NULL,"é"}"#);
+        assert_eq!(
+            Conversion::Int4Array.accept(&json!([])).unwrap().1.unwrap(),
+            "{}"
+        );
+        assert!(Conversion::Int2Array.accept(&json!([70000])).is_err());
+        assert!(Conversion::TextArray.accept(&json!([["nested"]])).is_err());
+    }
+
+    #[test]
+    fn wrong_kinds_are_named() {
+        let err = Conversion::Int4.accept(&json!("12")).unwrap_err();
+        assert!(
+            err.contains("expected an integer (integer), got a string"),
+            "{err}"
+        );
+        let err = Conversion::Uuid.accept(&json!("nope")).unwrap_err();
+        assert!(err.contains("not a UUID"), "{err}");
+        assert_eq!(
+            Conversion::Uuid
+                .accept(&json!("6F1C1A0E-8A3B-4A55-9D1E-3C2B1A0F9E8D"))
+                .unwrap()
+                .0,
+            json!("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d")
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! The layout resolved against the live schema: every table, column and
+//! SQL type the config names, checked at connect, with the statements the
+//! model runs prepared as text once.
+//!
+//! What is checked, each failure an error naming the thing:
+//! - every table and column exists;
+//! - the parent's id and every ref key and parent key are integers, the
+//!   row key column is a `uuid` with a unique index;
+//! - each child table has a unique index on exactly (parent key, ref key),
+//!   which makes a child cell's address unique and its insert idempotent;
+//! - every field's SQL type has a [`Conversion`].
+
+use std::collections::{BTreeSet, HashMap};
+
+use config::ColumnKind;
+use schemaless::Column;
+use sqlx::PgPool;
+
+use crate::conversion::{self, Conversion};
+use crate::error::Error;
+
+/// A quoted SQL identifier: `"trip_notes"`.
+pub(crate) fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// One JSON field of a column and the SQL column behind it.
+#[derive(Clone, Debug)]
+pub struct Field {
+    /// The body's field name.
+    pub json: String,
+    /// The SQL column.
+    pub sql: String,
+    /// How its type converts.
+    pub conversion: Conversion,
+    /// The column's exact type (`numeric(10,2)`), which written values are
+    /// cast to.
+    pub sql_type: String,
+}
+
+/// One Schemaless column of the layout.
+#[derive(Clone, Debug)]
+pub struct ColumnLayout {
+    /// The Schemaless column.
+    pub name: Column,
+    /// Parent row or child table.
+    pub kind: ColumnKind,
+    /// The table the cells come from, as in the config.
+    pub table: String,
+    /// Quoted and schema-qualified.
+    pub(crate) table_sql: String,
+    /// The child's foreign key to the parent id (quoted), `child` only.
+    pub(crate) parent_sql: Option<String>,
+    /// The ref key column, quoted.
+    pub(crate) ref_key_sql: String,
+    /// The body's fields, in JSON name order.
+    pub fields: Vec<Field>,
+}
+
+impl ColumnLayout {
+    /// The field called `json`.
+    pub fn field(&self, json: &str) -> Option<&Field> {
+        self.fields.iter().find(|f| f.json == json)
+    }
+
+    /// The read expressions of every field, on table alias `alias`.
+    pub(crate) fn read_exprs(&self, alias: &str) -> String {
+        self.fields
+            .iter()
+            .map(|f| {
+                f.conversion
+                    .read_expr(&format!("{alias}.{}", quote(&f.sql)))
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The names of the fields, for messages.
+    pub(crate) fn field_names(&self) -> String {
+        self.fields
+            .iter()
+            .map(|f| f.json.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// One `[[index]]`, resolved.
+#[derive(Clone, Debug)]
+pub struct IndexLayout {
+    /// Its name.
+    pub name: String,
+    /// Which layout column it indexes (position in [`Layout::columns`]).
+    pub column: usize,
+    /// The shard field.
+    pub shard_field: Field,
+    /// The denormalized fields.
+    pub fields: Vec<Field>,
+}
+
+impl IndexLayout {
+    /// The shard field or a denormalized field called `json`.
+    pub fn field(&self, json: &str) -> Option<&Field> {
+        std::iter::once(&self.shard_field)
+            .chain(&self.fields)
+            .find(|f| f.json == json)
+    }
+}
+
+/// The whole layout, checked against the database.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    /// The parent table, as in the config.
+    pub table: String,
+    /// Quoted and schema-qualified.
+    pub(crate) table_sql: String,
+    /// The parent id column, quoted.
+    pub(crate) id_sql: String,
+    /// The row key column, quoted.
+    pub(crate) uuid_sql: String,
+    /// The columns, in config order.
+    pub columns: Vec<ColumnLayout>,
+    /// The indexes.
+    pub indexes: Vec<IndexLayout>,
+}
+
+/// A table's columns as the catalog has them.
+struct TableInfo {
+    /// name -> (typname, format_type)
+    columns: HashMap<String, (String, String)>,
+    /// Column sets of its valid unique indexes (and primary key).
+    unique: Vec<BTreeSet<String>>,
+}
+
+async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod)
+         FROM pg_attribute a
+         JOIN pg_class c ON c.oid = a.attrelid
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         JOIN pg_type t ON t.oid = a.atttypid
+         WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
+           AND a.attnum > 0 AND NOT a.attisdropped",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| Error::postgres(format!("reading the columns of {schema}.{table}"), e))?;
+    if rows.is_empty() {
+        return Err(Error::Layout(format!(
+            "table {schema}.{table} does not exist"
+        )));
+    }
+    let unique: Vec<(Vec<String>,)> = sqlx::query_as(
+        "SELECT array_agg(a.attname::text)
+         FROM pg_index i
+         JOIN pg_class c ON c.oid = i.indrelid
+         JOIN pg_namespace n ON n.oid = c.relnamespace
+         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+         WHERE n.nspname = $1 AND c.relname = $2
+           AND i.indisunique AND i.indisvalid AND i.indpred IS NULL AND i.indexprs IS NULL
+         GROUP BY i.indexrelid",
+    )
+    .bind(schema)
+    .bind(table)
+    .fetch_all(pool)
+    .await
+    .map_err(|e| Error::postgres(format!("reading the indexes of {schema}.{table}"), e))?;
+    Ok(TableInfo {
+        columns: rows
+            .into_iter()
+            .map(|(name, typname, full)| (name, (typname, full)))
+            .collect(),
+        unique: unique
+            .into_iter()
+            .map(|(cols,)| cols.into_iter().collect())
+            .collect(),
+    })
+}
+
+impl TableInfo {
+    fn column(&self, table: &str, what: &str, name: &str) -> Result<&(String, String), Error> {
+        self.columns
+            .get(name)
+            .ok_or_else(|| Error::Layout(format!("{what}: table {table} has no column {name:?}")))
+    }
+
+    fn integer(&self, table: &str, what: &str, name: &str) -> Result<(), Error> {
+        let (typname, full) = self.column(table, what, name)?;
+        if matches!(typname.as_str(), "int2" | "int4" | "int8") {
+            Ok(())
+        } else {
+            Err(Error::Layout(format!(
+                "{what}: {table}.{name} is {full}, but must be an integer (smallint, integer or bigint)"
+            )))
+        }
+    }
+
+    fn has_unique(&self, columns: &[&str]) -> bool {
+        let want: BTreeSet<String> = columns.iter().map(|c| c.to_string()).collect();
+        self.unique.contains(&want)
+    }
+}
+
+impl Layout {
+    /// Resolves the config's layout and indexes against the live schema.
+    pub async fn resolve(
+        layout: &config::Layout,
+        indexes: &[config::Index],
+        pool: &PgPool,
+    ) -> Result<Layout, Error> {
+        let schema = &layout.schema;
+        let parent_name = format!("{schema}.{}", layout.table);
+        let parent = table_info(pool, schema, &layout.table).await?;
+        parent.integer(&parent_name, "layout.id", &layout.id)?;
+        if !parent.has_unique(&[&layout.id]) {
+            return Err(Error::Layout(format!(
+                "layout.id: {parent_name}.{} is not unique (it needs a primary key or unique index)",
+                layout.id
+            )));
+        }
+        let (typname, full) = parent.columns.get(&layout.uuid).ok_or_else(|| {
+            Error::Layout(format!(
+                "layout.uuid: table {parent_name} has no column {:?}; run `mezzanine legacy add-uuid` to add and fill it",
+                layout.uuid
+            ))
+        })?;
+        if typname != "uuid" {
+            return Err(Error::Layout(format!(
+                "layout.uuid: {parent_name}.{} is {full}, but must be uuid",
+                layout.uuid
+            )));
+        }
+        if !parent.has_unique(&[&layout.uuid]) {
+            return Err(Error::Layout(format!(
+                "layout.uuid: {parent_name}.{} has no valid unique index yet; `mezzanine legacy add-uuid` builds it",
+                layout.uuid
+            )));
+        }
+
+        let mut columns = Vec::with_capacity(layout.columns.len());
+        for spec in &layout.columns {
+            let what = format!("layout column {}", spec.name);
+            let (table, info) = match spec.kind {
+                ColumnKind::Row => (layout.table.clone(), None),
+                ColumnKind::Child => {
+                    let table = spec.table.clone().expect("validated: a child has a table");
+                    let info = table_info(pool, schema, &table).await?;
+                    (table, Some(info))
+                }
+            };
+            let info_ref = info.as_ref().unwrap_or(&parent);
+            let table_name = format!("{schema}.{table}");
+            info_ref.integer(&table_name, &format!("{what}, ref_key"), &spec.ref_key)?;
+            if let Some(parent_key) = &spec.parent {
+                info_ref.integer(&table_name, &format!("{what}, parent"), parent_key)?;
+                if !info_ref.has_unique(&[parent_key, &spec.ref_key]) {
+                    return Err(Error::Layout(format!(
+                        "{what}: {table_name} needs a primary key or unique index on exactly ({parent_key}, {}), so that a child cell has one row",
+                        spec.ref_key
+                    )));
+                }
+            }
+            let mut fields = Vec::with_capacity(spec.fields.0.len());
+            for (json, sql) in &spec.fields.0 {
+                let what = format!("{what}, field {json:?}");
+                let (typname, full) = info_ref.column(&table_name, &what, sql)?;
+                let conversion = Conversion::for_type(typname).ok_or_else(|| {
+                    Error::Layout(format!(
+                        "{what}: {table_name}.{sql} is {full}, which no conversion takes (supported: {})",
+                        conversion::SUPPORTED
+                    ))
+                })?;
+                fields.push(Field {
+                    json: json.clone(),
+                    sql: sql.clone(),
+                    conversion,
+                    sql_type: full.clone(),
+                });
+            }
+            columns.push(ColumnLayout {
+                name: Column::new(&spec.name).map_err(|e| Error::Layout(format!("{what}: {e}")))?,
+                kind: spec.kind,
+                table_sql: format!("{}.{}", quote(schema), quote(&table)),
+                table,
+                parent_sql: spec.parent.as_deref().map(quote),
+                ref_key_sql: quote(&spec.ref_key),
+                fields,
+            });
+        }
+
+        let mut resolved_indexes = Vec::with_capacity(indexes.len());
+        for index in indexes {
+            let column = columns
+                .iter()
+                .position(|c| c.name.as_str() == index.column)
+                .ok_or_else(|| {
+                    Error::Layout(format!(
+                        "index {}: no layout column {:?}",
+                        index.name, index.column
+                    ))
+                })?;
+            let field = |name: &str| {
+                columns[column].field(name).cloned().ok_or_else(|| {
+                    Error::Layout(format!(
+                        "index {}: column {} has no field {name:?}",
+                        index.name, index.column
+                    ))
+                })
+            };
+            resolved_indexes.push(IndexLayout {
+                name: index.name.clone(),
+                column,
+                shard_field: field(&index.shard_field)?,
+                fields: index
+                    .fields
+                    .iter()
+                    .map(|f| field(f))
+                    .collect::<Result<_, _>>()?,
+            });
+        }
+
+        Ok(Layout {
+            table: layout.table.clone(),
+            table_sql: format!("{}.{}", quote(schema), quote(&layout.table)),
+            id_sql: quote(&layout.id),
+            uuid_sql: quote(&layout.uuid),
+            columns,
+            indexes: resolved_indexes,
+        })
+    }
+
+    /// The layout column called `name`.
+    pub fn column(&self, name: &str) -> Option<(usize, &ColumnLayout)> {
+        self.columns
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.name.as_str() == name)
+    }
+
+    /// The index called `name`.
+    pub fn index(&self, name: &str) -> Option<&IndexLayout> {
+        self.indexes.iter().find(|i| i.name == name)
+    }
+
+    /// The names of the columns, for messages.
+    pub fn column_names(&self) -> String {
+        self.columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

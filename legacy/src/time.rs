@@ -1,0 +1,303 @@
+//! Timestamps and dates in their one canonical form.
+//!
+//! A `timestamptz` is the instant in UTC with exactly six fraction digits:
+//! `2015-03-08T07:30:00.000000Z`. A `timestamp` (without time zone) is the
+//! same without the `Z`. A `date` is `2015-03-08`. Years 0001–9999 only:
+//! the canonical text then sorts like the time it names.
+//!
+//! Input may carry any UTC offset (`+05:30`, `-0800`, `Z`), a space instead
+//! of the `T`, and 0–9 fraction digits; digits below the microsecond must
+//! be zero, since PostgreSQL would round them away. The calendar arithmetic
+//! is Howard Hinnant's `days_from_civil` (proleptic Gregorian), so no
+//! time-zone database is involved: offsets are explicit in the text.
+
+const MICROS_PER_SECOND: i64 = 1_000_000;
+const SECONDS_PER_DAY: i64 = 86_400;
+
+/// Days from 1970-01-01 to the given date.
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date `days` after 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        _ if (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 => 29,
+        _ => 28,
+    }
+}
+
+/// A cursor over ASCII text, for the small grammars below.
+struct Scanner<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl Scanner<'_> {
+    fn digits(&mut self, count: usize, what: &str) -> Result<u32, String> {
+        let end = self.at + count;
+        let slice = self
+            .text
+            .get(self.at..end)
+            .filter(|s| s.iter().all(u8::is_ascii_digit))
+            .ok_or_else(|| format!("expected {count} digits of {what}"))?;
+        self.at = end;
+        Ok(slice.iter().fold(0, |n, d| n * 10 + u32::from(d - b'0')))
+    }
+
+    fn expect(&mut self, byte: u8) -> Result<(), String> {
+        if self.text.get(self.at) == Some(&byte) {
+            self.at += 1;
+            Ok(())
+        } else {
+            Err(format!("expected {:?}", byte as char))
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn done(&self) -> bool {
+        self.at == self.text.len()
+    }
+}
+
+fn parse_date_part(s: &mut Scanner) -> Result<(i64, u32, u32), String> {
+    let year = s.digits(4, "the year")?;
+    s.expect(b'-')?;
+    let month = s.digits(2, "the month")?;
+    s.expect(b'-')?;
+    let day = s.digits(2, "the day")?;
+    if year == 0 {
+        return Err("year 0000 does not exist; years 0001-9999 are accepted".into());
+    }
+    if !(1..=12).contains(&month) {
+        return Err(format!("month {month} does not exist"));
+    }
+    if day == 0 || day > days_in_month(year.into(), month) {
+        return Err(format!("{year:04}-{month:02} has no day {day}"));
+    }
+    Ok((year.into(), month, day))
+}
+
+/// Checks a `YYYY-MM-DD` date and returns it unchanged.
+pub fn canonical_date(text: &str) -> Result<String, String> {
+    let mut s = Scanner {
+        text: text.as_bytes(),
+        at: 0,
+    };
+    let (year, month, day) = parse_date_part(&mut s).map_err(|e| format!("{text:?}: {e}"))?;
+    if !s.done() {
+        return Err(format!("{text:?} is not a date of the form YYYY-MM-DD"));
+    }
+    Ok(format!("{year:04}-{month:02}-{day:02}"))
+}
+
+/// Parses a timestamp to microseconds since the epoch (UTC). With
+/// `with_zone`, an offset (`Z`, `±HH:MM`, `±HHMM`, `±HH`) is required;
+/// without it, none is allowed and the time is taken as is.
+pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
+    let fail = |e: String| {
+        let form = if with_zone {
+            "YYYY-MM-DDTHH:MM:SS[.ffffff]Z or ...+HH:MM"
+        } else {
+            "YYYY-MM-DDTHH:MM:SS[.ffffff], without an offset"
+        };
+        format!("{text:?} is not a timestamp of the form {form}: {e}")
+    };
+    let mut s = Scanner {
+        text: text.as_bytes(),
+        at: 0,
+    };
+    let (year, month, day) = parse_date_part(&mut s).map_err(fail)?;
+    match s.peek() {
+        Some(b'T' | b't' | b' ') => s.at += 1,
+        _ => return Err(fail("expected 'T' after the date".into())),
+    }
+    let hour = s.digits(2, "the hour").map_err(fail)?;
+    s.expect(b':').map_err(fail)?;
+    let minute = s.digits(2, "the minute").map_err(fail)?;
+    s.expect(b':').map_err(fail)?;
+    let second = s.digits(2, "the second").map_err(fail)?;
+    if hour > 23 || minute > 59 || second > 59 {
+        return Err(fail(format!(
+            "{hour:02}:{minute:02}:{second:02} is not a time of day"
+        )));
+    }
+    let mut micros: i64 = 0;
+    if s.peek() == Some(b'.') {
+        s.at += 1;
+        let start = s.at;
+        while s.peek().is_some_and(|b| b.is_ascii_digit()) {
+            s.at += 1;
+        }
+        let fraction = &text[start..s.at];
+        if fraction.is_empty() || fraction.len() > 9 {
+            return Err(fail("the fraction takes 1-9 digits".into()));
+        }
+        let (kept, below) = fraction.split_at(fraction.len().min(6));
+        if below.bytes().any(|b| b != b'0') {
+            return Err(fail(
+                "the time is finer than a microsecond, which would be rounded".into(),
+            ));
+        }
+        micros = format!("{kept:0<6}")
+            .parse()
+            .expect("six ASCII digits are a number");
+    }
+    let offset_seconds: i64 = if with_zone {
+        match s.peek() {
+            Some(b'Z' | b'z') => {
+                s.at += 1;
+                0
+            }
+            Some(sign @ (b'+' | b'-')) => {
+                s.at += 1;
+                let hours = s.digits(2, "the offset hours").map_err(fail)?;
+                let minutes = if s.done() {
+                    0
+                } else {
+                    if s.peek() == Some(b':') {
+                        s.at += 1;
+                    }
+                    s.digits(2, "the offset minutes").map_err(fail)?
+                };
+                if hours > 15 || minutes > 59 {
+                    return Err(fail(format!(
+                        "offset {hours:02}:{minutes:02} is out of range"
+                    )));
+                }
+                let seconds = i64::from(hours * 3600 + minutes * 60);
+                if sign == b'-' {
+                    -seconds
+                } else {
+                    seconds
+                }
+            }
+            _ => return Err(fail("a UTC offset is required (Z or +HH:MM)".into())),
+        }
+    } else {
+        0
+    };
+    if !s.done() {
+        let rest = &text[s.at..];
+        return Err(fail(if with_zone {
+            format!("unexpected {rest:?} at the end")
+        } else {
+            format!("unexpected {rest:?} at the end (the column has no time zone)")
+        }));
+    }
+    let seconds = days_from_civil(year, month, day) * SECONDS_PER_DAY
+        + i64::from(hour * 3600 + minute * 60 + second)
+        - offset_seconds;
+    let micros = seconds * MICROS_PER_SECOND + micros;
+    // An offset can push a time just inside the range outside of it.
+    format_timestamp(micros, with_zone).map_err(fail)?;
+    Ok(micros)
+}
+
+/// The canonical text of an instant given in microseconds since the epoch.
+pub fn format_timestamp(micros: i64, with_zone: bool) -> Result<String, String> {
+    let seconds = micros.div_euclid(MICROS_PER_SECOND);
+    let fraction = micros.rem_euclid(MICROS_PER_SECOND);
+    let days = seconds.div_euclid(SECONDS_PER_DAY);
+    let of_day = seconds.rem_euclid(SECONDS_PER_DAY);
+    let (year, month, day) = civil_from_days(days);
+    if !(1..=9999).contains(&year) {
+        return Err(format!(
+            "year {year} is outside 0001-9999, the range of the canonical form"
+        ));
+    }
+    Ok(format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{fraction:06}{}",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60,
+        if with_zone { "Z" } else { "" }
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_round_trip() {
+        for days in [-719_162, -1, 0, 1, 10_957, 16_000, 2_932_896] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days, "{y}-{m}-{d}");
+        }
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    #[test]
+    fn offsets_become_utc() {
+        let utc = parse_timestamp("2015-03-08T07:30:00Z", true).unwrap();
+        for text in [
+            "2015-03-08T02:30:00-05:00",
+            "2015-03-08 02:30:00-0500",
+            "2015-03-08T13:00:00.000000+05:30",
+            "2015-03-08T07:30:00.000000000z",
+        ] {
+            assert_eq!(parse_timestamp(text, true).unwrap(), utc, "{text}");
+        }
+        assert_eq!(
+            format_timestamp(utc, true).unwrap(),
+            "2015-03-08T07:30:00.000000Z"
+        );
+        let early = parse_timestamp("1969-12-31T23:59:59.5Z", true).unwrap();
+        assert_eq!(early, -500_000);
+        assert_eq!(
+            format_timestamp(early, true).unwrap(),
+            "1969-12-31T23:59:59.500000Z"
+        );
+    }
+
+    #[test]
+    fn bad_timestamps_name_the_problem() {
+        for (text, zone, needle) in [
+            ("2015-02-29T00:00:00Z", true, "no day 29"),
+            ("2016-02-29T24:00:00Z", true, "time of day"),
+            ("2015-03-08T07:30:00", true, "offset is required"),
+            ("2015-03-08T07:30:00Z", false, "no time zone"),
+            (
+                "2015-03-08T07:30:00.1234567Z",
+                true,
+                "finer than a microsecond",
+            ),
+            ("0000-01-01T00:00:00Z", true, "year 0000"),
+            ("9999-12-31T23:00:00-02:00", true, "outside 0001-9999"),
+            ("yesterday", true, "digits of the year"),
+        ] {
+            let err = parse_timestamp(text, zone).unwrap_err();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+        assert!(canonical_date("2015-13-01")
+            .unwrap_err()
+            .contains("month 13"));
+        assert_eq!(canonical_date("2016-02-29").unwrap(), "2016-02-29");
+    }
+}

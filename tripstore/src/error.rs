@@ -1,0 +1,54 @@
+//! The facade's error type, for what is not a cell API call.
+
+use crate::mode::Mode;
+
+/// Everything connecting the facade and changing the mode can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The legacy model could not be set up (config, layout, PostgreSQL).
+    #[error(transparent)]
+    Legacy(#[from] legacy::Error),
+    /// A cell store error.
+    #[error(transparent)]
+    Cell(#[from] schemaless::Error),
+    /// PostgreSQL failed while reading or changing the mode.
+    #[error("{context}: {source}")]
+    Postgres {
+        /// What was being done.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// A mode name that is not one of the five.
+    #[error("unknown mode {0:?}: the modes are legacy, mirror, shadow, primary, schemaless")]
+    UnknownMode(String),
+    /// The step is not allowed now; `--force` overrides it.
+    #[error("mode {from} -> {to} refused: {reason} (--force overrides, and is recorded)")]
+    Refused {
+        /// The current mode.
+        from: Mode,
+        /// The mode asked for.
+        to: Mode,
+        /// Why.
+        reason: String,
+    },
+    /// This build cannot serve the mode at all; not overridable.
+    #[error("mode {mode} is not available: {reason}")]
+    Unavailable {
+        /// The mode asked for.
+        mode: Mode,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn postgres(context: &str, source: sqlx::Error) -> Error {
+        Error::Postgres {
+            context: context.to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! tripstore: the facade apps link. One cell API
+//! ([`schemaless::CellStore`]) over both stores, switched by the mode.
+//!
+//! The mode is kept in PostgreSQL (`mezzanine.mode`), so every running
+//! facade agrees; changes reach them by LISTEN/NOTIFY within milliseconds
+//! and by polling within `legacy.mode_poll_ms` when a notification is lost.
+//! This build serves `legacy` (everything to PostgreSQL, through the
+//! layout) and `schemaless` (everything to Schemaless); `mirror`, `shadow`
+//! and `primary` arrive with the mirror.
+//!
+//! # Layout
+//!
+//! - [`trip_store`]: [`TripStore`], the routing facade and its mode
+//!   watcher;
+//! - [`mode`]: the modes, the ladder and its gates, the control table;
+//! - [`error`]: the crate's error type.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use schemaless::{CellStore, ReadFrom, RowKey, Column};
+//! use tripstore::TripStore;
+//!
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! let config = config::Config::load("config/examples/local.toml")?;
+//! let trips = TripStore::connect(&config).await?;
+//! let trip = RowKey::parse("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d")?;
+//! let base = trips
+//!     .get_cell_latest(&trip, &Column::new("BASE")?, ReadFrom::Master)
+//!     .await?;
+//! println!("mode {}: {base:?}", trips.mode());
+//! trips.close().await;
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod error;
+pub mod mode;
+pub mod trip_store;
+
+pub use error::Error;
+pub use mode::{Mode, ModeChange, ModeRequest, ModeState};
+pub use trip_store::TripStore;

@@ -1,0 +1,379 @@
+//! The mode: which store the facade reads from and writes to.
+//!
+//! The mode lives in one row of `mezzanine.mode` in the legacy database, so
+//! every app instance agrees on it. A change is one transaction that checks
+//! the step, updates the row, appends to `mezzanine.mode_history` and
+//! notifies channel `mezzanine_mode`; facades listen on it and also poll.
+//!
+//! The modes form a ladder, walked one step at a time:
+//! `legacy -> mirror -> shadow -> primary -> schemaless`. A step back is
+//! always allowed (it is the way out of trouble). A step forward must pass
+//! the gate of the mode it enters, and a jump of several steps is refused;
+//! `--force` overrides both, and is recorded with what it overrode. A mode
+//! this build cannot serve is refused even with `--force`, since no facade
+//! could then answer a call.
+
+use std::fmt;
+use std::str::FromStr;
+
+use sqlx::{PgPool, Row};
+
+use crate::error::Error;
+
+/// The channel mode changes are announced on.
+pub const CHANNEL: &str = "mezzanine_mode";
+
+/// One rung of the migration ladder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    /// Reads and writes go to PostgreSQL only.
+    Legacy,
+    /// Writes go to PostgreSQL and an outbox relayed to Schemaless; reads
+    /// from PostgreSQL, sampled reads replayed on Schemaless.
+    Mirror,
+    /// Writes as in `mirror`; reads from Schemaless, replayed on PostgreSQL.
+    Shadow,
+    /// Writes go to Schemaless, reverse-mirrored to PostgreSQL; reads from
+    /// Schemaless.
+    Primary,
+    /// Reads and writes go to Schemaless only.
+    Schemaless,
+}
+
+impl Mode {
+    /// Every mode, in ladder order.
+    pub const ALL: [Mode; 5] = [
+        Mode::Legacy,
+        Mode::Mirror,
+        Mode::Shadow,
+        Mode::Primary,
+        Mode::Schemaless,
+    ];
+
+    /// The mode's name, as stored and typed.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::Legacy => "legacy",
+            Mode::Mirror => "mirror",
+            Mode::Shadow => "shadow",
+            Mode::Primary => "primary",
+            Mode::Schemaless => "schemaless",
+        }
+    }
+
+    fn rank(&self) -> usize {
+        Mode::ALL
+            .iter()
+            .position(|m| m == self)
+            .expect("every mode is on the ladder")
+    }
+
+    /// The next mode forward, if any.
+    pub fn next(&self) -> Option<Mode> {
+        Mode::ALL.get(self.rank() + 1).copied()
+    }
+
+    /// The mode one step back, if any.
+    pub fn previous(&self) -> Option<Mode> {
+        self.rank().checked_sub(1).map(|r| Mode::ALL[r])
+    }
+
+    /// Why this build cannot serve the mode, if it cannot.
+    pub fn unavailable(&self) -> Option<&'static str> {
+        match self {
+            Mode::Legacy | Mode::Schemaless => None,
+            Mode::Mirror | Mode::Shadow => Some(
+                "it needs the forward mirror (transactional outbox and relay), which this build does not include yet",
+            ),
+            Mode::Primary => Some(
+                "it needs the reverse mirror (Schemaless change log applied to PostgreSQL), which this build does not include yet",
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Mode, Error> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == text)
+            .ok_or_else(|| Error::UnknownMode(text.to_string()))
+    }
+}
+
+/// The current mode and who set it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeState {
+    /// The mode.
+    pub mode: Mode,
+    /// When it was set (canonical UTC text).
+    pub changed_at: String,
+    /// Who set it (`user@host` of the command, or the caller's label).
+    pub changed_by: String,
+    /// Whether `--force` overrode a refusal to set it.
+    pub forced: bool,
+    /// The reason given with the change.
+    pub reason: Option<String>,
+}
+
+/// A request to change the mode.
+#[derive(Clone, Debug)]
+pub struct ModeRequest {
+    /// The mode wanted.
+    pub target: Mode,
+    /// Override a refused step (never an unavailable mode).
+    pub force: bool,
+    /// Who asks, for the history.
+    pub by: String,
+    /// Why, for the history.
+    pub reason: Option<String>,
+}
+
+/// What a change did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeChange {
+    /// The mode before.
+    pub from: Mode,
+    /// The mode now.
+    pub to: Mode,
+    /// The refusal `--force` overrode, if any.
+    pub overridden: Option<String>,
+}
+
+/// One line of `mezzanine.mode_history`.
+#[derive(Clone, Debug)]
+pub struct HistoryEntry {
+    /// When.
+    pub at: String,
+    /// From which mode.
+    pub from: String,
+    /// To which mode.
+    pub to: String,
+    /// Who.
+    pub by: String,
+    /// The refusal `--force` overrode, if any.
+    pub overridden: Option<String>,
+    /// The reason given.
+    pub reason: Option<String>,
+}
+
+/// Why a step from `from` to `to` may not be taken, if it may not. Later
+/// gates (backfill done, outbox drained, mismatch rate) are added here.
+pub fn refusal(from: Mode, to: Mode) -> Option<String> {
+    if to == from {
+        return None;
+    }
+    if to < from {
+        return match from.previous() {
+            Some(back) if back == to => None,
+            Some(back) => Some(format!(
+                "the mode moves back one step at a time: the step back from {from} is {back}"
+            )),
+            None => unreachable!("nothing is below legacy"),
+        };
+    }
+    match from.next() {
+        Some(next) if next == to => None,
+        Some(next) => Some(format!(
+            "the mode moves forward one step at a time: the next step from {from} is {next}"
+        )),
+        None => unreachable!("nothing is above schemaless"),
+    }
+}
+
+fn timestamp_sql(column: &str) -> String {
+    format!("to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+}
+
+/// Creates the control tables if they are missing, starting in `legacy`.
+/// Serialized by an advisory lock, so facades starting together do not
+/// race on `CREATE TABLE`.
+pub async fn ensure_control(pool: &PgPool) -> Result<(), Error> {
+    let context = "creating the mode control table";
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(|e| Error::postgres(context, e))?;
+    sqlx::raw_sql(
+        "SELECT pg_advisory_xact_lock(7415262541);
+         CREATE SCHEMA IF NOT EXISTS mezzanine;
+         CREATE TABLE IF NOT EXISTS mezzanine.mode (
+             id boolean PRIMARY KEY DEFAULT true CHECK (id),
+             mode text NOT NULL CHECK (mode IN ('legacy', 'mirror', 'shadow', 'primary', 'schemaless')),
+             changed_at timestamptz NOT NULL DEFAULT now(),
+             changed_by text NOT NULL,
+             forced boolean NOT NULL DEFAULT false,
+             reason text);
+         INSERT INTO mezzanine.mode (mode, changed_by, reason)
+             VALUES ('legacy', 'mezzanine', 'initial mode') ON CONFLICT DO NOTHING;
+         CREATE TABLE IF NOT EXISTS mezzanine.mode_history (
+             id bigserial PRIMARY KEY,
+             at timestamptz NOT NULL DEFAULT now(),
+             from_mode text NOT NULL,
+             to_mode text NOT NULL,
+             changed_by text NOT NULL,
+             overridden text,
+             reason text);",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| Error::postgres(context, e))?;
+    tx.commit().await.map_err(|e| Error::postgres(context, e))
+}
+
+/// The current mode.
+pub async fn read(pool: &PgPool) -> Result<ModeState, Error> {
+    let sql = format!(
+        "SELECT mode, {}, changed_by, forced, reason FROM mezzanine.mode",
+        timestamp_sql("changed_at")
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .fetch_one(pool)
+        .await
+        .map_err(|e| Error::postgres("reading the mode", e))?;
+    let get = |e| Error::postgres("reading the mode", e);
+    Ok(ModeState {
+        mode: row.try_get::<String, _>(0).map_err(get)?.parse()?,
+        changed_at: row.try_get(1).map_err(get)?,
+        changed_by: row.try_get(2).map_err(get)?,
+        forced: row.try_get(3).map_err(get)?,
+        reason: row.try_get(4).map_err(get)?,
+    })
+}
+
+/// Changes the mode if the step is allowed (or forced), in one transaction
+/// that also records the history and notifies every facade.
+pub async fn set(pool: &PgPool, request: &ModeRequest) -> Result<ModeChange, Error> {
+    let to = request.target;
+    if let Some(why) = to.unavailable() {
+        return Err(Error::Unavailable {
+            mode: to,
+            reason: why.to_string(),
+        });
+    }
+    let context = "changing the mode";
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(|e| Error::postgres(context, e))?;
+    let (current,): (String,) = sqlx::query_as("SELECT mode FROM mezzanine.mode FOR UPDATE")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| Error::postgres(context, e))?;
+    let from: Mode = current.parse()?;
+    if from == to {
+        return Ok(ModeChange {
+            from,
+            to,
+            overridden: None,
+        });
+    }
+    let overridden = refusal(from, to);
+    if let Some(reason) = &overridden {
+        if !request.force {
+            return Err(Error::Refused {
+                from,
+                to,
+                reason: reason.clone(),
+            });
+        }
+        tracing::warn!(
+            "mode {from} -> {to} forced by {} over: {reason}",
+            request.by
+        );
+    }
+    sqlx::query(
+        "UPDATE mezzanine.mode SET mode = $1, changed_at = now(), changed_by = $2, forced = $3, reason = $4",
+    )
+    .bind(to.as_str())
+    .bind(&request.by)
+    .bind(overridden.is_some())
+    .bind(&request.reason)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| Error::postgres(context, e))?;
+    sqlx::query(
+        "INSERT INTO mezzanine.mode_history (from_mode, to_mode, changed_by, overridden, reason)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(from.as_str())
+    .bind(to.as_str())
+    .bind(&request.by)
+    .bind(&overridden)
+    .bind(&request.reason)
+    .execute(&mut *tx)
+    .await
+    .map_err(|e| Error::postgres(context, e))?;
+    // Delivered when the transaction commits, never before.
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(to.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| Error::postgres(context, e))?;
+    tx.commit().await.map_err(|e| Error::postgres(context, e))?;
+    tracing::info!("mode {from} -> {to} by {}", request.by);
+    Ok(ModeChange {
+        from,
+        to,
+        overridden,
+    })
+}
+
+/// The latest `limit` mode changes, newest first.
+pub async fn history(pool: &PgPool, limit: i64) -> Result<Vec<HistoryEntry>, Error> {
+    let sql = format!(
+        "SELECT {}, from_mode, to_mode, changed_by, overridden, reason
+         FROM mezzanine.mode_history ORDER BY id DESC LIMIT $1",
+        timestamp_sql("at")
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(limit)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| Error::postgres("reading the mode history", e))?;
+    rows.iter()
+        .map(|row| {
+            let get = |e| Error::postgres("reading the mode history", e);
+            Ok(HistoryEntry {
+                at: row.try_get(0).map_err(get)?,
+                from: row.try_get(1).map_err(get)?,
+                to: row.try_get(2).map_err(get)?,
+                by: row.try_get(3).map_err(get)?,
+                overridden: row.try_get(4).map_err(get)?,
+                reason: row.try_get(5).map_err(get)?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_step_at_a_time() {
+        assert_eq!(refusal(Mode::Legacy, Mode::Mirror), None);
+        assert_eq!(refusal(Mode::Schemaless, Mode::Primary), None);
+        assert_eq!(refusal(Mode::Shadow, Mode::Shadow), None);
+        let jump = refusal(Mode::Legacy, Mode::Schemaless).unwrap();
+        assert!(jump.contains("next step from legacy is mirror"), "{jump}");
+        let back = refusal(Mode::Schemaless, Mode::Legacy).unwrap();
+        assert!(
+            back.contains("step back from schemaless is primary"),
+            "{back}"
+        );
+        for mode in Mode::ALL {
+            assert_eq!(mode.as_str().parse::<Mode>().unwrap(), mode);
+        }
+        assert!("mirrored".parse::<Mode>().is_err());
+    }
+}

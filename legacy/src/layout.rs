@@ -36,6 +36,9 @@ pub struct Field {
     /// The column's exact type (`numeric(10,2)`), which written values are
     /// cast to.
     pub sql_type: String,
+    /// The length limit of a `varchar(n)`, checked before writing so the
+    /// error can name the field.
+    pub max_chars: Option<usize>,
 }
 
 /// One Schemaless column of the layout.
@@ -128,13 +131,15 @@ pub struct Layout {
 struct TableInfo {
     /// name -> (typname, format_type)
     columns: HashMap<String, (String, String)>,
+    /// name -> atttypmod (type modifier: `varchar(n)` is n + 4)
+    modifiers: HashMap<String, i32>,
     /// Column sets of its valid unique indexes (and primary key).
     unique: Vec<BTreeSet<String>>,
 }
 
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
-    let rows: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod)
+    let rows: Vec<(String, String, String, i32)> = sqlx::query_as(
+        "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), a.atttypmod
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -168,9 +173,13 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
     .await
     .map_err(|e| Error::postgres(format!("reading the indexes of {schema}.{table}"), e))?;
     Ok(TableInfo {
+        modifiers: rows
+            .iter()
+            .map(|(name, _, _, modifier)| (name.clone(), *modifier))
+            .collect(),
         columns: rows
             .into_iter()
-            .map(|(name, typname, full)| (name, (typname, full)))
+            .map(|(name, typname, full, _)| (name, (typname, full)))
             .collect(),
         unique: unique
             .into_iter()
@@ -272,11 +281,14 @@ impl Layout {
                         conversion::SUPPORTED
                     ))
                 })?;
+                let modifier = info_ref.modifiers.get(sql).copied().unwrap_or(-1);
                 fields.push(Field {
                     json: json.clone(),
                     sql: sql.clone(),
                     conversion,
                     sql_type: full.clone(),
+                    max_chars: (typname == "varchar" && modifier > 4)
+                        .then(|| (modifier - 4) as usize),
                 });
             }
             columns.push(ColumnLayout {

@@ -672,6 +672,18 @@ fn canonicalize(column: &ColumnLayout, body: &Body) -> Result<(Body, Vec<Option<
                 ),
             )
         })?;
+        if let (Some(max), Value::String(text)) = (field.max_chars, &canonical) {
+            let chars = text.chars().count();
+            if chars > max {
+                return Err(Error::invalid(
+                    &format!("body.{}", field.json),
+                    format!(
+                        "is {chars} characters, over the {max} of {}.{} ({})",
+                        column.table, field.sql, field.sql_type
+                    ),
+                ));
+            }
+        }
         map.insert(field.json.clone(), canonical);
         params.push(param);
     }

@@ -108,3 +108,96 @@ pub fn cell(row_n: u128, col: &str, ref_key: i64, body: serde_json::Value) -> sc
         schemaless::Body::from_value(body).unwrap(),
     )
 }
+
+/// A fresh PostgreSQL database on the shared cluster, with a config whose
+/// `[legacy]` points at it (and a Schemaless instance of the same name,
+/// whose schema is not applied unless a test asks).
+pub struct LegacyDb {
+    pub name: String,
+    pub config: config::Config,
+    /// The config's text (for tests that run the CLI on it).
+    pub config_text: String,
+    pub pool: sqlx::PgPool,
+}
+
+/// The trips layout of the example config: everything from `[layout]` on.
+pub fn example_layout() -> String {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/examples/local.toml"
+    ))
+    .expect("the example config");
+    let at = text.find("\n[layout]").expect("the example has a [layout]");
+    text[at..].to_string()
+}
+
+impl LegacyDb {
+    /// A database prepared by `setup` (SQL), described by `layout` (TOML
+    /// from `[layout]` on).
+    pub async fn new(setup: &str, layout: &str) -> LegacyDb {
+        let name = format!(
+            "l{}_{}",
+            std::process::id() % 100_000,
+            NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let admin = sqlx::PgPool::connect(&cluster().postgres_url("postgres"))
+            .await
+            .expect("PostgreSQL");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&admin)
+            .await
+            .expect("create database");
+        admin.close().await;
+        let url = cluster().postgres_url(&name);
+        let config_text = format!(
+            "{}\n[legacy]\nurl = \"{url}\"\nmode_poll_ms = 200\n{layout}",
+            cluster().config_toml(&name, 8)
+        );
+        let config =
+            config::Config::parse(&config_text, "legacy-test.toml").expect("the test config");
+        let pool = legacy::connection::pool(config.legacy.as_ref().unwrap()).unwrap();
+        if !setup.is_empty() {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(setup.to_string()))
+                .execute(&pool)
+                .await
+                .expect("setup SQL");
+        }
+        LegacyDb {
+            name,
+            config,
+            config_text,
+            pool,
+        }
+    }
+
+    /// The sample trips tables (with their UUID column) and the example
+    /// layout.
+    pub async fn trips() -> LegacyDb {
+        LegacyDb::new(
+            &legacy::trips::ddl("public", Some("uuid")),
+            &example_layout(),
+        )
+        .await
+    }
+
+    pub async fn store(&self) -> legacy::LegacyStore {
+        legacy::LegacyStore::connect(&self.config)
+            .await
+            .expect("the legacy store connects")
+    }
+
+    /// Applies the Schemaless schema of the config's instance.
+    pub async fn apply_schemaless(&self) {
+        let topology = Topology::from_config(&self.config).expect("topology");
+        schema::apply(&topology).await.expect("schema apply");
+        topology.close().await;
+    }
+
+    /// One number from SQL.
+    pub async fn count(&self, sql: &str) -> i64 {
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}

@@ -14,6 +14,10 @@
 //! - [`schema`]: creating and dropping instances on the servers;
 //! - [`servers`]: the dev cluster's node control (kill -9, restart, pause,
 //!   catch-up);
+//! - [`legacy_conversions`]: every SQL type through the layout, by every
+//!   read path and back;
+//! - [`legacy_bad_input`]: bad layouts, bad cells and bad index queries on
+//!   the legacy model;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod bad_input;
@@ -21,6 +25,8 @@ mod cells;
 mod changelog;
 mod cli;
 mod harness;
+mod legacy_bad_input;
+mod legacy_conversions;
 mod model;
 mod schema;
 mod servers;

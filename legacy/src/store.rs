@@ -4,8 +4,11 @@
 //!   column, and a put is an upsert guarded by it. A higher ref key
 //!   replaces the row's fields; the same ref key with the same body is
 //!   already present, with another body a conflict; a lower one is
-//!   [`WriteOutcome::Superseded`] and changes nothing. Only the latest cell
-//!   exists, so `get_cell` of an older ref key is unsupported.
+//!   [`WriteOutcome::Superseded`] and changes nothing (even when the body
+//!   differs from what was once written at that ref key, which Schemaless
+//!   would call a conflict: the legacy row kept no history to compare
+//!   with). Only the latest cell exists, so `get_cell` of an older ref key
+//!   is unsupported.
 //! - A `child` column's cell is one child row, found by (parent key, ref
 //!   key); a put inserts it, idempotently. The parent row must exist.
 //! - Every written value is read back in the same transaction through the

@@ -2,7 +2,7 @@
 
 use std::process::{Command, Output};
 
-use crate::harness::cluster;
+use crate::harness::{cluster, example_layout, LegacyDb};
 
 fn mezzanine(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_mezzanine"))
@@ -21,13 +21,18 @@ fn help_lists_every_command() {
     let out = mezzanine(&["--help"]);
     assert!(out.status.success());
     let help = text(&out.stdout);
-    for command in ["cluster", "config", "schema", "demo", "bench"] {
+    for command in [
+        "cluster", "config", "schema", "legacy", "mode", "demo", "bench",
+    ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
     for sub in [
         &["cluster", "--help"][..],
         &["schema", "apply", "--help"],
         &["bench", "cells", "--help"],
+        &["legacy", "seed", "--help"],
+        &["legacy", "add-uuid", "--help"],
+        &["mode", "set", "--help"],
     ] {
         assert!(mezzanine(sub).status.success(), "{sub:?}");
     }
@@ -84,4 +89,105 @@ fn schema_apply_creates_then_reports_everything_present() {
     );
     let out = mezzanine(&["schema", "verify", "--config", config]);
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// A config file for `db`, with the database name replaced by `database`.
+fn config_for(dir: &std::path::Path, db: &LegacyDb, database: &str) -> String {
+    let path = dir.join(format!("{database}.toml"));
+    std::fs::write(&path, db.config_text.replace(&db.name, database)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+async fn checksum(url: &str) -> String {
+    let pool = sqlx::PgPool::connect(url).await.unwrap();
+    let sum: String = sqlx::query_scalar(
+        "SELECT md5((SELECT string_agg(t::text, '|' ORDER BY id) FROM trips t)
+                 || (SELECT string_agg(n::text, '|' ORDER BY trip_id, seq) FROM trip_notes n)
+                 || (SELECT string_agg(b::text, '|' ORDER BY trip_id, seq) FROM billing_attempts b)
+                 || (SELECT string_agg(f::text, '|' ORDER BY trip_id, seq) FROM fare_adjustments f))",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    sum
+}
+
+#[tokio::test]
+async fn legacy_init_and_seed_are_reproducible() {
+    let db = LegacyDb::new("", &example_layout()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut sums = Vec::new();
+    // Databases that do not exist yet: init creates them.
+    for (database, seed) in [("a", "9"), ("b", "9"), ("c", "10")] {
+        let database = format!("{}{database}", db.name);
+        let config = config_for(dir.path(), &db, &database);
+        let out = mezzanine(&["--config", &config, "legacy", "init", "--with-uuid"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        for _ in 0..2 {
+            let out = mezzanine(&[
+                "--config", &config, "legacy", "seed", "--trips", "300", "--seed", seed,
+            ]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).contains("seeded 300 trips"),
+                "{}",
+                text(&out.stdout)
+            );
+        }
+        sums.push(checksum(&cluster().postgres_url(&database)).await);
+    }
+    assert_eq!(sums[0], sums[1], "the same seed gave different data");
+    assert_ne!(sums[0], sums[2], "different seeds gave the same data");
+}
+
+#[tokio::test]
+async fn mode_commands_refuse_with_the_reason_and_exit_codes() {
+    let db = LegacyDb::new("", &example_layout()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(dir.path(), &db, &db.name);
+    let out = mezzanine(&["--config", &config, "mode", "show"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("mode: legacy"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = mezzanine(&["--config", &config, "mode", "set", "bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("unknown mode \"bogus\""));
+
+    let out = mezzanine(&["--config", &config, "mode", "set", "schemaless"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("refused: the mode moves forward one step at a time"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = mezzanine(&[
+        "--config",
+        &config,
+        "mode",
+        "set",
+        "schemaless",
+        "--force",
+        "--reason",
+        "drill",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("mode legacy -> schemaless (FORCED over:"));
+    let out = mezzanine(&["--config", &config, "mode", "show"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("mode: schemaless") && shown.contains("(forced): drill"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("legacy -> schemaless") && shown.contains("FORCED over"),
+        "{shown}"
+    );
+
+    let out = mezzanine(&["--config", &config, "legacy", "add-uuid", "--batch", "0"]);
+    assert_eq!(out.status.code(), Some(2));
 }

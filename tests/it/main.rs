@@ -18,8 +18,18 @@
 //!   read path and back;
 //! - [`legacy_bad_input`]: bad layouts, bad cells and bad index queries on
 //!   the legacy model;
+//! - [`legacy_scan`]: chunked scans against the read API, index queries
+//!   against a brute-force filter, on the seeded trips data set;
+//! - [`legacy_model`]: random operations on the legacy model and on the
+//!   in-memory model give the same answers where the legacy model supports
+//!   them;
+//! - [`mode`]: the facade's mode, changed through one facade and seen by
+//!   another, and the routing of calls by it;
+//! - [`add_uuid`]: `legacy add-uuid` killed and resumed under concurrent
+//!   writers;
 //! - [`cli`]: the `mezzanine` command line.
 
+mod add_uuid;
 mod bad_input;
 mod cells;
 mod changelog;
@@ -27,6 +37,9 @@ mod cli;
 mod harness;
 mod legacy_bad_input;
 mod legacy_conversions;
+mod legacy_model;
+mod legacy_scan;
+mod mode;
 mod model;
 mod schema;
 mod servers;

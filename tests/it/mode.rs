@@ -1,0 +1,200 @@
+//! The facade's mode: kept in PostgreSQL, seen by every facade, changed
+//! one step at a time.
+
+use std::time::Duration;
+
+use schemaless::{Body, Cell, CellStore, Column, Error, ReadFrom, RefKey, RowKey, WriteOutcome};
+use serde_json::json;
+use tripstore::{Mode, ModeRequest, TripStore};
+
+use crate::harness::LegacyDb;
+
+fn request(target: Mode, force: bool) -> ModeRequest {
+    ModeRequest {
+        target,
+        force,
+        by: "mode test".into(),
+        reason: Some("testing".into()),
+    }
+}
+
+/// Waits until `store` routes by `mode` (it learns by notification or poll).
+async fn sees(store: &TripStore, mode: Mode) {
+    let mut changes = store.mode_changes();
+    tokio::time::timeout(Duration::from_secs(10), changes.wait_for(|m| *m == mode))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the second facade never saw mode {mode}; it has {}",
+                store.mode()
+            )
+        })
+        .unwrap();
+}
+
+fn base(row: RowKey, ref_key: i64, status: &str) -> Cell {
+    Cell::new(
+        row,
+        Column::new("BASE").unwrap(),
+        RefKey::new(ref_key).unwrap(),
+        Body::from_value(json!({
+            "driver_uuid": "00000000-0000-4000-8000-000000000001",
+            "rider_uuid": "00000000-0000-4000-8000-000000000002",
+            "city_id": 3,
+            "status": status,
+            "currency": "EUR",
+            "requested_at": "2015-03-08T07:30:00.000000Z",
+        }))
+        .unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_mode_change_reaches_every_facade_and_routes_their_calls() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    // Polling every ten minutes: within this test, only LISTEN/NOTIFY can
+    // tell the other facade.
+    let config = config::Config::parse(
+        &db.config_text
+            .replace("mode_poll_ms = 200", "mode_poll_ms = 600000"),
+        "notify-only.toml",
+    )
+    .unwrap();
+    let a = TripStore::connect(&config).await.unwrap();
+    let b = TripStore::connect(&config).await.unwrap();
+    assert_eq!((a.mode(), b.mode()), (Mode::Legacy, Mode::Legacy));
+
+    // In legacy mode a write lands in PostgreSQL only.
+    let trip = RowKey::random();
+    assert_eq!(
+        b.put_cell(base(trip, 1, "requested")).await.unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(
+        db.count(&format!("SELECT count(*) FROM trips WHERE uuid = '{trip}'"))
+            .await,
+        1
+    );
+    let base_column = Column::new("BASE").unwrap();
+    assert!(a
+        .schemaless()
+        .get_cell_latest(&trip, &base_column, ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_none());
+
+    // A jump of four steps is refused with its reason, and changes nothing.
+    let err = a
+        .set_mode(&request(Mode::Schemaless, false))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("refused: the mode moves forward one step at a time: the next step from legacy is mirror"),
+        "{err}"
+    );
+    assert_eq!(a.mode_state().await.unwrap().mode, Mode::Legacy);
+    // A mode this build cannot serve is refused even with --force.
+    let err = a.set_mode(&request(Mode::Mirror, true)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            tripstore::Error::Unavailable {
+                mode: Mode::Mirror,
+                ..
+            }
+        ),
+        "{err}"
+    );
+
+    // Forced, it happens, is recorded as forced, and the other facade
+    // follows.
+    let change = a.set_mode(&request(Mode::Schemaless, true)).await.unwrap();
+    assert_eq!((change.from, change.to), (Mode::Legacy, Mode::Schemaless));
+    assert!(change.overridden.unwrap().contains("one step at a time"));
+    let state = b.mode_state().await.unwrap();
+    assert!(state.forced && state.changed_by == "mode test", "{state:?}");
+    sees(&b, Mode::Schemaless).await;
+
+    // Now b's writes and reads go to Schemaless.
+    let other = RowKey::random();
+    assert_eq!(
+        b.put_cell(base(other, 1, "completed")).await.unwrap(),
+        WriteOutcome::Written
+    );
+    assert!(a
+        .schemaless()
+        .get_cell_latest(&other, &base_column, ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        db.count(&format!(
+            "SELECT count(*) FROM trips WHERE uuid = '{other}'"
+        ))
+        .await,
+        0
+    );
+    assert!(b
+        .get_cell_latest(&trip, &base_column, ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_none());
+
+    // Back three steps is refused without --force (the step back is
+    // primary), then forced.
+    let err = b.set_mode(&request(Mode::Legacy, false)).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the step back from schemaless is primary"),
+        "{err}"
+    );
+    b.set_mode(&request(Mode::Legacy, true)).await.unwrap();
+    sees(&a, Mode::Legacy).await;
+    assert!(a
+        .get_cell_latest(&trip, &base_column, ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_some());
+    let history = tripstore::mode::history(&db.pool, 10).await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        (history[0].from.as_str(), history[0].to.as_str()),
+        ("schemaless", "legacy")
+    );
+    a.close().await;
+    b.close().await;
+}
+
+#[tokio::test]
+async fn a_facade_that_misses_the_notification_finds_the_mode_by_polling() {
+    let db = LegacyDb::trips().await;
+    let a = TripStore::connect(&db.config).await.unwrap();
+    // Written behind the facades' backs, without NOTIFY: only the poll
+    // (every 200 ms in the test config) can see it.
+    sqlx::query("UPDATE mezzanine.mode SET mode = 'schemaless', changed_by = 'sql'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sees(&a, Mode::Schemaless).await;
+    // A mode this build cannot serve, set by hand: calls say why.
+    sqlx::query("UPDATE mezzanine.mode SET mode = 'shadow'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    sees(&a, Mode::Shadow).await;
+    let err = a
+        .get_cell_latest(
+            &RowKey::random(),
+            &Column::new("BASE").unwrap(),
+            ReadFrom::Master,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Unsupported { .. }) && err.to_string().contains("the mode is shadow"),
+        "{err}"
+    );
+    a.close().await;
+}

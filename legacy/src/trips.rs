@@ -409,6 +409,13 @@ async fn copy(pool: &PgPool, statement: String, data: String) -> Result<(), Erro
     Ok(())
 }
 
+async fn join_children(
+    task: tokio::task::JoinHandle<Result<SeedCounts, Error>>,
+) -> Result<SeedCounts, Error> {
+    task.await
+        .map_err(|e| Error::Config(format!("copying child rows failed: {e}")))?
+}
+
 /// Appends `trips` trips (and their children) after the largest id, with
 /// seed `seed`; `progress` hears the counts after each chunk.
 pub async fn seed(
@@ -455,6 +462,9 @@ pub async fn seed(
     let mut total = SeedCounts::default();
     let mut next = (first < end).then(|| generate(first));
     let mut start = first;
+    // The children of chunk k are copied while the parents of chunk k+1
+    // are: they only need their own parents, which are already in.
+    let mut children: Option<tokio::task::JoinHandle<Result<SeedCounts, Error>>> = None;
     while let Some(pending) = next.take() {
         let chunk = pending
             .await
@@ -469,24 +479,38 @@ pub async fn seed(
             chunk.trips,
         )
         .await?;
-        tokio::try_join!(
-            copy(
-                pool,
-                format!("COPY {s}.trip_notes (trip_id, seq, author, body, created_at) FROM STDIN"),
-                chunk.notes
-            ),
-            copy(
-                pool,
-                format!("COPY {s}.billing_attempts (trip_id, seq, amount, currency, succeeded, processor_response, attempted_at) FROM STDIN"),
-                chunk.billing
-            ),
-            copy(
-                pool,
-                format!("COPY {s}.fare_adjustments (trip_id, seq, amount, reason, codes, created_at) FROM STDIN"),
-                chunk.adjustments
-            ),
-        )?;
-        total.add(chunk.counts);
+        if let Some(previous) = children.take() {
+            total.add(join_children(previous).await?);
+            progress(total);
+        }
+        total.trips += chunk.counts.trips;
+        let (pool, s) = (pool.clone(), s.clone());
+        children = Some(tokio::spawn(async move {
+            tokio::try_join!(
+                copy(
+                    &pool,
+                    format!("COPY {s}.trip_notes (trip_id, seq, author, body, created_at) FROM STDIN"),
+                    chunk.notes
+                ),
+                copy(
+                    &pool,
+                    format!("COPY {s}.billing_attempts (trip_id, seq, amount, currency, succeeded, processor_response, attempted_at) FROM STDIN"),
+                    chunk.billing
+                ),
+                copy(
+                    &pool,
+                    format!("COPY {s}.fare_adjustments (trip_id, seq, amount, reason, codes, created_at) FROM STDIN"),
+                    chunk.adjustments
+                ),
+            )?;
+            Ok(SeedCounts {
+                trips: 0,
+                ..chunk.counts
+            })
+        }));
+    }
+    if let Some(previous) = children.take() {
+        total.add(join_children(previous).await?);
         progress(total);
     }
     // The identity continues after the seeded ids.

@@ -292,15 +292,10 @@ impl Conversion {
 }
 
 fn expected(what: &str, got: &Value) -> String {
-    let kind = match got {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    };
-    format!("expected {what}, got {kind} ({got})")
+    format!(
+        "expected {what}, got {} ({got})",
+        schemaless::cell::json_kind(got)
+    )
 }
 
 fn integer(value: &Value, low: i64, high: i64, name: &str) -> Result<Value, String> {

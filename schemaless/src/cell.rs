@@ -197,7 +197,8 @@ impl fmt::Display for Body {
     }
 }
 
-fn json_kind(value: &Value) -> &'static str {
+/// What kind of JSON value this is, for error messages: `a string`, `null`.
+pub fn json_kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

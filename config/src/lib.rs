@@ -48,7 +48,7 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use layout::{ColumnKind, Fields, Index, Layout, LayoutColumn, Legacy};
-pub use model::{Cluster, Config, Instance, Limits, Storage};
+pub use model::{Cluster, Config, Instance, Limits, OnFailure, Storage, TriggerRead, Triggers};
 pub use shards::ShardRange;
 
 /// Everything that can be wrong with a configuration file.

@@ -173,6 +173,18 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         )?;
         in_range("legacy.mode_poll_ms", legacy.mode_poll_ms, 10, 600_000)?;
     }
+    let triggers = &config.triggers;
+    in_range("triggers.batch", triggers.batch as u64, 1, 10_000)?;
+    in_range("triggers.max_tries", triggers.max_tries.into(), 1, 1000)?;
+    in_range(
+        "triggers.retry_backoff_ms",
+        triggers.retry_backoff_ms,
+        0,
+        600_000,
+    )?;
+    in_range("triggers.max_parked", triggers.max_parked, 0, 10_000_000)?;
+    in_range("triggers.lease_ms", triggers.lease_ms, 100, 3_600_000)?;
+    in_range("triggers.poll_ms", triggers.poll_ms, 1, 600_000)?;
     if let Some(layout) = &config.layout {
         validate_layout(layout)?;
     }

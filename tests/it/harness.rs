@@ -15,6 +15,15 @@ static NEXT_INSTANCE: AtomicU32 = AtomicU32::new(0);
 /// master and two minions, started once per test run, killed at exit.
 pub fn cluster() -> &'static DevCluster {
     CLUSTER.get_or_init(|| {
+        // Warnings of the code under test show with a failing test's
+        // output (MEZZANINE_LOG=debug for more).
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("MEZZANINE_LOG")
+                    .unwrap_or_else(|_| "warn".into()),
+            )
+            .try_init();
         // Servers are started from a runtime of their own: each test has
         // its own runtime, and this one must not belong to any of them.
         let cluster = std::thread::spawn(|| {

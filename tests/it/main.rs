@@ -27,6 +27,8 @@
 //!   another, and the routing of calls by it;
 //! - [`add_uuid`]: `legacy add-uuid` killed and resumed under concurrent
 //!   writers;
+//! - [`triggers`]: trigger order, resumption, lease ownership and
+//!   takeover, parking, retries and stops;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
@@ -43,3 +45,4 @@ mod mode;
 mod model;
 mod schema;
 mod servers;
+mod triggers;

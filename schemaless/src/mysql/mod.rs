@@ -3,12 +3,18 @@
 //! - [`topology`]: clusters, storage nodes and their pools, shard placement;
 //! - [`schema`]: creating shard databases online and idempotently;
 //! - [`sql`]: the statement texts, and why they are text;
-//! - [`store`]: the cell API implementation.
+//! - [`store`]: the cell API implementation;
+//! - [`follow`]: reading a shard's change log in order without skipping
+//!   cells still being committed;
+//! - [`trigger`]: handlers run on every new cell of a column, per shard,
+//!   with offsets, leases and dead letters.
 
+pub mod follow;
 pub mod schema;
 pub mod sql;
 pub mod store;
 pub mod topology;
+pub mod trigger;
 
 pub use store::MySqlStore;
 pub use topology::Topology;

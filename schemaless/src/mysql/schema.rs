@@ -29,9 +29,9 @@ pub struct ClusterReport {
     pub cluster: String,
     /// The master it was applied on.
     pub master: String,
-    /// Shard databases (with their entity tables) created now.
+    /// Shard databases created or completed now.
     pub created: u32,
-    /// Shard databases that already had their entity table.
+    /// Shard databases that already had every shard table.
     pub existing: u32,
 }
 
@@ -127,15 +127,23 @@ async fn check_meta(topology: &Topology, cluster: &ClusterNodes) -> Result<bool>
     }
 }
 
-/// The shards of this instance whose entity table exists on `node`.
+/// The shards of this instance that have every shard table on `node`.
 async fn existing_shards(
     topology: &Topology,
     node: &Node,
 ) -> Result<std::collections::HashSet<u32>> {
     let prefix = format!("{}_", topology.instance);
-    let schemas: Vec<String> = sqlx::query_scalar(
-        "SELECT table_schema FROM information_schema.tables WHERE table_name = 'entity' AND table_schema LIKE CONCAT(?, '%')",
-    )
+    let tables = sql::SHARD_TABLES
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let schemas: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT table_schema FROM information_schema.tables
+         WHERE table_name IN ({tables}) AND table_schema LIKE CONCAT(?, '%')
+         GROUP BY table_schema HAVING COUNT(*) = {}",
+        sql::SHARD_TABLES.len()
+    )))
     .bind(prefix.replace('_', "\\_"))
     .fetch_all(&node.pool)
     .await
@@ -192,7 +200,11 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
     futures::stream::iter(missing.iter().map(|&shard| async move {
         let database = topology.database(shard);
         execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;
-        execute(node, sql::create_entity_table(&database)).await
+        execute(node, sql::create_entity_table(&database)).await?;
+        for statement in sql::create_trigger_tables(&database) {
+            execute(node, statement).await?;
+        }
+        Ok::<(), Error>(())
     }))
     .buffer_unordered(DDL_PARALLELISM)
     .try_collect::<Vec<()>>()

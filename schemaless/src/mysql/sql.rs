@@ -22,6 +22,56 @@ use crate::cell::{CellKey, Column, RowKey};
 /// The columns every read selects, in the order [`super::store`] decodes.
 pub const CELL_COLUMNS: &str = "added_id, row_key, column_name, ref_key, body, created_at";
 
+/// The tables every shard database has; a shard missing any of them is
+/// completed by `schema apply`.
+pub const SHARD_TABLES: [&str; 4] = [
+    "entity",
+    "trigger_offsets",
+    "trigger_leases",
+    "trigger_dead_letters",
+];
+
+/// `CREATE TABLE`s of a shard's trigger bookkeeping: per trigger, the last
+/// handled added_id, the lease saying which runner owns the shard, and the
+/// cells parked after failing too often.
+pub fn create_trigger_tables(database: &str) -> [String; 3] {
+    [
+        format!(
+            "CREATE TABLE IF NOT EXISTS `{database}`.`trigger_offsets` (
+                name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+                added_id BIGINT UNSIGNED NOT NULL,
+                awaited TEXT CHARACTER SET ascii NOT NULL,
+                updated_at BIGINT NOT NULL
+            ) ENGINE=InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS `{database}`.`trigger_leases` (
+                name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+                owner VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                expires_at BIGINT NOT NULL
+            ) ENGINE=InnoDB"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS `{database}`.`trigger_dead_letters` (
+                name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                added_id BIGINT UNSIGNED NOT NULL,
+                row_key BINARY(16) NOT NULL,
+                column_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                ref_key BIGINT NOT NULL,
+                tries INT UNSIGNED NOT NULL,
+                error TEXT NOT NULL,
+                parked_at BIGINT NOT NULL,
+                retry TINYINT(1) NOT NULL DEFAULT 0,
+                PRIMARY KEY (name, added_id)
+            ) ENGINE=InnoDB"
+        ),
+    ]
+}
+
+/// The master's clock in microseconds, as SQL: leases are timed by the
+/// master holding them, so runners' clocks never have to agree.
+pub const NOW_MICROS: &str = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)";
+
 /// `CREATE TABLE` of a shard's entity table.
 pub fn create_entity_table(database: &str) -> String {
     format!(
@@ -161,6 +211,15 @@ pub fn select_row(database: &str, row_key: &RowKey) -> String {
            ON e.column_name = latest.column_name AND e.ref_key = latest.ref_key
          WHERE e.row_key = {key}
          ORDER BY e.column_name"
+    )
+}
+
+/// The change-log cells with these added_ids (late arrivals).
+pub fn select_changes_by_id(database: &str, ids: impl IntoIterator<Item = u64>) -> String {
+    let list: Vec<String> = ids.into_iter().map(|id| id.to_string()).collect();
+    format!(
+        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE added_id IN ({}) ORDER BY added_id",
+        list.join(", ")
     )
 }
 

@@ -42,6 +42,35 @@ use crate::routing::shard_of;
 /// inserting the same addresses between its read and its insert.
 const MAX_INSERT_ATTEMPTS: usize = 8;
 
+/// Wakes the followers of a shard's change log in this process after a
+/// write to it. Followers in other processes poll; this only makes the
+/// local ones quicker.
+pub struct ChangeSignal {
+    shards: Vec<tokio::sync::Notify>,
+}
+
+impl ChangeSignal {
+    fn new(shard_count: u32) -> ChangeSignal {
+        ChangeSignal {
+            shards: (0..shard_count)
+                .map(|_| tokio::sync::Notify::new())
+                .collect(),
+        }
+    }
+
+    fn notify(&self, shard: u32) {
+        if let Some(n) = self.shards.get(shard as usize) {
+            n.notify_waiters();
+        }
+    }
+
+    /// Resolves at the next write to `shard` after it is created (enable it
+    /// before reading, so a write in between is not missed).
+    pub fn notified(&self, shard: u32) -> Option<tokio::sync::futures::Notified<'_>> {
+        self.shards.get(shard as usize).map(|n| n.notified())
+    }
+}
+
 /// The Schemaless store on MySQL/MariaDB.
 #[derive(Clone)]
 pub struct MySqlStore {
@@ -50,6 +79,9 @@ pub struct MySqlStore {
 
 struct Inner {
     topology: Topology,
+    /// Wakes change-log followers in this process when a shard gets new
+    /// cells, so they need not poll fast.
+    signal: ChangeSignal,
     limits: config::Limits,
     write_parallelism: usize,
     /// Inflated-size cap for decoding, derived from the body limit.
@@ -70,6 +102,7 @@ impl MySqlStore {
     pub fn connect(config: &config::Config) -> Result<MySqlStore> {
         Ok(MySqlStore {
             inner: Arc::new(Inner {
+                signal: ChangeSignal::new(config.instance.shard_count),
                 topology: Topology::from_config(config)?,
                 limits: config.limits.clone(),
                 write_parallelism: config.storage.write_parallelism,
@@ -81,6 +114,36 @@ impl MySqlStore {
     /// Where each shard lives.
     pub fn topology(&self) -> &Topology {
         &self.inner.topology
+    }
+
+    /// Signals new cells per shard to followers in this process.
+    pub fn changes(&self) -> &ChangeSignal {
+        &self.inner.signal
+    }
+
+    /// Up to `limit` cells of the shard's change log after `after`, read
+    /// from `node` (followers pin the node they read from).
+    pub async fn read_changes(
+        &self,
+        node: &Node,
+        shard: u32,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<StoredCell>> {
+        let sql = sql::select_changes(&self.inner.topology.database(shard), after, limit);
+        self.fetch(node, shard, sql).await
+    }
+
+    /// The change-log cells of `shard` with these added_ids, read from
+    /// `node`.
+    pub async fn read_changes_by_id(
+        &self,
+        node: &Node,
+        shard: u32,
+        ids: impl IntoIterator<Item = u64>,
+    ) -> Result<Vec<StoredCell>> {
+        let sql = sql::select_changes_by_id(&self.inner.topology.database(shard), ids);
+        self.fetch(node, shard, sql).await
     }
 
     /// Closes every connection pool.
@@ -416,6 +479,10 @@ impl CellStore for MySqlStore {
                 .or_default()
                 .push((shard, items));
         }
+        let shards: Vec<u32> = by_node
+            .values()
+            .flat_map(|groups| groups.iter().map(|(shard, _)| *shard))
+            .collect();
         let mut results: Vec<Option<CellResult>> = vec![None; count];
         let mut writes =
             futures::stream::iter(by_node.into_values().map(|groups| self.write_node(groups)))
@@ -424,6 +491,10 @@ impl CellStore for MySqlStore {
             for (index, result) in node_results {
                 results[index] = Some(result);
             }
+        }
+        drop(writes);
+        for shard in shards {
+            self.inner.signal.notify(shard);
         }
         Ok(results
             .into_iter()

@@ -10,6 +10,7 @@
 //! - [`schema`]: `schema apply`;
 //! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
 //! - [`mode`]: `mode show|set`, where the facade sends calls;
+//! - [`trigger`]: `trigger status|retry`;
 //! - [`demo`]: the end-to-end demo;
 //! - [`bench`]: `bench cells`, figures against the raw limit of the same
 //!   servers.
@@ -21,6 +22,7 @@ mod demo;
 mod legacy;
 mod mode;
 mod schema;
+mod trigger;
 mod workload;
 
 use std::path::PathBuf;
@@ -72,6 +74,9 @@ enum Command {
     /// Show or change the mode every facade routes by.
     #[command(subcommand)]
     Mode(mode::ModeCommand),
+    /// Inspect triggers and re-drive their parked cells.
+    #[command(subcommand)]
+    Trigger(trigger::TriggerCommand),
     /// Run the end-to-end demo on the dev cluster (starting it if needed).
     Demo(demo::DemoArgs),
     /// Benchmarks, each against the raw limit of the same servers.
@@ -155,6 +160,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema(c) => schema::run(c, &cli.config).await,
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
+        Command::Trigger(c) => trigger::run(c, &cli.config).await,
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,
         Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,
     }

@@ -319,9 +319,39 @@ async fn failing_cells_are_parked_retried_and_past_the_limit_stop_the_trigger() 
     }
     assert_eq!(parked().await, 3);
 
-    // Retried once the handler works: the dead letters drain.
+    // The command line shows them, and retries them once the handler
+    // works: the dead letters drain.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        file.path(),
+        crate::harness::cluster().config_toml(&t.config.instance.name, SHARDS),
+    )
+    .unwrap();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_mezzanine"))
+            .arg("--config")
+            .arg(file.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = cli(&["trigger", "status", "parking"]);
+    assert!(
+        shown.contains("1 runners, 0 shards unowned") && shown.contains(", 3 parked"),
+        "{shown}"
+    );
     record.failing.store(false, Ordering::Relaxed);
-    assert_eq!(trigger::retry_parked(&t.store, "parking").await.unwrap(), 3);
+    let retried = cli(&["trigger", "retry", "parking"]);
+    assert!(
+        retried.contains("3 parked cells flagged for retry"),
+        "{retried}"
+    );
     until("the parked cells handled", || record.keys().len() == 60).await;
     for _ in 0..200 {
         if parked().await == 0 {

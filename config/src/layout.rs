@@ -152,7 +152,7 @@ impl<'de> Deserialize<'de> for Fields {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Index {
-    /// `index[].name`: unique among indexes; 1–64 characters of
+    /// `index[].name`: unique among indexes; 1–32 characters of
     /// `[a-z0-9_]`, starting with a letter.
     pub name: String,
     /// `index[].column`: the layout column whose cells are indexed.
@@ -164,6 +164,38 @@ pub struct Index {
     /// queries may filter and order on.
     #[serde(default)]
     pub fields: Vec<String>,
+    /// `index[].types`: how the Schemaless index stores and compares each
+    /// field (shard field included): `string` (the default; byte order,
+    /// which is time order for canonical timestamps), `int`, `float`,
+    /// `decimal` (a number or numeric string, compared as a number) or
+    /// `bool`. The legacy model takes its types from the live schema.
+    #[serde(default)]
+    pub types: BTreeMap<String, IndexFieldType>,
+}
+
+/// How an index stores and compares a field.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexFieldType {
+    /// A JSON string, compared byte by byte (at most 255 characters).
+    #[default]
+    String,
+    /// A JSON integer (64-bit).
+    Int,
+    /// A JSON number (double).
+    Float,
+    /// A JSON number or numeric string, compared exactly as a number (up to
+    /// 45 integer and 20 fraction digits).
+    Decimal,
+    /// `true` or `false`.
+    Bool,
+}
+
+impl Index {
+    /// The type of `field` (string unless declared).
+    pub fn type_of(&self, field: &str) -> IndexFieldType {
+        self.types.get(field).copied().unwrap_or_default()
+    }
 }
 
 impl Layout {

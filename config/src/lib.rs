@@ -47,7 +47,7 @@ mod validate;
 
 use std::path::{Path, PathBuf};
 
-pub use layout::{ColumnKind, Fields, Index, Layout, LayoutColumn, Legacy};
+pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{Cluster, Config, Instance, Limits, OnFailure, Storage, TriggerRead, Triggers};
 pub use shards::ShardRange;
 

@@ -322,10 +322,10 @@ fn validate_layout(layout: &Layout) -> Result<(), Problem> {
 fn validate_indexes(config: &Config) -> Result<(), Problem> {
     for (i, index) in config.indexes.iter().enumerate() {
         let key = |k: &str| format!("index[{i}].{k}");
-        if !valid_instance_name(&index.name) || index.name.len() > 64 {
+        if !valid_instance_name(&index.name) || index.name.len() > 32 {
             return Err(problem(
                 key("name"),
-                format!("{:?} is not a valid index name: use 1-64 characters of [a-z0-9_], starting with a letter", index.name),
+                format!("{:?} is not a valid index name: use 1-32 characters of [a-z0-9_], starting with a letter", index.name),
             ));
         }
         if let Some(j) = config.indexes[..i]
@@ -337,11 +337,32 @@ fn validate_indexes(config: &Config) -> Result<(), Problem> {
                 format!("index {:?} is already declared by index[{j}]", index.name),
             ));
         }
-        let Some(layout) = &config.layout else {
+        for field in index.types.keys() {
+            if *field != index.shard_field && !index.fields.contains(field) {
+                return Err(problem(
+                    format!("index[{i}].types.{field}"),
+                    format!("{field:?} is neither the shard field nor one of the index's fields"),
+                ));
+            }
+        }
+        if !valid_column_name(&index.column) {
             return Err(problem(
                 key("column"),
-                "an index needs a [layout] declaring its column",
+                format!("{:?} is not a valid column name", index.column),
             ));
+        }
+        for (k, field) in index.fields.iter().enumerate() {
+            if *field == index.shard_field || index.fields[..k].contains(field) {
+                return Err(problem(
+                    format!("index[{i}].fields[{k}]"),
+                    format!("field {field:?} is already part of the index"),
+                ));
+            }
+        }
+        // Without a layout the index is Schemaless-only: its column and
+        // fields are not checked against one.
+        let Some(layout) = &config.layout else {
+            continue;
         };
         let Some(column) = layout.column(&index.column) else {
             let names: Vec<&str> = layout.columns.iter().map(|c| c.name.as_str()).collect();

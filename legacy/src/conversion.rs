@@ -33,6 +33,7 @@
 use serde_json::{Number, Value};
 
 use crate::time;
+pub use schemaless::decimal::canonical_decimal;
 
 /// How one SQL type becomes JSON and back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -348,74 +349,6 @@ fn float_value(x: f64) -> Value {
         let x = if x == 0.0 { 0.0 } else { x };
         Value::Number(Number::from_f64(x).expect("a finite float"))
     }
-}
-
-/// The canonical text of an exact decimal: optional `-`, no leading zeros,
-/// no exponent, no trailing zeros in the fraction, no `-0`.
-pub fn canonical_decimal(text: &str) -> Result<String, String> {
-    match text {
-        "NaN" | "Infinity" | "-Infinity" => return Ok(text.to_string()),
-        "+Infinity" | "inf" | "+inf" => return Ok("Infinity".into()),
-        "-inf" => return Ok("-Infinity".into()),
-        _ => {}
-    }
-    let bad = || format!("{text:?} is not a decimal number");
-    let (negative, rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    let (mantissa, exponent) = match rest.find(['e', 'E']) {
-        Some(at) => {
-            let exponent: i64 = rest[at + 1..].parse().map_err(|_| bad())?;
-            if exponent.abs() > 1000 {
-                return Err(format!("{text:?}: exponents beyond ±1000 are not accepted"));
-            }
-            (&rest[..at], exponent)
-        }
-        None => (rest, 0),
-    };
-    let (int_part, frac_part) = match mantissa.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (mantissa, ""),
-    };
-    if (int_part.is_empty() && frac_part.is_empty())
-        || !int_part.bytes().all(|b| b.is_ascii_digit())
-        || !frac_part.bytes().all(|b| b.is_ascii_digit())
-    {
-        return Err(bad());
-    }
-    // All digits, and where the point falls among them.
-    let digits: Vec<u8> = int_part.bytes().chain(frac_part.bytes()).collect();
-    let point = int_part.len() as i64 + exponent;
-    let mut whole = String::new();
-    let mut fraction = String::new();
-    if point <= 0 {
-        fraction.extend(std::iter::repeat_n('0', (-point) as usize));
-        fraction.extend(digits.iter().map(|&d| d as char));
-    } else {
-        let point = point as usize;
-        for (i, &d) in digits.iter().enumerate() {
-            if i < point {
-                whole.push(d as char);
-            } else {
-                fraction.push(d as char);
-            }
-        }
-        whole.extend(std::iter::repeat_n('0', point.saturating_sub(digits.len())));
-    }
-    let whole = whole.trim_start_matches('0');
-    let fraction = fraction.trim_end_matches('0');
-    let mut out = String::with_capacity(whole.len() + fraction.len() + 3);
-    if negative && !(whole.is_empty() && fraction.is_empty()) {
-        out.push('-');
-    }
-    out.push_str(if whole.is_empty() { "0" } else { whole });
-    if !fraction.is_empty() {
-        out.push('.');
-        out.push_str(fraction);
-    }
-    Ok(out)
 }
 
 /// A PostgreSQL array literal of flat JSON items: `{"a","b\"c",NULL}`.

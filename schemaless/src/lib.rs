@@ -13,8 +13,11 @@
 //! - [`cell`]: row keys, columns, ref keys, bodies, validated at the API
 //!   boundary;
 //! - [`codec`]: the stored form of a body (MessagePack, then zlib);
+//! - [`decimal`]: exact decimals in one canonical form;
 //! - [`routing`]: `fnv1a64(row key) % shard_count`;
 //! - [`api`]: the [`CellStore`] trait every store implements;
+//! - [`index`]: secondary index definitions, query checks, and the
+//!   brute-force answer both stores are held to;
 //! - [`memory`]: the in-memory model store;
 //! - [`mysql`]: the store on MariaDB shards, its topology and schema;
 //! - [`error`]: the crate's error type.
@@ -46,7 +49,9 @@
 pub mod api;
 pub mod cell;
 pub mod codec;
+pub mod decimal;
 pub mod error;
+pub mod index;
 pub mod memory;
 pub mod mysql;
 pub mod routing;

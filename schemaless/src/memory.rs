@@ -10,15 +10,20 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use crate::api::{CellResult, CellStore, Conflict, ReadFrom, ShardPage, WriteOutcome};
+use crate::api::{
+    CellResult, CellStore, Conflict, IndexEntry, IndexQuery, ReadFrom, ShardPage, WriteOutcome,
+};
 use crate::cell::{check_batch, now_micros, Cell, CellKey, Column, RowKey, StoredCell};
 use crate::error::{Error, Result};
+use crate::index::IndexSpec;
 use crate::routing::shard_of;
 
 /// The cell API over plain maps.
 pub struct MemoryStore {
     shard_count: u32,
     limits: config::Limits,
+    /// Answered by brute force over the latest cells.
+    indexes: Vec<IndexSpec>,
     state: Mutex<State>,
 }
 
@@ -36,8 +41,24 @@ impl MemoryStore {
         MemoryStore {
             shard_count,
             limits,
+            indexes: Vec::new(),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same, answering `query_index` for `indexes` (by brute force: the
+    /// definition the MariaDB indexes are tested against).
+    pub fn with_indexes(
+        shard_count: u32,
+        limits: config::Limits,
+        indexes: &[config::Index],
+    ) -> Result<MemoryStore> {
+        let mut store = MemoryStore::new(shard_count, limits);
+        store.indexes = indexes
+            .iter()
+            .map(IndexSpec::from_config)
+            .collect::<Result<_>>()?;
+        Ok(store)
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -132,6 +153,31 @@ impl CellStore for MemoryStore {
         Ok(latest.into_values().cloned().collect())
     }
 
+    async fn query_index(&self, query: &IndexQuery, _from: ReadFrom) -> Result<Vec<IndexEntry>> {
+        let spec = self
+            .indexes
+            .iter()
+            .find(|i| i.name == query.index)
+            .ok_or_else(|| unknown_index(&self.indexes, &query.index))?;
+        let checked = spec.check(query)?;
+        let state = self.state();
+        let mut latest: BTreeMap<RowKey, &StoredCell> = BTreeMap::new();
+        for stored in state
+            .cells
+            .values()
+            .filter(|c| c.cell.key.column == spec.column)
+        {
+            let slot = latest.entry(stored.cell.key.row_key).or_insert(stored);
+            if stored.cell.key.ref_key > slot.cell.key.ref_key {
+                *slot = stored;
+            }
+        }
+        Ok(spec.brute_force(
+            &checked,
+            latest.into_iter().map(|(row, c)| (row, &c.cell.body)),
+        ))
+    }
+
     async fn get_cells_for_shard(
         &self,
         shard: u32,
@@ -156,4 +202,20 @@ impl CellStore for MemoryStore {
         let next = cells.last().map_or(after, |c| c.added_id);
         Ok(ShardPage { cells, next })
     }
+}
+
+/// The error for a query naming an index that is not declared.
+pub(crate) fn unknown_index(indexes: &[IndexSpec], name: &str) -> Error {
+    let names: Vec<&str> = indexes.iter().map(|i| i.name.as_str()).collect();
+    Error::invalid(
+        "index",
+        format!(
+            "no index is called {name:?} (declared: {})",
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        ),
+    )
 }

@@ -29,6 +29,8 @@
 //!   writers;
 //! - [`triggers`]: trigger order, resumption, lease ownership and
 //!   takeover, parking, retries and stops;
+//! - [`indexes`]: secondary indexes against the model's brute force, and a
+//!   version switch under load;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
@@ -37,6 +39,7 @@ mod cells;
 mod changelog;
 mod cli;
 mod harness;
+mod indexes;
 mod legacy_bad_input;
 mod legacy_conversions;
 mod legacy_model;

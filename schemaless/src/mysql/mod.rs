@@ -7,9 +7,12 @@
 //! - [`follow`]: reading a shard's change log in order without skipping
 //!   cells still being committed;
 //! - [`trigger`]: handlers run on every new cell of a column, per shard,
-//!   with offsets, leases and dead letters.
+//!   with offsets, leases and dead letters;
+//! - [`index`]: sharded secondary indexes, their maintenance trigger and
+//!   versions.
 
 pub mod follow;
+pub mod index;
 pub mod schema;
 pub mod sql;
 pub mod store;

@@ -178,6 +178,7 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
                 created_at BIGINT NOT NULL
             ) ENGINE=InnoDB"
         ),
+        super::index::create_versions_table(&meta),
     ] {
         execute(node, statement).await?;
     }

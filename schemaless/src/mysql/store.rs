@@ -30,7 +30,9 @@ use sqlx::{AssertSqlSafe, Row};
 
 use super::sql;
 use super::topology::{Node, Topology};
-use crate::api::{CellResult, CellStore, Conflict, ReadFrom, ShardPage, WriteOutcome};
+use crate::api::{
+    CellResult, CellStore, Conflict, IndexEntry, IndexQuery, ReadFrom, ShardPage, WriteOutcome,
+};
 use crate::cell::{
     check_batch, now_micros, Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell,
 };
@@ -86,6 +88,10 @@ struct Inner {
     write_parallelism: usize,
     /// Inflated-size cap for decoding, derived from the body limit.
     inflated_cap: usize,
+    /// The declared secondary indexes.
+    indexes: Vec<crate::index::IndexSpec>,
+    /// Their active versions, cached briefly.
+    index_versions: super::index::VersionCache,
 }
 
 /// A cell of a batch on its way to a shard.
@@ -107,6 +113,12 @@ impl MySqlStore {
                 limits: config.limits.clone(),
                 write_parallelism: config.storage.write_parallelism,
                 inflated_cap: codec::inflated_cap(config.limits.max_body_bytes),
+                indexes: config
+                    .indexes
+                    .iter()
+                    .map(crate::index::IndexSpec::from_config)
+                    .collect::<Result<_>>()?,
+                index_versions: super::index::VersionCache::default(),
             }),
         })
     }
@@ -114,6 +126,15 @@ impl MySqlStore {
     /// Where each shard lives.
     pub fn topology(&self) -> &Topology {
         &self.inner.topology
+    }
+
+    /// The declared secondary indexes.
+    pub fn indexes(&self) -> &[crate::index::IndexSpec] {
+        &self.inner.indexes
+    }
+
+    pub(crate) fn index_versions(&self) -> &super::index::VersionCache {
+        &self.inner.index_versions
     }
 
     /// Signals new cells per shard to followers in this process.
@@ -559,6 +580,10 @@ impl CellStore for MySqlStore {
         let cells = self.fetch(node, shard, sql).await?;
         let next = cells.last().map_or(after, |c| c.added_id);
         Ok(ShardPage { cells, next })
+    }
+
+    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
+        super::index::query(self, query, from).await
     }
 }
 

@@ -1,0 +1,513 @@
+//! Sharded secondary indexes on MariaDB, maintained by a built-in trigger.
+//!
+//! Each version `v` of index `name` has, in every shard database:
+//! - `ix<v>_<name>`: the entries whose shard value routes to this shard
+//!   (the same function as rows: a UUID value lands on the shard of the
+//!   row it names). Primary key (shard value, row key); a query reads one
+//!   shard only;
+//! - `ixr<v>_<name>`: for each row of this shard, the ref key of the cell
+//!   its entry reflects and the shard holding that entry.
+//!
+//! The trigger `index_<name>_v<v>` follows the change log (from the
+//! master, for the lowest lag) and, for each cell of the indexed column
+//! newer than the row's pointer: writes the new entry, deletes the row's
+//! older entry (wherever its shard value had put it), then moves the
+//! pointer. Each step is guarded by the ref key, so replays and late or
+//! out-of-order cells change nothing, and a crash between steps is undone
+//! by the redelivery. Entries are eventually consistent with the latest
+//! cells.
+//!
+//! Versions (`<instance>_meta.index_versions` on every master): a new
+//! version is created `building`; its trigger starts at the beginning of
+//! every shard's log, which backfills it from the entity tables while
+//! writes go on; `switch` makes it `active` (and the old one `retired`)
+//! once it has caught up. Queries read the active version; both versions
+//! are complete during the switch, so no query fails or sees a partial
+//! index.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sqlx::mysql::MySqlArguments;
+use sqlx::{AssertSqlSafe, MySql, Row};
+
+use super::schema::meta_database;
+use super::store::MySqlStore;
+use super::trigger::{Handler, HandlerResult, Trigger};
+use crate::api::{IndexEntry, IndexQuery, ReadFrom};
+use crate::cell::{Body, RowKey, StoredCell};
+use crate::error::{Error, Result};
+use crate::index::{IndexSpec, IndexValue};
+use crate::routing::{shard_of, shard_of_bytes};
+use config::IndexFieldType;
+
+/// How long the active version of an index is cached by a store.
+const VERSION_TTL: Duration = Duration::from_secs(1);
+
+/// Where a version of an index stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionState {
+    /// Created; its trigger is filling it.
+    Building,
+    /// What queries read.
+    Active,
+    /// Replaced by a newer version.
+    Retired,
+}
+
+impl VersionState {
+    fn as_str(&self) -> &'static str {
+        match self {
+            VersionState::Building => "building",
+            VersionState::Active => "active",
+            VersionState::Retired => "retired",
+        }
+    }
+
+    fn parse(text: &str) -> Option<VersionState> {
+        match text {
+            "building" => Some(VersionState::Building),
+            "active" => Some(VersionState::Active),
+            "retired" => Some(VersionState::Retired),
+            _ => None,
+        }
+    }
+}
+
+/// The active versions a store has looked up recently.
+#[derive(Default)]
+pub struct VersionCache {
+    active: Mutex<HashMap<String, (u32, Instant)>>,
+}
+
+fn sql_type(kind: IndexFieldType) -> &'static str {
+    match kind {
+        IndexFieldType::String => "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin",
+        IndexFieldType::Int => "BIGINT",
+        IndexFieldType::Float => "DOUBLE",
+        IndexFieldType::Decimal => "DECIMAL(65,20)",
+        IndexFieldType::Bool => "TINYINT(1)",
+    }
+}
+
+/// `CREATE TABLE` of the index versions in an instance's metadata
+/// database (`schema apply` creates it on every master).
+pub fn create_versions_table(meta: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS `{meta}`.`index_versions` (
+            name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+            version INT UNSIGNED NOT NULL,
+            state VARCHAR(16) CHARACTER SET ascii NOT NULL,
+            created_at BIGINT NOT NULL,
+            PRIMARY KEY (name, version)
+        ) ENGINE=InnoDB"
+    )
+}
+
+/// The entry table of a version.
+pub fn entry_table(name: &str, version: u32) -> String {
+    format!("ix{version}_{name}")
+}
+
+/// The row pointer table of a version.
+pub fn pointer_table(name: &str, version: u32) -> String {
+    format!("ixr{version}_{name}")
+}
+
+/// The maintenance trigger's name of a version.
+pub fn trigger_name(name: &str, version: u32) -> String {
+    format!("index_{name}_v{version}")
+}
+
+fn bind(
+    query: sqlx::query::Query<'static, MySql, MySqlArguments>,
+    value: Option<&IndexValue>,
+) -> sqlx::query::Query<'static, MySql, MySqlArguments> {
+    match value {
+        None => query.bind(None::<String>),
+        Some(IndexValue::Str(s)) | Some(IndexValue::Decimal(s)) => query.bind(s.clone()),
+        Some(IndexValue::Int(i)) => query.bind(*i),
+        Some(IndexValue::Float(f)) => query.bind(*f),
+        Some(IndexValue::Bool(b)) => query.bind(*b),
+    }
+}
+
+fn spec<'a>(store: &'a MySqlStore, name: &str) -> Result<&'a IndexSpec> {
+    store
+        .indexes()
+        .iter()
+        .find(|i| i.name == name)
+        .ok_or_else(|| crate::memory::unknown_index(store.indexes(), name))
+}
+
+/// Every version of an index, from the first master's metadata.
+pub async fn versions(store: &MySqlStore, name: &str) -> Result<Vec<(u32, VersionState)>> {
+    spec(store, name)?;
+    let topology = store.topology();
+    let master = &topology.clusters[0].master;
+    let meta = meta_database(&topology.instance);
+    let query = sqlx::query(AssertSqlSafe(format!(
+        "SELECT version, state FROM `{meta}`.`index_versions` WHERE name = ? ORDER BY version"
+    )))
+    .bind(name.to_string());
+    let mut conn = master.acquire().await?;
+    let rows = master
+        .run(&mut conn, |c| Box::pin(query.fetch_all(c)))
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let version: u32 = r.try_get(0).map_err(|e| master.error(e))?;
+            let state: String = r.try_get(1).map_err(|e| master.error(e))?;
+            let state = VersionState::parse(&state).ok_or_else(|| {
+                Error::Schema(format!("index {name} v{version}: unknown state {state:?}"))
+            })?;
+            Ok((version, state))
+        })
+        .collect()
+}
+
+/// Creates the next version of an index (tables on every shard, state
+/// `building`); its trigger then backfills it. Returns the version.
+pub async fn create_version(store: &MySqlStore, name: &str) -> Result<u32> {
+    let spec = spec(store, name)?.clone();
+    let topology = store.topology();
+    let meta = meta_database(&topology.instance);
+    for cluster in &topology.clusters {
+        cluster.master.execute(create_versions_table(&meta)).await?;
+    }
+    let version = versions(store, name)
+        .await?
+        .last()
+        .map_or(1, |(v, _)| v + 1);
+    let columns: String = spec
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(i, f)| format!("f{i} {} NULL, ", sql_type(spec.type_of(f))))
+        .collect();
+    let entries = entry_table(name, version);
+    let pointers = pointer_table(name, version);
+    let shard_type = sql_type(spec.type_of(&spec.shard_field));
+    for shard in 0..topology.shard_count {
+        let db = topology.database(shard);
+        let master = &topology.cluster(shard)?.master;
+        master
+            .execute(format!(
+                "CREATE TABLE IF NOT EXISTS `{db}`.`{entries}` (
+                    shard_value {shard_type} NOT NULL,
+                    row_key BINARY(16) NOT NULL,
+                    ref_key BIGINT NOT NULL,
+                    {columns}
+                    fields MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,
+                    PRIMARY KEY (shard_value, row_key),
+                    KEY by_row (row_key)
+                ) ENGINE=InnoDB;
+                CREATE TABLE IF NOT EXISTS `{db}`.`{pointers}` (
+                    row_key BINARY(16) NOT NULL PRIMARY KEY,
+                    ref_key BIGINT NOT NULL,
+                    entry_shard INT UNSIGNED NULL
+                ) ENGINE=InnoDB"
+            ))
+            .await?;
+    }
+    set_state(store, name, version, VersionState::Building).await?;
+    Ok(version)
+}
+
+async fn set_state(
+    store: &MySqlStore,
+    name: &str,
+    version: u32,
+    state: VersionState,
+) -> Result<()> {
+    let topology = store.topology();
+    let meta = meta_database(&topology.instance);
+    for cluster in &topology.clusters {
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO `{meta}`.`index_versions` (name, version, state, created_at) VALUES (?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE state = VALUES(state)"
+        )))
+        .bind(name.to_string())
+        .bind(version)
+        .bind(state.as_str())
+        .bind(crate::cell::now_micros());
+        cluster.master.execute_prepared(query).await?;
+    }
+    Ok(())
+}
+
+/// Makes `version` the one queries read, retiring the active one.
+pub async fn switch(store: &MySqlStore, name: &str, version: u32) -> Result<()> {
+    let all = versions(store, name).await?;
+    if !all.iter().any(|(v, _)| *v == version) {
+        return Err(Error::invalid(
+            "version",
+            format!("index {name} has no version {version}"),
+        ));
+    }
+    // The new one first: between the two steps both are active and
+    // queries take the highest, so there is never no active version.
+    set_state(store, name, version, VersionState::Active).await?;
+    for (v, state) in all {
+        if v != version && state == VersionState::Active {
+            set_state(store, name, v, VersionState::Retired).await?;
+        }
+    }
+    store
+        .index_versions()
+        .active
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(name);
+    Ok(())
+}
+
+/// The version queries of `name` read.
+async fn active_version(store: &MySqlStore, name: &str) -> Result<u32> {
+    let cache = store.index_versions();
+    if let Some((v, at)) = cache
+        .active
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+    {
+        if at.elapsed() < VERSION_TTL {
+            return Ok(*v);
+        }
+    }
+    let version = versions(store, name)
+        .await?
+        .into_iter()
+        .filter(|(_, s)| *s == VersionState::Active)
+        .map(|(v, _)| v)
+        .max()
+        .ok_or_else(|| {
+            Error::Schema(format!(
+                "index {name} has no active version yet: `mezzanine index create {name}`, then `backfill` and `switch`"
+            ))
+        })?;
+    cache
+        .active
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(name.to_string(), (version, Instant::now()));
+    Ok(version)
+}
+
+/// Answers an index query from the active version, on one shard.
+pub(crate) async fn query(
+    store: &MySqlStore,
+    query: &IndexQuery,
+    from: ReadFrom,
+) -> Result<Vec<IndexEntry>> {
+    let spec = spec(store, &query.index)?;
+    let checked = spec.check(query)?;
+    let version = active_version(store, &spec.name).await?;
+    let topology = store.topology();
+    let shard = shard_of_bytes(&checked.shard_value.routing_bytes(), topology.shard_count);
+    let column_of = |field: &str| -> String {
+        if field == spec.shard_field {
+            "shard_value".to_string()
+        } else {
+            let i = spec
+                .fields
+                .iter()
+                .position(|f| f == field)
+                .expect("checked");
+            format!("f{i}")
+        }
+    };
+    let mut sql = format!(
+        "SELECT row_key, fields FROM `{}`.`{}` WHERE shard_value = ?",
+        topology.database(shard),
+        entry_table(&spec.name, version)
+    );
+    let mut values: Vec<IndexValue> = vec![checked.shard_value.clone()];
+    for (field, op, candidates) in &checked.filters {
+        let column = column_of(field);
+        let op = match op {
+            crate::api::FilterOp::Eq => "=",
+            crate::api::FilterOp::Lt => "<",
+            crate::api::FilterOp::Le => "<=",
+            crate::api::FilterOp::Gt => ">",
+            crate::api::FilterOp::Ge => ">=",
+            crate::api::FilterOp::In => {
+                let marks = vec!["?"; candidates.len()].join(", ");
+                sql.push_str(&format!(" AND {column} IN ({marks})"));
+                values.extend(candidates.iter().cloned());
+                continue;
+            }
+        };
+        sql.push_str(&format!(" AND {column} {op} ?"));
+        values.push(candidates[0].clone());
+    }
+    let direction = if checked.descending { "DESC" } else { "ASC" };
+    sql.push_str(" ORDER BY ");
+    if let Some(order) = &checked.order_by {
+        let column = column_of(order);
+        sql.push_str(&format!("({column} IS NULL), {column} {direction}, "));
+    }
+    sql.push_str(&format!("row_key {direction} LIMIT {}", checked.limit));
+    let mut q = sqlx::query(AssertSqlSafe(sql));
+    for value in &values {
+        q = bind(q, Some(value));
+    }
+    let node = topology.reader(shard, from)?;
+    let mut conn = node.acquire().await?;
+    let rows = node.run(&mut conn, |c| Box::pin(q.fetch_all(c))).await?;
+    rows.iter()
+        .map(|r| {
+            let row_key: Vec<u8> = r.try_get(0).map_err(|e| node.error(e))?;
+            let fields: String = r.try_get(1).map_err(|e| node.error(e))?;
+            let row_key = RowKey::from_slice(&row_key).ok_or_else(|| Error::CorruptCell {
+                cell: format!("index {} entry", spec.name),
+                shard,
+                added_id: 0,
+                reason: "row key is not 16 bytes".into(),
+            })?;
+            let fields = Body::parse(&fields).map_err(|e| Error::CorruptCell {
+                cell: format!("index {} entry of {row_key}", spec.name),
+                shard,
+                added_id: 0,
+                reason: e.to_string(),
+            })?;
+            Ok(IndexEntry { row_key, fields })
+        })
+        .collect()
+}
+
+/// The built-in handler that keeps one version of an index current.
+pub struct Maintainer {
+    store: MySqlStore,
+    spec: IndexSpec,
+    version: u32,
+}
+
+impl Maintainer {
+    /// The trigger maintaining `version` of index `name`. It reads the
+    /// change log from the master whatever `triggers.read_from` says: index
+    /// lag is what users see.
+    pub fn trigger(
+        store: &MySqlStore,
+        name: &str,
+        version: u32,
+        options: &config::Triggers,
+    ) -> Result<Trigger> {
+        let spec = spec(store, name)?.clone();
+        let mut options = options.clone();
+        options.read_from = config::TriggerRead::Master;
+        let column = spec.column.clone();
+        let handler = Arc::new(Maintainer {
+            store: store.clone(),
+            spec,
+            version,
+        });
+        Trigger::new(
+            &trigger_name(name, version),
+            column,
+            store.clone(),
+            handler,
+            options,
+        )
+    }
+
+    async fn apply(&self, cell: &StoredCell) -> Result<()> {
+        let topology = self.store.topology();
+        let key = &cell.cell.key;
+        let ref_key = key.ref_key.get();
+        let row_bytes = key.row_key.as_bytes().to_vec();
+        let home = shard_of(&key.row_key, topology.shard_count);
+        let home_db = topology.database(home);
+        let home_master = &topology.cluster(home)?.master;
+        let pointers = pointer_table(&self.spec.name, self.version);
+        let entries = entry_table(&self.spec.name, self.version);
+
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "SELECT ref_key FROM `{home_db}`.`{pointers}` WHERE row_key = ?"
+        )))
+        .bind(row_bytes.clone());
+        if let Some(row) = home_master.fetch_optional(query).await? {
+            let current: i64 = row.try_get(0).map_err(|e| home_master.error(e))?;
+            if current >= ref_key {
+                return Ok(());
+            }
+        }
+
+        // 1. The new entry, where its shard value routes it.
+        let entry = self.spec.entry(&cell.cell.body);
+        let entry_shard = match &entry {
+            Some((value, fields)) => {
+                let shard = shard_of_bytes(&value.routing_bytes(), topology.shard_count);
+                let db = topology.database(shard);
+                let names: String = (0..self.spec.fields.len())
+                    .map(|i| format!("f{i}, "))
+                    .collect();
+                let marks: String = (0..self.spec.fields.len()).map(|_| "?, ").collect();
+                // ref_key is assigned last: the conditions before it must
+                // see the stored ref key, not the new one.
+                let updates: String = (0..self.spec.fields.len())
+                    .map(|i| format!("f{i} = IF(VALUES(ref_key) > ref_key, VALUES(f{i}), f{i}), "))
+                    .collect();
+                let mut q = sqlx::query(AssertSqlSafe(format!(
+                    "INSERT INTO `{db}`.`{entries}` (shard_value, row_key, {names}fields, ref_key)
+                     VALUES (?, ?, {marks}?, ?)
+                     ON DUPLICATE KEY UPDATE {updates}
+                       fields = IF(VALUES(ref_key) > ref_key, VALUES(fields), fields),
+                       ref_key = GREATEST(ref_key, VALUES(ref_key))"
+                )));
+                q = bind(q, Some(value)).bind(row_bytes.clone());
+                for field in &self.spec.fields {
+                    let v = fields
+                        .fields()
+                        .get(field)
+                        .and_then(|v| crate::index::index_value(self.spec.type_of(field), v));
+                    q = bind(q, v.as_ref());
+                }
+                q = q.bind(fields.to_string()).bind(ref_key);
+                topology.cluster(shard)?.master.execute_prepared(q).await?;
+                Some(shard)
+            }
+            None => None,
+        };
+
+        // 2. The row's older entry, wherever it is (by row key: its shard
+        // value may have changed; the new entry has the new ref key).
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "SELECT entry_shard FROM `{home_db}`.`{pointers}` WHERE row_key = ?"
+        )))
+        .bind(row_bytes.clone());
+        if let Some(row) = home_master.fetch_optional(query).await? {
+            let old: Option<u32> = row.try_get(0).map_err(|e| home_master.error(e))?;
+            if let Some(old) = old {
+                let q = sqlx::query(AssertSqlSafe(format!(
+                    "DELETE FROM `{}`.`{entries}` WHERE row_key = ? AND ref_key < ?",
+                    topology.database(old)
+                )))
+                .bind(row_bytes.clone())
+                .bind(ref_key);
+                topology.cluster(old)?.master.execute_prepared(q).await?;
+            }
+        }
+
+        // 3. The pointer, last: a crash before it redoes the steps above.
+        let q = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO `{home_db}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES (?, ?, ?)
+             ON DUPLICATE KEY UPDATE
+               entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
+               ref_key = GREATEST(ref_key, VALUES(ref_key))"
+        )))
+        .bind(row_bytes)
+        .bind(entry_shard)
+        .bind(ref_key);
+        home_master.execute_prepared(q).await
+    }
+}
+
+#[async_trait]
+impl Handler for Maintainer {
+    async fn handle(&self, cell: &StoredCell) -> HandlerResult {
+        self.apply(cell).await.map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,320 @@
+//! Sharded secondary indexes on MariaDB against the in-memory model's
+//! brute force, through random writes, shard-field changes, out-of-order
+//! ref keys and a version switch under load.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use schemaless::mysql::index::{self, Maintainer};
+use schemaless::mysql::trigger;
+use schemaless::{
+    Cell, CellStore, Error, Filter, FilterOp, IndexQuery, MemoryStore, MySqlStore, ReadFrom,
+};
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{cell, Instance};
+
+const SHARDS: u32 = 8;
+const INDEX: &str = r#"
+[[index]]
+name = "by_driver"
+column = "BASE"
+shard_field = "driver"
+fields = ["at", "city", "fare", "ok"]
+types = { city = "int", fare = "decimal", ok = "bool" }
+
+[triggers]
+poll_ms = 10
+"#;
+
+const DRIVERS: [&str; 3] = [
+    "0a0a0a0a-0000-4000-8000-000000000001",
+    "0b0b0b0b-0000-4000-8000-000000000002",
+    "driver-without-uuid",
+];
+
+fn random_cell(rng: &mut StdRng) -> Cell {
+    let row = rng.random_range(0..12u128);
+    let ref_key = rng.random_range(1..7i64);
+    let mut body = serde_json::Map::new();
+    match rng.random_range(0..10) {
+        0 => {}                                            // no shard field: no entry
+        1 => drop(body.insert("driver".into(), json!(7))), // wrong type: no entry
+        _ => drop(body.insert("driver".into(), json!(DRIVERS[rng.random_range(0..3)]))),
+    }
+    body.insert(
+        "at".into(),
+        json!(format!(
+            "2015-03-0{}T0{}:00:00.000000Z",
+            rng.random_range(1..4),
+            rng.random_range(0..3)
+        )),
+    );
+    if rng.random_bool(0.9) {
+        body.insert("city".into(), json!(rng.random_range(1..5)));
+    }
+    body.insert(
+        "fare".into(),
+        match rng.random_range(0..4) {
+            0 => json!("9.5"),
+            1 => json!("10.25"),
+            2 => json!(100),
+            _ => json!("not a number"),
+        },
+    );
+    body.insert("ok".into(), json!(rng.random_bool(0.5)));
+    body.insert("note".into(), json!("not indexed"));
+    cell(row, "BASE", ref_key, Value::Object(body))
+}
+
+fn queries() -> Vec<IndexQuery> {
+    let mut out = Vec::new();
+    for driver in DRIVERS {
+        let q = |filters: Vec<Filter>, order: Option<&str>, descending: bool, limit: usize| {
+            IndexQuery {
+                index: "by_driver".into(),
+                shard_value: json!(driver),
+                filters,
+                order_by: order.map(str::to_string),
+                descending,
+                limit,
+            }
+        };
+        let f = |field: &str, op: FilterOp, value: Value| Filter {
+            field: field.into(),
+            op,
+            value,
+        };
+        out.push(q(vec![], None, false, 100));
+        out.push(q(vec![], Some("at"), true, 3));
+        out.push(q(
+            vec![f("city", FilterOp::Ge, json!(2))],
+            Some("city"),
+            false,
+            100,
+        ));
+        out.push(q(
+            vec![f("fare", FilterOp::Lt, json!("10"))],
+            Some("fare"),
+            true,
+            100,
+        ));
+        out.push(q(
+            vec![f("fare", FilterOp::Gt, json!(9.9))],
+            None,
+            false,
+            100,
+        ));
+        out.push(q(
+            vec![
+                f("city", FilterOp::In, json!([1, 3])),
+                f("at", FilterOp::Le, json!("2015-03-02T01:00:00.000000Z")),
+            ],
+            Some("at"),
+            false,
+            100,
+        ));
+        out.push(q(
+            vec![f("ok", FilterOp::Eq, json!(true))],
+            Some("city"),
+            true,
+            2,
+        ));
+    }
+    out
+}
+
+/// Runs the maintainer of `version` until cancelled.
+fn maintain(
+    store: &MySqlStore,
+    config: &config::Config,
+    version: u32,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let trigger = Maintainer::trigger(store, "by_driver", version, &config.triggers).unwrap();
+    let cancel = CancellationToken::new();
+    let token = cancel.clone();
+    (
+        cancel,
+        tokio::spawn(async move {
+            trigger.run(token).await.unwrap();
+        }),
+    )
+}
+
+/// Waits until the maintainer of `version` has handled every cell.
+async fn caught_up(store: &MySqlStore, version: u32) {
+    let name = index::trigger_name("by_driver", version);
+    for _ in 0..1000 {
+        let status = trigger::status(store, &name).await.unwrap();
+        if status.iter().all(|s| s.lag == 0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("index version {version} never caught up");
+}
+
+async fn same_answers(store: &MySqlStore, model: &MemoryStore) -> usize {
+    let mut found = 0;
+    for q in queries() {
+        let got = store.query_index(&q, ReadFrom::Master).await.unwrap();
+        let want = model.query_index(&q, ReadFrom::Master).await.unwrap();
+        assert_eq!(got, want, "{q:?}");
+        found += got.len();
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_answer_like_a_brute_force_and_switch_versions_without_a_failed_query() {
+    let t = Instance::with_limits(SHARDS, INDEX).await;
+    let model =
+        MemoryStore::with_indexes(SHARDS, t.config.limits.clone(), &t.config.indexes).unwrap();
+    let mut rng = StdRng::seed_from_u64(42);
+    // Cells written before the index exists: the first version backfills
+    // them from the entity tables.
+    for _ in 0..10 {
+        let batch: Vec<Cell> = (0..8).map(|_| random_cell(&mut rng)).collect();
+        t.store.put_cells(batch.clone()).await.unwrap();
+        model.put_cells(batch).await.unwrap();
+    }
+    let err = t
+        .store
+        .query_index(&queries()[0], ReadFrom::Master)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("has no active version yet"),
+        "{err}"
+    );
+    assert_eq!(
+        index::create_version(&t.store, "by_driver").await.unwrap(),
+        1
+    );
+    let (stop1, run1) = maintain(&t.store, &t.config, 1);
+    caught_up(&t.store, 1).await;
+    index::switch(&t.store, "by_driver", 1).await.unwrap();
+    assert!(same_answers(&t.store, &model).await > 10);
+
+    // Random writes: shard-field changes, older ref keys arriving late.
+    for round in 0..6 {
+        for _ in 0..5 {
+            let batch: Vec<Cell> = (0..6).map(|_| random_cell(&mut rng)).collect();
+            t.store.put_cells(batch.clone()).await.unwrap();
+            model.put_cells(batch).await.unwrap();
+        }
+        caught_up(&t.store, 1).await;
+        assert!(same_answers(&t.store, &model).await > 0, "round {round}");
+    }
+
+    // A new version is backfilled while writes go on, then switched to
+    // while queries run: none of them fails.
+    let v2 = index::create_version(&t.store, "by_driver").await.unwrap();
+    assert_eq!(v2, 2);
+    let (stop2, run2) = maintain(&t.store, &t.config, v2);
+    let querying = Arc::new(AtomicBool::new(true));
+    let answered = Arc::new(AtomicU64::new(0));
+    let reader = {
+        let (store, querying, answered) = (t.store.clone(), querying.clone(), answered.clone());
+        tokio::spawn(async move {
+            while querying.load(Ordering::Relaxed) {
+                for q in queries() {
+                    store
+                        .query_index(&q, ReadFrom::Master)
+                        .await
+                        .expect("a query during the switch");
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    for _ in 0..4 {
+        let batch: Vec<Cell> = (0..6).map(|_| random_cell(&mut rng)).collect();
+        t.store.put_cells(batch.clone()).await.unwrap();
+        model.put_cells(batch).await.unwrap();
+    }
+    caught_up(&t.store, v2).await;
+    index::switch(&t.store, "by_driver", v2).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    querying.store(false, Ordering::Relaxed);
+    reader.await.unwrap();
+    assert!(answered.load(Ordering::Relaxed) > 0);
+    let states = index::versions(&t.store, "by_driver").await.unwrap();
+    assert_eq!(
+        states,
+        vec![
+            (1, index::VersionState::Retired),
+            (2, index::VersionState::Active)
+        ]
+    );
+    stop1.cancel();
+    run1.await.unwrap();
+    caught_up(&t.store, v2).await;
+    same_answers(&t.store, &model).await;
+    stop2.cancel();
+    run2.await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_index_queries_name_what_is_wrong() {
+    let t = Instance::with_limits(SHARDS, INDEX).await;
+    let base = queries()[0].clone();
+    let with = |f: &dyn Fn(&mut IndexQuery)| {
+        let mut q = base.clone();
+        f(&mut q);
+        q
+    };
+    for (q, expected) in [
+        (
+            with(&|q| q.index = "nope".into()),
+            "index: no index is called \"nope\" (declared: by_driver)",
+        ),
+        (
+            with(&|q| q.shard_value = json!(5)),
+            "shard_value: expected a string",
+        ),
+        (
+            with(&|q| {
+                q.filters = vec![Filter {
+                    field: "note".into(),
+                    op: FilterOp::Eq,
+                    value: json!("x"),
+                }]
+            }),
+            "filters[0].field: index by_driver holds no field \"note\"",
+        ),
+        (
+            with(&|q| {
+                q.filters = vec![Filter {
+                    field: "city".into(),
+                    op: FilterOp::Eq,
+                    value: json!("two"),
+                }]
+            }),
+            "filters[0].value: expected an integer for field \"city\"",
+        ),
+        (
+            with(&|q| {
+                q.filters = vec![Filter {
+                    field: "city".into(),
+                    op: FilterOp::In,
+                    value: json!([]),
+                }]
+            }),
+            "filters[0].value: IN takes at least one value",
+        ),
+        (with(&|q| q.limit = 0), "limit: must be between 1 and 10000"),
+    ] {
+        match t.store.query_index(&q, ReadFrom::Master).await {
+            Err(Error::InvalidInput { field, message }) => {
+                let text = format!("{field}: {message}");
+                assert!(text.contains(expected), "{text}");
+            }
+            other => panic!("{q:?}: {other:?}"),
+        }
+    }
+}

@@ -23,6 +23,10 @@ use sqlx::AssertSqlSafe;
 
 use crate::workload::Trips;
 
+/// The billing flow shared with `examples/billing`.
+#[path = "../examples/billing/flow.rs"]
+mod flow;
+
 #[derive(Args)]
 pub struct DemoArgs {
     /// How many trips to write (three cells each).
@@ -58,7 +62,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
     crate::schema::apply(&topology).await?;
     let store = MySqlStore::connect(&config)?;
 
-    step("3. writing trips: BASE v1 (requested), BASE v2 (completed), STATUS");
+    step("3. writing trips: BASE v1, BASE v2, and a STATUS v0");
     let seed = schemaless::cell::now_micros() as u64;
     let mut trips = Trips::new(seed);
     let status = schemaless::Column::new("STATUS")?;
@@ -74,7 +78,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
         let paid = Cell::new(
             row,
             status.clone(),
-            RefKey::new(1)?,
+            RefKey::new(0)?,
             Body::from_value(json!({"billing": "charged", "attempts": 1}))?,
         );
         cells.extend([v1, v2, paid]);
@@ -188,6 +192,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
     }
     println!("  ... the next page starts after added_id {}", page.next);
 
+    trigger_and_index_steps(&config, &store, row).await?;
     legacy_steps(&config, args.legacy_trips).await?;
 
     println!("\ndemo done. `mezzanine cluster status` shows the servers; `mezzanine cluster down` stops them.");
@@ -196,12 +201,12 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
     Ok(())
 }
 
-/// Steps 7-9: the legacy PostgreSQL model behind the facade.
+/// Steps 9-11: the legacy PostgreSQL model behind the facade.
 async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()> {
     let legacy_config = legacy::connection::legacy_config(config)?;
     let layout = legacy::connection::layout_config(config)?;
 
-    step("7. the legacy database: trips and three child tables in PostgreSQL");
+    step("9. the legacy database: trips and three child tables in PostgreSQL");
     legacy::trips::init(legacy_config, &layout.schema, None).await?;
     let pool = legacy::connection::pool(legacy_config)?;
     let started = Instant::now();
@@ -235,7 +240,7 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         }
     );
 
-    step("8. the tripstore facade in legacy mode: the cell API over PostgreSQL");
+    step("10. the tripstore facade in legacy mode: the cell API over PostgreSQL");
     let store = tripstore::TripStore::connect(config).await?;
     if store.mode() != tripstore::Mode::Legacy {
         let change = store
@@ -267,7 +272,7 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         );
     }
 
-    step("9. writing through the facade: a version-guarded upsert of the trips row");
+    step("11. writing through the facade: a version-guarded upsert of the trips row");
     let base = schemaless::Column::new("BASE")?;
     let latest = store
         .get_cell_latest(&row, &base, ReadFrom::Master)
@@ -313,5 +318,132 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     }
     store.close().await;
     pool.close().await;
+    Ok(())
+}
+
+/// Steps 7-8: a trigger billing the trips just written, and a secondary
+/// index by driver.
+async fn trigger_and_index_steps(
+    config: &config::Config,
+    store: &MySqlStore,
+    sample: schemaless::RowKey,
+) -> anyhow::Result<()> {
+    use schemaless::mysql::{index, trigger};
+    use tokio_util::sync::CancellationToken;
+
+    step("7. a trigger: billing charges every completed trip, once per version, into STATUS");
+    let billing = std::sync::Arc::new(flow::Billing::new(store.clone()));
+    let mut options = config.triggers.clone();
+    options.read_from = config::TriggerRead::Master;
+    options.poll_ms = 20;
+    let runner = trigger::Trigger::new(
+        "billing",
+        schemaless::Column::new("BASE")?,
+        store.clone(),
+        billing.clone(),
+        options,
+    )?;
+    let cancel = CancellationToken::new();
+    let task = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { runner.run(cancel).await })
+    };
+    let started = Instant::now();
+    let lag = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let lag: u64 = trigger::status(store, "billing")
+            .await?
+            .iter()
+            .map(|s| s.lag)
+            .sum();
+        if lag == 0 || started.elapsed() > Duration::from_secs(120) {
+            break lag;
+        }
+    };
+    cancel.cancel();
+    task.await??;
+    anyhow::ensure!(
+        lag == 0,
+        "the billing trigger is still {lag} cells behind after 2 minutes"
+    );
+    println!(
+        "caught up in {:.2}s: {} approved, {} declined, {} already billed (redelivered or billed by an earlier run)",
+        started.elapsed().as_secs_f64(),
+        billing.charged.load(std::sync::atomic::Ordering::Relaxed),
+        billing.declined.load(std::sync::atomic::Ordering::Relaxed),
+        billing.replays.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    for stored in store.get_cells_for_row(&sample, ReadFrom::Master).await? {
+        println!(
+            "  {:<7} ref {}  {}",
+            stored.cell.key.column.as_str(),
+            stored.cell.key.ref_key,
+            stored.cell.body
+        );
+    }
+
+    step("8. a secondary index: trips by driver, on the shard the driver's UUID routes to");
+    let name = "trips_by_driver";
+    let versions = index::versions(store, name).await?;
+    let version = match versions
+        .iter()
+        .rev()
+        .find(|(_, s)| *s == index::VersionState::Active)
+    {
+        Some((v, _)) => *v,
+        None => {
+            let v = index::create_version(store, name).await?;
+            println!("created {name} v{v} (building)");
+            v
+        }
+    };
+    let maintainer = index::Maintainer::trigger(store, name, version, &config.triggers)?;
+    let cancel = CancellationToken::new();
+    let task = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { maintainer.run(cancel).await })
+    };
+    let started = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let lag: u64 = trigger::status(store, &index::trigger_name(name, version))
+            .await?
+            .iter()
+            .map(|s| s.lag)
+            .sum();
+        if lag == 0 {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "{name} v{version} still {lag} behind"
+        );
+    }
+    index::switch(store, name, version).await?;
+    println!(
+        "{name} v{version} backfilled from the change log and active in {:.2}s",
+        started.elapsed().as_secs_f64()
+    );
+    let base = store
+        .get_cell_latest(&sample, &schemaless::Column::new("BASE")?, ReadFrom::Master)
+        .await?
+        .context("the sample trip has no BASE")?;
+    let driver = base.cell.body.fields()["driver_uuid"].clone();
+    let query = schemaless::IndexQuery {
+        index: name.into(),
+        shard_value: driver.clone(),
+        filters: vec![],
+        order_by: None,
+        descending: false,
+        limit: 10,
+    };
+    for entry in store.query_index(&query, ReadFrom::Master).await? {
+        println!(
+            "query_index({name}, {driver}) -> {} {}",
+            entry.row_key, entry.fields
+        );
+    }
+    cancel.cancel();
+    task.await??;
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
 //! - [`mode`]: `mode show|set`, where the facade sends calls;
 //! - [`trigger`]: `trigger status|retry`;
+//! - [`index`]: `index create|backfill|switch|run|status`;
 //! - [`demo`]: the end-to-end demo;
 //! - [`bench`]: `bench cells`, figures against the raw limit of the same
 //!   servers.
@@ -19,6 +20,7 @@ mod bench;
 mod check;
 mod cluster;
 mod demo;
+mod index;
 mod legacy;
 mod mode;
 mod schema;
@@ -74,6 +76,9 @@ enum Command {
     /// Show or change the mode every facade routes by.
     #[command(subcommand)]
     Mode(mode::ModeCommand),
+    /// Sharded secondary indexes: versions, backfill, switch, maintenance.
+    #[command(subcommand)]
+    Index(index::IndexCommand),
     /// Inspect triggers and re-drive their parked cells.
     #[command(subcommand)]
     Trigger(trigger::TriggerCommand),
@@ -160,6 +165,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema(c) => schema::run(c, &cli.config).await,
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
+        Command::Index(c) => index::run(c, &cli.config).await,
         Command::Trigger(c) => trigger::run(c, &cli.config).await,
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,
         Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,

@@ -58,7 +58,8 @@ pub enum VersionState {
 }
 
 impl VersionState {
-    fn as_str(&self) -> &'static str {
+    /// `building`, `active` or `retired`.
+    pub fn as_str(&self) -> &'static str {
         match self {
             VersionState::Building => "building",
             VersionState::Active => "active",

@@ -1,0 +1,203 @@
+//! `mezzanine index create|backfill|switch|run|status`: sharded secondary
+//! indexes and their versions.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use schemaless::mysql::index::{self, Maintainer, VersionState};
+use schemaless::mysql::trigger;
+use schemaless::MySqlStore;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Subcommand)]
+pub enum IndexCommand {
+    /// Create the next version of an index (tables on every shard, state
+    /// building).
+    Create(NameArgs),
+    /// Fill a building version from the entity tables (its maintenance
+    /// trigger follows every shard's log from the start) until it has
+    /// caught up, with progress.
+    Backfill(VersionArgs),
+    /// Make a caught-up version the one queries read; the active one is
+    /// retired. Queries are never interrupted.
+    Switch(SwitchArgs),
+    /// Keep every active and building version current (the maintenance
+    /// triggers), until Ctrl-C.
+    Run,
+    /// Versions of an index, their state and how far behind each is.
+    Status(NameArgs),
+}
+
+#[derive(Args)]
+pub struct NameArgs {
+    /// The index's name, as declared in `[[index]]`.
+    name: String,
+}
+
+#[derive(Args)]
+pub struct VersionArgs {
+    /// The index's name.
+    name: String,
+    /// The version (default: the newest building one).
+    #[arg(long)]
+    version: Option<u32>,
+}
+
+#[derive(Args)]
+pub struct SwitchArgs {
+    /// The index's name.
+    name: String,
+    /// The version (default: the newest building one).
+    #[arg(long)]
+    version: Option<u32>,
+    /// Switch even if the version has not caught up.
+    #[arg(long)]
+    force: bool,
+}
+
+async fn lag(store: &MySqlStore, name: &str, version: u32) -> anyhow::Result<u64> {
+    let status = trigger::status(store, &index::trigger_name(name, version)).await?;
+    Ok(status.iter().map(|s| s.lag).sum())
+}
+
+async fn building(store: &MySqlStore, name: &str, version: Option<u32>) -> anyhow::Result<u32> {
+    let versions = index::versions(store, name).await?;
+    match version {
+        Some(v) if versions.iter().any(|(x, _)| *x == v) => Ok(v),
+        Some(v) => Err(crate::UsageError(format!("index {name} has no version {v}")).into()),
+        None => versions
+            .iter()
+            .rev()
+            .find(|(_, s)| *s == VersionState::Building)
+            .map(|(v, _)| *v)
+            .ok_or_else(|| {
+                crate::UsageError(format!(
+                    "index {name} has no building version: `mezzanine index create {name}` makes one"
+                ))
+                .into()
+            }),
+    }
+}
+
+pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()> {
+    let config = crate::load_config(config_path)?;
+    let store = MySqlStore::connect(&config)?;
+    let check = |name: &str| -> anyhow::Result<()> {
+        if config.indexes.iter().any(|i| i.name == name) {
+            Ok(())
+        } else {
+            Err(crate::UsageError(format!(
+                "no [[index]] is called {name:?} in {}",
+                config_path.display()
+            ))
+            .into())
+        }
+    };
+    match command {
+        IndexCommand::Create(args) => {
+            check(&args.name)?;
+            let v = index::create_version(&store, &args.name).await?;
+            println!(
+                "index {} v{v} created on {} shards (building); `mezzanine index backfill {}` fills it",
+                args.name,
+                config.instance.shard_count,
+                args.name
+            );
+        }
+        IndexCommand::Backfill(args) => {
+            check(&args.name)?;
+            let v = building(&store, &args.name, args.version).await?;
+            let trigger = Maintainer::trigger(&store, &args.name, v, &config.triggers)?;
+            let cancel = CancellationToken::new();
+            let runner = {
+                let cancel = cancel.clone();
+                tokio::spawn(async move { trigger.run(cancel).await })
+            };
+            let started = Instant::now();
+            let first = lag(&store, &args.name, v).await?;
+            loop {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let left = lag(&store, &args.name, v).await?;
+                let done = first.saturating_sub(left);
+                let rate = done as f64 / started.elapsed().as_secs_f64();
+                eprintln!(
+                    "index {} v{v}: {done} of {first} log cells handled, {left} left, {rate:.0} cells/s",
+                    args.name
+                );
+                if left == 0 {
+                    break;
+                }
+                if runner.is_finished() {
+                    break;
+                }
+            }
+            cancel.cancel();
+            runner.await.context("the maintenance trigger")??;
+            println!(
+                "index {} v{v} has caught up in {:.1}s; `mezzanine index switch {}` makes it active (keep `mezzanine index run` going to keep it current)",
+                args.name,
+                started.elapsed().as_secs_f64(),
+                args.name
+            );
+        }
+        IndexCommand::Switch(args) => {
+            check(&args.name)?;
+            let v = building(&store, &args.name, args.version).await?;
+            let behind = lag(&store, &args.name, v).await?;
+            if behind > 0 && !args.force {
+                anyhow::bail!(
+                    "index {} v{v} is {behind} log cells behind: run `mezzanine index backfill {}` first (--force switches anyway)",
+                    args.name,
+                    args.name
+                );
+            }
+            index::switch(&store, &args.name, v).await?;
+            println!("index {} now reads v{v}", args.name);
+        }
+        IndexCommand::Run => {
+            let cancel = CancellationToken::new();
+            let mut runners = Vec::new();
+            for spec in &config.indexes {
+                for (v, state) in index::versions(&store, &spec.name).await? {
+                    if state == VersionState::Retired {
+                        continue;
+                    }
+                    let trigger = Maintainer::trigger(&store, &spec.name, v, &config.triggers)?;
+                    let token = cancel.clone();
+                    println!("maintaining index {} v{v} ({})", spec.name, state.as_str());
+                    runners.push(tokio::spawn(async move { trigger.run(token).await }));
+                }
+            }
+            if runners.is_empty() {
+                anyhow::bail!("no index has an active or building version: `mezzanine index create NAME` first");
+            }
+            tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?;
+            eprintln!("stopping: releasing shards");
+            cancel.cancel();
+            for runner in runners {
+                runner.await.context("a maintenance trigger")??;
+            }
+        }
+        IndexCommand::Status(args) => {
+            check(&args.name)?;
+            let versions = index::versions(&store, &args.name).await?;
+            if versions.is_empty() {
+                println!("index {}: no versions yet", args.name);
+            }
+            for (v, state) in versions {
+                println!(
+                    "index {} v{v}: {}, {} log cells behind",
+                    args.name,
+                    state.as_str(),
+                    lag(&store, &args.name, v).await?
+                );
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}

@@ -4,9 +4,12 @@
 //! object holding every figure.
 //!
 //! - [`cells`]: `put_cells` against `LOAD DATA`, `get_cell_latest` against
-//!   a raw primary-key `SELECT`.
+//!   a raw primary-key `SELECT`;
+//! - [`index`]: index lag under load, trigger and index backfill
+//!   throughput.
 
 mod cells;
+mod index;
 mod stats;
 
 use std::path::Path;
@@ -19,10 +22,14 @@ pub enum BenchCommand {
     /// cells into the same tables, and get_cell_latest latency against a
     /// raw primary-key SELECT through the same driver, on the dev cluster.
     Cells(cells::CellsArgs),
+    /// Index lag (write to visible in a query) p50/p99 under a steady write
+    /// load, and trigger and index backfill throughput, on the dev cluster.
+    Index(index::IndexArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
     match command {
         BenchCommand::Cells(args) => cells::run(args, config, cluster_dir).await,
+        BenchCommand::Index(args) => index::run(args, config, cluster_dir).await,
     }
 }

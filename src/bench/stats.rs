@@ -11,6 +11,12 @@ impl Latencies {
         Latencies(samples)
     }
 
+    /// How many samples.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// The `p`-th percentile (0–100) in microseconds, nearest-rank.
     pub fn percentile_us(&self, p: f64) -> f64 {
         if self.0.is_empty() {

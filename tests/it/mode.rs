@@ -3,8 +3,11 @@
 
 use std::time::Duration;
 
+use schemaless::mysql::index;
+use schemaless::IndexQuery;
 use schemaless::{Body, Cell, CellStore, Column, Error, ReadFrom, RefKey, RowKey, WriteOutcome};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 use tripstore::{Mode, ModeRequest, TripStore};
 
 use crate::harness::LegacyDb;
@@ -142,6 +145,49 @@ async fn a_mode_change_reaches_every_facade_and_routes_their_calls() {
         .unwrap()
         .is_none());
 
+    // Index queries go where reads go: now to the Schemaless index.
+    let store = a.schemaless();
+    let v = index::create_version(store, "trips_by_driver")
+        .await
+        .unwrap();
+    index::switch(store, "trips_by_driver", v).await.unwrap();
+    let maintainer =
+        index::Maintainer::trigger(store, "trips_by_driver", v, &config.triggers).unwrap();
+    let stop = CancellationToken::new();
+    let maintaining = {
+        let stop = stop.clone();
+        tokio::spawn(async move { maintainer.run(stop).await })
+    };
+    let by_driver = IndexQuery {
+        index: "trips_by_driver".into(),
+        shard_value: json!("00000000-0000-4000-8000-000000000001"),
+        filters: vec![],
+        order_by: None,
+        descending: false,
+        limit: 10,
+    };
+    let mut rows = Vec::new();
+    for _ in 0..500 {
+        rows = b
+            .query_index(&by_driver, ReadFrom::Master)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.row_key)
+            .collect::<Vec<_>>();
+        if !rows.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        rows,
+        vec![other],
+        "the Schemaless index, not the legacy table"
+    );
+    stop.cancel();
+    maintaining.await.unwrap().unwrap();
+
     // Back three steps is refused without --force (the step back is
     // primary), then forced.
     let err = b.set_mode(&request(Mode::Legacy, false)).await.unwrap_err();
@@ -152,6 +198,14 @@ async fn a_mode_change_reaches_every_facade_and_routes_their_calls() {
     );
     b.set_mode(&request(Mode::Legacy, true)).await.unwrap();
     sees(&a, Mode::Legacy).await;
+    let legacy_rows: Vec<RowKey> = a
+        .query_index(&by_driver, ReadFrom::Master)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.row_key)
+        .collect();
+    assert_eq!(legacy_rows, vec![trip], "the legacy table by SQL");
     assert!(a
         .get_cell_latest(&trip, &base_column, ReadFrom::Master)
         .await

@@ -44,7 +44,7 @@ use crate::error::Result;
 
 /// How long a hole may stay open before the follower looks into it:
 /// commits racing each other finish well within it.
-pub const HOLE_GRACE: Duration = Duration::from_millis(20);
+pub const HOLE_GRACE: Duration = Duration::from_millis(2);
 
 /// How often awaited ids are looked up again.
 pub const RECHECK_INTERVAL: Duration = Duration::from_millis(500);

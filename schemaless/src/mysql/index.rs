@@ -25,7 +25,7 @@
 //! are complete during the switch, so no query fails or sees a partial
 //! index.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,7 @@ use sqlx::mysql::MySqlArguments;
 use sqlx::{AssertSqlSafe, MySql, Row};
 
 use super::schema::meta_database;
+use super::sql::push_hex;
 use super::store::MySqlStore;
 use super::trigger::{Handler, HandlerResult, Trigger};
 use crate::api::{IndexEntry, IndexQuery, ReadFrom};
@@ -414,101 +415,204 @@ impl Maintainer {
         )
     }
 
-    async fn apply(&self, cell: &StoredCell) -> Result<()> {
+    /// Applies a run of one shard's cells in a few round trips: read the
+    /// pointers of their rows, write the new entries (one multi-row
+    /// statement per entry shard), delete the rows' older entries, move the
+    /// pointers. Each statement is guarded by ref key, so a batch that
+    /// fails halfway is simply redone.
+    async fn apply(&self, cells: &[StoredCell]) -> Result<()> {
         let topology = self.store.topology();
-        let key = &cell.cell.key;
-        let ref_key = key.ref_key.get();
-        let row_bytes = key.row_key.as_bytes().to_vec();
-        let home = shard_of(&key.row_key, topology.shard_count);
+        let Some(first) = cells.first() else {
+            return Ok(());
+        };
+        let home = shard_of(&first.cell.key.row_key, topology.shard_count);
         let home_db = topology.database(home);
         let home_master = &topology.cluster(home)?.master;
         let pointers = pointer_table(&self.spec.name, self.version);
         let entries = entry_table(&self.spec.name, self.version);
 
-        let query = sqlx::query(AssertSqlSafe(format!(
-            "SELECT ref_key FROM `{home_db}`.`{pointers}` WHERE row_key = ?"
-        )))
-        .bind(row_bytes.clone());
-        if let Some(row) = home_master.fetch_optional(query).await? {
-            let current: i64 = row.try_get(0).map_err(|e| home_master.error(e))?;
-            if current >= ref_key {
-                return Ok(());
+        // The newest cell of each row in the batch.
+        let mut newest: BTreeMap<RowKey, &StoredCell> = BTreeMap::new();
+        for cell in cells
+            .iter()
+            .filter(|c| c.cell.key.column == self.spec.column)
+        {
+            let slot = newest.entry(cell.cell.key.row_key).or_insert(cell);
+            if cell.cell.key.ref_key > slot.cell.key.ref_key {
+                *slot = cell;
             }
         }
+        if newest.is_empty() {
+            return Ok(());
+        }
+        let mut sql = format!(
+            "SELECT row_key, ref_key, entry_shard FROM `{home_db}`.`{pointers}` WHERE row_key IN ("
+        );
+        for (i, row) in newest.keys().enumerate() {
+            if i > 0 {
+                sql.push(',');
+            }
+            push_hex(&mut sql, row.as_bytes());
+        }
+        sql.push(')');
+        let mut old: HashMap<RowKey, (i64, Option<u32>)> = HashMap::new();
+        for r in home_master.fetch_all(sql).await? {
+            let key: Vec<u8> = r.try_get(0).map_err(|e| home_master.error(e))?;
+            let ref_key: i64 = r.try_get(1).map_err(|e| home_master.error(e))?;
+            let shard: Option<u32> = r.try_get(2).map_err(|e| home_master.error(e))?;
+            if let Some(row) = RowKey::from_slice(&key) {
+                old.insert(row, (ref_key, shard));
+            }
+        }
+        newest.retain(|row, cell| {
+            old.get(row)
+                .is_none_or(|(r, _)| *r < cell.cell.key.ref_key.get())
+        });
+        if newest.is_empty() {
+            return Ok(());
+        }
 
-        // 1. The new entry, where its shard value routes it.
-        let entry = self.spec.entry(&cell.cell.body);
-        let entry_shard = match &entry {
-            Some((value, fields)) => {
-                let shard = shard_of_bytes(&value.routing_bytes(), topology.shard_count);
-                let db = topology.database(shard);
-                let names: String = (0..self.spec.fields.len())
-                    .map(|i| format!("f{i}, "))
-                    .collect();
-                let marks: String = (0..self.spec.fields.len()).map(|_| "?, ").collect();
-                // ref_key is assigned last: the conditions before it must
-                // see the stored ref key, not the new one.
-                let updates: String = (0..self.spec.fields.len())
-                    .map(|i| format!("f{i} = IF(VALUES(ref_key) > ref_key, VALUES(f{i}), f{i}), "))
-                    .collect();
-                let mut q = sqlx::query(AssertSqlSafe(format!(
-                    "INSERT INTO `{db}`.`{entries}` (shard_value, row_key, {names}fields, ref_key)
-                     VALUES (?, ?, {marks}?, ?)
+        // 1. New entries, grouped by the shard their value routes to.
+        let mut by_shard: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        let mut entry_shard: HashMap<RowKey, u32> = HashMap::new();
+        for (row, cell) in &newest {
+            let Some((value, fields)) = self.spec.entry(&cell.cell.body) else {
+                continue;
+            };
+            let shard = shard_of_bytes(&value.routing_bytes(), topology.shard_count);
+            entry_shard.insert(*row, shard);
+            let mut tuple = String::from("(");
+            push_value(&mut tuple, Some(&value));
+            tuple.push(',');
+            push_hex(&mut tuple, row.as_bytes());
+            for field in &self.spec.fields {
+                tuple.push(',');
+                let v = fields
+                    .fields()
+                    .get(field)
+                    .and_then(|v| crate::index::index_value(self.spec.type_of(field), v));
+                push_value(&mut tuple, v.as_ref());
+            }
+            tuple.push_str(",CONVERT(");
+            push_hex(&mut tuple, fields.to_string().as_bytes());
+            tuple.push_str(&format!(" USING utf8mb4),{})", cell.cell.key.ref_key.get()));
+            by_shard.entry(shard).or_default().push(tuple);
+        }
+        let names: String = (0..self.spec.fields.len())
+            .map(|i| format!("f{i}, "))
+            .collect();
+        // ref_key is assigned last: the conditions before it must see the
+        // stored ref key, not the new one.
+        let updates: String = (0..self.spec.fields.len())
+            .map(|i| format!("f{i} = IF(VALUES(ref_key) > ref_key, VALUES(f{i}), f{i}), "))
+            .collect();
+        let mut per_master: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (shard, tuples) in by_shard {
+            per_master
+                .entry(topology.cluster_index(shard)?)
+                .or_default()
+                .push(format!(
+                    "INSERT INTO `{}`.`{entries}` (shard_value, row_key, {names}fields, ref_key) VALUES {}
                      ON DUPLICATE KEY UPDATE {updates}
                        fields = IF(VALUES(ref_key) > ref_key, VALUES(fields), fields),
-                       ref_key = GREATEST(ref_key, VALUES(ref_key))"
-                )));
-                q = bind(q, Some(value)).bind(row_bytes.clone());
-                for field in &self.spec.fields {
-                    let v = fields
-                        .fields()
-                        .get(field)
-                        .and_then(|v| crate::index::index_value(self.spec.type_of(field), v));
-                    q = bind(q, v.as_ref());
-                }
-                q = q.bind(fields.to_string()).bind(ref_key);
-                topology.cluster(shard)?.master.execute_prepared(q).await?;
-                Some(shard)
-            }
-            None => None,
-        };
+                       ref_key = GREATEST(ref_key, VALUES(ref_key))",
+                    topology.database(shard),
+                    tuples.join(",")
+                ));
+        }
+        self.run_per_master(per_master).await?;
 
-        // 2. The row's older entry, wherever it is (by row key: its shard
-        // value may have changed; the new entry has the new ref key).
-        let query = sqlx::query(AssertSqlSafe(format!(
-            "SELECT entry_shard FROM `{home_db}`.`{pointers}` WHERE row_key = ?"
-        )))
-        .bind(row_bytes.clone());
-        if let Some(row) = home_master.fetch_optional(query).await? {
-            let old: Option<u32> = row.try_get(0).map_err(|e| home_master.error(e))?;
-            if let Some(old) = old {
-                let q = sqlx::query(AssertSqlSafe(format!(
-                    "DELETE FROM `{}`.`{entries}` WHERE row_key = ? AND ref_key < ?",
-                    topology.database(old)
-                )))
-                .bind(row_bytes.clone())
-                .bind(ref_key);
-                topology.cluster(old)?.master.execute_prepared(q).await?;
+        // 2. Older entries of those rows, wherever their old value put them
+        // (the new entries carry the new ref key and stay).
+        let mut deletes: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (row, cell) in &newest {
+            if let Some((_, Some(shard))) = old.get(row) {
+                let mut condition = String::from("(row_key = ");
+                push_hex(&mut condition, row.as_bytes());
+                condition.push_str(&format!(" AND ref_key < {})", cell.cell.key.ref_key.get()));
+                deletes.entry(*shard).or_default().push(condition);
             }
         }
+        let mut per_master: BTreeMap<usize, Vec<String>> = BTreeMap::new();
+        for (shard, conditions) in deletes {
+            per_master
+                .entry(topology.cluster_index(shard)?)
+                .or_default()
+                .push(format!(
+                    "DELETE FROM `{}`.`{entries}` WHERE {}",
+                    topology.database(shard),
+                    conditions.join(" OR ")
+                ));
+        }
+        self.run_per_master(per_master).await?;
 
-        // 3. The pointer, last: a crash before it redoes the steps above.
-        let q = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO `{home_db}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES (?, ?, ?)
-             ON DUPLICATE KEY UPDATE
-               entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
-               ref_key = GREATEST(ref_key, VALUES(ref_key))"
-        )))
-        .bind(row_bytes)
-        .bind(entry_shard)
-        .bind(ref_key);
-        home_master.execute_prepared(q).await
+        // 3. The pointers, last: a crash before them redoes the steps above.
+        let tuples: Vec<String> = newest
+            .iter()
+            .map(|(row, cell)| {
+                let mut t = String::from("(");
+                push_hex(&mut t, row.as_bytes());
+                let shard = entry_shard
+                    .get(row)
+                    .map_or("NULL".to_string(), u32::to_string);
+                t.push_str(&format!(",{shard},{})", cell.cell.key.ref_key.get()));
+                t
+            })
+            .collect();
+        home_master
+            .execute(format!(
+                "INSERT INTO `{home_db}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES {}
+                 ON DUPLICATE KEY UPDATE
+                   entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
+                   ref_key = GREATEST(ref_key, VALUES(ref_key))",
+                tuples.join(",")
+            ))
+            .await
+    }
+
+    /// Runs each master's statements in one round trip, the masters in
+    /// parallel.
+    async fn run_per_master(&self, per_master: BTreeMap<usize, Vec<String>>) -> Result<()> {
+        let topology = self.store.topology();
+        futures::future::try_join_all(per_master.into_iter().map(
+            |(cluster, statements)| async move {
+                topology.clusters[cluster]
+                    .master
+                    .execute(statements.join(";"))
+                    .await
+            },
+        ))
+        .await?;
+        Ok(())
+    }
+}
+
+/// An index value as an SQL literal.
+fn push_value(sql: &mut String, value: Option<&IndexValue>) {
+    match value {
+        None => sql.push_str("NULL"),
+        Some(IndexValue::Str(s)) => {
+            sql.push_str("CONVERT(");
+            push_hex(sql, s.as_bytes());
+            sql.push_str(" USING utf8mb4)");
+        }
+        Some(IndexValue::Int(i)) => sql.push_str(&i.to_string()),
+        Some(IndexValue::Float(f)) => sql.push_str(&format!("{f:e}")),
+        // Canonical: digits, at most one point and a leading minus.
+        Some(IndexValue::Decimal(d)) => sql.push_str(d),
+        Some(IndexValue::Bool(b)) => sql.push_str(if *b { "1" } else { "0" }),
     }
 }
 
 #[async_trait]
 impl Handler for Maintainer {
     async fn handle(&self, cell: &StoredCell) -> HandlerResult {
-        self.apply(cell).await.map_err(|e| e.to_string())
+        self.apply(std::slice::from_ref(cell))
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn handle_batch(&self, cells: &[StoredCell]) -> std::result::Result<(), (usize, String)> {
+        self.apply(cells).await.map_err(|e| (0, e.to_string()))
     }
 }

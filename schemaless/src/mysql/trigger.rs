@@ -47,6 +47,18 @@ pub trait Handler: Send + Sync + 'static {
     /// Handles one cell. Called at least once per cell, in added_id order
     /// within a shard; must be idempotent.
     async fn handle(&self, cell: &StoredCell) -> HandlerResult;
+
+    /// Handles a run of cells of one shard, in added_id order. `Ok` means
+    /// all of them; `Err((i, e))` means `cells[..i]` were handled and
+    /// `cells[i]` failed with `e` (it is then retried on its own, and the
+    /// rest after it). Override it where a batch is cheaper than its cells
+    /// one by one; the default calls [`Handler::handle`] for each.
+    async fn handle_batch(&self, cells: &[StoredCell]) -> std::result::Result<(), (usize, String)> {
+        for (i, cell) in cells.iter().enumerate() {
+            self.handle(cell).await.map_err(|e| (i, e))?;
+        }
+        Ok(())
+    }
 }
 
 /// Why a runner returned.
@@ -424,8 +436,32 @@ impl ShardWorker {
                     }
                     continue;
                 }
-                for cell in cells.iter().filter(|c| c.cell.key.column == s.column) {
-                    match self.handle(cell).await? {
+                let mine: Vec<StoredCell> = cells
+                    .into_iter()
+                    .filter(|c| c.cell.key.column == s.column)
+                    .collect();
+                let mut start = 0;
+                while start < mine.len() {
+                    if !s.holds(self.shard) || self.cancel.is_cancelled() {
+                        return Ok(());
+                    }
+                    let failed = match s.handler.handle_batch(&mine[start..]).await {
+                        Ok(()) => {
+                            s.stats
+                                .handled
+                                .fetch_add((mine.len() - start) as u64, Ordering::Relaxed);
+                            break;
+                        }
+                        Err((i, error)) => {
+                            s.stats.handled.fetch_add(i as u64, Ordering::Relaxed);
+                            s.stats.failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(trigger = %s.name, shard = self.shard, "batch failed at {}: {error}", mine[start + i].cell.key);
+                            start + i
+                        }
+                    };
+                    // The failed cell on its own, with retries; then the
+                    // rest as a batch again.
+                    match self.handle(&mine[failed]).await? {
                         Handled::Done => {}
                         Handled::Parked => counted_parked += 1,
                         Handled::Stop => return Ok(()),
@@ -436,6 +472,7 @@ impl ShardWorker {
                             return Ok(());
                         }
                     }
+                    start = failed + 1;
                 }
                 self.save_offset(follower.offset(), &follower.awaited())
                     .await?;

@@ -506,6 +506,7 @@ impl Maintainer {
         let updates: String = (0..self.spec.fields.len())
             .map(|i| format!("f{i} = IF(VALUES(ref_key) > ref_key, VALUES(f{i}), f{i}), "))
             .collect();
+        // Statements per master: one transaction (one commit) each.
         let mut per_master: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (shard, tuples) in by_shard {
             per_master
@@ -520,7 +521,6 @@ impl Maintainer {
                     tuples.join(",")
                 ));
         }
-        self.run_per_master(per_master).await?;
 
         // 2. Older entries of those rows, wherever their old value put them
         // (the new entries carry the new ref key and stay).
@@ -533,7 +533,6 @@ impl Maintainer {
                 deletes.entry(*shard).or_default().push(condition);
             }
         }
-        let mut per_master: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (shard, conditions) in deletes {
             per_master
                 .entry(topology.cluster_index(shard)?)
@@ -544,9 +543,10 @@ impl Maintainer {
                     conditions.join(" OR ")
                 ));
         }
-        self.run_per_master(per_master).await?;
 
-        // 3. The pointers, last: a crash before them redoes the steps above.
+        // 3. The pointers, last: a crash before them redoes the steps
+        // above. Other masters commit first; the home master's entries,
+        // deletes and pointers commit together after them.
         let tuples: Vec<String> = newest
             .iter()
             .map(|(row, cell)| {
@@ -559,14 +559,17 @@ impl Maintainer {
                 t
             })
             .collect();
-        home_master
-            .execute(format!(
-                "INSERT INTO `{home_db}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES {}
-                 ON DUPLICATE KEY UPDATE
-                   entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
-                   ref_key = GREATEST(ref_key, VALUES(ref_key))",
-                tuples.join(",")
-            ))
+        let home_cluster = topology.cluster_index(home)?;
+        let mut home_statements = per_master.remove(&home_cluster).unwrap_or_default();
+        home_statements.push(format!(
+            "INSERT INTO `{home_db}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES {}
+             ON DUPLICATE KEY UPDATE
+               entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
+               ref_key = GREATEST(ref_key, VALUES(ref_key))",
+            tuples.join(",")
+        ));
+        self.run_per_master(per_master).await?;
+        self.run_per_master(BTreeMap::from([(home_cluster, home_statements)]))
             .await
     }
 

@@ -331,7 +331,7 @@ fn row(p: &Pending, created_at: i64) -> sql::InsertRow<'_> {
 /// Runs `statements` as one transaction in one round trip. On any error
 /// the transaction is rolled back before the connection goes back to the
 /// pool (or the connection is closed, which rolls back too).
-async fn transaction(node: &Node, statements: &[String]) -> Result<()> {
+pub(crate) async fn transaction(node: &Node, statements: &[String]) -> Result<()> {
     let mut sql = String::with_capacity(statements.iter().map(|s| s.len() + 1).sum::<usize>() + 32);
     sql.push_str("START TRANSACTION;");
     for statement in statements {

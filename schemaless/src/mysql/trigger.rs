@@ -406,6 +406,8 @@ impl ShardWorker {
                 ShardFollower::new(s.store.clone(), self.shard, offset, &awaited, from)?;
             let poll = Duration::from_millis(s.options.poll_ms);
             let mut retries_checked: Option<Instant> = None;
+            let mut saved = (offset, awaited.clone());
+            let mut last_save = Instant::now();
             loop {
                 let mut signal = std::pin::pin!(s.store.changes().notified(self.shard));
                 // Register for wake-ups before reading, so a write in
@@ -414,6 +416,11 @@ impl ShardWorker {
                     n.enable();
                 }
                 if self.cancel.is_cancelled() || !s.holds(self.shard) {
+                    // Leaving: save what was handled (the save checks the
+                    // lease, so a lost shard is not moved).
+                    if saved != (follower.offset(), follower.awaited()) {
+                        self.save_offset(follower.offset(), &follower.awaited()).await?;
+                    }
                     return Ok(());
                 }
                 // Parked cells flagged for retry are looked for once a
@@ -424,8 +431,14 @@ impl ShardWorker {
                 }
                 let cells = follower.next(s.options.batch).await?;
                 if cells.is_empty() {
+                    // Idle: a good moment to save where we are.
+                    if saved != (follower.offset(), follower.awaited()) {
+                        self.save_offset(follower.offset(), &follower.awaited()).await?;
+                        saved = (follower.offset(), follower.awaited());
+                        last_save = Instant::now();
+                    }
                     tokio::select! {
-                        _ = self.cancel.cancelled() => return Ok(()),
+                        _ = self.cancel.cancelled() => continue,
                         _ = async {
                             match signal.as_mut().as_pin_mut() {
                                 Some(n) => n.await,
@@ -474,8 +487,13 @@ impl ShardWorker {
                     }
                     start = failed + 1;
                 }
-                self.save_offset(follower.offset(), &follower.awaited())
-                    .await?;
+                // Busy: save at most every 100 ms (a crash redelivers what
+                // came after the last save: at least once).
+                if last_save.elapsed() >= Duration::from_millis(100) {
+                    self.save_offset(follower.offset(), &follower.awaited()).await?;
+                    saved = (follower.offset(), follower.awaited());
+                    last_save = Instant::now();
+                }
             }
         }
         .await;

@@ -171,6 +171,12 @@ pub struct Index {
     /// `bool`. The legacy model takes its types from the live schema.
     #[serde(default)]
     pub types: BTreeMap<String, IndexFieldType>,
+    /// `index[].unique`: at most one row per shard-field value. The index
+    /// is maintained after the write, so a cell that would give a value a
+    /// second row cannot be refused: its trigger parks it with the reason,
+    /// and the value keeps its first row. Default false.
+    #[serde(default)]
+    pub unique: bool,
 }
 
 /// How an index stores and compares a field.

@@ -144,6 +144,11 @@ impl IndexSpec {
         })
     }
 
+    /// Whether a shard-field value has at most one row.
+    pub fn unique(&self) -> bool {
+        self.config.unique
+    }
+
     /// The type of a field of the index.
     pub fn type_of(&self, field: &str) -> IndexFieldType {
         self.config.type_of(field)

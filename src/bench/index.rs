@@ -96,6 +96,7 @@ pub async fn run(args: IndexArgs, config_path: &Path, cluster_dir: &Path) -> any
         shard_field: "driver_uuid".into(),
         fields: vec!["city_id".into(), "status".into()],
         types: [("city_id".to_string(), config::IndexFieldType::Int)].into(),
+        unique: false,
     }];
     let spec = crate::cluster::spec_from_config(config_path, 55432)?;
     crate::cluster::up(cluster_dir, spec).await?;

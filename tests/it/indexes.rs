@@ -27,8 +27,17 @@ shard_field = "driver"
 fields = ["at", "city", "fare", "ok"]
 types = { city = "int", fare = "decimal", ok = "bool" }
 
+[[index]]
+name = "by_email"
+column = "ACCOUNT"
+shard_field = "email"
+fields = ["name"]
+unique = true
+
 [triggers]
 poll_ms = 10
+max_tries = 2
+retry_backoff_ms = 1
 "#;
 
 const DRIVERS: [&str; 3] = [
@@ -145,9 +154,10 @@ fn maintain(
     )
 }
 
-/// Waits until the maintainer of `version` has handled every cell.
-async fn caught_up(store: &MySqlStore, version: u32) {
-    let name = index::trigger_name("by_driver", version);
+/// Waits until the maintainer of `version` of `index` has handled every
+/// cell.
+async fn caught_up(store: &MySqlStore, version: u32, index: &str) {
+    let name = index::trigger_name(index, version);
     for _ in 0..1000 {
         let status = trigger::status(store, &name).await.unwrap();
         if status.iter().all(|s| s.lag == 0) {
@@ -196,7 +206,7 @@ async fn indexes_answer_like_a_brute_force_and_switch_versions_without_a_failed_
         1
     );
     let (stop1, run1) = maintain(&t.store, &t.config, 1);
-    caught_up(&t.store, 1).await;
+    caught_up(&t.store, 1, "by_driver").await;
     index::switch(&t.store, "by_driver", 1).await.unwrap();
     assert!(same_answers(&t.store, &model).await > 10);
 
@@ -207,7 +217,7 @@ async fn indexes_answer_like_a_brute_force_and_switch_versions_without_a_failed_
             t.store.put_cells(batch.clone()).await.unwrap();
             model.put_cells(batch).await.unwrap();
         }
-        caught_up(&t.store, 1).await;
+        caught_up(&t.store, 1, "by_driver").await;
         assert!(same_answers(&t.store, &model).await > 0, "round {round}");
     }
 
@@ -237,7 +247,7 @@ async fn indexes_answer_like_a_brute_force_and_switch_versions_without_a_failed_
         t.store.put_cells(batch.clone()).await.unwrap();
         model.put_cells(batch).await.unwrap();
     }
-    caught_up(&t.store, v2).await;
+    caught_up(&t.store, v2, "by_driver").await;
     index::switch(&t.store, "by_driver", v2).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1200)).await;
     querying.store(false, Ordering::Relaxed);
@@ -253,7 +263,7 @@ async fn indexes_answer_like_a_brute_force_and_switch_versions_without_a_failed_
     );
     stop1.cancel();
     run1.await.unwrap();
-    caught_up(&t.store, v2).await;
+    caught_up(&t.store, v2, "by_driver").await;
     same_answers(&t.store, &model).await;
     stop2.cancel();
     run2.await.unwrap();
@@ -271,7 +281,7 @@ async fn bad_index_queries_name_what_is_wrong() {
     for (q, expected) in [
         (
             with(&|q| q.index = "nope".into()),
-            "index: no index is called \"nope\" (declared: by_driver)",
+            "index: no index is called \"nope\" (declared: by_driver, by_email)",
         ),
         (
             with(&|q| q.shard_value = json!(5)),
@@ -317,4 +327,114 @@ async fn bad_index_queries_name_what_is_wrong() {
             other => panic!("{q:?}: {other:?}"),
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_index_keeps_the_first_row_and_parks_the_second() {
+    let t = Instance::with_limits(SHARDS, INDEX).await;
+    let v = index::create_version(&t.store, "by_email").await.unwrap();
+    index::switch(&t.store, "by_email", v).await.unwrap();
+    let trigger = Maintainer::trigger(&t.store, "by_email", v, &t.config.triggers).unwrap();
+    let cancel = CancellationToken::new();
+    let running = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { trigger.run(cancel).await.unwrap() })
+    };
+    let query = |email: &str| IndexQuery {
+        index: "by_email".into(),
+        shard_value: json!(email),
+        filters: vec![],
+        order_by: None,
+        descending: false,
+        limit: 10,
+    };
+    let owners = |email: &'static str| {
+        let store = t.store.clone();
+        async move {
+            store
+                .query_index(&query(email), ReadFrom::Master)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.row_key)
+                .collect::<Vec<_>>()
+        }
+    };
+    let name = index::trigger_name("by_email", v);
+    let parked = || async {
+        trigger::status(&t.store, &name)
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| s.parked)
+            .sum::<u64>()
+    };
+
+    t.store
+        .put_cell(cell(
+            1,
+            "ACCOUNT",
+            1,
+            json!({"email": "ana@example.com", "name": "Ana"}),
+        ))
+        .await
+        .unwrap();
+    caught_up(&t.store, v, "by_email").await;
+    assert_eq!(
+        owners("ana@example.com").await,
+        vec![crate::harness::row(1)]
+    );
+
+    // A second row claims the same value: it is parked, the first keeps it.
+    t.store
+        .put_cell(cell(
+            2,
+            "ACCOUNT",
+            1,
+            json!({"email": "ana@example.com", "name": "Imposter"}),
+        ))
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if parked().await == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(parked().await, 1);
+    assert_eq!(
+        owners("ana@example.com").await,
+        vec![crate::harness::row(1)]
+    );
+
+    // The first row moves to another address; the parked cell, retried,
+    // now takes the freed value.
+    t.store
+        .put_cell(cell(
+            1,
+            "ACCOUNT",
+            2,
+            json!({"email": "ana@example.org", "name": "Ana"}),
+        ))
+        .await
+        .unwrap();
+    caught_up(&t.store, v, "by_email").await;
+    assert_eq!(trigger::retry_parked(&t.store, &name).await.unwrap(), 1);
+    for _ in 0..500 {
+        if parked().await == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(parked().await, 0);
+    assert_eq!(
+        owners("ana@example.com").await,
+        vec![crate::harness::row(2)]
+    );
+    assert_eq!(
+        owners("ana@example.org").await,
+        vec![crate::harness::row(1)]
+    );
+    cancel.cancel();
+    running.await.unwrap();
 }

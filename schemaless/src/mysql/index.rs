@@ -192,6 +192,12 @@ pub async fn create_version(store: &MySqlStore, name: &str) -> Result<u32> {
     let entries = entry_table(name, version);
     let pointers = pointer_table(name, version);
     let shard_type = sql_type(spec.type_of(&spec.shard_field));
+    // A unique index keys entries by value alone.
+    let key = if spec.unique() {
+        "shard_value"
+    } else {
+        "shard_value, row_key"
+    };
     for shard in 0..topology.shard_count {
         let db = topology.database(shard);
         let master = &topology.cluster(shard)?.master;
@@ -203,7 +209,7 @@ pub async fn create_version(store: &MySqlStore, name: &str) -> Result<u32> {
                     ref_key BIGINT NOT NULL,
                     {columns}
                     fields MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,
-                    PRIMARY KEY (shard_value, row_key),
+                    PRIMARY KEY ({key}),
                     KEY by_row (row_key)
                 ) ENGINE=InnoDB;
                 CREATE TABLE IF NOT EXISTS `{db}`.`{pointers}` (
@@ -502,9 +508,15 @@ impl Maintainer {
             .map(|i| format!("f{i}, "))
             .collect();
         // ref_key is assigned last: the conditions before it must see the
-        // stored ref key, not the new one.
+        // stored ref key, not the new one. In a unique index the entry of a
+        // value may belong to another row: then nothing changes.
+        let newer = if self.spec.unique() {
+            "row_key = VALUES(row_key) AND VALUES(ref_key) > ref_key"
+        } else {
+            "VALUES(ref_key) > ref_key"
+        };
         let updates: String = (0..self.spec.fields.len())
-            .map(|i| format!("f{i} = IF(VALUES(ref_key) > ref_key, VALUES(f{i}), f{i}), "))
+            .map(|i| format!("f{i} = IF({newer}, VALUES(f{i}), f{i}), "))
             .collect();
         // Statements per master: one transaction (one commit) each.
         let mut per_master: BTreeMap<usize, Vec<String>> = BTreeMap::new();
@@ -515,11 +527,19 @@ impl Maintainer {
                 .push(format!(
                     "INSERT INTO `{}`.`{entries}` (shard_value, row_key, {names}fields, ref_key) VALUES {}
                      ON DUPLICATE KEY UPDATE {updates}
-                       fields = IF(VALUES(ref_key) > ref_key, VALUES(fields), fields),
-                       ref_key = GREATEST(ref_key, VALUES(ref_key))",
+                       fields = IF({newer}, VALUES(fields), fields),
+                       ref_key = IF({newer}, VALUES(ref_key), ref_key)",
                     topology.database(shard),
                     tuples.join(",")
                 ));
+        }
+        if self.spec.unique() {
+            // Entries first, then check that each value is ours: a value
+            // held by another row is a violation, and this batch fails
+            // before any pointer moves (its cells are retried one by one,
+            // and the violating one is parked with the reason).
+            self.run_per_master(std::mem::take(&mut per_master)).await?;
+            self.check_unique(&newest, &entry_shard).await?;
         }
 
         // 2. Older entries of those rows, wherever their old value put them
@@ -573,16 +593,60 @@ impl Maintainer {
             .await
     }
 
-    /// Runs each master's statements in one round trip, the masters in
-    /// parallel.
+    /// Fails if a value of the batch's new entries belongs to another row.
+    async fn check_unique(
+        &self,
+        newest: &BTreeMap<RowKey, &StoredCell>,
+        entry_shard: &HashMap<RowKey, u32>,
+    ) -> Result<()> {
+        let topology = self.store.topology();
+        let entries = entry_table(&self.spec.name, self.version);
+        for (row, cell) in newest {
+            let Some(&shard) = entry_shard.get(row) else {
+                continue;
+            };
+            let Some((value, _)) = self.spec.entry(&cell.cell.body) else {
+                continue;
+            };
+            let mut sql = format!(
+                "SELECT row_key FROM `{}`.`{entries}` WHERE shard_value = ",
+                topology.database(shard)
+            );
+            push_value(&mut sql, Some(&value));
+            let master = &topology.cluster(shard)?.master;
+            let rows = master.fetch_all(sql).await?;
+            let owner = rows
+                .first()
+                .and_then(|r| r.try_get::<Vec<u8>, _>(0).ok())
+                .and_then(|o| RowKey::from_slice(&o));
+            if let Some(owner) = owner.filter(|o| o != row) {
+                return Err(Error::invalid(
+                    "index",
+                    format!(
+                        "unique index {}: {} = {} already belongs to row {owner}; {} keeps its old entry",
+                        self.spec.name,
+                        self.spec.shard_field,
+                        cell.cell
+                            .body
+                            .fields()
+                            .get(&self.spec.shard_field)
+                            .cloned()
+                            .unwrap_or_default(),
+                        cell.cell.key
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs each master's statements as one transaction in one round trip
+    /// (one commit), the masters in parallel.
     async fn run_per_master(&self, per_master: BTreeMap<usize, Vec<String>>) -> Result<()> {
         let topology = self.store.topology();
         futures::future::try_join_all(per_master.into_iter().map(
             |(cluster, statements)| async move {
-                topology.clusters[cluster]
-                    .master
-                    .execute(statements.join(";"))
-                    .await
+                super::store::transaction(&topology.clusters[cluster].master, &statements).await
             },
         ))
         .await?;

@@ -204,35 +204,52 @@ impl Trigger {
         &self.shared.owner
     }
 
-    /// Takes or renews the lease of `shard`; whether this runner holds it.
-    /// Two statements, not one batch: a batch ending in a `SELECT` leaves a
-    /// read view open on the connection in MariaDB.
-    async fn claim(&self, shard: u32) -> Result<bool> {
+    /// Takes or renews the leases of every shard of one cluster in two
+    /// round trips; which shards this runner holds. The claims are one
+    /// batch of statements; the answer is one `SELECT` of its own (a batch
+    /// ending in a `SELECT` leaves a read view open on the connection in
+    /// MariaDB, which holds back purge).
+    async fn claim_cluster(&self, cluster: usize) -> Result<Vec<(u32, bool)>> {
         let s = &self.shared;
-        let db = s.database(shard);
-        let master = s.master(shard)?;
-        master
-            .execute(format!(
-                "INSERT INTO `{db}`.`trigger_leases` (name, owner, expires_at)
-             VALUES ({name}, {owner}, {NOW_MICROS} + {ttl})
-             ON DUPLICATE KEY UPDATE
-               owner = IF(expires_at < {NOW_MICROS} OR owner = VALUES(owner), VALUES(owner), owner),
-               expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
-                name = literal(&s.name),
-                owner = literal(&s.owner),
-                ttl = s.options.lease_ms * 1000,
-            ))
-            .await?;
-        let rows = master
-            .fetch_all(format!(
-                "SELECT owner FROM `{db}`.`trigger_leases` WHERE name = {}",
-                literal(&s.name)
-            ))
-            .await?;
-        Ok(rows
-            .last()
-            .and_then(|r| r.try_get::<String, _>(0).ok())
-            .is_some_and(|o| o == s.owner))
+        let topology = s.store.topology();
+        let nodes = &topology.clusters[cluster];
+        let name = literal(&s.name);
+        let owner = literal(&s.owner);
+        let ttl = s.options.lease_ms * 1000;
+        let claims: Vec<String> = nodes
+            .shards
+            .iter()
+            .map(|shard| {
+                format!(
+                    "INSERT INTO `{db}`.`trigger_leases` (name, owner, expires_at)
+                     VALUES ({name}, {owner}, {NOW_MICROS} + {ttl})
+                     ON DUPLICATE KEY UPDATE
+                       owner = IF(expires_at < {NOW_MICROS} OR owner = VALUES(owner), VALUES(owner), owner),
+                       expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
+                    db = topology.database(shard)
+                )
+            })
+            .collect();
+        nodes.master.execute(claims.join(";")).await?;
+        let owners: Vec<String> = nodes
+            .shards
+            .iter()
+            .map(|shard| {
+                format!(
+                    "SELECT {shard}, owner FROM `{}`.`trigger_leases` WHERE name = {name}",
+                    topology.database(shard)
+                )
+            })
+            .collect();
+        let rows = nodes.master.fetch_all(owners.join(" UNION ALL ")).await?;
+        let mut held: HashMap<u32, bool> =
+            nodes.shards.iter().map(|shard| (shard, false)).collect();
+        for row in rows {
+            let shard: i64 = row.try_get(0).map_err(|e| nodes.master.error(e))?;
+            let holder: String = row.try_get(1).map_err(|e| nodes.master.error(e))?;
+            held.insert(shard as u32, holder == s.owner);
+        }
+        Ok(held.into_iter().collect())
     }
 
     async fn release(&self, shard: u32) -> Result<()> {
@@ -264,15 +281,22 @@ impl Trigger {
                 _ = renew.tick() => {}
             }
             workers.0.retain(|_, (_, task)| !task.is_finished());
-            for shard in 0..shard_count {
-                let asked = s.epoch.elapsed();
-                let owned = match self.claim(shard).await {
-                    Ok(owned) => owned,
+            let asked = s.epoch.elapsed();
+            let claims = futures::future::join_all(
+                (0..s.store.topology().clusters.len()).map(|cluster| self.claim_cluster(cluster)),
+            )
+            .await;
+            let mut owned_shards: HashMap<u32, bool> = HashMap::new();
+            for (cluster, claim) in claims.into_iter().enumerate() {
+                match claim {
+                    Ok(held) => owned_shards.extend(held),
                     Err(e) => {
-                        tracing::warn!(trigger = %s.name, shard, "lease: {e}");
-                        false
+                        tracing::warn!(trigger = %s.name, cluster = %s.store.topology().clusters[cluster].name, "leases: {e}");
                     }
-                };
+                }
+            }
+            for shard in 0..shard_count {
+                let owned = owned_shards.get(&shard).copied().unwrap_or(false);
                 if owned {
                     s.lease_until[shard as usize]
                         .store((asked + s.lease()).as_millis() as u64, Ordering::Relaxed);

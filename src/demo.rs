@@ -351,11 +351,7 @@ async fn trigger_and_index_steps(
     let started = Instant::now();
     let lag = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let lag: u64 = trigger::status(store, "billing")
-            .await?
-            .iter()
-            .map(|s| s.lag)
-            .sum();
+        let lag = trigger::lag(store, "billing").await?;
         if lag == 0 || started.elapsed() > Duration::from_secs(120) {
             break lag;
         }
@@ -406,11 +402,7 @@ async fn trigger_and_index_steps(
     let started = Instant::now();
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let lag: u64 = trigger::status(store, &index::trigger_name(name, version))
-            .await?
-            .iter()
-            .map(|s| s.lag)
-            .sum();
+        let lag = trigger::lag(store, &index::trigger_name(name, version)).await?;
         if lag == 0 {
             break;
         }

@@ -58,8 +58,7 @@ pub struct SwitchArgs {
 }
 
 async fn lag(store: &MySqlStore, name: &str, version: u32) -> anyhow::Result<u64> {
-    let status = trigger::status(store, &index::trigger_name(name, version)).await?;
-    Ok(status.iter().map(|s| s.lag).sum())
+    Ok(trigger::lag(store, &index::trigger_name(name, version)).await?)
 }
 
 async fn building(store: &MySqlStore, name: &str, version: Option<u32>) -> anyhow::Result<u32> {

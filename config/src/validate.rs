@@ -392,12 +392,6 @@ fn validate_indexes(config: &Config) -> Result<(), Problem> {
                     format!("column {} has no field {field:?}", column.name),
                 ));
             }
-            if *field == index.shard_field || index.fields[..k].contains(field) {
-                return Err(problem(
-                    format!("index[{i}].fields[{k}]"),
-                    format!("field {field:?} is already part of the index"),
-                ));
-            }
         }
     }
     Ok(())

@@ -49,10 +49,20 @@ fn processor(cents: i64) -> &'static str {
     }
 }
 
+/// Whole cents of a non-negative amount with at most two decimals
+/// (`"12.5"` is 1250); anything else is not an amount to charge.
 fn cents(fare: &str) -> Option<i64> {
-    let (whole, frac) = fare.split_once('.').unwrap_or((fare, "0"));
+    let (whole, frac) = fare.split_once('.').unwrap_or((fare, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() || !digits(whole) || frac.len() > 2 || !digits(frac) {
+        return None;
+    }
     let frac = format!("{frac:0<2}");
-    Some(whole.parse::<i64>().ok()? * 100 + frac.get(..2)?.parse::<i64>().ok()?)
+    whole
+        .parse::<i64>()
+        .ok()?
+        .checked_mul(100)?
+        .checked_add(frac.parse().ok()?)
 }
 
 #[async_trait]

@@ -76,14 +76,6 @@ impl Handler for Count {
     }
 }
 
-async fn lag_left(store: &MySqlStore, name: &str) -> anyhow::Result<u64> {
-    Ok(trigger::status(store, name)
-        .await?
-        .iter()
-        .map(|s| s.lag)
-        .sum())
-}
-
 pub async fn run(args: IndexArgs, config_path: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
     if args.seconds == 0 || args.cells == 0 {
         return Err(crate::UsageError("--seconds and --cells must be positive".into()).into());
@@ -193,7 +185,7 @@ pub async fn run(args: IndexArgs, config_path: &Path, cluster_dir: &Path) -> any
     for batch in cells.chunks(config.limits.max_batch_cells) {
         store.put_cells(batch.to_vec()).await?;
     }
-    let total_log = lag_left(&store, "bench_count").await?;
+    let total_log = trigger::lag(&store, "bench_count").await?;
     let counter = Arc::new(Count(AtomicU64::new(0)));
     let mut count_options = config.triggers.clone();
     count_options.read_from = config::TriggerRead::Master;
@@ -235,7 +227,7 @@ pub async fn run(args: IndexArgs, config_path: &Path, cluster_dir: &Path) -> any
     let name = index::trigger_name(INDEX, v2);
     loop {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        if lag_left(&store, &name).await? == 0 {
+        if trigger::lag(&store, &name).await? == 0 {
             break;
         }
         anyhow::ensure!(

@@ -123,8 +123,19 @@ async fn add_uuid_survives_a_kill_and_concurrent_writers() {
     .unwrap();
     assert!(resumed_from >= filled);
 
-    // A few more writes after the end, then stop.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A few more writes after the end (rows inserted once the column is
+    // NOT NULL must get their UUID from the default), then stop.
+    let at_end = done.load(Ordering::Relaxed);
+    for _ in 0..500 {
+        if done.load(Ordering::Relaxed) >= at_end + 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        done.load(Ordering::Relaxed) >= at_end + 5,
+        "the writers stopped writing after add-uuid"
+    );
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.unwrap();

@@ -159,8 +159,7 @@ fn maintain(
 async fn caught_up(store: &MySqlStore, version: u32, index: &str) {
     let name = index::trigger_name(index, version);
     for _ in 0..1000 {
-        let status = trigger::status(store, &name).await.unwrap();
-        if status.iter().all(|s| s.lag == 0) {
+        if trigger::lag(store, &name).await.unwrap() == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

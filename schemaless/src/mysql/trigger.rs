@@ -751,6 +751,12 @@ pub async fn status(store: &MySqlStore, name: &str) -> Result<Vec<ShardStatus>> 
     Ok(out)
 }
 
+/// Change-log cells of every shard that trigger `name` has not handled
+/// yet (0: caught up).
+pub async fn lag(store: &MySqlStore, name: &str) -> Result<u64> {
+    Ok(status(store, name).await?.iter().map(|s| s.lag).sum())
+}
+
 /// Flags every parked cell of trigger `name` for retry; the runners owning
 /// their shards call the handler on them again. Returns how many.
 pub async fn retry_parked(store: &MySqlStore, name: &str) -> Result<u64> {

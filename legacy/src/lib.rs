@@ -51,4 +51,4 @@ pub mod trips;
 
 pub use error::Error;
 pub use layout::Layout;
-pub use store::{Chunk, LegacyStore};
+pub use store::{Chunk, LegacyStore, TransactionHook};

@@ -700,27 +700,7 @@ impl CellStore for LegacyStore {
     }
 
     async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
-        check_batch(&cells, &self.limits)?;
-        let prepared = cells
-            .iter()
-            .enumerate()
-            .map(|(i, cell)| self.prepare(cell).map_err(|e| e.in_batch(i)))
-            .collect::<Result<Vec<_>>>()?;
-        // Address order (stable, so copies of one cell keep batch order).
-        let mut order: Vec<usize> = (0..cells.len()).collect();
-        order.sort_by(|&a, &b| cells[a].key.cmp(&cells[b].key));
-
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.write_batch(&prepared, &order).await {
-                Ok(results) => return Ok(results),
-                Err(e) if attempt < ATTEMPTS && retry_batch(&e) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        self.put_cells_with(cells, &NoHook).await
     }
 
     async fn get_cell(&self, key: &CellKey, _from: ReadFrom) -> Result<Option<StoredCell>> {
@@ -794,17 +774,118 @@ impl CellStore for LegacyStore {
 }
 
 impl LegacyStore {
-    async fn write_batch(&self, prepared: &[Prepared], order: &[usize]) -> Result<Vec<CellResult>> {
+    /// Writes a batch as [`CellStore::put_cells`] does, running `hook` in
+    /// the batch's transaction: the hook's statements commit with the
+    /// legacy write or not at all. The mirror's outbox and the reverse
+    /// mirror's offsets are written this way. When the batch is tried
+    /// again (a lost race, a deadlock) the hook runs again, in the new
+    /// transaction.
+    pub async fn put_cells_with(
+        &self,
+        cells: Vec<Cell>,
+        hook: &(dyn TransactionHook + '_),
+    ) -> Result<Vec<CellResult>> {
+        check_batch(&cells, &self.limits)?;
+        let prepared = cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| self.prepare(cell).map_err(|e| e.in_batch(i)))
+            .collect::<Result<Vec<_>>>()?;
+        let canonical: Vec<Cell> = cells
+            .iter()
+            .zip(&prepared)
+            .map(|(cell, p)| {
+                let mut cell = cell.clone();
+                cell.body = p.canonical.clone();
+                cell
+            })
+            .collect();
+        // Address order (stable, so copies of one cell keep batch order).
+        let mut order: Vec<usize> = (0..cells.len()).collect();
+        order.sort_by(|&a, &b| cells[a].key.cmp(&cells[b].key));
+
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.write_batch(&prepared, &order, &canonical, hook).await {
+                Ok(results) => return Ok(results),
+                Err(e) if attempt < ATTEMPTS && retry_batch(&e) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `cell` with its body in canonical form (every field present, each
+    /// value in its one form), or the error a put of it would get, without
+    /// writing anything. The facade checks cells this way before it writes
+    /// them to Schemaless in mode `primary`, so that the reverse mirror
+    /// can always apply them.
+    pub fn canonical_cell(&self, cell: &Cell) -> Result<Cell> {
+        schemaless::cell::check_body(&cell.body, &self.limits)?;
+        let prepared = self.prepare(cell)?;
+        let mut cell = cell.clone();
+        cell.body = prepared.canonical;
+        Ok(cell)
+    }
+
+    async fn write_batch(
+        &self,
+        prepared: &[Prepared],
+        order: &[usize],
+        canonical: &[Cell],
+        hook: &(dyn TransactionHook + '_),
+    ) -> Result<Vec<CellResult>> {
         let mut tx = self.pool.begin().await.map_err(|e| self.storage(e))?;
+        hook.begin(&mut tx).await?;
         let mut results: Vec<Option<CellResult>> = vec![None; prepared.len()];
         for &i in order {
             results[i] = Some(self.write(&mut tx, &prepared[i]).await?);
         }
-        tx.commit().await.map_err(|e| self.storage(e))?;
-        Ok(results
+        let results: Vec<CellResult> = results
             .into_iter()
             .map(|r| r.expect("every cell was written"))
-            .collect())
+            .collect();
+        hook.before_commit(&mut tx, canonical, &results).await?;
+        tx.commit().await.map_err(|e| self.storage(e))?;
+        Ok(results)
+    }
+}
+
+/// Statements that must commit in the same PostgreSQL transaction as a
+/// legacy write (see [`LegacyStore::put_cells_with`]).
+#[async_trait]
+pub trait TransactionHook: Send + Sync {
+    /// Runs first in the transaction (e.g. to lock what the hook updates);
+    /// an error rolls the batch back.
+    async fn begin(&self, _tx: &mut sqlx::PgConnection) -> Result<()> {
+        Ok(())
+    }
+
+    /// Runs after every cell was written, before the commit. `cells` are
+    /// the batch's cells with canonical bodies, `results` what each write
+    /// did, in batch order; an error rolls the batch back.
+    async fn before_commit(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        cells: &[Cell],
+        results: &[CellResult],
+    ) -> Result<()>;
+}
+
+/// The hook of a plain `put_cells`.
+struct NoHook;
+
+#[async_trait]
+impl TransactionHook for NoHook {
+    async fn before_commit(
+        &self,
+        _: &mut sqlx::PgConnection,
+        _: &[Cell],
+        _: &[CellResult],
+    ) -> Result<()> {
+        Ok(())
     }
 }
 

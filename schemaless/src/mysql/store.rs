@@ -167,6 +167,41 @@ impl MySqlStore {
         self.fetch(node, shard, sql).await
     }
 
+    /// The newest added_id of every shard's change log (0 for an empty
+    /// shard), read from the masters in one query per cluster. A follower
+    /// started at these offsets sees exactly the cells written after.
+    pub async fn log_heads(&self) -> Result<Vec<u64>> {
+        let topology = &self.inner.topology;
+        let mut heads = vec![0u64; topology.shard_count as usize];
+        let reads = topology.clusters.iter().map(|cluster| async move {
+            let sql = cluster
+                .shards
+                .iter()
+                .map(|shard| {
+                    format!(
+                        "SELECT {shard}, CAST(COALESCE(MAX(added_id), 0) AS UNSIGNED) FROM `{}`.`entity`",
+                        topology.database(shard)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" UNION ALL ");
+            let rows = cluster.master.fetch_all(sql).await?;
+            rows.iter()
+                .map(|row| {
+                    let shard: i64 = row.try_get(0).map_err(|e| cluster.master.error(e))?;
+                    let head: u64 = row.try_get(1).map_err(|e| cluster.master.error(e))?;
+                    Ok((shard as usize, head))
+                })
+                .collect::<Result<Vec<_>>>()
+        });
+        for rows in futures::future::try_join_all(reads).await? {
+            for (shard, head) in rows {
+                heads[shard] = head;
+            }
+        }
+        Ok(heads)
+    }
+
     /// Closes every connection pool.
     pub async fn close(&self) {
         self.inner.topology.close().await;

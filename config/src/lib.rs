@@ -48,7 +48,9 @@ mod validate;
 use std::path::{Path, PathBuf};
 
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
-pub use model::{Cluster, Config, Instance, Limits, OnFailure, Storage, TriggerRead, Triggers};
+pub use model::{
+    Cluster, Config, Instance, Limits, Mirror, OnFailure, Storage, TriggerRead, Triggers,
+};
 pub use shards::ShardRange;
 
 /// Everything that can be wrong with a configuration file.

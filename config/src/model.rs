@@ -33,6 +33,9 @@ pub struct Config {
     /// `[triggers]`: how trigger runners follow the change log.
     #[serde(default)]
     pub triggers: Triggers,
+    /// `[mirror]`: the outbox relay and the reverse mirror.
+    #[serde(default)]
+    pub mirror: Mirror,
 }
 
 /// Which node a trigger reads the change log from.
@@ -252,6 +255,84 @@ impl Default for Storage {
             connect_timeout_ms: default_connect_timeout_ms(),
             request_timeout_ms: default_request_timeout_ms(),
             write_parallelism: default_write_parallelism(),
+        }
+    }
+}
+
+/// `[mirror]`: how writes reach the other store in modes `mirror`,
+/// `shadow` (the outbox relay) and `primary` (the reverse mirror).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mirror {
+    /// `mirror.relay_in_app`: whether every facade runs an outbox relay as
+    /// a background task (several relays share the work). Turn it off to
+    /// relay only with `mezzanine mirror relay`. Default true.
+    #[serde(default = "yes")]
+    pub relay_in_app: bool,
+    /// `mirror.relay_batch`: outbox entries a relay moves per transaction.
+    /// 1–10000. Default 500.
+    #[serde(default = "default_relay_batch")]
+    pub relay_batch: usize,
+    /// `mirror.relay_poll_ms`: how often an idle relay looks at the outbox
+    /// (writes of its own process wake it at once). 1–600000. Default 100.
+    #[serde(default = "default_mirror_poll_ms")]
+    pub relay_poll_ms: u64,
+    /// `mirror.retry_backoff_ms`: the wait after a failed delivery, doubled
+    /// after each further failure up to `max_backoff_ms`. 1–600000.
+    /// Default 100.
+    #[serde(default = "default_mirror_backoff_ms")]
+    pub retry_backoff_ms: u64,
+    /// `mirror.max_backoff_ms`: the longest wait between failed deliveries.
+    /// 1–3600000, at least `retry_backoff_ms`. Default 5000.
+    #[serde(default = "default_mirror_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+    /// `mirror.reverse_in_app`: whether every facade runs the reverse
+    /// mirror as a background task in modes `shadow` and `primary`.
+    /// Default true.
+    #[serde(default = "yes")]
+    pub reverse_in_app: bool,
+    /// `mirror.reverse_batch`: change-log cells of one shard applied to
+    /// PostgreSQL per transaction. 1–10000. Default 500.
+    #[serde(default = "default_relay_batch")]
+    pub reverse_batch: usize,
+    /// `mirror.reverse_poll_ms`: how often the reverse mirror looks for new
+    /// cells on an idle shard (writes of its own process wake it at once).
+    /// 1–600000. Default 200.
+    #[serde(default = "default_poll_ms")]
+    pub reverse_poll_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_relay_batch() -> usize {
+    500
+}
+
+fn default_mirror_poll_ms() -> u64 {
+    100
+}
+
+fn default_mirror_backoff_ms() -> u64 {
+    100
+}
+
+fn default_mirror_max_backoff_ms() -> u64 {
+    5000
+}
+
+impl Default for Mirror {
+    fn default() -> Self {
+        Mirror {
+            relay_in_app: true,
+            relay_batch: default_relay_batch(),
+            relay_poll_ms: default_mirror_poll_ms(),
+            retry_backoff_ms: default_mirror_backoff_ms(),
+            max_backoff_ms: default_mirror_max_backoff_ms(),
+            reverse_in_app: true,
+            reverse_batch: default_relay_batch(),
+            reverse_poll_ms: default_poll_ms(),
         }
     }
 }

@@ -185,6 +185,28 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     in_range("triggers.max_parked", triggers.max_parked, 0, 10_000_000)?;
     in_range("triggers.lease_ms", triggers.lease_ms, 100, 3_600_000)?;
     in_range("triggers.poll_ms", triggers.poll_ms, 1, 600_000)?;
+    let mirror = &config.mirror;
+    in_range("mirror.relay_batch", mirror.relay_batch as u64, 1, 10_000)?;
+    in_range("mirror.relay_poll_ms", mirror.relay_poll_ms, 1, 600_000)?;
+    in_range(
+        "mirror.retry_backoff_ms",
+        mirror.retry_backoff_ms,
+        1,
+        600_000,
+    )?;
+    in_range(
+        "mirror.max_backoff_ms",
+        mirror.max_backoff_ms,
+        mirror.retry_backoff_ms,
+        3_600_000,
+    )?;
+    in_range(
+        "mirror.reverse_batch",
+        mirror.reverse_batch as u64,
+        1,
+        10_000,
+    )?;
+    in_range("mirror.reverse_poll_ms", mirror.reverse_poll_ms, 1, 600_000)?;
     if let Some(layout) = &config.layout {
         validate_layout(layout)?;
     }

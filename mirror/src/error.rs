@@ -1,0 +1,36 @@
+//! The mirror's error type, for what is not a cell API call.
+
+/// Everything setting up, running and inspecting the mirror can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A cell store call failed (Schemaless or the legacy model).
+    #[error(transparent)]
+    Cell(#[from] schemaless::Error),
+    /// PostgreSQL failed on the mirror's own tables.
+    #[error("{context}: {source}")]
+    Postgres {
+        /// What was being done.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn postgres(context: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+        move |source| Error::Postgres {
+            context: context.to_string(),
+            source,
+        }
+    }
+
+    /// Whether trying again may help (a server down, a deadlock).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Cell(e) => e.is_retryable(),
+            Error::Postgres { source, .. } => schemaless::error::driver_error_is_retryable(source),
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The outbox: cells committed to the legacy tables, waiting for the relay.
+
+use async_trait::async_trait;
+use legacy::TransactionHook;
+use schemaless::{Cell, CellResult, Error, Result, WriteOutcome};
+use uuid::Uuid;
+
+/// The hook a mirrored write runs in its legacy transaction: every cell the
+/// legacy tables now hold (`Written`, or `AlreadyPresent` since a retried
+/// write may find its first attempt committed without knowing whether its
+/// outbox entry was delivered) is inserted into `mezzanine.outbox`, in one
+/// statement. A `Superseded` cell is not: the legacy tables did not keep
+/// it, and the newer cell that superseded it was mirrored when it was
+/// written.
+pub struct Outbox;
+
+#[async_trait]
+impl TransactionHook for Outbox {
+    async fn before_commit(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        cells: &[Cell],
+        results: &[CellResult],
+    ) -> Result<()> {
+        let mut row_keys: Vec<Uuid> = Vec::with_capacity(cells.len());
+        let mut columns: Vec<&str> = Vec::with_capacity(cells.len());
+        let mut ref_keys: Vec<i64> = Vec::with_capacity(cells.len());
+        let mut bodies: Vec<String> = Vec::with_capacity(cells.len());
+        for (cell, result) in cells.iter().zip(results) {
+            if matches!(
+                result,
+                Ok(WriteOutcome::Written | WriteOutcome::AlreadyPresent)
+            ) {
+                row_keys.push(cell.key.row_key.uuid());
+                columns.push(cell.key.column.as_str());
+                ref_keys.push(cell.key.ref_key.get());
+                bodies.push(cell.body.to_value().to_string());
+            }
+        }
+        if row_keys.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO mezzanine.outbox (row_key, column_name, ref_key, body)
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[])",
+        )
+        .bind(&row_keys)
+        .bind(&columns)
+        .bind(&ref_keys)
+        .bind(&bodies)
+        .execute(&mut *tx)
+        .await
+        .map_err(|source| Error::Storage {
+            node: "postgres (mezzanine.outbox)".into(),
+            source,
+        })?;
+        Ok(())
+    }
+}

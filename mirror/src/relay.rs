@@ -1,0 +1,295 @@
+//! The relay: drains `mezzanine.outbox` into Schemaless.
+//!
+//! One batch is one PostgreSQL transaction: lock the oldest entries no
+//! other relay holds (`FOR UPDATE SKIP LOCKED`), write their cells to
+//! Schemaless with `put_cells`, delete them, commit. A crash anywhere in
+//! between leaves the entries in the outbox, to be delivered again (the
+//! cells that had landed come back `AlreadyPresent`); nothing is lost and
+//! nothing is doubled, because a cell is its address.
+//!
+//! Only two answers set an entry aside (into `mezzanine.outbox_parked`,
+//! with the reason): a conflict (Schemaless holds a different body at the
+//! address: the stores disagree, and a person must decide) and input
+//! Schemaless refuses (a body over its limits). Everything else, a server
+//! down or a missing schema, fails the whole batch, which is tried again
+//! after a backoff while the outbox grows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemaless::{Body, Cell, CellStore, Column, ReadFrom, RefKey, RowKey, WriteOutcome};
+use sqlx::{PgPool, Row};
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::worker::{Backoff, Heartbeat, WorkerStats};
+
+/// What one batch did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moved {
+    /// Entries whose cell is now in Schemaless (written or already there).
+    pub delivered: u64,
+    /// Of those, cells Schemaless already had.
+    pub already_present: u64,
+    /// Entries set aside for good.
+    pub parked: u64,
+}
+
+impl Moved {
+    /// Entries that left the outbox.
+    pub fn total(&self) -> u64 {
+        self.delivered + self.parked
+    }
+}
+
+/// Drains the outbox into a cell store (Schemaless; the in-memory model in
+/// tests).
+pub struct Relay {
+    pool: PgPool,
+    target: Arc<dyn CellStore>,
+    batch: usize,
+    settings: config::Mirror,
+    stats: Arc<WorkerStats>,
+    wake: Arc<Notify>,
+}
+
+/// The answer for one entry: delivered (with how), or parked (with why).
+type Delivery = Result<WriteOutcome, String>;
+
+impl Relay {
+    /// A relay over the legacy database `pool` into `target`, with the
+    /// config's `[mirror]` settings; batches are capped at
+    /// `limits.max_batch_cells`.
+    pub fn new(pool: PgPool, target: Arc<dyn CellStore>, config: &config::Config) -> Relay {
+        Relay {
+            pool,
+            target,
+            batch: config.mirror.relay_batch.min(config.limits.max_batch_cells),
+            settings: config.mirror.clone(),
+            stats: Arc::default(),
+            wake: Arc::default(),
+        }
+    }
+
+    /// The relay's counters.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        self.stats.clone()
+    }
+
+    /// Notify it (`notify_one`) after committing outbox entries, so an
+    /// idle relay starts at once instead of at its next poll.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Moves one batch of the oldest unlocked entries. Returns what it
+    /// did; nothing moved means the outbox is empty or every entry is held
+    /// by another relay. An error leaves every entry of the batch in the
+    /// outbox.
+    pub async fn relay_batch(&self) -> Result<Moved, Error> {
+        let context = "relaying the outbox";
+        let mut tx = self.pool.begin().await.map_err(Error::postgres(context))?;
+        let rows = sqlx::query(
+            "SELECT id, row_key, column_name, ref_key, body FROM mezzanine.outbox
+             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(self.batch as i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Error::postgres(context))?;
+        if rows.is_empty() {
+            tx.commit().await.map_err(Error::postgres(context))?;
+            return Ok(Moved::default());
+        }
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut cells = Vec::with_capacity(rows.len());
+        // Per entry: the index of its cell in `cells`, or why it cannot
+        // be read.
+        let mut readable: Vec<Result<usize, String>> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            ids.push(row.try_get::<i64, _>(0).map_err(Error::postgres(context))?);
+            match entry_cell(row) {
+                Ok(cell) => {
+                    readable.push(Ok(cells.len()));
+                    cells.push(cell);
+                }
+                Err(reason) => readable.push(Err(format!("unreadable outbox entry: {reason}"))),
+            }
+        }
+        let delivered = self.deliver(cells).await?;
+
+        let mut moved = Moved::default();
+        let mut parked_ids = Vec::new();
+        let mut parked_errors = Vec::new();
+        for (id, entry) in ids.iter().zip(readable) {
+            match entry.and_then(|i| delivered[i].clone()) {
+                Ok(outcome) => {
+                    moved.delivered += 1;
+                    if outcome == WriteOutcome::AlreadyPresent {
+                        moved.already_present += 1;
+                    }
+                }
+                Err(reason) => {
+                    tracing::warn!("outbox entry {id} parked: {reason}");
+                    parked_ids.push(*id);
+                    parked_errors.push(reason);
+                }
+            }
+        }
+        moved.parked = parked_ids.len() as u64;
+        if !parked_ids.is_empty() {
+            sqlx::query(
+                "INSERT INTO mezzanine.outbox_parked (id, row_key, column_name, ref_key, body, enqueued_at, error)
+                 SELECT o.id, o.row_key, o.column_name, o.ref_key, o.body, o.enqueued_at, p.error
+                 FROM mezzanine.outbox o JOIN UNNEST($1::int8[], $2::text[]) AS p (id, error) ON o.id = p.id
+                 ON CONFLICT (id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
+            )
+            .bind(&parked_ids)
+            .bind(&parked_errors)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::postgres(context))?;
+        }
+        sqlx::query("DELETE FROM mezzanine.outbox WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::postgres(context))?;
+        tx.commit().await.map_err(Error::postgres(context))?;
+        let stats = &self.stats;
+        stats.add(&stats.cells, moved.delivered);
+        stats.add(&stats.already_there, moved.already_present);
+        stats.add(&stats.parked, moved.parked);
+        stats.add(&stats.batches, 1);
+        Ok(moved)
+    }
+
+    /// Writes `cells`; per cell, what happened or why it is parked. Fails
+    /// as a whole on anything that is not about one cell.
+    async fn deliver(&self, cells: Vec<Cell>) -> Result<Vec<Delivery>, Error> {
+        if cells.is_empty() {
+            return Ok(Vec::new());
+        }
+        match self.target.put_cells(cells.clone()).await {
+            Ok(results) => {
+                let mut out = Vec::with_capacity(results.len());
+                for (cell, result) in cells.iter().zip(results) {
+                    out.push(match result {
+                        Ok(outcome) => Ok(outcome),
+                        Err(conflict) => Err(self.conflict_reason(cell, &conflict.key).await),
+                    });
+                }
+                Ok(out)
+            }
+            Err(schemaless::Error::InvalidInput { .. }) if cells.len() > 1 => {
+                // One cell spoils the batch: find it by writing them one
+                // at a time.
+                let mut out = Vec::with_capacity(cells.len());
+                for cell in cells {
+                    let one = Box::pin(self.deliver(vec![cell])).await?;
+                    out.extend(one);
+                }
+                Ok(out)
+            }
+            Err(schemaless::Error::InvalidInput { field, message }) => Ok(vec![Err(format!(
+                "Schemaless refuses the cell: invalid {field}: {message}"
+            ))]),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn conflict_reason(&self, cell: &Cell, key: &schemaless::CellKey) -> String {
+        let stored = match self.target.get_cell(key, ReadFrom::Master).await {
+            Ok(Some(stored)) => stored.cell.body.to_string(),
+            Ok(None) => "nothing (it vanished since)".into(),
+            Err(e) => format!("an unreadable cell ({e})"),
+        };
+        format!(
+            "conflict: Schemaless holds {key} with body {stored}, the legacy write was {}",
+            cell.body
+        )
+    }
+
+    /// Relays until the outbox has nothing this relay can take. Returns
+    /// the total moved.
+    pub async fn drain(&self) -> Result<Moved, Error> {
+        let mut total = Moved::default();
+        loop {
+            let moved = self.relay_batch().await?;
+            if moved.total() == 0 {
+                return Ok(total);
+            }
+            total.delivered += moved.delivered;
+            total.already_present += moved.already_present;
+            total.parked += moved.parked;
+        }
+    }
+
+    /// Relays until `cancel`, while `enabled` says so: at once when woken,
+    /// every `mirror.relay_poll_ms` when idle, after a growing backoff
+    /// when Schemaless or PostgreSQL fails. Writes a heartbeat row every
+    /// second.
+    pub async fn run(&self, cancel: CancellationToken, mut enabled: watch::Receiver<bool>) {
+        let mut heartbeat = Heartbeat::new("relay");
+        let mut backoff = Backoff::new(&self.settings);
+        let poll = Duration::from_millis(self.settings.relay_poll_ms);
+        tracing::info!("{} started", heartbeat.name());
+        while !cancel.is_cancelled() {
+            if !*enabled.borrow_and_update() {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = changed(&mut enabled) => continue,
+                }
+            }
+            let woken = self.wake.notified();
+            match self.relay_batch().await {
+                Ok(moved) => {
+                    backoff.succeeded();
+                    heartbeat.beat(&self.pool, &self.stats).await;
+                    if moved.total() > 0 {
+                        continue;
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = woken => {}
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = changed(&mut enabled) => {}
+                    }
+                }
+                Err(e) => {
+                    self.stats.failed(&e.to_string());
+                    let wait = backoff.failed();
+                    tracing::warn!("{}: {e}; trying again in {wait:?}", heartbeat.name());
+                    heartbeat.beat(&self.pool, &self.stats).await;
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+        heartbeat.retire(&self.pool).await;
+        tracing::info!("{} stopped", heartbeat.name());
+    }
+}
+
+/// Resolves when `enabled` changes; never, once its sender is gone.
+pub(crate) async fn changed(enabled: &mut watch::Receiver<bool>) {
+    if enabled.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+fn entry_cell(row: &sqlx::postgres::PgRow) -> Result<Cell, String> {
+    let row_key: uuid::Uuid = row.try_get(1).map_err(|e| e.to_string())?;
+    let column: String = row.try_get(2).map_err(|e| e.to_string())?;
+    let ref_key: i64 = row.try_get(3).map_err(|e| e.to_string())?;
+    let body: String = row.try_get(4).map_err(|e| e.to_string())?;
+    Ok(Cell::new(
+        RowKey::from(row_key),
+        Column::new(&column).map_err(|e| e.to_string())?,
+        RefKey::new(ref_key).map_err(|e| e.to_string())?,
+        Body::parse(&body).map_err(|e| e.to_string())?,
+    ))
+}

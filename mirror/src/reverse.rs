@@ -1,0 +1,553 @@
+//! The reverse mirror: applies Schemaless's change log to the legacy
+//! tables in mode `primary`.
+//!
+//! Per shard, one pass reads the next cells with a gap-safe
+//! [`ShardFollower`] (a cell still being committed below a newer one is not
+//! skipped), then writes them through the legacy model in one PostgreSQL
+//! transaction that also advances the shard's row in
+//! `mezzanine.reverse_offsets`. That transaction first locks the row with
+//! `FOR UPDATE SKIP LOCKED` and checks it still holds the position the
+//! cells were read from: two reverse mirrors (every facade runs one, and
+//! so may `mezzanine mirror reverse`) never apply a shard at once, and one
+//! that lost the race re-reads its position instead of moving it back.
+//!
+//! The legacy model's writes are version-guarded: a row cell older than
+//! the row is `Superseded` and changes nothing, a child cell already there
+//! is `AlreadyPresent`. Replays after a crash and late arrivals are
+//! therefore harmless.
+//!
+//! Cells of columns the layout does not map are skipped (counted). Cells
+//! the legacy model refuses (a child whose parent row does not exist, a
+//! value its SQL type cannot hold) are parked in
+//! `mezzanine.reverse_parked` with the reason, and the shard moves on.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use legacy::{LegacyStore, TransactionHook};
+use schemaless::mysql::follow::ShardFollower;
+use schemaless::{Cell, CellResult, CellStore, MySqlStore, ReadFrom, StoredCell, WriteOutcome};
+use sqlx::{PgPool, Row};
+use tokio::sync::{watch, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::relay::changed;
+use crate::worker::{Backoff, Heartbeat, WorkerStats};
+
+/// A shard's position: the offset and the ids below it still awaited.
+type Position = (u64, Vec<u64>);
+
+/// Applies Schemaless's change log to the legacy tables.
+pub struct ReverseMirror {
+    legacy: LegacyStore,
+    schemaless: MySqlStore,
+    settings: config::Mirror,
+    stats: Arc<WorkerStats>,
+    /// This mirror's followers, by shard; dropped (and rebuilt from
+    /// PostgreSQL) whenever their position may be stale.
+    followers: Mutex<HashMap<u32, ShardFollower>>,
+}
+
+/// What one pass over a shard did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Cells written to the legacy tables (or found there, or superseded).
+    pub applied: u64,
+    /// Of those, cells that changed nothing.
+    pub already_there: u64,
+    /// Cells of columns outside the layout.
+    pub skipped: u64,
+    /// Cells the legacy model refused.
+    pub parked: u64,
+}
+
+impl Applied {
+    fn add(&mut self, other: Applied) {
+        self.applied += other.applied;
+        self.already_there += other.already_there;
+        self.skipped += other.skipped;
+        self.parked += other.parked;
+    }
+
+    /// Change-log cells handled, whatever became of them.
+    pub fn total(&self) -> u64 {
+        self.applied + self.skipped + self.parked
+    }
+}
+
+/// Sets the reverse offset of every shard that has none to the head of its
+/// change log, so the reverse mirror applies exactly what is written from
+/// now on. `mode set primary` calls it before the mode changes: everything
+/// already in Schemaless then came from the legacy tables (relayed or
+/// backfilled). Shards that have an offset keep it (after a step back from
+/// `primary` and forward again, the cells written in between are applied
+/// again, harmlessly). Returns how many offsets were set.
+pub async fn start_offsets(pool: &PgPool, schemaless: &MySqlStore) -> Result<u64, Error> {
+    let heads = schemaless.log_heads().await?;
+    let shards: Vec<i32> = (0..heads.len() as i32).collect();
+    let heads: Vec<i64> = heads.iter().map(|&h| h as i64).collect();
+    let done = sqlx::query(
+        "INSERT INTO mezzanine.reverse_offsets (shard, added_id)
+         SELECT * FROM UNNEST($1::int4[], $2::int8[]) ON CONFLICT (shard) DO NOTHING",
+    )
+    .bind(&shards)
+    .bind(&heads)
+    .execute(pool)
+    .await
+    .map_err(Error::postgres("starting the reverse offsets"))?;
+    Ok(done.rows_affected())
+}
+
+impl ReverseMirror {
+    /// A reverse mirror from `schemaless` into `legacy`.
+    pub fn new(legacy: LegacyStore, schemaless: MySqlStore, config: &config::Config) -> Self {
+        ReverseMirror {
+            legacy,
+            schemaless,
+            settings: config.mirror.clone(),
+            stats: Arc::default(),
+            followers: Mutex::default(),
+        }
+    }
+
+    /// The mirror's counters.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        self.stats.clone()
+    }
+
+    /// One pass over every shard. Returns what was applied; nothing means
+    /// every shard is caught up (or held by another reverse mirror).
+    pub async fn step(&self) -> Result<Applied, Error> {
+        let mut followers = self.followers.lock().await;
+        let mut total = Applied::default();
+        let mut first_error = None;
+        for shard in 0..self.schemaless.shard_count() {
+            match self.step_shard(shard, &mut followers).await {
+                Ok(applied) => total.add(applied),
+                Err(e) => {
+                    followers.remove(&shard);
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let stats = &self.stats;
+        stats.add(&stats.cells, total.applied);
+        stats.add(&stats.already_there, total.already_there);
+        stats.add(&stats.skipped, total.skipped);
+        stats.add(&stats.parked, total.parked);
+        match first_error {
+            // A shard that failed does not hold up the others; the pass
+            // still reports the failure.
+            Some(e) if total.total() == 0 => Err(e),
+            Some(e) => {
+                self.stats.failed(&e.to_string());
+                tracing::warn!("reverse mirror: {e}");
+                Ok(total)
+            }
+            None => Ok(total),
+        }
+    }
+
+    /// Applies until every shard is caught up with what its change log
+    /// holds now. Returns the total.
+    pub async fn catch_up(&self) -> Result<Applied, Error> {
+        let mut total = Applied::default();
+        loop {
+            let applied = self.step().await?;
+            if applied.total() == 0 {
+                // A hole waits out its grace period before it is settled:
+                // look once more after it.
+                tokio::time::sleep(schemaless::mysql::follow::HOLE_GRACE * 5).await;
+                let again = self.step().await?;
+                if again.total() == 0 {
+                    return Ok(total);
+                }
+                total.add(again);
+                continue;
+            }
+            total.add(applied);
+        }
+    }
+
+    async fn follower<'a>(
+        &self,
+        shard: u32,
+        followers: &'a mut HashMap<u32, ShardFollower>,
+    ) -> Result<&'a mut ShardFollower, Error> {
+        match followers.entry(shard) {
+            std::collections::hash_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                let (offset, awaited) = self.position(shard).await?;
+                let follower = ShardFollower::new(
+                    self.schemaless.clone(),
+                    shard,
+                    offset,
+                    &awaited,
+                    ReadFrom::Master,
+                )?;
+                Ok(entry.insert(follower))
+            }
+        }
+    }
+
+    /// The stored position of `shard`; a shard without one starts at the
+    /// beginning of its log (applying what is there again is harmless,
+    /// skipping it would not be).
+    async fn position(&self, shard: u32) -> Result<Position, Error> {
+        let context = "reading a reverse offset";
+        let pool = self.legacy.pool();
+        sqlx::query(
+            "INSERT INTO mezzanine.reverse_offsets (shard, added_id) VALUES ($1, 0)
+             ON CONFLICT (shard) DO NOTHING",
+        )
+        .bind(shard as i32)
+        .execute(pool)
+        .await
+        .map_err(Error::postgres(context))?;
+        let row =
+            sqlx::query("SELECT added_id, awaited FROM mezzanine.reverse_offsets WHERE shard = $1")
+                .bind(shard as i32)
+                .fetch_one(pool)
+                .await
+                .map_err(Error::postgres(context))?;
+        position_of(&row).map_err(Error::postgres(context))
+    }
+
+    async fn step_shard(
+        &self,
+        shard: u32,
+        followers: &mut HashMap<u32, ShardFollower>,
+    ) -> Result<Applied, Error> {
+        let follower = self.follower(shard, followers).await?;
+        let before = (follower.offset(), follower.awaited());
+        let cells = follower.next(self.settings.reverse_batch).await?;
+        let after = (follower.offset(), follower.awaited());
+        if cells.is_empty() && after == before {
+            return Ok(Applied::default());
+        }
+        let mut applied = Applied::default();
+        let mut apply = Vec::with_capacity(cells.len());
+        let mut parked = Vec::new();
+        for stored in cells {
+            if self
+                .legacy
+                .layout()
+                .column(stored.cell.key.column.as_str())
+                .is_none()
+            {
+                applied.skipped += 1;
+                continue;
+            }
+            match self.legacy.canonical_cell(&stored.cell) {
+                Ok(_) => apply.push(stored),
+                Err(e) => parked.push((stored, e.to_string())),
+            }
+        }
+        let hook = OffsetHook {
+            shard,
+            before: before.clone(),
+            after: after.clone(),
+            parked: parked.clone(),
+            cells: (apply.len() + parked.len()) as i64,
+            refused: AtomicU8::new(FREE),
+        };
+        let batch: Vec<Cell> = apply.iter().map(|s| s.cell.clone()).collect();
+        match self.legacy.put_cells_with(batch, &hook).await {
+            Ok(results) => {
+                count(&mut applied, &results);
+                applied.parked += parked.len() as u64;
+                Ok(applied)
+            }
+            Err(_) if hook.refused.load(Ordering::Relaxed) != FREE => {
+                // Another reverse mirror holds or moved the shard: start
+                // again from what it stored.
+                followers.remove(&shard);
+                Ok(Applied::default())
+            }
+            Err(schemaless::Error::InvalidInput { .. }) => self
+                .apply_one_by_one(shard, apply, parked, before, after, applied)
+                .await
+                .inspect_err(|_| {
+                    followers.remove(&shard);
+                }),
+            Err(e) => {
+                followers.remove(&shard);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// A batch the legacy model refused as a whole: each cell on its own
+    /// (refusals parked), then the position in a transaction of its own.
+    /// A crash in between applies the cells again, harmlessly.
+    async fn apply_one_by_one(
+        &self,
+        shard: u32,
+        apply: Vec<StoredCell>,
+        mut parked: Vec<(StoredCell, String)>,
+        before: Position,
+        after: Position,
+        mut applied: Applied,
+    ) -> Result<Applied, Error> {
+        for stored in apply {
+            match self.legacy.put_cells(vec![stored.cell.clone()]).await {
+                Ok(results) => count(&mut applied, &results),
+                Err(schemaless::Error::InvalidInput { field, message }) => {
+                    parked.push((stored, format!("invalid {field}: {message}")))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let hook = OffsetHook {
+            shard,
+            before,
+            after,
+            parked: parked.clone(),
+            cells: (applied.applied + parked.len() as u64) as i64,
+            refused: AtomicU8::new(FREE),
+        };
+        match self.legacy.put_cells_with(Vec::new(), &hook).await {
+            Ok(_) => {
+                applied.parked += parked.len() as u64;
+                Ok(applied)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Applies until `cancel`, while `enabled` says so, every
+    /// `mirror.reverse_poll_ms` when caught up, after a growing backoff on
+    /// failure. Writes a heartbeat row every second.
+    pub async fn run(&self, cancel: CancellationToken, mut enabled: watch::Receiver<bool>) {
+        let pool = self.legacy.pool().clone();
+        let mut heartbeat = Heartbeat::new("reverse");
+        let mut backoff = Backoff::new(&self.settings);
+        let poll = Duration::from_millis(self.settings.reverse_poll_ms);
+        tracing::info!("{} started", heartbeat.name());
+        while !cancel.is_cancelled() {
+            if !*enabled.borrow_and_update() {
+                // Positions may move while this one sleeps.
+                self.followers.lock().await.clear();
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = changed(&mut enabled) => continue,
+                }
+            }
+            match self.step().await {
+                Ok(applied) => {
+                    backoff.succeeded();
+                    heartbeat.beat(&pool, &self.stats).await;
+                    if applied.total() > 0 {
+                        continue;
+                    }
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(poll) => {}
+                        _ = changed(&mut enabled) => {}
+                    }
+                }
+                Err(e) => {
+                    self.stats.failed(&e.to_string());
+                    let wait = backoff.failed();
+                    tracing::warn!("{}: {e}; trying again in {wait:?}", heartbeat.name());
+                    heartbeat.beat(&pool, &self.stats).await;
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+            }
+        }
+        heartbeat.retire(&pool).await;
+        tracing::info!("{} stopped", heartbeat.name());
+    }
+}
+
+fn count(applied: &mut Applied, results: &[schemaless::CellResult]) {
+    for result in results {
+        applied.applied += 1;
+        if matches!(
+            result,
+            Ok(WriteOutcome::AlreadyPresent | WriteOutcome::Superseded)
+        ) {
+            applied.already_there += 1;
+        }
+    }
+}
+
+fn position_of(row: &sqlx::postgres::PgRow) -> Result<Position, sqlx::Error> {
+    let offset: i64 = row.try_get(0)?;
+    let awaited: Vec<i64> = row.try_get(1)?;
+    Ok((
+        offset.max(0) as u64,
+        awaited.into_iter().map(|id| id.max(0) as u64).collect(),
+    ))
+}
+
+const FREE: u8 = 0;
+const BUSY: u8 = 1;
+const MOVED: u8 = 2;
+
+/// Locks and checks a shard's position before its cells are applied, and
+/// moves it (and parks what was refused) before the commit.
+struct OffsetHook {
+    shard: u32,
+    before: Position,
+    after: Position,
+    parked: Vec<(StoredCell, String)>,
+    /// Change-log cells the transaction covers, for the `applied` count.
+    cells: i64,
+    /// Why `begin` refused, if it did.
+    refused: AtomicU8,
+}
+
+#[async_trait]
+impl TransactionHook for OffsetHook {
+    async fn begin(&self, tx: &mut sqlx::PgConnection) -> schemaless::Result<()> {
+        let row = sqlx::query(
+            "SELECT added_id, awaited FROM mezzanine.reverse_offsets WHERE shard = $1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .bind(self.shard as i32)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(storage)?;
+        let state = match row {
+            None => BUSY,
+            Some(row) if position_of(&row).map_err(storage)? != self.before => MOVED,
+            Some(_) => FREE,
+        };
+        if state == FREE {
+            return Ok(());
+        }
+        self.refused.store(state, Ordering::Relaxed);
+        Err(schemaless::Error::Unsupported {
+            operation: "the reverse mirror",
+            reason: format!(
+                "shard {} is being applied by another reverse mirror",
+                self.shard
+            ),
+        })
+    }
+
+    async fn before_commit(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        _cells: &[Cell],
+        _results: &[CellResult],
+    ) -> schemaless::Result<()> {
+        for (stored, reason) in &self.parked {
+            tracing::warn!(
+                "reverse mirror: shard {} added_id {} ({}) parked: {reason}",
+                self.shard,
+                stored.added_id,
+                stored.cell.key
+            );
+            sqlx::query(
+                "INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (shard, added_id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
+            )
+            .bind(self.shard as i32)
+            .bind(stored.added_id as i64)
+            .bind(stored.cell.key.row_key.uuid())
+            .bind(stored.cell.key.column.as_str())
+            .bind(stored.cell.key.ref_key.get())
+            .bind(stored.cell.body.to_string())
+            .bind(reason)
+            .execute(&mut *tx)
+            .await
+            .map_err(storage)?;
+        }
+        let awaited: Vec<i64> = self.after.1.iter().map(|&id| id as i64).collect();
+        sqlx::query(
+            "UPDATE mezzanine.reverse_offsets
+             SET added_id = $2, awaited = $3, applied = applied + $4, updated_at = now()
+             WHERE shard = $1",
+        )
+        .bind(self.shard as i32)
+        .bind(self.after.0 as i64)
+        .bind(&awaited)
+        .bind(self.cells)
+        .execute(&mut *tx)
+        .await
+        .map_err(storage)?;
+        Ok(())
+    }
+}
+
+fn storage(source: sqlx::Error) -> schemaless::Error {
+    schemaless::Error::Storage {
+        node: "postgres (mezzanine.reverse_offsets)".into(),
+        source,
+    }
+}
+
+/// Applies parked change-log cells again (after the cause was fixed, e.g.
+/// the parent row now exists); those that now apply leave the parked
+/// table. Returns (applied, still parked).
+pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
+    let context = "retrying parked reverse cells";
+    let rows = sqlx::query(
+        "SELECT shard, added_id, row_key, column_name, ref_key, body FROM mezzanine.reverse_parked
+         ORDER BY shard, added_id",
+    )
+    .fetch_all(legacy.pool())
+    .await
+    .map_err(Error::postgres(context))?;
+    let (mut applied, mut still) = (0, 0);
+    for row in rows {
+        let shard: i32 = row.try_get(0).map_err(Error::postgres(context))?;
+        let added_id: i64 = row.try_get(1).map_err(Error::postgres(context))?;
+        let cell = parked_cell(&row);
+        let outcome = match cell {
+            Ok(cell) => legacy.put_cells(vec![cell]).await.map(|_| ()),
+            Err(reason) => Err(schemaless::Error::invalid("body", reason)),
+        };
+        match outcome {
+            Ok(()) => {
+                sqlx::query(
+                    "DELETE FROM mezzanine.reverse_parked WHERE shard = $1 AND added_id = $2",
+                )
+                .bind(shard)
+                .bind(added_id)
+                .execute(legacy.pool())
+                .await
+                .map_err(Error::postgres(context))?;
+                applied += 1;
+            }
+            Err(e) if e.is_retryable() => return Err(e.into()),
+            Err(e) => {
+                sqlx::query(
+                    "UPDATE mezzanine.reverse_parked SET error = $3, parked_at = now()
+                     WHERE shard = $1 AND added_id = $2",
+                )
+                .bind(shard)
+                .bind(added_id)
+                .bind(e.to_string())
+                .execute(legacy.pool())
+                .await
+                .map_err(Error::postgres(context))?;
+                still += 1;
+            }
+        }
+    }
+    Ok((applied, still))
+}
+
+fn parked_cell(row: &sqlx::postgres::PgRow) -> Result<Cell, String> {
+    let row_key: uuid::Uuid = row.try_get(2).map_err(|e| e.to_string())?;
+    let column: String = row.try_get(3).map_err(|e| e.to_string())?;
+    let ref_key: i64 = row.try_get(4).map_err(|e| e.to_string())?;
+    let body: String = row.try_get(5).map_err(|e| e.to_string())?;
+    Ok(Cell::new(
+        schemaless::RowKey::from(row_key),
+        schemaless::Column::new(&column).map_err(|e| e.to_string())?,
+        schemaless::RefKey::new(ref_key).map_err(|e| e.to_string())?,
+        schemaless::Body::parse(&body).map_err(|e| e.to_string())?,
+    ))
+}

@@ -1,0 +1,74 @@
+//! The mirror's tables, in the `mezzanine` schema of the legacy database
+//! (never among the app's tables).
+//!
+//! - `outbox`: cells written to the legacy tables and not yet delivered
+//!   to Schemaless, in commit order of their ids;
+//! - `outbox_parked`: entries Schemaless refused for good (a conflicting
+//!   cell, a body over its limits), with the reason; `mezzanine mirror
+//!   retry` puts them back;
+//! - `reverse_offsets`: per shard, the change-log position the reverse
+//!   mirror has applied up to and the ids below it still awaited;
+//! - `reverse_parked`: change-log cells the legacy model refused;
+//! - `mirror_workers`: one heartbeat row per running relay or reverse
+//!   mirror.
+
+use sqlx::PgPool;
+
+use crate::error::Error;
+
+/// Creates the tables if they are missing. Serialized by an advisory lock,
+/// so facades starting together do not race on `CREATE TABLE`.
+pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
+    let context = "creating the mirror's tables";
+    let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
+    sqlx::raw_sql(
+        "SELECT pg_advisory_xact_lock(7415262542);
+         CREATE SCHEMA IF NOT EXISTS mezzanine;
+         CREATE TABLE IF NOT EXISTS mezzanine.outbox (
+             id bigserial PRIMARY KEY,
+             row_key uuid NOT NULL,
+             column_name text NOT NULL,
+             ref_key bigint NOT NULL,
+             body text NOT NULL,
+             enqueued_at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE TABLE IF NOT EXISTS mezzanine.outbox_parked (
+             id bigint PRIMARY KEY,
+             row_key uuid NOT NULL,
+             column_name text NOT NULL,
+             ref_key bigint NOT NULL,
+             body text NOT NULL,
+             enqueued_at timestamptz NOT NULL,
+             parked_at timestamptz NOT NULL DEFAULT now(),
+             error text NOT NULL);
+         CREATE TABLE IF NOT EXISTS mezzanine.reverse_offsets (
+             shard integer PRIMARY KEY,
+             added_id bigint NOT NULL,
+             awaited bigint[] NOT NULL DEFAULT '{}',
+             applied bigint NOT NULL DEFAULT 0,
+             updated_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE IF NOT EXISTS mezzanine.reverse_parked (
+             shard integer NOT NULL,
+             added_id bigint NOT NULL,
+             row_key uuid NOT NULL,
+             column_name text NOT NULL,
+             ref_key bigint NOT NULL,
+             body text NOT NULL,
+             parked_at timestamptz NOT NULL DEFAULT now(),
+             error text NOT NULL,
+             PRIMARY KEY (shard, added_id));
+         CREATE TABLE IF NOT EXISTS mezzanine.mirror_workers (
+             name text PRIMARY KEY,
+             kind text NOT NULL CHECK (kind IN ('relay', 'reverse')),
+             started_at timestamptz NOT NULL DEFAULT now(),
+             heartbeat_at timestamptz NOT NULL DEFAULT now(),
+             cells bigint NOT NULL DEFAULT 0,
+             rate double precision NOT NULL DEFAULT 0,
+             failures bigint NOT NULL DEFAULT 0,
+             parked bigint NOT NULL DEFAULT 0,
+             last_error text);",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(Error::postgres(context))?;
+    tx.commit().await.map_err(Error::postgres(context))
+}

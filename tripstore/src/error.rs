@@ -34,14 +34,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// This build cannot serve the mode at all; not overridable.
-    #[error("mode {mode} is not available: {reason}")]
-    Unavailable {
-        /// The mode asked for.
-        mode: Mode,
-        /// Why.
-        reason: String,
-    },
+    /// The mirror failed (its tables, the outbox, the reverse offsets).
+    #[error(transparent)]
+    Mirror(#[from] mirror::Error),
 }
 
 impl Error {

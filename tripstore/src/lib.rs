@@ -4,15 +4,17 @@
 //! The mode is kept in PostgreSQL (`mezzanine.mode`), so every running
 //! facade agrees; changes reach them by LISTEN/NOTIFY within milliseconds
 //! and by polling within `legacy.mode_poll_ms` when a notification is lost.
-//! This build serves `legacy` (everything to PostgreSQL, through the
-//! layout) and `schemaless` (everything to Schemaless); `mirror`, `shadow`
-//! and `primary` arrive with the mirror.
+//! Every mode is served: `legacy` (everything to PostgreSQL, through the
+//! layout), `mirror` and `shadow` (writes to PostgreSQL and the outbox,
+//! relayed to Schemaless), `primary` (writes to Schemaless, mirrored back)
+//! and `schemaless`; see [`trip_store`] for the routing.
 //!
 //! # Layout
 //!
 //! - [`trip_store`]: [`TripStore`], the routing facade and its mode
 //!   watcher;
-//! - [`mode`]: the modes, the ladder and its gates, the control table;
+//! - [`mode`]: the modes, the ladder, the control table;
+//! - [`gates`]: what each step forward waits for;
 //! - [`error`]: the crate's error type.
 //!
 //! # Example
@@ -35,6 +37,7 @@
 //! ```
 
 pub mod error;
+pub mod gates;
 pub mod mode;
 pub mod trip_store;
 

@@ -8,14 +8,16 @@
 //! The modes form a ladder, walked one step at a time:
 //! `legacy -> mirror -> shadow -> primary -> schemaless`. A step back is
 //! always allowed (it is the way out of trouble). A step forward must pass
-//! the gate of the mode it enters, and a jump of several steps is refused;
-//! `--force` overrides both, and is recorded with what it overrode. A mode
-//! this build cannot serve is refused even with `--force`, since no facade
-//! could then answer a call.
+//! the gate of the mode it enters (a [`Gate`]: the outbox drained, the
+//! Schemaless schema applied), and a jump of several steps is refused;
+//! `--force` overrides both, and is recorded with what it overrode. A
+//! gate may also prepare the step (entering `primary` starts the reverse
+//! mirror's offsets at the change-log heads); that runs forced or not.
 
 use std::fmt;
 use std::str::FromStr;
 
+use async_trait::async_trait;
 use sqlx::{PgPool, Row};
 
 use crate::error::Error;
@@ -78,17 +80,23 @@ impl Mode {
         self.rank().checked_sub(1).map(|r| Mode::ALL[r])
     }
 
-    /// Why this build cannot serve the mode, if it cannot.
-    pub fn unavailable(&self) -> Option<&'static str> {
-        match self {
-            Mode::Legacy | Mode::Schemaless => None,
-            Mode::Mirror | Mode::Shadow => Some(
-                "it needs the forward mirror (transactional outbox and relay), which this build does not include yet",
-            ),
-            Mode::Primary => Some(
-                "it needs the reverse mirror (Schemaless change log applied to PostgreSQL), which this build does not include yet",
-            ),
-        }
+    /// Where the facade sends reads in this mode: `true` for Schemaless.
+    pub fn reads_schemaless(&self) -> bool {
+        *self >= Mode::Shadow
+    }
+
+    /// Whether outbox entries may still need relaying (every mode after
+    /// `legacy`: a facade that has not yet seen a step forward may still
+    /// write to the outbox).
+    pub fn relays(&self) -> bool {
+        *self > Mode::Legacy
+    }
+
+    /// Whether the reverse mirror runs: in `primary`, and in `shadow` so
+    /// that after a step back from `primary` the cells written there still
+    /// reach the legacy tables before anyone reads them there.
+    pub fn reverse_mirrors(&self) -> bool {
+        matches!(self, Mode::Shadow | Mode::Primary)
     }
 }
 
@@ -165,8 +173,36 @@ pub struct HistoryEntry {
     pub reason: Option<String>,
 }
 
-/// Why a step from `from` to `to` may not be taken, if it may not. Later
-/// gates (backfill done, outbox drained, mismatch rate) are added here.
+/// What a step forward must wait for, beyond the ladder's one-step rule,
+/// and what must happen before facades see a new mode.
+#[async_trait]
+pub trait Gate: Send + Sync {
+    /// Why entering `to` from `from` must wait, if it must (`None`: go).
+    /// Asked only for steps forward.
+    async fn refusal(&self, from: Mode, to: Mode) -> Result<Option<String>, Error>;
+
+    /// Runs before the mode row changes, forced or not; an error stops the
+    /// change.
+    async fn prepare(&self, from: Mode, to: Mode) -> Result<(), Error>;
+}
+
+/// The gate that lets everything through: for control-table tests and
+/// tools without the stores.
+pub struct Open;
+
+#[async_trait]
+impl Gate for Open {
+    async fn refusal(&self, _: Mode, _: Mode) -> Result<Option<String>, Error> {
+        Ok(None)
+    }
+
+    async fn prepare(&self, _: Mode, _: Mode) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// Why a step from `from` to `to` breaks the ladder's rule (one step at a
+/// time), if it does. The gates of the stores are a [`Gate`].
 pub fn refusal(from: Mode, to: Mode) -> Option<String> {
     if to == from {
         return None;
@@ -249,16 +285,15 @@ pub async fn read(pool: &PgPool) -> Result<ModeState, Error> {
     })
 }
 
-/// Changes the mode if the step is allowed (or forced), in one transaction
-/// that also records the history and notifies every facade.
-pub async fn set(pool: &PgPool, request: &ModeRequest) -> Result<ModeChange, Error> {
+/// Changes the mode if the step is allowed by the ladder and `gate` (or
+/// forced), in one transaction that also records the history and notifies
+/// every facade.
+pub async fn set(
+    pool: &PgPool,
+    request: &ModeRequest,
+    gate: &dyn Gate,
+) -> Result<ModeChange, Error> {
     let to = request.target;
-    if let Some(why) = to.unavailable() {
-        return Err(Error::Unavailable {
-            mode: to,
-            reason: why.to_string(),
-        });
-    }
     let context = "changing the mode";
     let mut tx = pool
         .begin()
@@ -276,7 +311,10 @@ pub async fn set(pool: &PgPool, request: &ModeRequest) -> Result<ModeChange, Err
             overridden: None,
         });
     }
-    let overridden = refusal(from, to);
+    let mut overridden = refusal(from, to);
+    if overridden.is_none() && to > from {
+        overridden = gate.refusal(from, to).await?;
+    }
     if let Some(reason) = &overridden {
         if !request.force {
             return Err(Error::Refused {
@@ -290,6 +328,7 @@ pub async fn set(pool: &PgPool, request: &ModeRequest) -> Result<ModeChange, Err
             request.by
         );
     }
+    gate.prepare(from, to).await?;
     sqlx::query(
         "UPDATE mezzanine.mode SET mode = $1, changed_at = now(), changed_by = $2, forced = $3, reason = $4",
     )

@@ -4,24 +4,43 @@
 //! task that listens on `mezzanine_mode` and re-reads the control row every
 //! `legacy.mode_poll_ms` in case a notification was lost (a dropped
 //! connection drops notifications). A call reads the mode once, at its
-//! start, and goes entirely to the store that mode names.
+//! start, and is routed by it:
+//!
+//! | mode | writes | reads |
+//! |---|---|---|
+//! | `legacy` | the legacy tables | the legacy tables |
+//! | `mirror` | the legacy tables + the outbox, one transaction | the legacy tables |
+//! | `shadow` | as `mirror` | Schemaless |
+//! | `primary` | Schemaless (cells checked against the layout first) | Schemaless |
+//! | `schemaless` | Schemaless | Schemaless |
+//!
+//! Unless `[mirror]` says otherwise, every facade also runs an outbox
+//! relay (in every mode after `legacy`) and a reverse mirror (in `shadow`
+//! and `primary`) as background tasks; several facades share the work.
+//!
+//! In `shadow`, a read may miss a write this facade made a moment ago:
+//! the write reaches Schemaless when the relay moves it (this facade's
+//! relay is woken by the commit, so usually within milliseconds). In
+//! `primary` the legacy tables lag the same way behind Schemaless.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use legacy::LegacyStore;
+use mirror::{MirrorStatus, Outbox, Relay, ReverseMirror, WorkerStats};
 use schemaless::{
     Cell, CellKey, CellResult, CellStore, Column, IndexEntry, IndexQuery, MySqlStore, ReadFrom,
     Result, RowKey, ShardPage, StoredCell,
 };
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
+use crate::gates::MigrationGate;
 use crate::mode::{self, Mode, ModeChange, ModeRequest, ModeState};
 
 /// The facade over the legacy model and Schemaless.
@@ -33,17 +52,29 @@ pub struct TripStore {
     /// Updated directly by this facade's own mode changes, so its caller
     /// sees them at once.
     mode_sender: watch::Sender<Mode>,
-    /// Stops the watcher.
+    /// The outbox relay (run in the background unless
+    /// `mirror.relay_in_app` is false).
+    relay: Arc<Relay>,
+    /// Wakes the relay after a mirrored write commits.
+    relay_wake: Arc<Notify>,
+    /// The reverse mirror (run in the background unless
+    /// `mirror.reverse_in_app` is false).
+    reverse: Arc<ReverseMirror>,
+    /// The gates of `set_mode`.
+    gate: MigrationGate,
+    /// Stops the background tasks.
     cancel: CancellationToken,
-    /// The watcher, joined by [`TripStore::close`].
-    watcher: Mutex<Option<JoinHandle<()>>>,
+    /// The mode watcher and the mirror's tasks, joined by
+    /// [`TripStore::close`].
+    tasks: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl TripStore {
     /// Connects both stores (Schemaless connections open lazily, so a
     /// facade in `legacy` mode runs before the Schemaless servers exist),
-    /// checks the layout, creates the control table if needed and starts
-    /// following the mode.
+    /// checks the layout, creates the control and mirror tables if needed,
+    /// starts following the mode and, as `[mirror]` says, the relay and
+    /// the reverse mirror.
     pub async fn connect(config: &config::Config) -> Result<TripStore, Error> {
         let legacy = LegacyStore::connect(config).await?;
         let schemaless = MySqlStore::connect(config)?;
@@ -53,22 +84,53 @@ impl TripStore {
                 .mode_poll_ms,
         );
         mode::ensure_control(legacy.pool()).await?;
+        mirror::schema::ensure(legacy.pool()).await?;
         let current = mode::read(legacy.pool()).await?;
         let (sender, receiver) = watch::channel(current.mode);
         let cancel = CancellationToken::new();
-        let watcher = tokio::spawn(watch_mode(
+        let mut tasks = vec![tokio::spawn(watch_mode(
             legacy.pool().clone(),
             sender.clone(),
             poll,
             cancel.clone(),
+        ))];
+        let relay = Arc::new(Relay::new(
+            legacy.pool().clone(),
+            Arc::new(schemaless.clone()),
+            config,
         ));
+        let reverse = Arc::new(ReverseMirror::new(
+            legacy.clone(),
+            schemaless.clone(),
+            config,
+        ));
+        if config.mirror.relay_in_app {
+            let relay = relay.clone();
+            let enabled = enabled_while(&receiver, Mode::relays, &cancel);
+            let cancel = cancel.clone();
+            tasks.push(tokio::spawn(
+                async move { relay.run(cancel, enabled).await },
+            ));
+        }
+        if config.mirror.reverse_in_app {
+            let reverse = reverse.clone();
+            let enabled = enabled_while(&receiver, Mode::reverse_mirrors, &cancel);
+            let cancel = cancel.clone();
+            tasks.push(tokio::spawn(
+                async move { reverse.run(cancel, enabled).await },
+            ));
+        }
         Ok(TripStore {
+            gate: MigrationGate::new(legacy.pool().clone(), schemaless.clone()),
+            relay_wake: relay.waker(),
             legacy,
             schemaless,
             mode: receiver,
             mode_sender: sender,
+            relay,
+            reverse,
             cancel,
-            watcher: Mutex::new(Some(watcher)),
+            tasks: Mutex::new(tasks),
         })
     }
 
@@ -87,9 +149,10 @@ impl TripStore {
         mode::read(self.legacy.pool()).await
     }
 
-    /// Changes the mode for every facade (see [`mode::set`]).
+    /// Changes the mode for every facade (see [`mode::set`]), through the
+    /// migration's gates ([`crate::gates`]).
     pub async fn set_mode(&self, request: &ModeRequest) -> Result<ModeChange, Error> {
-        let change = mode::set(self.legacy.pool(), request).await?;
+        let change = mode::set(self.legacy.pool(), request, &self.gate).await?;
         self.mode_sender.send_replace(change.to);
         Ok(change)
     }
@@ -104,32 +167,77 @@ impl TripStore {
         &self.schemaless
     }
 
-    /// Stops following the mode and closes both stores.
+    /// The outbox relay (to run it by hand, or drain the outbox now).
+    pub fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    /// The outbox relay's counters.
+    pub fn relay_stats(&self) -> Arc<WorkerStats> {
+        self.relay.stats()
+    }
+
+    /// The reverse mirror (to run it by hand, or catch up now).
+    pub fn reverse(&self) -> &ReverseMirror {
+        &self.reverse
+    }
+
+    /// The reverse mirror's counters.
+    pub fn reverse_stats(&self) -> Arc<WorkerStats> {
+        self.reverse.stats()
+    }
+
+    /// Both directions of the mirror: outbox depth and age, reverse lag per
+    /// shard, the running relays and reverse mirrors.
+    pub async fn mirror_status(&self) -> Result<MirrorStatus, Error> {
+        Ok(mirror::status::read(self.legacy.pool(), &self.schemaless).await?)
+    }
+
+    /// Stops the background tasks and closes both stores.
     pub async fn close(&self) {
         self.cancel.cancel();
-        let watcher = self.watcher.lock().expect("watcher lock").take();
-        if let Some(watcher) = watcher {
-            let _ = watcher.await;
+        let tasks = std::mem::take(&mut *self.tasks.lock().expect("tasks lock"));
+        for task in tasks {
+            let _ = task.await;
         }
         self.legacy.close().await;
         self.schemaless.close().await;
     }
 
-    /// The store the current mode sends calls to.
-    fn route(&self) -> Result<&dyn CellStore> {
-        let mode = self.mode();
-        match mode {
-            Mode::Legacy => Ok(&self.legacy),
-            Mode::Schemaless => Ok(&self.schemaless),
-            other => Err(schemaless::Error::Unsupported {
-                operation: "the facade",
-                reason: format!(
-                    "the mode is {other}, which this build cannot serve: {}",
-                    other.unavailable().unwrap_or("")
-                ),
-            }),
+    /// The store reads go to in the current mode.
+    fn reads(&self) -> &dyn CellStore {
+        if self.mode().reads_schemaless() {
+            &self.schemaless
+        } else {
+            &self.legacy
         }
     }
+}
+
+/// A flag that follows `mode` through `wanted`, until `cancel`.
+fn enabled_while(
+    mode: &watch::Receiver<Mode>,
+    wanted: fn(&Mode) -> bool,
+    cancel: &CancellationToken,
+) -> watch::Receiver<bool> {
+    let mut mode = mode.clone();
+    let (sender, receiver) = watch::channel(wanted(&mode.borrow_and_update()));
+    let cancel = cancel.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                changed = mode.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let on = wanted(&mode.borrow_and_update());
+                    sender.send_if_modified(|was| std::mem::replace(was, on) != on);
+                }
+            }
+        }
+    });
+    receiver
 }
 
 impl Drop for TripStore {
@@ -137,8 +245,10 @@ impl Drop for TripStore {
         // A facade dropped without `close` must not leave its watcher
         // running.
         self.cancel.cancel();
-        if let Some(watcher) = self.watcher.get_mut().ok().and_then(Option::take) {
-            watcher.abort();
+        if let Ok(tasks) = self.tasks.get_mut() {
+            for task in tasks.drain(..) {
+                task.abort();
+            }
         }
     }
 }
@@ -213,11 +323,29 @@ impl CellStore for TripStore {
     }
 
     async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
-        self.route()?.put_cells(cells).await
+        match self.mode() {
+            Mode::Legacy => self.legacy.put_cells(cells).await,
+            Mode::Mirror | Mode::Shadow => {
+                let results = self.legacy.put_cells_with(cells, &Outbox).await?;
+                self.relay_wake.notify_one();
+                Ok(results)
+            }
+            Mode::Primary => {
+                // Only what the reverse mirror can apply to the legacy
+                // tables is written.
+                let checked = cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, cell)| self.legacy.canonical_cell(cell).map_err(|e| e.in_batch(i)))
+                    .collect::<Result<Vec<_>>>()?;
+                self.schemaless.put_cells(checked).await
+            }
+            Mode::Schemaless => self.schemaless.put_cells(cells).await,
+        }
     }
 
     async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        self.route()?.get_cell(key, from).await
+        self.reads().get_cell(key, from).await
     }
 
     async fn get_cell_latest(
@@ -226,11 +354,11 @@ impl CellStore for TripStore {
         column: &Column,
         from: ReadFrom,
     ) -> Result<Option<StoredCell>> {
-        self.route()?.get_cell_latest(row_key, column, from).await
+        self.reads().get_cell_latest(row_key, column, from).await
     }
 
     async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
-        self.route()?.get_cells_for_row(row_key, from).await
+        self.reads().get_cells_for_row(row_key, from).await
     }
 
     async fn get_cells_for_shard(
@@ -240,12 +368,12 @@ impl CellStore for TripStore {
         limit: usize,
         from: ReadFrom,
     ) -> Result<ShardPage> {
-        self.route()?
+        self.reads()
             .get_cells_for_shard(shard, after, limit, from)
             .await
     }
 
     async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        self.route()?.query_index(query, from).await
+        self.reads().query_index(query, from).await
     }
 }

@@ -1,0 +1,86 @@
+//! The gates of the migration's steps forward, checked by `mode set`.
+//!
+//! | entering | must hold first | prepared |
+//! |---|---|---|
+//! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain) | the mirror's tables |
+//! | `shadow` | the outbox is drained and nothing is parked (reads are about to come from Schemaless) | |
+//! | `primary` | the outbox is drained and nothing is parked (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `schemaless` | nothing more | |
+//!
+//! The backfill ("backfill complete" before `shadow`) and the verifier
+//! (mismatch rate and coverage) add their gates here when they land.
+//! `--force` overrides a refusal and is recorded; the preparation runs
+//! either way.
+
+use async_trait::async_trait;
+use schemaless::mysql::schema;
+use schemaless::MySqlStore;
+use sqlx::PgPool;
+
+use crate::error::Error;
+use crate::mode::{Gate, Mode};
+
+/// The gates over the legacy database and the Schemaless store.
+pub struct MigrationGate {
+    pool: PgPool,
+    schemaless: MySqlStore,
+}
+
+impl MigrationGate {
+    /// Gates reading `pool` (the legacy database) and `schemaless`.
+    pub fn new(pool: PgPool, schemaless: MySqlStore) -> MigrationGate {
+        MigrationGate { pool, schemaless }
+    }
+
+    async fn outbox_drained(&self) -> Result<Option<String>, Error> {
+        let (depth, oldest, parked) = mirror::status::outbox(&self.pool).await?;
+        if depth > 0 {
+            return Ok(Some(format!(
+                "the outbox still holds {depth} entries (the oldest {:.1}s old): wait for the relay to drain it (`mezzanine mirror status`)",
+                oldest.unwrap_or(0.0)
+            )));
+        }
+        if parked > 0 {
+            return Ok(Some(format!(
+                "{parked} outbox entries are parked, so Schemaless lacks cells the legacy tables have: see `mezzanine mirror status`, fix the cause, then `mezzanine mirror retry`"
+            )));
+        }
+        Ok(None)
+    }
+}
+
+#[async_trait]
+impl Gate for MigrationGate {
+    async fn refusal(&self, _from: Mode, to: Mode) -> Result<Option<String>, Error> {
+        match to {
+            Mode::Legacy | Mode::Schemaless => Ok(None),
+            Mode::Mirror => match schema::verify(self.schemaless.topology()).await {
+                Ok(missing) if missing.is_empty() => Ok(None),
+                Ok(missing) => Ok(Some(format!(
+                    "the Schemaless schema is missing on {} of {} shards: run `mezzanine schema apply` first, or the outbox can never drain",
+                    missing.len(),
+                    self.schemaless.topology().shard_count
+                ))),
+                Err(e) => Ok(Some(format!(
+                    "Schemaless cannot be checked ({e}); the outbox would only grow"
+                ))),
+            },
+            Mode::Shadow | Mode::Primary => self.outbox_drained().await,
+        }
+    }
+
+    async fn prepare(&self, _from: Mode, to: Mode) -> Result<(), Error> {
+        if to != Mode::Legacy {
+            mirror::schema::ensure(&self.pool).await?;
+        }
+        if to == Mode::Primary {
+            let started = mirror::reverse::start_offsets(&self.pool, &self.schemaless).await?;
+            if started > 0 {
+                tracing::info!(
+                    "reverse mirror offsets set at the change-log heads of {started} shards"
+                );
+            }
+        }
+        Ok(())
+    }
+}

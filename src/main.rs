@@ -10,6 +10,9 @@
 //! - [`schema`]: `schema apply`;
 //! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
 //! - [`mode`]: `mode show|set`, where the facade sends calls;
+//! - [`mirror`]: `mirror relay|reverse|status|retry|load`, both directions
+//!   of the mirror;
+//! - [`metrics`]: the Prometheus metrics and their endpoint;
 //! - [`trigger`]: `trigger status|retry`;
 //! - [`index`]: `index create|backfill|switch|run|status`;
 //! - [`demo`]: the end-to-end demo;
@@ -22,6 +25,8 @@ mod cluster;
 mod demo;
 mod index;
 mod legacy;
+mod metrics;
+mod mirror;
 mod mode;
 mod schema;
 mod trigger;
@@ -76,6 +81,9 @@ enum Command {
     /// Show or change the mode every facade routes by.
     #[command(subcommand)]
     Mode(mode::ModeCommand),
+    /// The mirror: the outbox relay, the reverse mirror, their status.
+    #[command(subcommand)]
+    Mirror(mirror::MirrorCommand),
     /// Sharded secondary indexes: versions, backfill, switch, maintenance.
     #[command(subcommand)]
     Index(index::IndexCommand),
@@ -165,6 +173,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema(c) => schema::run(c, &cli.config).await,
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
+        Command::Mirror(c) => mirror::run(c, &cli.config).await,
         Command::Index(c) => index::run(c, &cli.config).await,
         Command::Trigger(c) => trigger::run(c, &cli.config).await,
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,

@@ -100,7 +100,11 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
                 by: who(),
                 reason: args.reason,
             };
-            let change = mode::set(&pool, &request).await?;
+            let gate = tripstore::gates::MigrationGate::new(
+                pool.clone(),
+                schemaless::MySqlStore::connect(&config)?,
+            );
+            let change = mode::set(&pool, &request, &gate).await?;
             if change.from == change.to {
                 println!("mode is already {}", change.to);
             } else if let Some(overridden) = change.overridden {

@@ -22,7 +22,7 @@ fn help_lists_every_command() {
     assert!(out.status.success());
     let help = text(&out.stdout);
     for command in [
-        "cluster", "config", "schema", "legacy", "mode", "demo", "bench",
+        "cluster", "config", "schema", "legacy", "mode", "mirror", "demo", "bench",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
@@ -33,6 +33,9 @@ fn help_lists_every_command() {
         &["legacy", "seed", "--help"],
         &["legacy", "add-uuid", "--help"],
         &["mode", "set", "--help"],
+        &["mirror", "relay", "--help"],
+        &["mirror", "status", "--help"],
+        &["bench", "mirror", "--help"],
     ] {
         assert!(mezzanine(sub).status.success(), "{sub:?}");
     }

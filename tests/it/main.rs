@@ -25,6 +25,10 @@
 //!   them;
 //! - [`mode`]: the facade's mode, changed through one facade and seen by
 //!   another, and the routing of calls by it;
+//! - [`mirror`]: the outbox survives a writer killed after its commit, a
+//!   Schemaless master stopped under load and two relays at once; the
+//!   reverse mirror survives a kill and ignores late, older cells; every
+//!   test ends comparing the two stores;
 //! - [`add_uuid`]: `legacy add-uuid` killed and resumed under concurrent
 //!   writers;
 //! - [`triggers`]: trigger order, resumption, lease ownership and
@@ -44,6 +48,7 @@ mod legacy_bad_input;
 mod legacy_conversions;
 mod legacy_model;
 mod legacy_scan;
+mod mirror;
 mod mode;
 mod model;
 mod schema;

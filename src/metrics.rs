@@ -1,0 +1,201 @@
+//! Prometheus metrics: the text exposition format, and a minimal HTTP
+//! endpoint (`GET /metrics`) for the long-running commands.
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `mezzanine_mode{mode}` | gauge | 1 for the current mode |
+//! | `mezzanine_outbox_depth` | gauge | entries waiting in the outbox |
+//! | `mezzanine_outbox_oldest_age_seconds` | gauge | age of the oldest waiting entry (0 when empty) |
+//! | `mezzanine_outbox_parked` | gauge | outbox entries set aside |
+//! | `mezzanine_mirror_workers{kind}` | gauge | live relays / reverse mirrors (heartbeat within 10 s) |
+//! | `mezzanine_mirror_rate_cells_per_second{kind}` | gauge | cells/s over all live workers of the kind |
+//! | `mezzanine_reverse_lag_cells{shard}` | gauge | change-log cells not yet applied to PostgreSQL |
+//! | `mezzanine_reverse_parked` | gauge | change-log cells the legacy model refused |
+//! | `mezzanine_relay_cells_total` | counter | cells this process's relay delivered |
+//! | `mezzanine_relay_failures_total` | counter | failed relay attempts in this process |
+//! | `mezzanine_reverse_cells_total` | counter | cells this process's reverse mirror applied |
+//! | `mezzanine_reverse_failures_total` | counter | failed reverse attempts in this process |
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mirror::{MirrorStatus, WorkerStats};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// The counters of this process's workers.
+#[derive(Default, Clone)]
+pub struct Local {
+    pub relay: Option<Arc<WorkerStats>>,
+    pub reverse: Option<Arc<WorkerStats>>,
+}
+
+fn metric(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// The exposition text.
+pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Local) -> String {
+    let mut out = String::new();
+    if let Some(current) = mode {
+        metric(
+            &mut out,
+            "mezzanine_mode",
+            "gauge",
+            "1 for the mode the facades route by",
+        );
+        for m in tripstore::Mode::ALL {
+            let _ = writeln!(
+                out,
+                "mezzanine_mode{{mode=\"{m}\"}} {}",
+                u8::from(m == current)
+            );
+        }
+    }
+    metric(
+        &mut out,
+        "mezzanine_outbox_depth",
+        "gauge",
+        "Entries waiting in the outbox",
+    );
+    let _ = writeln!(out, "mezzanine_outbox_depth {}", status.outbox_depth);
+    metric(
+        &mut out,
+        "mezzanine_outbox_oldest_age_seconds",
+        "gauge",
+        "Age of the oldest outbox entry (0 when empty)",
+    );
+    let _ = writeln!(
+        out,
+        "mezzanine_outbox_oldest_age_seconds {:.3}",
+        status.outbox_oldest_secs.unwrap_or(0.0)
+    );
+    metric(
+        &mut out,
+        "mezzanine_outbox_parked",
+        "gauge",
+        "Outbox entries set aside",
+    );
+    let _ = writeln!(out, "mezzanine_outbox_parked {}", status.outbox_parked);
+    metric(
+        &mut out,
+        "mezzanine_mirror_workers",
+        "gauge",
+        "Live relays and reverse mirrors (heartbeat within 10 s)",
+    );
+    metric(
+        &mut out,
+        "mezzanine_mirror_rate_cells_per_second",
+        "gauge",
+        "Cells per second over all live workers of a kind",
+    );
+    for kind in ["relay", "reverse"] {
+        let live: Vec<_> = status
+            .workers
+            .iter()
+            .filter(|w| w.kind == kind && !w.stale())
+            .collect();
+        let rate: f64 = live.iter().map(|w| w.rate).sum();
+        let _ = writeln!(
+            out,
+            "mezzanine_mirror_workers{{kind=\"{kind}\"}} {}",
+            live.len()
+        );
+        let _ = writeln!(
+            out,
+            "mezzanine_mirror_rate_cells_per_second{{kind=\"{kind}\"}} {rate:.1}"
+        );
+    }
+    metric(
+        &mut out,
+        "mezzanine_reverse_lag_cells",
+        "gauge",
+        "Change-log cells not yet applied to the legacy tables",
+    );
+    for shard in &status.reverse {
+        let _ = writeln!(
+            out,
+            "mezzanine_reverse_lag_cells{{shard=\"{}\"}} {}",
+            shard.shard, shard.lag
+        );
+    }
+    metric(
+        &mut out,
+        "mezzanine_reverse_parked",
+        "gauge",
+        "Change-log cells the legacy model refused",
+    );
+    let _ = writeln!(out, "mezzanine_reverse_parked {}", status.reverse_parked);
+    for (kind, stats) in [("relay", &local.relay), ("reverse", &local.reverse)] {
+        let Some(stats) = stats else { continue };
+        let cells = format!("mezzanine_{kind}_cells_total");
+        metric(&mut out, &cells, "counter", "Cells this process moved");
+        let _ = writeln!(out, "{cells} {}", WorkerStats::get(&stats.cells));
+        let failures = format!("mezzanine_{kind}_failures_total");
+        metric(
+            &mut out,
+            &failures,
+            "counter",
+            "Failed attempts in this process",
+        );
+        let _ = writeln!(out, "{failures} {}", WorkerStats::get(&stats.failures));
+    }
+    out
+}
+
+/// Serves `GET /metrics` on `addr` until `cancel`, each scrape rendered
+/// fresh by `scrape`.
+pub async fn serve<F, Fut>(
+    addr: SocketAddr,
+    scrape: F,
+    cancel: CancellationToken,
+) -> anyhow::Result<()>
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = String> + Send,
+{
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("serving metrics on {addr}: {e}"))?;
+    eprintln!("metrics on http://{addr}/metrics");
+    let scrape = Arc::new(scrape);
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = tokio::select! {
+                _ = cancel.cancelled() => return,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!("metrics endpoint: {e}");
+                        continue;
+                    }
+                },
+            };
+            let scrape = scrape.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let line = String::from_utf8_lossy(&request);
+                let (status, body) = if line.starts_with("GET /metrics ") {
+                    ("200 OK", scrape().await)
+                } else {
+                    ("404 Not Found", "GET /metrics\n".to_string())
+                };
+                let response = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    Ok(())
+}

@@ -7,7 +7,9 @@
 //! each row went to, and that every minion holds the same cells as its
 //! master. Then the legacy side: the trips tables in PostgreSQL, seeded,
 //! given UUIDs online, and read and written through the tripstore facade in
-//! `legacy` mode. Later steps of the migration extend it.
+//! `legacy` mode; then mode `mirror`: trips written through the facade
+//! fill the outbox in their legacy transactions, and the relay drains it
+//! into Schemaless.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -35,6 +37,9 @@ pub struct DemoArgs {
     /// How many trips to seed into the legacy PostgreSQL tables.
     #[arg(long, default_value_t = 2000)]
     legacy_trips: u64,
+    /// How many trips to write through the facade in mode mirror.
+    #[arg(long, default_value_t = 1000)]
+    mirror_trips: u64,
     /// PostgreSQL's port for the dev cluster.
     #[arg(long, default_value_t = 55432)]
     postgres_port: u16,
@@ -194,6 +199,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
 
     trigger_and_index_steps(&config, &store, row).await?;
     legacy_steps(&config, args.legacy_trips).await?;
+    mirror_steps(&config, args.mirror_trips).await?;
 
     println!("\ndemo done. `mezzanine cluster status` shows the servers; `mezzanine cluster down` stops them.");
     store.close().await;
@@ -318,6 +324,134 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     }
     store.close().await;
     pool.close().await;
+    Ok(())
+}
+
+/// Steps 12-13: mode mirror, writes reaching both stores through the
+/// outbox.
+async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    step("12. mode mirror: every facade write also lands in the outbox, in the same transaction");
+    let mut quiet = config.clone();
+    // The relay is run by hand below, to show the outbox filling first.
+    quiet.mirror.relay_in_app = false;
+    let store = Arc::new(tripstore::TripStore::connect(&quiet).await?);
+    let change = store
+        .set_mode(&tripstore::ModeRequest {
+            target: tripstore::Mode::Mirror,
+            force: false,
+            by: "mezzanine demo".into(),
+            reason: Some("the demo mirrors writes".into()),
+        })
+        .await?;
+    println!(
+        "mode {} -> {} (gate: the Schemaless schema is on every shard)",
+        change.from, change.to
+    );
+    let pool = store.legacy().pool().clone();
+    let before = mirror::status::outbox(&pool).await?.0;
+    let started = Instant::now();
+    let writers: Vec<_> = (0..8u64)
+        .map(|w| {
+            let store = store.clone();
+            let mine = trips / 8 + u64::from(w < trips % 8);
+            tokio::spawn(async move {
+                let mut source =
+                    legacy::trips::TripCells::new(schemaless::cell::now_micros() as u64 ^ w);
+                let mut last = None;
+                for _ in 0..mine {
+                    let trip = source.new_trip();
+                    let done = source.complete(&trip[0]);
+                    store.put_cells(trip).await?;
+                    store.put_cell(done.clone()).await?;
+                    last = Some(done);
+                }
+                Ok::<_, schemaless::Error>(last)
+            })
+        })
+        .collect();
+    let mut sample = None;
+    for writer in writers {
+        sample = writer.await??.or(sample);
+    }
+    let (depth, oldest, _) = mirror::status::outbox(&pool).await?;
+    println!(
+        "{trips} trips written through the facade in {:.2}s: PostgreSQL has them, the outbox holds {} new entries (the oldest {:.1}s old)",
+        started.elapsed().as_secs_f64(),
+        depth.saturating_sub(before),
+        oldest.unwrap_or(0.0)
+    );
+    let sample = sample.context("no trip was written")?;
+    let in_schemaless = store
+        .schemaless()
+        .get_cell_latest(&sample.key.row_key, &sample.key.column, ReadFrom::Master)
+        .await?;
+    println!(
+        "trip {} in Schemaless before the relay runs: {}",
+        sample.key.row_key,
+        if in_schemaless.is_some() {
+            "present"
+        } else {
+            "not yet"
+        }
+    );
+
+    step("13. the relay drains the outbox into Schemaless");
+    let relay = store.relay();
+    let started = Instant::now();
+    let mut total = 0;
+    loop {
+        let moved = relay.relay_batch().await?;
+        if moved.total() == 0 {
+            break;
+        }
+        total += moved.delivered;
+        let left = mirror::status::outbox(&pool).await?.0;
+        if left == 0 || total % 2000 < moved.delivered {
+            println!("  relayed {total:>6} cells, {left:>6} left in the outbox");
+        }
+    }
+    println!(
+        "outbox drained: {total} cells in {:.2}s ({:.0} cells/s)",
+        started.elapsed().as_secs_f64(),
+        total as f64 / started.elapsed().as_secs_f64().max(1e-9)
+    );
+    println!("trip {} now, through each store:", sample.key.row_key);
+    let from_legacy = store
+        .legacy()
+        .get_cells_for_row(&sample.key.row_key, ReadFrom::Master)
+        .await?;
+    let from_schemaless = store
+        .schemaless()
+        .get_cells_for_row(&sample.key.row_key, ReadFrom::Master)
+        .await?;
+    for (name, cells) in [
+        ("PostgreSQL", &from_legacy),
+        ("Schemaless", &from_schemaless),
+    ] {
+        for stored in cells {
+            println!(
+                "  {name:<10} {:<6} ref {}  {}",
+                stored.cell.key.column.as_str(),
+                stored.cell.key.ref_key,
+                stored.cell.body
+            );
+        }
+    }
+    let same = from_legacy
+        .iter()
+        .map(|s| &s.cell)
+        .eq(from_schemaless.iter().map(|s| &s.cell));
+    anyhow::ensure!(
+        same,
+        "the two stores disagree about trip {}",
+        sample.key.row_key
+    );
+    println!(
+        "the same cells on both sides. `mezzanine mirror status` shows the outbox and the relays."
+    );
+    store.close().await;
     Ok(())
 }
 

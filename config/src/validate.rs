@@ -188,6 +188,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     let mirror = &config.mirror;
     in_range("mirror.relay_batch", mirror.relay_batch as u64, 1, 10_000)?;
     in_range("mirror.relay_poll_ms", mirror.relay_poll_ms, 1, 600_000)?;
+    in_range("mirror.relay_linger_ms", mirror.relay_linger_ms, 0, 10_000)?;
     in_range(
         "mirror.retry_backoff_ms",
         mirror.retry_backoff_ms,

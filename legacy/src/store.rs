@@ -290,6 +290,7 @@ impl LegacyStore {
         &self,
         tx: &mut Transaction<'static, Postgres>,
         cell: &Prepared,
+        copy_to: Option<&str>,
     ) -> Result<CellResult> {
         let layout = &*self.layout;
         let column = &layout.columns[cell.column];
@@ -304,6 +305,29 @@ impl LegacyStore {
             .enumerate()
             .map(|(i, f)| format!("CAST(${}::text AS {})", i + 3, f.sql_type))
             .collect();
+        // Wraps the statement that writes the cell so that it also copies
+        // the cell into `copy_to`, when it wrote a row.
+        let n = column.fields.len();
+        let with_copy = |statement: String| match copy_to {
+            None => statement,
+            Some(table) => format!(
+                "WITH w AS ({statement}),
+                 c AS (INSERT INTO {table} (row_key, column_name, ref_key, body)
+                       SELECT $1, ${}, $2, ${} FROM w)
+                 SELECT * FROM w",
+                n + 3,
+                n + 4
+            ),
+        };
+        let copy_params =
+            |query: sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments>| {
+                match copy_to {
+                    None => query,
+                    Some(_) => query
+                        .bind(column.name.as_str().to_string())
+                        .bind(cell.canonical.to_string()),
+                }
+            };
         match column.kind {
             ColumnKind::Row => {
                 let select = format!(
@@ -354,13 +378,13 @@ impl LegacyStore {
                         }
                     }
                 };
-                let mut query = sqlx::query(AssertSqlSafe(statement))
+                let mut query = sqlx::query(AssertSqlSafe(with_copy(statement)))
                     .bind(cell.row_key)
                     .bind(cell.ref_key);
                 for param in &cell.params {
                     query = query.bind(param.as_deref());
                 }
-                let row = query
+                let row = copy_params(query)
                     .fetch_one(&mut **tx)
                     .await
                     .map_err(|e| self.write_error(column, e))?;
@@ -390,13 +414,13 @@ impl LegacyStore {
                     uuid = layout.uuid_sql,
                     exprs = column.read_exprs("c"),
                 );
-                let mut query = sqlx::query(AssertSqlSafe(insert))
+                let mut query = sqlx::query(AssertSqlSafe(with_copy(insert)))
                     .bind(cell.row_key)
                     .bind(cell.ref_key);
                 for param in &cell.params {
                     query = query.bind(param.as_deref());
                 }
-                if let Some(row) = query
+                if let Some(row) = copy_params(query)
                     .fetch_optional(&mut **tx)
                     .await
                     .map_err(|e| self.write_error(column, e))?
@@ -841,7 +865,7 @@ impl LegacyStore {
         hook.begin(&mut tx).await?;
         let mut results: Vec<Option<CellResult>> = vec![None; prepared.len()];
         for &i in order {
-            results[i] = Some(self.write(&mut tx, &prepared[i]).await?);
+            results[i] = Some(self.write(&mut tx, &prepared[i], hook.copy_table()).await?);
         }
         let results: Vec<CellResult> = results
             .into_iter()
@@ -857,6 +881,14 @@ impl LegacyStore {
 /// legacy write (see [`LegacyStore::put_cells_with`]).
 #[async_trait]
 pub trait TransactionHook: Send + Sync {
+    /// A table `(row_key uuid, column_name text, ref_key bigint, body
+    /// text)` that every cell the batch writes (`Written`) is also inserted
+    /// into, by the very statement that writes it (a data-modifying CTE):
+    /// no round trip of its own. Cells found already there are not copied.
+    fn copy_table(&self) -> Option<&str> {
+        None
+    }
+
     /// Runs first in the transaction (e.g. to lock what the hook updates);
     /// an error rolls the batch back.
     async fn begin(&self, _tx: &mut sqlx::PgConnection) -> Result<()> {

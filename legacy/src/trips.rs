@@ -574,12 +574,14 @@ impl TripCells {
     /// trips, a NOTES cell (written in one batch, the parent row first).
     pub fn new_trip(&mut self) -> Vec<schemaless::Cell> {
         let rng = &mut self.rng;
-        let row_key = schemaless::RowKey::from(Uuid::from_u128(rng.random()));
+        let row_key =
+            schemaless::RowKey::from(uuid::Builder::from_random_bytes(rng.random()).into_uuid());
         let requested = EPOCH_2014 + rng.random_range(0..400_000_000_000_000i64);
         let at = crate::time::format_timestamp(requested, true).expect("a timestamp in range");
         let body = serde_json::json!({
-            "driver_uuid": Uuid::from_u128(rng.random_range(0..2000u128) + 1).to_string(),
-            "rider_uuid": Uuid::from_u128(rng.random()).to_string(),
+            // 2000 drivers, so an index by driver has several trips each.
+            "driver_uuid": uuid_of(7, 2, rng.random_range(0..2000)).to_string(),
+            "rider_uuid": uuid::Builder::from_random_bytes(rng.random()).into_uuid().to_string(),
             "city_id": rng.random_range(1..=CITIES),
             "status": "requested",
             "fare": null,

@@ -6,16 +6,22 @@ use schemaless::{Cell, CellResult, Error, Result, WriteOutcome};
 use uuid::Uuid;
 
 /// The hook a mirrored write runs in its legacy transaction: every cell the
-/// legacy tables now hold (`Written`, or `AlreadyPresent` since a retried
-/// write may find its first attempt committed without knowing whether its
-/// outbox entry was delivered) is inserted into `mezzanine.outbox`, in one
-/// statement. A `Superseded` cell is not: the legacy tables did not keep
-/// it, and the newer cell that superseded it was mirrored when it was
-/// written.
+/// legacy tables now hold goes into `mezzanine.outbox`. A `Written` cell
+/// is inserted by the statement that writes it (see
+/// [`TransactionHook::copy_table`]), so mirroring costs no round trip per
+/// cell; an `AlreadyPresent` one (a retried write may find its first
+/// attempt committed without knowing whether its entry was delivered) by
+/// one statement before the commit. A `Superseded` cell is not enqueued:
+/// the legacy tables did not keep it, and the newer cell that superseded it
+/// was mirrored when it was written.
 pub struct Outbox;
 
 #[async_trait]
 impl TransactionHook for Outbox {
+    fn copy_table(&self) -> Option<&str> {
+        Some("mezzanine.outbox")
+    }
+
     async fn before_commit(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -27,10 +33,7 @@ impl TransactionHook for Outbox {
         let mut ref_keys: Vec<i64> = Vec::with_capacity(cells.len());
         let mut bodies: Vec<String> = Vec::with_capacity(cells.len());
         for (cell, result) in cells.iter().zip(results) {
-            if matches!(
-                result,
-                Ok(WriteOutcome::Written | WriteOutcome::AlreadyPresent)
-            ) {
+            if matches!(result, Ok(WriteOutcome::AlreadyPresent)) {
                 row_keys.push(cell.key.row_key.uuid());
                 columns.push(cell.key.column.as_str());
                 ref_keys.push(cell.key.ref_key.get());

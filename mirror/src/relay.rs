@@ -1,11 +1,16 @@
 //! The relay: drains `mezzanine.outbox` into Schemaless.
 //!
-//! One batch is one PostgreSQL transaction: lock the oldest entries no
-//! other relay holds (`FOR UPDATE SKIP LOCKED`), write their cells to
-//! Schemaless with `put_cells`, delete them, commit. A crash anywhere in
-//! between leaves the entries in the outbox, to be delivered again (the
-//! cells that had landed come back `AlreadyPresent`); nothing is lost and
-//! nothing is doubled, because a cell is its address.
+//! One batch is one PostgreSQL transaction: delete the oldest entries no
+//! other relay holds (`FOR UPDATE SKIP LOCKED`, in the same statement),
+//! write their cells to Schemaless with `put_cells`, commit. A crash or a
+//! failure anywhere before the commit rolls the delete back and leaves the
+//! entries in the outbox, to be delivered again (the cells that had landed
+//! come back `AlreadyPresent`); nothing is lost and nothing is doubled,
+//! because a cell is its address.
+//!
+//! Under load a relay lingers `mirror.relay_linger_ms` before a batch that
+//! would not be full, so that one transaction carries many cells instead
+//! of each write paying for a relay transaction of its own.
 //!
 //! Only two answers set an entry aside (into `mezzanine.outbox_parked`,
 //! with the reason): a conflict (Schemaless holds a different body at the
@@ -90,9 +95,12 @@ impl Relay {
     pub async fn relay_batch(&self) -> Result<Moved, Error> {
         let context = "relaying the outbox";
         let mut tx = self.pool.begin().await.map_err(Error::postgres(context))?;
+        // Taken out of the outbox at once; if delivery fails, the rollback
+        // puts them back.
         let rows = sqlx::query(
-            "SELECT id, row_key, column_name, ref_key, body FROM mezzanine.outbox
-             ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+            "DELETE FROM mezzanine.outbox WHERE id IN (
+                 SELECT id FROM mezzanine.outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+             RETURNING id, row_key, column_name, ref_key, body, enqueued_at::text",
         )
         .bind(self.batch as i64)
         .fetch_all(&mut *tx)
@@ -120,9 +128,8 @@ impl Relay {
         let delivered = self.deliver(cells).await?;
 
         let mut moved = Moved::default();
-        let mut parked_ids = Vec::new();
-        let mut parked_errors = Vec::new();
-        for (id, entry) in ids.iter().zip(readable) {
+        let mut parked = Vec::new();
+        for ((row, id), entry) in rows.iter().zip(&ids).zip(readable) {
             match entry.and_then(|i| delivered[i].clone()) {
                 Ok(outcome) => {
                     moved.delivered += 1;
@@ -132,30 +139,28 @@ impl Relay {
                 }
                 Err(reason) => {
                     tracing::warn!("outbox entry {id} parked: {reason}");
-                    parked_ids.push(*id);
-                    parked_errors.push(reason);
+                    parked.push((row, *id, reason));
                 }
             }
         }
-        moved.parked = parked_ids.len() as u64;
-        if !parked_ids.is_empty() {
+        moved.parked = parked.len() as u64;
+        for (row, id, reason) in parked {
             sqlx::query(
                 "INSERT INTO mezzanine.outbox_parked (id, row_key, column_name, ref_key, body, enqueued_at, error)
-                 SELECT o.id, o.row_key, o.column_name, o.ref_key, o.body, o.enqueued_at, p.error
-                 FROM mezzanine.outbox o JOIN UNNEST($1::int8[], $2::text[]) AS p (id, error) ON o.id = p.id
+                 VALUES ($1, $2, $3, $4, $5, $6::text::timestamptz, $7)
                  ON CONFLICT (id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
             )
-            .bind(&parked_ids)
-            .bind(&parked_errors)
+            .bind(id)
+            .bind(row.try_get::<uuid::Uuid, _>(1).map_err(Error::postgres(context))?)
+            .bind(row.try_get::<String, _>(2).map_err(Error::postgres(context))?)
+            .bind(row.try_get::<i64, _>(3).map_err(Error::postgres(context))?)
+            .bind(row.try_get::<String, _>(4).map_err(Error::postgres(context))?)
+            .bind(row.try_get::<String, _>(5).map_err(Error::postgres(context))?)
+            .bind(reason)
             .execute(&mut *tx)
             .await
             .map_err(Error::postgres(context))?;
         }
-        sqlx::query("DELETE FROM mezzanine.outbox WHERE id = ANY($1)")
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::postgres(context))?;
         tx.commit().await.map_err(Error::postgres(context))?;
         let stats = &self.stats;
         stats.add(&stats.cells, moved.delivered);
@@ -234,6 +239,9 @@ impl Relay {
         let mut heartbeat = Heartbeat::new("relay");
         let mut backoff = Backoff::new(&self.settings);
         let poll = Duration::from_millis(self.settings.relay_poll_ms);
+        let linger = Duration::from_millis(self.settings.relay_linger_ms);
+        // Whether the last batch was full: then the next is taken at once.
+        let mut full = false;
         tracing::info!("{} started", heartbeat.name());
         while !cancel.is_cancelled() {
             if !*enabled.borrow_and_update() {
@@ -242,11 +250,18 @@ impl Relay {
                     _ = changed(&mut enabled) => continue,
                 }
             }
+            if !full && !linger.is_zero() {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(linger) => {}
+                }
+            }
             let woken = self.wake.notified();
             match self.relay_batch().await {
                 Ok(moved) => {
                     backoff.succeeded();
                     heartbeat.beat(&self.pool, &self.stats).await;
+                    full = moved.total() >= self.batch as u64;
                     if moved.total() > 0 {
                         continue;
                     }

@@ -6,10 +6,13 @@
 //! - [`cells`]: `put_cells` against `LOAD DATA`, `get_cell_latest` against
 //!   a raw primary-key `SELECT`;
 //! - [`index`]: index lag under load, trigger and index backfill
-//!   throughput.
+//!   throughput;
+//! - [`mirror`]: facade write latency in `mirror` against `legacy`, and
+//!   relay throughput.
 
 mod cells;
 mod index;
+mod mirror;
 mod stats;
 
 use std::path::Path;
@@ -25,11 +28,16 @@ pub enum BenchCommand {
     /// Index lag (write to visible in a query) p50/p99 under a steady write
     /// load, and trigger and index backfill throughput, on the dev cluster.
     Index(index::IndexArgs),
+    /// Facade write latency and throughput in mode mirror against mode
+    /// legacy (same writers, same run), and relay throughput, on the dev
+    /// cluster.
+    Mirror(mirror::MirrorArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
     match command {
         BenchCommand::Cells(args) => cells::run(args, config, cluster_dir).await,
         BenchCommand::Index(args) => index::run(args, config, cluster_dir).await,
+        BenchCommand::Mirror(args) => mirror::run(args, config, cluster_dir).await,
     }
 }

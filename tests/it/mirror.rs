@@ -589,7 +589,7 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
         .unwrap();
     admin.close().await;
     let text = format!(
-        "{}\n[legacy]\nurl = \"{}\"\nmode_poll_ms = 200\n{}\n[mirror]\nretry_backoff_ms = 20\nmax_backoff_ms = 200\n",
+        "{}\n[storage]\nconnect_timeout_ms = 1000\n[legacy]\nurl = \"{}\"\nmode_poll_ms = 200\n{}\n[mirror]\nretry_backoff_ms = 20\nmax_backoff_ms = 200\n",
         cluster.config_toml("down", 8),
         cluster.postgres_url("down"),
         example_layout()
@@ -638,7 +638,16 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
     let acked_at_kill = acked.load(Ordering::Relaxed);
     let mut deepest = 0;
     let down_since = Instant::now();
-    while down_since.elapsed() < Duration::from_secs(3) {
+    let stats = facade.relay_stats();
+    // Down for three seconds at least, and until the relay has seen it
+    // fail (a connection attempt gives up after connect_timeout_ms).
+    while down_since.elapsed() < Duration::from_secs(3)
+        || mirror::WorkerStats::get(&stats.failures) == 0
+    {
+        assert!(
+            down_since.elapsed() < Duration::from_secs(60),
+            "the relay never failed"
+        );
         deepest = deepest.max(outbox_depth(&pool).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -651,8 +660,6 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
         deepest >= 2 * acked_while_down,
         "the outbox held at most {deepest} entries"
     );
-    let stats = facade.relay_stats();
-    assert!(mirror::WorkerStats::get(&stats.failures) > 0);
     assert!(stats.last_error().is_some());
     let status = facade.mirror_status().await.unwrap();
     assert!(status.outbox_oldest_secs.unwrap() > 1.0, "{status:?}");

@@ -52,6 +52,8 @@ fn defaults_fill_optional_sections() {
     assert_eq!(config.limits.max_batch_cells, 1000);
     assert_eq!(config.storage.max_connections_per_node, 16);
     assert!(config.clusters[1].minions.is_empty());
+    assert!(config.mirror.relay_in_app && config.mirror.reverse_in_app);
+    assert_eq!(config.mirror.relay_batch, 500);
 }
 
 #[test]
@@ -133,6 +135,16 @@ fn malformed_values_name_the_key() {
     let (_, key, message) = invalid(&format!("{GOOD}\n[storage]\nrequest_timeout_ms = 0\n"));
     assert_eq!(key, "storage.request_timeout_ms");
     assert_eq!(message, "must be between 1 and 3600000, got 0");
+
+    let (line, key, message) = invalid(&format!(
+        "{GOOD}\n[mirror]\nretry_backoff_ms = 500\nmax_backoff_ms = 100\n"
+    ));
+    assert_eq!((line, key.as_str()), (18, "mirror.max_backoff_ms"));
+    assert_eq!(message, "must be between 500 and 3600000, got 100");
+    let (_, key, _) = invalid(&format!("{GOOD}\n[mirror]\nrelay_batch = 0\n"));
+    assert_eq!(key, "mirror.relay_batch");
+    let (line, key, _) = invalid(&format!("{GOOD}\n[mirror]\nrelay = true\n"));
+    assert_eq!((line, key.as_str()), (17, "mirror.relay"));
 }
 
 #[test]

@@ -71,6 +71,16 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
                 })
                 .collect();
             println!("ladder: {}", ladder.join(" -> "));
+            // The mirror's tables exist once a facade or `mirror` command
+            // has run; before that there is nothing to show.
+            if let Ok((depth, oldest, parked)) = mirror::status::outbox(&pool).await {
+                println!(
+                    "outbox: {depth} entries{}, {parked} parked (`mezzanine mirror status` for more)",
+                    oldest
+                        .map(|s| format!(", the oldest {s:.1}s old"))
+                        .unwrap_or_default()
+                );
+            }
             let history = mode::history(&pool, 10).await?;
             if !history.is_empty() {
                 println!("\nlatest changes:");
@@ -103,6 +113,7 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
             let gate = tripstore::gates::MigrationGate::new(
                 pool.clone(),
                 schemaless::MySqlStore::connect(&config)?,
+                config.gates.clone(),
             );
             let change = mode::set(&pool, &request, &gate).await?;
             if change.from == change.to {

@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{
-    Cluster, Config, Instance, Limits, Mirror, OnFailure, Storage, TriggerRead, Triggers,
+    Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure, Storage, TriggerRead, Triggers,
 };
 pub use shards::ShardRange;
 

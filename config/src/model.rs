@@ -36,6 +36,34 @@ pub struct Config {
     /// `[mirror]`: the outbox relay and the reverse mirror.
     #[serde(default)]
     pub mirror: Mirror,
+    /// `[gates]`: what `mode set` checks before a step forward.
+    #[serde(default)]
+    pub gates: Gates,
+}
+
+/// `[gates]`: the thresholds of the steps forward.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gates {
+    /// `gates.max_outbox_lag_ms`: entering `shadow` or `primary` waits
+    /// until the oldest outbox entry is younger than this: the relay keeps
+    /// up, and what is left is seconds of live writes in flight. 0 demands
+    /// an empty outbox (possible only without writes). 0–3600000. Default
+    /// 2000.
+    #[serde(default = "default_max_outbox_lag_ms")]
+    pub max_outbox_lag_ms: u64,
+}
+
+fn default_max_outbox_lag_ms() -> u64 {
+    2000
+}
+
+impl Default for Gates {
+    fn default() -> Self {
+        Gates {
+            max_outbox_lag_ms: default_max_outbox_lag_ms(),
+        }
+    }
 }
 
 /// Which node a trigger reads the change log from.

@@ -208,6 +208,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         10_000,
     )?;
     in_range("mirror.reverse_poll_ms", mirror.reverse_poll_ms, 1, 600_000)?;
+    in_range(
+        "gates.max_outbox_lag_ms",
+        config.gates.max_outbox_lag_ms,
+        0,
+        3_600_000,
+    )?;
     if let Some(layout) = &config.layout {
         validate_layout(layout)?;
     }

@@ -3,8 +3,14 @@
 //! | entering | must hold first | prepared |
 //! |---|---|---|
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain) | the mirror's tables |
-//! | `shadow` | the outbox is drained and nothing is parked (reads are about to come from Schemaless) | |
-//! | `primary` | the outbox is drained and nothing is parked (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `shadow` | the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless) | |
+//! | `primary` | the same (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//!
+//! "Drained" cannot mean empty on a live system: while facades write in
+//! `mirror`, the outbox always holds the last few milliseconds of writes.
+//! What matters is that the relay keeps up, so that what is left is in
+//! flight, not a backlog; entries still there after the step are relayed
+//! all the same (the relay runs in every mode after `legacy`).
 //! | `schemaless` | nothing more | |
 //!
 //! The backfill ("backfill complete" before `shadow`) and the verifier
@@ -24,20 +30,28 @@ use crate::mode::{Gate, Mode};
 pub struct MigrationGate {
     pool: PgPool,
     schemaless: MySqlStore,
+    settings: config::Gates,
 }
 
 impl MigrationGate {
-    /// Gates reading `pool` (the legacy database) and `schemaless`.
-    pub fn new(pool: PgPool, schemaless: MySqlStore) -> MigrationGate {
-        MigrationGate { pool, schemaless }
+    /// Gates reading `pool` (the legacy database) and `schemaless`, with
+    /// the config's `[gates]` thresholds.
+    pub fn new(pool: PgPool, schemaless: MySqlStore, settings: config::Gates) -> MigrationGate {
+        MigrationGate {
+            pool,
+            schemaless,
+            settings,
+        }
     }
 
     async fn outbox_drained(&self) -> Result<Option<String>, Error> {
         let (depth, oldest, parked) = mirror::status::outbox(&self.pool).await?;
-        if depth > 0 {
+        let max = self.settings.max_outbox_lag_ms;
+        let age_ms = oldest.unwrap_or(0.0) * 1000.0;
+        if depth > 0 && age_ms >= max as f64 {
             return Ok(Some(format!(
-                "the outbox still holds {depth} entries (the oldest {:.1}s old): wait for the relay to drain it (`mezzanine mirror status`)",
-                oldest.unwrap_or(0.0)
+                "the outbox still holds {depth} entries, the oldest {:.1}s old (gates.max_outbox_lag_ms = {max}): wait for the relay to drain it (`mezzanine mirror status`)",
+                age_ms / 1000.0
             )));
         }
         if parked > 0 {

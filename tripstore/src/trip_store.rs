@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `legacy` | the legacy tables | the legacy tables |
 //! | `mirror` | the legacy tables + the outbox, one transaction | the legacy tables |
-//! | `shadow` | as `mirror` | Schemaless |
+//! | `shadow` | as `mirror`, and put to Schemaless before the answer | Schemaless |
 //! | `primary` | Schemaless (cells checked against the layout first) | Schemaless |
 //! | `schemaless` | Schemaless | Schemaless |
 //!
@@ -18,10 +18,11 @@
 //! relay (in every mode after `legacy`) and a reverse mirror (in `shadow`
 //! and `primary`) as background tasks; several facades share the work.
 //!
-//! In `shadow`, a read may miss a write this facade made a moment ago:
-//! the write reaches Schemaless when the relay moves it (this facade's
-//! relay is woken by the commit, so usually within milliseconds). In
-//! `primary` the legacy tables lag the same way behind Schemaless.
+//! In `shadow` a write is also put to Schemaless before it is
+//! acknowledged, so its writer reads it back (the outbox still carries it,
+//! in case that put fails). Other facades may miss it until then. In
+//! `primary` the legacy tables lag behind Schemaless by the reverse
+//! mirror's delay; nobody reads them in that mode.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +32,7 @@ use legacy::LegacyStore;
 use mirror::{MirrorStatus, Outbox, Relay, ReverseMirror, WorkerStats};
 use schemaless::{
     Cell, CellKey, CellResult, CellStore, Column, IndexEntry, IndexQuery, MySqlStore, ReadFrom,
-    Result, RowKey, ShardPage, StoredCell,
+    Result, RowKey, ShardPage, StoredCell, WriteOutcome,
 };
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
@@ -121,7 +122,11 @@ impl TripStore {
             ));
         }
         Ok(TripStore {
-            gate: MigrationGate::new(legacy.pool().clone(), schemaless.clone()),
+            gate: MigrationGate::new(
+                legacy.pool().clone(),
+                schemaless.clone(),
+                config.gates.clone(),
+            ),
             relay_wake: relay.waker(),
             legacy,
             schemaless,
@@ -202,6 +207,26 @@ impl TripStore {
         }
         self.legacy.close().await;
         self.schemaless.close().await;
+    }
+
+    /// In `shadow` reads come from Schemaless, so a write is also delivered
+    /// there before it is acknowledged: the writer reads its own write.
+    /// The outbox entries stay (the relay finds the cells already present),
+    /// so if Schemaless fails here the write is still acknowledged, and
+    /// only reaches Schemaless when the relay moves it.
+    async fn deliver_now(&self, cells: &[Cell], results: &[CellResult]) {
+        let kept: Vec<Cell> = cells
+            .iter()
+            .zip(results)
+            .filter(|(_, r)| matches!(r, Ok(WriteOutcome::Written | WriteOutcome::AlreadyPresent)))
+            .filter_map(|(cell, _)| self.legacy.canonical_cell(cell).ok())
+            .collect();
+        if kept.is_empty() {
+            return;
+        }
+        if let Err(e) = self.schemaless.put_cells(kept).await {
+            tracing::warn!("shadow: a write reaches Schemaless only through the relay: {e}");
+        }
     }
 
     /// The store reads go to in the current mode.
@@ -325,9 +350,15 @@ impl CellStore for TripStore {
     async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
         match self.mode() {
             Mode::Legacy => self.legacy.put_cells(cells).await,
-            Mode::Mirror | Mode::Shadow => {
+            Mode::Mirror => {
                 let results = self.legacy.put_cells_with(cells, &Outbox).await?;
                 self.relay_wake.notify_one();
+                Ok(results)
+            }
+            Mode::Shadow => {
+                let results = self.legacy.put_cells_with(cells.clone(), &Outbox).await?;
+                self.relay_wake.notify_one();
+                self.deliver_now(&cells, &results).await;
                 Ok(results)
             }
             Mode::Primary => {

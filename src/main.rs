@@ -12,6 +12,7 @@
 //! - [`mode`]: `mode show|set`, where the facade sends calls;
 //! - [`mirror`]: `mirror relay|reverse|status|retry|load`, both directions
 //!   of the mirror;
+//! - [`backfill`]: `backfill plan|run|status|pause|resume|retry`;
 //! - [`metrics`]: the Prometheus metrics and their endpoint;
 //! - [`trigger`]: `trigger status|retry`;
 //! - [`index`]: `index create|backfill|switch|run|status`;
@@ -19,6 +20,7 @@
 //! - [`bench`]: `bench cells`, figures against the raw limit of the same
 //!   servers.
 
+mod backfill;
 mod bench;
 mod check;
 mod cluster;
@@ -81,6 +83,10 @@ enum Command {
     /// Show or change the mode every facade routes by.
     #[command(subcommand)]
     Mode(mode::ModeCommand),
+    /// The backfill: the history copied into Schemaless, planned, parallel,
+    /// resumable and throttled.
+    #[command(subcommand)]
+    Backfill(backfill::BackfillCommand),
     /// The mirror: the outbox relay, the reverse mirror, their status.
     #[command(subcommand)]
     Mirror(mirror::MirrorCommand),
@@ -174,6 +180,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
         Command::Mirror(c) => mirror::run(c, &cli.config).await,
+        Command::Backfill(c) => backfill::run(c, &cli.config).await,
         Command::Index(c) => index::run(c, &cli.config).await,
         Command::Trigger(c) => trigger::run(c, &cli.config).await,
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,

@@ -145,6 +145,87 @@ pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Loca
     out
 }
 
+/// The backfill's metrics: the plan's state from PostgreSQL, and this
+/// process's counters when it runs workers.
+///
+/// | metric | type | meaning |
+/// |---|---|---|
+/// | `mezzanine_backfill_chunks{state}` | gauge | chunks pending, running, done, failed |
+/// | `mezzanine_backfill_cells_done` | gauge | cells of done chunks (whole plan) |
+/// | `mezzanine_backfill_cells_per_second` | gauge | over chunks finished in the last minute (whole plan) |
+/// | `mezzanine_backfill_rows_total` | counter | legacy rows this process read |
+/// | `mezzanine_backfill_cells_total` | counter | cells this process wrote |
+/// | `mezzanine_backfill_failures_total` | counter | attempts that failed on a server in this process |
+/// | `mezzanine_backfill_lag_pauses_total` | counter | pauses for replication lag in this process |
+pub fn render_backfill(
+    status: &backfill::PlanStatus,
+    local: Option<&backfill::Progress>,
+) -> String {
+    use backfill::Progress;
+    let mut out = String::new();
+    metric(
+        &mut out,
+        "mezzanine_backfill_chunks",
+        "gauge",
+        "Backfill chunks by state",
+    );
+    for (state, n) in [
+        ("pending", status.pending),
+        ("running", status.running),
+        ("done", status.done),
+        ("failed", status.failed),
+    ] {
+        let _ = writeln!(out, "mezzanine_backfill_chunks{{state=\"{state}\"}} {n}");
+    }
+    metric(
+        &mut out,
+        "mezzanine_backfill_cells_done",
+        "gauge",
+        "Cells of done chunks",
+    );
+    let _ = writeln!(out, "mezzanine_backfill_cells_done {}", status.cells_done);
+    metric(
+        &mut out,
+        "mezzanine_backfill_cells_per_second",
+        "gauge",
+        "Cells per second over the chunks finished in the last minute",
+    );
+    let _ = writeln!(
+        out,
+        "mezzanine_backfill_cells_per_second {:.1}",
+        status.recent_cells_per_sec
+    );
+    if let Some(p) = local {
+        for (name, help, value) in [
+            (
+                "rows_total",
+                "Legacy rows this process read",
+                Progress::get(&p.rows),
+            ),
+            (
+                "cells_total",
+                "Cells this process wrote",
+                Progress::get(&p.cells),
+            ),
+            (
+                "failures_total",
+                "Attempts that failed on a server",
+                Progress::get(&p.failures),
+            ),
+            (
+                "lag_pauses_total",
+                "Pauses for replication lag",
+                Progress::get(&p.lag_pauses),
+            ),
+        ] {
+            let name = format!("mezzanine_backfill_{name}");
+            metric(&mut out, &name, "counter", help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+    }
+    out
+}
+
 /// Serves `GET /metrics` on `addr` until `cancel`, each scrape rendered
 /// fresh by `scrape`.
 pub async fn serve<F, Fut>(

@@ -79,7 +79,7 @@ pub struct LoadArgs {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-async fn stopped() {
+pub async fn stopped() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

@@ -28,7 +28,7 @@ pub struct SetArgs {
 }
 
 /// `user@host` of whoever runs the command.
-fn who() -> String {
+pub fn who() -> String {
     let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
     let mut name = [0u8; 256];
     // SAFETY: the buffer is valid for its length; the result is
@@ -113,7 +113,7 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
             let gate = tripstore::gates::MigrationGate::new(
                 pool.clone(),
                 schemaless::MySqlStore::connect(&config)?,
-                config.gates.clone(),
+                &config,
             );
             let change = mode::set(&pool, &request, &gate).await?;
             if change.from == change.to {

@@ -49,7 +49,8 @@ use std::path::{Path, PathBuf};
 
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{
-    Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure, Storage, TriggerRead, Triggers,
+    Backfill, Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure, Storage, TriggerRead,
+    Triggers,
 };
 pub use shards::ShardRange;
 

@@ -208,6 +208,21 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         10_000,
     )?;
     in_range("mirror.reverse_poll_ms", mirror.reverse_poll_ms, 1, 600_000)?;
+    let backfill = &config.backfill;
+    in_range("backfill.chunk_size", backfill.chunk_size, 1, 1_000_000)?;
+    in_range("backfill.workers", backfill.workers as u64, 1, 256)?;
+    in_range(
+        "backfill.max_replication_lag_ms",
+        backfill.max_replication_lag_ms,
+        0,
+        3_600_000,
+    )?;
+    in_range(
+        "backfill.stale_after_ms",
+        backfill.stale_after_ms,
+        100,
+        3_600_000,
+    )?;
     in_range(
         "gates.max_outbox_lag_ms",
         config.gates.max_outbox_lag_ms,

@@ -29,6 +29,10 @@
 //!   Schemaless master stopped under load and two relays at once; the
 //!   reverse mirror survives a kill and ignores late, older cells; every
 //!   test ends comparing the two stores;
+//! - [`backfill`]: 100k trips copied and compared; runs killed at random
+//!   points end like an uninterrupted run; mirrored writes racing the
+//!   copy; two processes on one plan; stale chunks, bad rows, pause, and
+//!   the gate of `shadow`;
 //! - [`add_uuid`]: `legacy add-uuid` killed and resumed under concurrent
 //!   writers;
 //! - [`triggers`]: trigger order, resumption, lease ownership and
@@ -38,6 +42,7 @@
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
+mod backfill;
 mod bad_input;
 mod cells;
 mod changelog;

@@ -62,9 +62,16 @@ fn run_ok(mut command: Command) -> String {
     stdout
 }
 
-async fn walk_to(store: &TripStore, target: Mode) {
+/// Steps the mode forward to `target`; before `shadow`, backfills the
+/// history (its gate).
+pub(crate) async fn walk_to(store: &TripStore, config: &config::Config, target: Mode) {
     while store.mode() < target {
         let next = store.mode().next().unwrap();
+        if next == Mode::Shadow {
+            // The plan must postdate every facade's switch to mirror.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            crate::backfill::backfill_now(store.legacy(), store.schemaless(), config).await;
+        }
         store
             .set_mode(&request(next))
             .await
@@ -73,7 +80,7 @@ async fn walk_to(store: &TripStore, target: Mode) {
 }
 
 /// Every cell of every shard's change log.
-async fn all_schemaless_cells(store: &MySqlStore) -> Vec<schemaless::StoredCell> {
+pub(crate) async fn all_schemaless_cells(store: &MySqlStore) -> Vec<schemaless::StoredCell> {
     let mut out = Vec::new();
     for shard in 0..store.shard_count() {
         let mut after = 0;
@@ -97,7 +104,7 @@ async fn all_schemaless_cells(store: &MySqlStore) -> Vec<schemaless::StoredCell>
 /// tables; the latest row cell in Schemaless is the legacy row; and
 /// `get_cells_for_row` answers the same on both for a sample of rows.
 /// Returns how many trips were compared.
-async fn assert_stores_equal(legacy: &LegacyStore, schemaless: &MySqlStore) -> usize {
+pub(crate) async fn assert_stores_equal(legacy: &LegacyStore, schemaless: &MySqlStore) -> usize {
     let Some((low, high)) = legacy.id_range().await.unwrap() else {
         assert!(all_schemaless_cells(schemaless).await.is_empty());
         return 0;
@@ -137,12 +144,13 @@ async fn assert_stores_equal(legacy: &LegacyStore, schemaless: &MySqlStore) -> u
             }
         }
     }
+    let by_key: BTreeMap<&CellKey, &Body> =
+        stored.iter().map(|s| (&s.cell.key, &s.cell.body)).collect();
     let mut legacy_rows = BTreeSet::new();
     for (key, body) in &legacy_cells {
         legacy_rows.insert(key.row_key);
-        let found = stored.iter().find(|s| &s.cell.key == key);
         assert_eq!(
-            found.map(|s| &s.cell.body),
+            by_key.get(key).copied(),
             Some(body),
             "{key} in PostgreSQL, not in Schemaless"
         );
@@ -193,7 +201,7 @@ async fn a_writer_killed_right_after_its_commits_loses_nothing() {
     db.apply_schemaless().await;
     let (config, text) = with_mirror(&db, "relay_in_app = false\nreverse_in_app = false");
     let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, Mode::Mirror).await;
+    walk_to(&facade, &config, Mode::Mirror).await;
     let file = config_file(&text);
 
     // The writer relays nothing itself, so every commit it makes is one
@@ -266,7 +274,7 @@ async fn two_relays_share_the_outbox_and_duplicates_change_nothing() {
         "relay_in_app = false\nreverse_in_app = false\nrelay_batch = 7",
     );
     let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, Mode::Mirror).await;
+    walk_to(&facade, &config, Mode::Mirror).await;
     let mut source = TripCells::new(7);
     let mut written = Vec::new();
     for _ in 0..150 {
@@ -314,6 +322,8 @@ async fn two_relays_share_the_outbox_and_duplicates_change_nothing() {
     assert_eq!(outbox_depth(&db.pool).await, 0);
     assert_eq!(all_schemaless_cells(schemaless).await.len(), written.len());
     assert_eq!(assert_stores_equal(facade.legacy(), schemaless).await, 150);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), schemaless, &config).await;
 
     // A cell Schemaless holds with another body: the entry is parked with
     // both bodies, and the next step forward waits for a person.
@@ -361,9 +371,16 @@ async fn gates_wait_for_the_schema_and_the_outbox_and_status_shows_why() {
     );
     assert_eq!(facade.mode(), Mode::Legacy);
     db.apply_schemaless().await;
-    walk_to(&facade, Mode::Mirror).await;
+    walk_to(&facade, &config, Mode::Mirror).await;
 
     let mut source = TripCells::new(11);
+    let err = facade.set_mode(&request(Mode::Shadow)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("there is no backfill plan"),
+        "{err}"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
     let trip = source.new_trip();
     facade.put_cells(trip.clone()).await.unwrap();
     let depth = trip.len();
@@ -415,7 +432,7 @@ async fn gates_wait_for_the_schema_and_the_outbox_and_status_shows_why() {
         .expect("read your write in shadow");
     assert_eq!(read.cell, trip[0]);
     facade.relay().drain().await.unwrap();
-    walk_to(&facade, Mode::Primary).await;
+    walk_to(&facade, &config, Mode::Primary).await;
     // Entering primary set every shard's reverse offset at its head.
     let heads = facade.schemaless().log_heads().await.unwrap();
     let offsets: Vec<(i32, i64)> =
@@ -450,7 +467,7 @@ async fn the_reverse_mirror_resumes_after_a_kill_and_ignores_late_older_cells() 
         "relay_in_app = false\nreverse_in_app = false\nreverse_batch = 3\nreverse_poll_ms = 20",
     );
     let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, Mode::Primary).await;
+    walk_to(&facade, &config, Mode::Primary).await;
     let mut source = TripCells::new(5);
     let mut written = 0;
     for _ in 0..300 {
@@ -629,7 +646,7 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
     topology.close().await;
 
     let facade = Arc::new(TripStore::connect(&config).await.unwrap());
-    walk_to(&facade, Mode::Mirror).await;
+    walk_to(&facade, &config, Mode::Mirror).await;
     let stop = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..3)

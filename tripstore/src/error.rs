@@ -34,6 +34,9 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A gate could not be checked.
+    #[error("checking the gate: {0}")]
+    Gate(String),
     /// The mirror failed (its tables, the outbox, the reverse offsets).
     #[error(transparent)]
     Mirror(#[from] mirror::Error),

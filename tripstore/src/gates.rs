@@ -3,7 +3,7 @@
 //! | entering | must hold first | prepared |
 //! |---|---|---|
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain) | the mirror's tables |
-//! | `shadow` | the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless) | |
+//! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless) | |
 //! | `primary` | the same (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
 //!
 //! "Drained" cannot mean empty on a live system: while facades write in
@@ -13,8 +13,13 @@
 //! all the same (the relay runs in every mode after `legacy`).
 //! | `schemaless` | nothing more | |
 //!
-//! The backfill ("backfill complete" before `shadow`) and the verifier
-//! (mismatch rate and coverage) add their gates here when they land.
+//! The verifier (mismatch rate and coverage) adds its gate here when it
+//! lands.
+//!
+//! The backfill plan must have been made (or extended) after the mode
+//! entered `mirror`, plus one mode poll interval: a parent row created
+//! before every facade mirrored, and after the plan was made, would be in
+//! neither the mirror nor any chunk.
 //! `--force` overrides a refusal and is recorded; the preparation runs
 //! either way.
 
@@ -31,17 +36,33 @@ pub struct MigrationGate {
     pool: PgPool,
     schemaless: MySqlStore,
     settings: config::Gates,
+    /// How long a facade may take to see a mode change.
+    mode_poll_ms: u64,
 }
 
 impl MigrationGate {
     /// Gates reading `pool` (the legacy database) and `schemaless`, with
     /// the config's `[gates]` thresholds.
-    pub fn new(pool: PgPool, schemaless: MySqlStore, settings: config::Gates) -> MigrationGate {
+    pub fn new(pool: PgPool, schemaless: MySqlStore, config: &config::Config) -> MigrationGate {
         MigrationGate {
             pool,
             schemaless,
-            settings,
+            settings: config.gates.clone(),
+            mode_poll_ms: config.legacy.as_ref().map_or(1000, |l| l.mode_poll_ms),
         }
+    }
+
+    async fn backfilled(&self) -> Result<Option<String>, Error> {
+        let since: Option<f64> = sqlx::query_scalar(
+            "SELECT extract(epoch FROM max(at))::float8 FROM mezzanine.mode_history WHERE to_mode = 'mirror'",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| Error::postgres("reading the mode history", e))?;
+        let since = since.map(|s| s + self.mode_poll_ms as f64 / 1000.0);
+        backfill::status::refusal(&self.pool, since)
+            .await
+            .map_err(|e| Error::Gate(e.to_string()))
     }
 
     async fn outbox_drained(&self) -> Result<Option<String>, Error> {
@@ -79,7 +100,11 @@ impl Gate for MigrationGate {
                     "Schemaless cannot be checked ({e}); the outbox would only grow"
                 ))),
             },
-            Mode::Shadow | Mode::Primary => self.outbox_drained().await,
+            Mode::Shadow => match self.backfilled().await? {
+                Some(reason) => Ok(Some(reason)),
+                None => self.outbox_drained().await,
+            },
+            Mode::Primary => self.outbox_drained().await,
         }
     }
 

@@ -122,11 +122,7 @@ impl TripStore {
             ));
         }
         Ok(TripStore {
-            gate: MigrationGate::new(
-                legacy.pool().clone(),
-                schemaless.clone(),
-                config.gates.clone(),
-            ),
+            gate: MigrationGate::new(legacy.pool().clone(), schemaless.clone(), config),
             relay_wake: relay.waker(),
             legacy,
             schemaless,

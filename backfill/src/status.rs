@@ -1,0 +1,177 @@
+//! The whole plan's state, from any machine, and the gate it sets.
+
+use sqlx::{PgPool, Row};
+
+use crate::error::Error;
+use crate::plan::Plan;
+
+/// The plan and its chunks' states.
+#[derive(Clone, Debug, Default)]
+pub struct PlanStatus {
+    /// The plan, if there is one.
+    pub plan: Option<Plan>,
+    /// Chunks not started.
+    pub pending: u64,
+    /// Chunks being copied.
+    pub running: u64,
+    /// Chunks copied.
+    pub done: u64,
+    /// Chunks that could not be copied.
+    pub failed: u64,
+    /// Parent rows in done chunks.
+    pub parents_done: u64,
+    /// Cells of done chunks.
+    pub cells_done: u64,
+    /// Of those, cells that were new to Schemaless.
+    pub cells_written: u64,
+    /// Cells per second over the chunks finished in the last minute.
+    pub recent_cells_per_sec: f64,
+    /// Failed chunks, the first 20 by id range.
+    pub failures: Vec<ChunkInfo>,
+    /// Running chunks.
+    pub in_progress: Vec<ChunkInfo>,
+}
+
+/// One chunk, for the status.
+#[derive(Clone, Debug)]
+pub struct ChunkInfo {
+    /// The chunk's id.
+    pub id: i64,
+    /// Its first parent id.
+    pub start_id: i64,
+    /// One past its last parent id.
+    pub end_id: i64,
+    /// Who holds (or last held) it.
+    pub owner: Option<String>,
+    /// Seconds since its owner's last heartbeat.
+    pub silent_secs: Option<f64>,
+    /// Times it was claimed.
+    pub attempts: i32,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+impl PlanStatus {
+    /// Chunks in the plan.
+    pub fn total(&self) -> u64 {
+        self.pending + self.running + self.done + self.failed
+    }
+
+    /// Whether every chunk is done.
+    pub fn complete(&self) -> bool {
+        self.plan.is_some() && self.done == self.total()
+    }
+}
+
+/// Reads the plan's state.
+pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
+    let plan = crate::plan::read(pool).await?;
+    let context = "reading the backfill's state";
+    let row = sqlx::query(
+        "SELECT count(*) FILTER (WHERE state = 'pending'),
+                count(*) FILTER (WHERE state = 'running'),
+                count(*) FILTER (WHERE state = 'done'),
+                count(*) FILTER (WHERE state = 'failed'),
+                coalesce(sum(parents) FILTER (WHERE state = 'done'), 0)::int8,
+                coalesce(sum(cells) FILTER (WHERE state = 'done'), 0)::int8,
+                coalesce(sum(written) FILTER (WHERE state = 'done'), 0)::int8,
+                coalesce(sum(cells) FILTER (WHERE state = 'done' AND done_at > now() - interval '1 minute'), 0)::int8,
+                extract(epoch FROM now() - min(done_at) FILTER (WHERE state = 'done' AND done_at > now() - interval '1 minute'))::float8
+         FROM mezzanine.backfill_chunks",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres(context))?;
+    let n = |i: usize| -> Result<u64, Error> {
+        row.try_get::<i64, _>(i)
+            .map(|v| v.max(0) as u64)
+            .map_err(Error::postgres(context))
+    };
+    let recent = n(7)? as f64;
+    let window: Option<f64> = row.try_get(8).map_err(Error::postgres(context))?;
+    let mut status = PlanStatus {
+        plan,
+        pending: n(0)?,
+        running: n(1)?,
+        done: n(2)?,
+        failed: n(3)?,
+        parents_done: n(4)?,
+        cells_done: n(5)?,
+        cells_written: n(6)?,
+        recent_cells_per_sec: window.filter(|w| *w > 0.5).map_or(0.0, |w| recent / w),
+        ..PlanStatus::default()
+    };
+    let rows = sqlx::query(
+        "(SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
+          FROM mezzanine.backfill_chunks WHERE state = 'failed' ORDER BY start_id LIMIT 20)
+         UNION ALL
+         (SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
+          FROM mezzanine.backfill_chunks WHERE state = 'running' ORDER BY start_id LIMIT 100)",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(Error::postgres(context))?;
+    for row in rows {
+        let get = |e| Error::Postgres {
+            context: context.into(),
+            source: e,
+        };
+        let info = ChunkInfo {
+            id: row.try_get(0).map_err(get)?,
+            start_id: row.try_get(1).map_err(get)?,
+            end_id: row.try_get(2).map_err(get)?,
+            owner: row.try_get(3).map_err(get)?,
+            silent_secs: row.try_get(4).map_err(get)?,
+            attempts: row.try_get(5).map_err(get)?,
+            error: row.try_get(6).map_err(get)?,
+        };
+        let state: String = row.try_get(7).map_err(get)?;
+        if state == "failed" {
+            status.failures.push(info);
+        } else {
+            status.in_progress.push(info);
+        }
+    }
+    Ok(status)
+}
+
+/// Why `mode set shadow` must wait for the backfill, if it must: no plan,
+/// chunks not done, failed chunks, or a plan whose range was set before
+/// the mode entered `mirror` at `mirror_since` (epoch seconds; rows
+/// created in between were neither mirrored nor planned).
+pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<String>, Error> {
+    let status = read(pool).await?;
+    let Some(plan) = &status.plan else {
+        return Ok(Some(
+            "the history is not backfilled: there is no backfill plan (`mezzanine backfill plan`, then `backfill run`)".into(),
+        ));
+    };
+    if status.failed > 0 {
+        return Ok(Some(format!(
+            "{} backfill chunks failed (`mezzanine backfill status` shows why; fix the data, then `backfill retry` and `backfill run`)",
+            status.failed
+        )));
+    }
+    if status.pending + status.running > 0 {
+        return Ok(Some(format!(
+            "the backfill is not complete: {} of {} chunks done (`mezzanine backfill status`)",
+            status.done,
+            status.total()
+        )));
+    }
+    if let Some(since) = mirror_since {
+        let (before,): (bool,) =
+            sqlx::query_as("SELECT extended_at <= to_timestamp($1) FROM mezzanine.backfill_plan")
+                .bind(since)
+                .fetch_one(pool)
+                .await
+                .map_err(Error::postgres("reading the backfill plan"))?;
+        if before {
+            return Ok(Some(format!(
+                "the backfill plan's range was set at {}, before the mode entered mirror: rows created in between are in no chunk; run `mezzanine backfill plan --extend` and `backfill run`",
+                plan.extended_at
+            )));
+        }
+    }
+    Ok(None)
+}

@@ -243,7 +243,7 @@ async fn run_backfill(
 }
 
 /// Draws progress until the run ends; returns whether the plan finished.
-async fn show_progress(
+pub(crate) async fn show_progress(
     pool: &sqlx::PgPool,
     progress: &Progress,
     plain: bool,

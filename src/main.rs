@@ -130,7 +130,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MEZZANINE_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                // sqlx's slow-statement warnings are noise for a command
+                // line whose bulk statements are slow by design.
+                .unwrap_or_else(|_| "warn,sqlx::query=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();

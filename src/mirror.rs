@@ -137,6 +137,11 @@ pub async fn run(command: MirrorCommand, config_path: &Path) -> anyhow::Result<(
         MirrorCommand::Reverse(args) => {
             let legacy = legacy::LegacyStore::connect(&config).await?;
             let reverse = Arc::new(ReverseMirror::new(legacy, schemaless.clone(), &config));
+            if !reverse.started().await? {
+                anyhow::bail!(
+                    "the reverse mirror has no offsets yet: they are set at the change-log heads when the mode enters primary (`mezzanine mode set primary`)"
+                );
+            }
             if args.once {
                 let applied = reverse.catch_up().await?;
                 println!(

@@ -16,6 +16,10 @@
 //! is `AlreadyPresent`. Replays after a crash and late arrivals are
 //! therefore harmless.
 //!
+//! It works only on shards with an offset: [`start_offsets`] sets them at
+//! the change-log heads when the mode enters `primary` (the cells before
+//! came from the legacy tables). Until then it does nothing.
+//!
 //! Cells of columns the layout does not map are skipped (counted). Cells
 //! the legacy model refuses (a child whose parent row does not exist, a
 //! value its SQL type cannot hold) are parked in
@@ -85,7 +89,8 @@ impl Applied {
 /// already in Schemaless then came from the legacy tables (relayed or
 /// backfilled). Shards that have an offset keep it (after a step back from
 /// `primary` and forward again, the cells written in between are applied
-/// again, harmlessly). Returns how many offsets were set.
+/// again, harmlessly). Returns how many offsets were set. Until it is
+/// called the reverse mirror does nothing.
 pub async fn start_offsets(pool: &PgPool, schemaless: &MySqlStore) -> Result<u64, Error> {
     let heads = schemaless.log_heads().await?;
     let shards: Vec<i32> = (0..heads.len() as i32).collect();
@@ -123,6 +128,10 @@ impl ReverseMirror {
     /// every shard is caught up (or held by another reverse mirror).
     pub async fn step(&self) -> Result<Applied, Error> {
         let mut followers = self.followers.lock().await;
+        if followers.is_empty() && !self.started().await? {
+            // Not started: nothing to apply until the mode enters primary.
+            return Ok(Applied::default());
+        }
         let mut total = Applied::default();
         let mut first_error = None;
         for shard in 0..self.schemaless.shard_count() {
@@ -177,11 +186,13 @@ impl ReverseMirror {
         &self,
         shard: u32,
         followers: &'a mut HashMap<u32, ShardFollower>,
-    ) -> Result<&'a mut ShardFollower, Error> {
+    ) -> Result<Option<&'a mut ShardFollower>, Error> {
         match followers.entry(shard) {
-            std::collections::hash_map::Entry::Occupied(entry) => Ok(entry.into_mut()),
+            std::collections::hash_map::Entry::Occupied(entry) => Ok(Some(entry.into_mut())),
             std::collections::hash_map::Entry::Vacant(entry) => {
-                let (offset, awaited) = self.position(shard).await?;
+                let Some((offset, awaited)) = self.position(shard).await? else {
+                    return Ok(None);
+                };
                 let follower = ShardFollower::new(
                     self.schemaless.clone(),
                     shard,
@@ -189,32 +200,33 @@ impl ReverseMirror {
                     &awaited,
                     ReadFrom::Master,
                 )?;
-                Ok(entry.insert(follower))
+                Ok(Some(entry.insert(follower)))
             }
         }
     }
 
-    /// The stored position of `shard`; a shard without one starts at the
-    /// beginning of its log (applying what is there again is harmless,
-    /// skipping it would not be).
-    async fn position(&self, shard: u32) -> Result<Position, Error> {
+    /// The stored position of `shard`, if the reverse mirror was started
+    /// there (see [`start_offsets`]).
+    async fn position(&self, shard: u32) -> Result<Option<Position>, Error> {
         let context = "reading a reverse offset";
-        let pool = self.legacy.pool();
-        sqlx::query(
-            "INSERT INTO mezzanine.reverse_offsets (shard, added_id) VALUES ($1, 0)
-             ON CONFLICT (shard) DO NOTHING",
-        )
-        .bind(shard as i32)
-        .execute(pool)
-        .await
-        .map_err(Error::postgres(context))?;
         let row =
             sqlx::query("SELECT added_id, awaited FROM mezzanine.reverse_offsets WHERE shard = $1")
                 .bind(shard as i32)
-                .fetch_one(pool)
+                .fetch_optional(self.legacy.pool())
                 .await
                 .map_err(Error::postgres(context))?;
-        position_of(&row).map_err(Error::postgres(context))
+        row.map(|row| position_of(&row).map_err(Error::postgres(context)))
+            .transpose()
+    }
+
+    /// Whether the reverse mirror was started (offsets exist).
+    pub async fn started(&self) -> Result<bool, Error> {
+        let (started,): (bool,) =
+            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM mezzanine.reverse_offsets)")
+                .fetch_one(self.legacy.pool())
+                .await
+                .map_err(Error::postgres("reading the reverse offsets"))?;
+        Ok(started)
     }
 
     async fn step_shard(
@@ -222,7 +234,9 @@ impl ReverseMirror {
         shard: u32,
         followers: &mut HashMap<u32, ShardFollower>,
     ) -> Result<Applied, Error> {
-        let follower = self.follower(shard, followers).await?;
+        let Some(follower) = self.follower(shard, followers).await? else {
+            return Ok(Applied::default());
+        };
         let before = (follower.offset(), follower.awaited());
         let cells = follower.next(self.settings.reverse_batch).await?;
         let after = (follower.offset(), follower.awaited());

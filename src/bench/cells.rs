@@ -263,14 +263,39 @@ fn write_load_files(
     cells: &[Cell],
     encoded: &[Vec<u8>],
 ) -> anyhow::Result<Vec<(u32, PathBuf)>> {
-    let mut writers: Vec<Option<(PathBuf, std::io::BufWriter<std::fs::File>)>> =
-        (0..shard_count).map(|_| None).collect();
-    let created_at = schemaless::cell::now_micros();
+    let mut files = LoadFiles::new(dir, instance, shard_count);
     for (cell, body) in cells.iter().zip(encoded) {
-        let shard = routing::shard_of(&cell.key.row_key, shard_count);
-        let slot = &mut writers[shard as usize];
+        files.add(cell, body)?;
+    }
+    files.finish()
+}
+
+/// `LOAD DATA` files written a cell at a time (so a data set larger than
+/// memory can be loaded): one per shard, opened on its first cell.
+pub(super) struct LoadFiles {
+    dir: PathBuf,
+    instance: String,
+    shard_count: u32,
+    created_at: i64,
+    writers: Vec<Option<(PathBuf, std::io::BufWriter<std::fs::File>)>>,
+}
+
+impl LoadFiles {
+    pub(super) fn new(dir: &Path, instance: &str, shard_count: u32) -> LoadFiles {
+        LoadFiles {
+            dir: dir.to_path_buf(),
+            instance: instance.to_string(),
+            shard_count,
+            created_at: schemaless::cell::now_micros(),
+            writers: (0..shard_count).map(|_| None).collect(),
+        }
+    }
+
+    pub(super) fn add(&mut self, cell: &Cell, body: &[u8]) -> anyhow::Result<()> {
+        let shard = routing::shard_of(&cell.key.row_key, self.shard_count);
+        let slot = &mut self.writers[shard as usize];
         if slot.is_none() {
-            let path = dir.join(format!("{instance}_{shard:04}.tsv"));
+            let path = self.dir.join(format!("{}_{shard:04}.tsv", self.instance));
             let file = std::fs::File::create(&path)
                 .with_context(|| format!("creating {}", path.display()))?;
             *slot = Some((path, std::io::BufWriter::new(file)));
@@ -279,16 +304,20 @@ fn write_load_files(
         write_escaped(w, cell.key.row_key.as_bytes())?;
         write!(w, "\t{}\t{}\t", cell.key.column, cell.key.ref_key)?;
         write_escaped(w, body)?;
-        writeln!(w, "\t{created_at}")?;
+        writeln!(w, "\t{}", self.created_at)?;
+        Ok(())
     }
-    let mut files = Vec::new();
-    for (shard, slot) in writers.into_iter().enumerate() {
-        if let Some((path, mut w)) = slot {
-            w.flush()?;
-            files.push((shard as u32, path));
+
+    pub(super) fn finish(self) -> anyhow::Result<Vec<(u32, PathBuf)>> {
+        let mut files = Vec::new();
+        for (shard, slot) in self.writers.into_iter().enumerate() {
+            if let Some((path, mut w)) = slot {
+                w.flush()?;
+                files.push((shard as u32, path));
+            }
         }
+        Ok(files)
     }
-    Ok(files)
 }
 
 fn write_escaped(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
@@ -304,7 +333,7 @@ fn write_escaped(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn load_file(topology: &Topology, shard: u32, path: &Path) -> anyhow::Result<()> {
+pub(super) async fn load_file(topology: &Topology, shard: u32, path: &Path) -> anyhow::Result<()> {
     let path_text = path.display().to_string();
     if path_text.contains('\'') || path_text.contains('\\') {
         bail!("cannot LOAD DATA from {path_text}: quotes or backslashes in the path");
@@ -340,7 +369,7 @@ async fn for_each_shard_sql(
     Ok(out)
 }
 
-async fn count_cells(topology: &Topology) -> anyhow::Result<u64> {
+pub(super) async fn count_cells(topology: &Topology) -> anyhow::Result<u64> {
     Ok(for_each_shard_sql(topology, |db| {
         format!("SELECT COUNT(*) FROM `{db}`.`entity`")
     })
@@ -349,7 +378,7 @@ async fn count_cells(topology: &Topology) -> anyhow::Result<u64> {
     .sum())
 }
 
-async fn truncate(topology: &Topology) -> anyhow::Result<()> {
+pub(super) async fn truncate(topology: &Topology) -> anyhow::Result<()> {
     for shard in 0..topology.shard_count {
         let node = &topology.cluster(shard)?.master;
         let sql = format!("TRUNCATE TABLE `{}`.`entity`", topology.database(shard));

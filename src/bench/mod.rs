@@ -7,9 +7,12 @@
 //!   a raw primary-key `SELECT`;
 //! - [`index`]: index lag under load, trigger and index backfill
 //!   throughput;
+//! - [`backfill`]: the backfill against a raw `LOAD DATA` of the same
+//!   cells, and its peak memory at two sizes;
 //! - [`mirror`]: facade write latency in `mirror` against `legacy`, and
 //!   relay throughput.
 
+mod backfill;
 mod cells;
 mod index;
 mod mirror;
@@ -32,6 +35,10 @@ pub enum BenchCommand {
     /// legacy (same writers, same run), and relay throughput, on the dev
     /// cluster.
     Mirror(mirror::MirrorArgs),
+    /// Backfill throughput against a raw LOAD DATA of the same cells into
+    /// the same shard tables, and peak memory at two sizes, on the dev
+    /// cluster.
+    Backfill(backfill::BackfillArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -39,5 +46,6 @@ pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Cells(args) => cells::run(args, config, cluster_dir).await,
         BenchCommand::Index(args) => index::run(args, config, cluster_dir).await,
         BenchCommand::Mirror(args) => mirror::run(args, config, cluster_dir).await,
+        BenchCommand::Backfill(args) => backfill::run(args, config, cluster_dir).await,
     }
 }

@@ -93,6 +93,9 @@ pub struct Backfill {
     batch: usize,
     progress: Arc<Progress>,
     throttle: Throttle,
+    /// The chunks this process's workers are copying now: the only ones
+    /// its heartbeat keeps alive.
+    in_progress: Mutex<std::collections::HashSet<i64>>,
 }
 
 impl Backfill {
@@ -118,6 +121,7 @@ impl Backfill {
             schemaless,
             options,
             progress: Arc::default(),
+            in_progress: Mutex::default(),
         }
     }
 
@@ -187,7 +191,17 @@ impl Backfill {
                 }
             };
             let Some(chunk) = claimed else {
-                match self.remaining().await? {
+                let remaining = match self.remaining().await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        Progress::add(&self.progress.failures, 1);
+                        tracing::warn!("{}: {e}", self.owner);
+                        sleep_or_cancel(&cancel, backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        continue;
+                    }
+                };
+                match remaining {
                     Remaining::Finished => return Ok(true),
                     Remaining::Paused => {
                         self.progress.paused.store(true, Ordering::Relaxed);
@@ -201,7 +215,12 @@ impl Backfill {
                 continue;
             };
             self.progress.paused.store(false, Ordering::Relaxed);
-            match self.copy(&chunk).await {
+            let copied = self.copy(&chunk).await;
+            self.in_progress
+                .lock()
+                .expect("in-progress lock")
+                .remove(&chunk.id);
+            match copied {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(e) => {
                     Progress::add(&self.progress.failures, 1);
@@ -220,16 +239,23 @@ impl Backfill {
         }
     }
 
-    /// Claims the first pending chunk, or a running one whose owner (another
-    /// process: this one's heartbeat may only be late) went silent, unless
-    /// the plan is paused.
+    /// Claims the first pending chunk, or a running one whose owner went
+    /// silent (never one this process is copying: its heartbeat may only be
+    /// late), unless the plan is paused.
     async fn claim(&self) -> Result<Option<Claimed>, Error> {
+        let busy: Vec<i64> = self
+            .in_progress
+            .lock()
+            .expect("in-progress lock")
+            .iter()
+            .copied()
+            .collect();
         let row = sqlx::query(
             "UPDATE mezzanine.backfill_chunks c
              SET state = 'running', owner = $1, heartbeat_at = now(), attempts = c.attempts + 1
              FROM (SELECT id, state AS was, owner AS was_owner FROM mezzanine.backfill_chunks
                    WHERE (state = 'pending'
-                          OR (state = 'running' AND owner <> $1
+                          OR (state = 'running' AND NOT (id = ANY($3))
                               AND heartbeat_at < now() - $2 * interval '1 millisecond'))
                      AND NOT (SELECT paused FROM mezzanine.backfill_plan)
                    ORDER BY start_id LIMIT 1 FOR UPDATE SKIP LOCKED) AS pick
@@ -238,6 +264,7 @@ impl Backfill {
         )
         .bind(&self.owner)
         .bind(self.options.stale_after.as_millis() as f64)
+        .bind(&busy)
         .fetch_optional(self.pool())
         .await
         .map_err(Error::postgres("claiming a backfill chunk"))?;
@@ -251,6 +278,10 @@ impl Backfill {
             start: row.try_get(1).map_err(get)?,
             end: row.try_get(2).map_err(get)?,
         };
+        self.in_progress
+            .lock()
+            .expect("in-progress lock")
+            .insert(chunk.id);
         let was: String = row.try_get(3).map_err(get)?;
         if was == "running" {
             let owner: Option<String> = row.try_get(4).map_err(get)?;
@@ -394,7 +425,9 @@ impl Backfill {
         Ok(())
     }
 
-    /// Keeps this process's running chunks from looking stale.
+    /// Keeps the chunks this process is copying from looking stale (and
+    /// only those: a chunk it failed to hand back goes stale, and is
+    /// claimed again).
     async fn heartbeat(&self, stop: CancellationToken) {
         let every = (self.options.stale_after / 3).max(Duration::from_millis(20));
         loop {
@@ -402,11 +435,22 @@ impl Backfill {
             if stop.is_cancelled() {
                 return;
             }
+            let busy: Vec<i64> = self
+                .in_progress
+                .lock()
+                .expect("in-progress lock")
+                .iter()
+                .copied()
+                .collect();
+            if busy.is_empty() {
+                continue;
+            }
             let result = sqlx::query(
                 "UPDATE mezzanine.backfill_chunks SET heartbeat_at = now()
-                 WHERE owner = $1 AND state = 'running'",
+                 WHERE owner = $1 AND state = 'running' AND id = ANY($2)",
             )
             .bind(&self.owner)
+            .bind(&busy)
             .execute(self.pool())
             .await;
             if let Err(e) = result {
@@ -431,10 +475,17 @@ impl Backfill {
                             worst = Some((minion.label.clone(), lag));
                         }
                         Ok(Some(_)) => {}
-                        Ok(None) | Err(_) if !warned => {
+                        Err(e) if !warned => {
                             warned = true;
                             tracing::warn!(
-                                "replication lag of {} is unknown (replication stopped or the node is down); not pausing for it",
+                                "replication lag of {} is unknown ({e}); not pausing for it",
+                                minion.label
+                            );
+                        }
+                        Ok(None) if !warned => {
+                            warned = true;
+                            tracing::warn!(
+                                "replication lag of {} is unknown (replication is not running); not pausing for it",
                                 minion.label
                             );
                         }

@@ -2,7 +2,9 @@
 //! killed (-9) at random points and resumed to the same contents as an
 //! uninterrupted run, mirrored writes racing the copy, two processes on
 //! one plan, a stale chunk reclaimed, a chunk with unconvertible data
-//! failed while the rest goes on, and the gate of `mode set shadow`.
+//! failed while the rest goes on, the gate of `mode set shadow`, and the
+//! pause while a minion lags (on a private cluster whose minion is
+//! delayed).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -205,7 +207,14 @@ async fn runs_killed_at_random_points_end_like_an_uninterrupted_run() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mirrored_writes_racing_the_backfill_end_equal_to_the_legacy_tables() {
     let db = seeded(5000, 13).await;
-    let config = &db.config;
+    // Facades may take up to three seconds to see a mode change: a plan
+    // made sooner after mirror began is refused by the shadow gate.
+    let config = &config::Config::parse(
+        &db.config_text
+            .replace("mode_poll_ms = 200", "mode_poll_ms = 3000"),
+        "slow-poll.toml",
+    )
+    .unwrap();
     let facade = Arc::new(TripStore::connect(config).await.unwrap());
     let request = |target| ModeRequest {
         target,
@@ -230,7 +239,9 @@ async fn mirrored_writes_racing_the_backfill_end_equal_to_the_legacy_tables() {
     let err = facade.set_mode(&request(Mode::Shadow)).await.unwrap_err();
     assert!(err.to_string().contains("backfill plan --extend"), "{err}");
 
-    // Writers update seeded trips and add new ones while it runs again.
+    // Writers update seeded trips and add new ones while it runs again,
+    // planned once every facade surely mirrors.
+    tokio::time::sleep(Duration::from_secs(3)).await;
     backfill::plan::create(&legacy, 250, true, "test")
         .await
         .unwrap();
@@ -448,4 +459,120 @@ async fn stale_chunks_are_reclaimed_and_bad_rows_fail_only_their_chunk() {
     assert!(task.await.unwrap().unwrap());
     assert_eq!(chunk_states(&db).await.1, 10);
     schemaless.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_pause_while_a_minion_lags_and_resume_when_it_catches_up() {
+    use devcluster::{DevCluster, Spec};
+    use sqlx::Connection;
+
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
+        .await
+        .unwrap();
+    let admin = sqlx::PgPool::connect(&cluster.postgres_url("postgres"))
+        .await
+        .unwrap();
+    sqlx::raw_sql("CREATE DATABASE lagging")
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+    let text = format!(
+        "{}\n[legacy]\nurl = \"{}\"\n{}",
+        cluster.config_toml("lagging", 8),
+        cluster.postgres_url("lagging"),
+        crate::harness::example_layout()
+    );
+    let config = config::Config::parse(&text, "lagging.toml").unwrap();
+    let pool = legacy::connection::pool(config.legacy.as_ref().unwrap()).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy::trips::ddl(
+        "public",
+        Some("uuid"),
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    legacy::trips::seed(&pool, "public", "uuid", 3000, 23, |_| {})
+        .await
+        .unwrap();
+    let topology = schemaless::mysql::Topology::from_config(&config).unwrap();
+    schemaless::mysql::schema::apply(&topology).await.unwrap();
+    topology.close().await;
+
+    // The minion applies every event five seconds late.
+    let mut minion = sqlx::MySqlConnection::connect(&cluster.mysql_url("a-minion1").unwrap())
+        .await
+        .unwrap();
+    let delay = |seconds: u32| {
+        format!("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = {seconds}; START SLAVE")
+    };
+    sqlx::raw_sql(sqlx::AssertSqlSafe(delay(5)))
+        .execute(&mut minion)
+        .await
+        .unwrap();
+
+    let legacy = LegacyStore::connect(&config).await.unwrap();
+    let schemaless = MySqlStore::connect(&config).unwrap();
+    backfill::plan::create(&legacy, 100, false, "test")
+        .await
+        .unwrap();
+    let runner = Arc::new(Backfill::new(
+        legacy.clone(),
+        schemaless.clone(),
+        &config,
+        // Paced to take about four seconds, so the lag (reported in
+        // whole seconds) passes the limit while it runs.
+        Options {
+            workers: 2,
+            max_rows_per_sec: 2000,
+            max_replication_lag: Duration::from_millis(1000),
+            stale_after: Duration::from_secs(30),
+        },
+    ));
+    let task = {
+        let runner = runner.clone();
+        tokio::spawn(async move { runner.run(CancellationToken::new()).await })
+    };
+    let progress = runner.progress();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while backfill::Progress::get(&progress.lag_pauses) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workers never paused for the lagging minion"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // While paused, no chunk is claimed.
+    let claimed = |db: &sqlx::PgPool| {
+        let db = db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM mezzanine.backfill_chunks WHERE state <> 'pending'",
+            )
+            .fetch_one(&db)
+            .await
+            .unwrap()
+        }
+    };
+    if progress.lagging.load(Ordering::Relaxed) {
+        let before = claimed(&pool).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if progress.lagging.load(Ordering::Relaxed) {
+            // A worker past its check when the pause began may claim one.
+            let after = claimed(&pool).await;
+            assert!(
+                after <= before + 2,
+                "chunks claimed while lagging: {before} -> {after}"
+            );
+        }
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(delay(0)))
+        .execute(&mut minion)
+        .await
+        .unwrap();
+    assert!(task.await.unwrap().unwrap());
+    assert!(!progress.lagging.load(Ordering::Relaxed));
+    assert_eq!(assert_stores_equal(&legacy, &schemaless).await, 3000);
+    schemaless.close().await;
+    pool.close().await;
 }

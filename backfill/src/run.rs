@@ -183,10 +183,8 @@ impl Backfill {
             let claimed = match self.claim().await {
                 Ok(c) => c,
                 Err(e) => {
-                    Progress::add(&self.progress.failures, 1);
-                    tracing::warn!("{}: claiming a chunk: {e}", self.owner);
-                    sleep_or_cancel(&cancel, backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    self.failed(&format!("claiming a chunk: {e}"), &cancel, &mut backoff)
+                        .await;
                     continue;
                 }
             };
@@ -194,10 +192,7 @@ impl Backfill {
                 let remaining = match self.remaining().await {
                     Ok(r) => r,
                     Err(e) => {
-                        Progress::add(&self.progress.failures, 1);
-                        tracing::warn!("{}: {e}", self.owner);
-                        sleep_or_cancel(&cancel, backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                        self.failed(&e.to_string(), &cancel, &mut backoff).await;
                         continue;
                     }
                 };
@@ -223,20 +218,24 @@ impl Backfill {
             match copied {
                 Ok(()) => backoff = Duration::from_millis(100),
                 Err(e) => {
-                    Progress::add(&self.progress.failures, 1);
-                    tracing::warn!(
-                        "{}: chunk {} (ids {}..{}): {e}; it goes back to pending",
-                        self.owner,
-                        chunk.id,
-                        chunk.start,
-                        chunk.end
-                    );
                     let _ = self.release(&chunk, &e.to_string()).await;
-                    sleep_or_cancel(&cancel, backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    let what = format!(
+                        "chunk {} (ids {}..{}): {e}; it goes back to pending",
+                        chunk.id, chunk.start, chunk.end
+                    );
+                    self.failed(&what, &cancel, &mut backoff).await;
                 }
             }
         }
+    }
+
+    /// Counts and logs a failed attempt, then waits `backoff` (doubled for
+    /// the next failure, at most 10 s).
+    async fn failed(&self, what: &str, cancel: &CancellationToken, backoff: &mut Duration) {
+        Progress::add(&self.progress.failures, 1);
+        tracing::warn!("{}: {what}", self.owner);
+        sleep_or_cancel(cancel, *backoff).await;
+        *backoff = (*backoff * 2).min(Duration::from_secs(10));
     }
 
     /// Claims the first pending chunk, or a running one whose owner went

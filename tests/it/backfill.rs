@@ -6,7 +6,7 @@
 //! pause while a minion lags (on a private cluster whose minion is
 //! delayed).
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use schemaless::{CellStore, MySqlStore, ReadFrom};
 use tokio_util::sync::CancellationToken;
 use tripstore::{Mode, ModeRequest, TripStore};
 
-use crate::harness::LegacyDb;
+use crate::harness::{config_file, mezzanine, private_trips, LegacyDb};
 use crate::mirror::{all_schemaless_cells, assert_stores_equal};
 
 fn options(workers: usize) -> Options {
@@ -72,18 +72,6 @@ async fn checksum(store: &MySqlStore) -> (usize, u64) {
         }
     }
     (cells.len(), hash)
-}
-
-fn mezzanine(config: &std::path::Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mezzanine"));
-    command.arg("--config").arg(config).args(args);
-    command
-}
-
-fn config_file(text: &str) -> tempfile::NamedTempFile {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), text).unwrap();
-    file
 }
 
 async fn chunk_states(db: &LegacyDb) -> (i64, i64, i64) {
@@ -449,13 +437,19 @@ async fn stale_chunks_are_reclaimed_and_bad_rows_fail_only_their_chunk() {
         let runner = runner.clone();
         tokio::spawn(async move { runner.run(CancellationToken::new()).await })
     };
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !runner.progress().paused.load(Ordering::Relaxed) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never saw the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         chunk_states(&db).await.1,
         0,
         "nothing is copied while paused"
     );
-    assert!(runner.progress().paused.load(Ordering::Relaxed));
     backfill::plan::set_paused(&db.pool, false).await.unwrap();
     assert!(task.await.unwrap().unwrap());
     assert_eq!(chunk_states(&db).await.1, 10);
@@ -470,35 +464,10 @@ async fn workers_pause_while_a_minion_lags_and_resume_when_it_catches_up() {
     let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
         .await
         .unwrap();
-    let admin = sqlx::PgPool::connect(&cluster.postgres_url("postgres"))
-        .await
-        .unwrap();
-    sqlx::raw_sql("CREATE DATABASE lagging")
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let text = format!(
-        "{}\n[legacy]\nurl = \"{}\"\n{}",
-        cluster.config_toml("lagging", 8),
-        cluster.postgres_url("lagging"),
-        crate::harness::example_layout()
-    );
-    let config = config::Config::parse(&text, "lagging.toml").unwrap();
-    let pool = legacy::connection::pool(config.legacy.as_ref().unwrap()).unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy::trips::ddl(
-        "public",
-        Some("uuid"),
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
+    let (config, pool) = private_trips(&cluster, "lagging", "").await;
     legacy::trips::seed(&pool, "public", "uuid", 3000, 23, |_| {})
         .await
         .unwrap();
-    let topology = schemaless::mysql::Topology::from_config(&config).unwrap();
-    schemaless::mysql::schema::apply(&topology).await.unwrap();
-    topology.close().await;
 
     // The minion applies every event five seconds late.
     let mut minion = sqlx::MySqlConnection::connect(&cluster.mysql_url("a-minion1").unwrap())

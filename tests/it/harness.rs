@@ -210,3 +210,55 @@ impl LegacyDb {
             .unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 }
+
+/// `mezzanine --config CONFIG ARGS…` (the binary under test).
+pub fn mezzanine(config: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mezzanine"));
+    command.arg("--config").arg(config).args(args);
+    command
+}
+
+/// A temporary file holding `text` (a config for the command line).
+pub fn config_file(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
+/// On a private cluster (for tests that stop or delay servers): a fresh
+/// PostgreSQL database `name` with the sample trips tables, a config
+/// ending with the `extra` TOML tables, and the Schemaless schema of
+/// instance `name` applied.
+pub async fn private_trips(
+    cluster: &DevCluster,
+    name: &str,
+    extra: &str,
+) -> (config::Config, sqlx::PgPool) {
+    let admin = sqlx::PgPool::connect(&cluster.postgres_url("postgres"))
+        .await
+        .expect("PostgreSQL");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&admin)
+        .await
+        .expect("create database");
+    admin.close().await;
+    let text = format!(
+        "{}\n[legacy]\nurl = \"{}\"\nmode_poll_ms = 200\n{}\n{extra}\n",
+        cluster.config_toml(name, 8),
+        cluster.postgres_url(name),
+        example_layout()
+    );
+    let config = config::Config::parse(&text, "private.toml").expect("the test config");
+    let pool = legacy::connection::pool(config.legacy.as_ref().unwrap()).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy::trips::ddl(
+        "public",
+        Some("uuid"),
+    )))
+    .execute(&pool)
+    .await
+    .expect("the trips tables");
+    let topology = Topology::from_config(&config).expect("topology");
+    schema::apply(&topology).await.expect("schema apply");
+    topology.close().await;
+    (config, pool)
+}

@@ -16,12 +16,11 @@ use devcluster::{DevCluster, Spec};
 use legacy::trips::TripCells;
 use legacy::LegacyStore;
 use mirror::Relay;
-use schemaless::mysql::{schema, Topology};
 use schemaless::{Body, Cell, CellKey, CellStore, MySqlStore, ReadFrom, RowKey, WriteOutcome};
 use serde_json::json;
 use tripstore::{Mode, ModeRequest, TripStore};
 
-use crate::harness::{example_layout, LegacyDb};
+use crate::harness::{config_file, mezzanine, private_trips, LegacyDb};
 
 fn request(target: Mode) -> ModeRequest {
     ModeRequest {
@@ -37,18 +36,6 @@ fn with_mirror(db: &LegacyDb, mirror: &str) -> (config::Config, String) {
     let text = format!("{}\n[mirror]\n{mirror}\n", db.config_text);
     let config = config::Config::parse(&text, "mirror-test.toml").expect("the test config");
     (config, text)
-}
-
-fn config_file(text: &str) -> tempfile::NamedTempFile {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), text).unwrap();
-    file
-}
-
-fn mezzanine(config: &std::path::Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mezzanine"));
-    command.arg("--config").arg(config).args(args);
-    command
 }
 
 fn run_ok(mut command: Command) -> String {
@@ -618,33 +605,12 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
     let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
         .await
         .unwrap();
-    let admin = sqlx::PgPool::connect(&cluster.postgres_url("postgres"))
-        .await
-        .unwrap();
-    sqlx::raw_sql("CREATE DATABASE down")
-        .execute(&admin)
-        .await
-        .unwrap();
-    admin.close().await;
-    let text = format!(
-        "{}\n[storage]\nconnect_timeout_ms = 1000\n[legacy]\nurl = \"{}\"\nmode_poll_ms = 200\n{}\n[mirror]\nretry_backoff_ms = 20\nmax_backoff_ms = 200\n",
-        cluster.config_toml("down", 8),
-        cluster.postgres_url("down"),
-        example_layout()
-    );
-    let config = config::Config::parse(&text, "down.toml").unwrap();
-    let pool = legacy::connection::pool(config.legacy.as_ref().unwrap()).unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy::trips::ddl(
-        "public",
-        Some("uuid"),
-    )))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let topology = Topology::from_config(&config).unwrap();
-    schema::apply(&topology).await.unwrap();
-    topology.close().await;
-
+    let (config, pool) = private_trips(
+        &cluster,
+        "down",
+        "[storage]\nconnect_timeout_ms = 1000\n[mirror]\nretry_backoff_ms = 20\nmax_backoff_ms = 200",
+    )
+    .await;
     let facade = Arc::new(TripStore::connect(&config).await.unwrap());
     walk_to(&facade, &config, Mode::Mirror).await;
     let stop = Arc::new(AtomicBool::new(false));
@@ -670,7 +636,14 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
             })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Writing, and relayed, before the master goes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked.load(Ordering::Relaxed) < 20
+        || mirror::WorkerStats::get(&facade.relay_stats().cells) == 0
+    {
+        assert!(Instant::now() < deadline, "no trip was written and relayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     cluster.kill("a-master").unwrap();
     let acked_at_kill = acked.load(Ordering::Relaxed);
@@ -703,7 +676,13 @@ async fn a_stopped_schemaless_master_only_grows_the_outbox() {
     assert!(status.outbox_oldest_secs.unwrap() > 1.0, "{status:?}");
 
     cluster.start("a-master").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The relay recovers while the writers still write.
+    let relayed = mirror::WorkerStats::get(&stats.cells);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while mirror::WorkerStats::get(&stats.cells) == relayed {
+        assert!(Instant::now() < deadline, "the relay never recovered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     stop.store(true, Ordering::Relaxed);
     for w in writers {
         w.await.unwrap();

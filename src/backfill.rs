@@ -319,7 +319,7 @@ pub(crate) async fn show_progress(
     }
 }
 
-fn format_eta(secs: f64) -> String {
+pub(crate) fn format_eta(secs: f64) -> String {
     let secs = secs.round() as u64;
     if secs >= 3600 {
         format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)

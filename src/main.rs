@@ -13,6 +13,8 @@
 //! - [`mirror`]: `mirror relay|reverse|status|retry|load`, both directions
 //!   of the mirror;
 //! - [`backfill`]: `backfill plan|run|status|pause|resume|retry`;
+//! - [`verify`]: `verify sample|full|repair|report`;
+//! - [`serve`]: `serve`, the verification dashboard and `/metrics`;
 //! - [`metrics`]: the Prometheus metrics and their endpoint;
 //! - [`trigger`]: `trigger status|retry`;
 //! - [`index`]: `index create|backfill|switch|run|status`;
@@ -31,7 +33,9 @@ mod metrics;
 mod mirror;
 mod mode;
 mod schema;
+mod serve;
 mod trigger;
+mod verify;
 mod workload;
 
 use std::path::PathBuf;
@@ -90,6 +94,13 @@ enum Command {
     /// The mirror: the outbox relay, the reverse mirror, their status.
     #[command(subcommand)]
     Mirror(mirror::MirrorCommand),
+    /// The verifier: sampled reads replayed on the other store, the full
+    /// diff, repair, and the figures the gates use.
+    #[command(subcommand)]
+    Verify(verify::VerifyCommand),
+    /// Serve the verification dashboard (`/`) and Prometheus metrics
+    /// (`/metrics`) until interrupted.
+    Serve(serve::ServeArgs),
     /// Sharded secondary indexes: versions, backfill, switch, maintenance.
     #[command(subcommand)]
     Index(index::IndexCommand),
@@ -182,6 +193,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
         Command::Mirror(c) => mirror::run(c, &cli.config).await,
+        Command::Verify(c) => verify::run(c, &cli.config).await,
+        Command::Serve(args) => serve::run(args, &cli.config).await,
         Command::Backfill(c) => backfill::run(c, &cli.config).await,
         Command::Index(c) => index::run(c, &cli.config).await,
         Command::Trigger(c) => trigger::run(c, &cli.config).await,

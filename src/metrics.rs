@@ -237,11 +237,76 @@ where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = String> + Send,
 {
+    let scrape = Arc::new(scrape);
+    serve_http(
+        addr,
+        move |path| {
+            let scrape = scrape.clone();
+            async move {
+                if path == "/metrics" {
+                    Response::ok(PROMETHEUS_TEXT, scrape().await)
+                } else {
+                    Response::not_found("GET /metrics\n")
+                }
+            }
+        },
+        cancel,
+    )
+    .await?;
+    eprintln!("metrics on http://{addr}/metrics");
+    Ok(())
+}
+
+/// The content type of the Prometheus text format.
+pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
+
+/// An HTTP response of [`serve_http`].
+pub struct Response {
+    /// Status line text, e.g. `200 OK`.
+    pub status: &'static str,
+    /// Content-Type.
+    pub content_type: &'static str,
+    /// The body.
+    pub body: String,
+}
+
+impl Response {
+    /// 200 with `body`.
+    pub fn ok(content_type: &'static str, body: String) -> Response {
+        Response {
+            status: "200 OK",
+            content_type,
+            body,
+        }
+    }
+
+    /// 404 with `body`.
+    pub fn not_found(body: &str) -> Response {
+        Response {
+            status: "404 Not Found",
+            content_type: "text/plain",
+            body: body.to_string(),
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 server for GET requests on `addr`, until `cancel`:
+/// `handle` gets the path (without the query) and answers; every
+/// connection is closed after its one response.
+pub async fn serve_http<F, Fut>(
+    addr: SocketAddr,
+    handle: F,
+    cancel: CancellationToken,
+) -> anyhow::Result<SocketAddr>
+where
+    F: Fn(String) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response> + Send,
+{
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| anyhow::anyhow!("serving metrics on {addr}: {e}"))?;
-    eprintln!("metrics on http://{addr}/metrics");
-    let scrape = Arc::new(scrape);
+        .map_err(|e| anyhow::anyhow!("serving on {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    let handle = Arc::new(handle);
     tokio::spawn(async move {
         loop {
             let (mut socket, _) = tokio::select! {
@@ -249,12 +314,12 @@ where
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        tracing::warn!("metrics endpoint: {e}");
+                        tracing::warn!("http endpoint: {e}");
                         continue;
                     }
                 },
             };
-            let scrape = scrape.clone();
+            let handle = handle.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
                 let mut buf = [0u8; 1024];
@@ -265,18 +330,30 @@ where
                     }
                 }
                 let line = String::from_utf8_lossy(&request);
-                let (status, body) = if line.starts_with("GET /metrics ") {
-                    ("200 OK", scrape().await)
-                } else {
-                    ("404 Not Found", "GET /metrics\n".to_string())
+                let response = match line
+                    .strip_prefix("GET ")
+                    .and_then(|rest| rest.split(' ').next())
+                {
+                    Some(target) => {
+                        let path = target.split('?').next().unwrap_or(target).to_string();
+                        handle(path).await
+                    }
+                    None => Response {
+                        status: "405 Method Not Allowed",
+                        content_type: "text/plain",
+                        body: "only GET\n".into(),
+                    },
                 };
-                let response = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
+                let head = format!(
+                    "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+                    response.status,
+                    response.content_type,
+                    response.body.len()
                 );
-                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(response.body.as_bytes()).await;
             });
         }
     });
-    Ok(())
+    Ok(bound)
 }

@@ -110,11 +110,14 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
                 by: who(),
                 reason: args.reason,
             };
-            let gate = tripstore::gates::MigrationGate::new(
+            let mut gate = tripstore::gates::MigrationGate::new(
                 pool.clone(),
                 schemaless::MySqlStore::connect(&config)?,
                 &config,
             );
+            if config.gates.min_coverage > 0.0 {
+                gate = gate.with_legacy(legacy::LegacyStore::connect(&config).await?);
+            }
             let change = mode::set(&pool, &request, &gate).await?;
             if change.from == change.to {
                 println!("mode is already {}", change.to);

@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{
     Backfill, Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure, Storage, TriggerRead,
-    Triggers,
+    Triggers, Verify,
 };
 pub use shards::ShardRange;
 

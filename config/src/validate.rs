@@ -229,6 +229,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         0,
         3_600_000,
     )?;
+    in_share(
+        "gates.max_mismatch_upper_bound",
+        config.gates.max_mismatch_upper_bound,
+    )?;
+    in_share("gates.min_coverage", config.gates.min_coverage)?;
+    validate_verify(&config.verify)?;
     if let Some(layout) = &config.layout {
         validate_layout(layout)?;
     }
@@ -467,6 +473,71 @@ fn check_postgres_url(text: &str) -> Result<(), String> {
 }
 
 /// `value` of `key` must lie in `low..=high`.
+fn validate_verify(verify: &crate::Verify) -> Result<(), Problem> {
+    in_share("verify.sample_rate", verify.sample_rate)?;
+    in_range(
+        "verify.max_samples_per_sec",
+        verify.max_samples_per_sec,
+        1,
+        1_000_000,
+    )?;
+    in_range("verify.queue", verify.queue as u64, 1, 1_000_000)?;
+    in_range("verify.replayers", verify.replayers as u64, 1, 64)?;
+    in_range("verify.triage_delay_ms", verify.triage_delay_ms, 0, 600_000)?;
+    in_range("verify.triage_wait_ms", verify.triage_wait_ms, 0, 3_600_000)?;
+    in_range("verify.chunk_size", verify.chunk_size, 1, 1_000_000)?;
+    in_range("verify.workers", verify.workers as u64, 1, 256)?;
+    for (i, rule) in verify.ignore.iter().enumerate() {
+        check_field_rule(&format!("verify.ignore[{i}]"), rule, true)?;
+    }
+    for (rule, tolerance) in &verify.tolerance {
+        let key = format!("verify.tolerance.{rule}");
+        check_field_rule(&key, rule, false)?;
+        if !(tolerance.is_finite() && *tolerance >= 0.0) {
+            return Err(problem(
+                key,
+                format!("must be a number >= 0, got {tolerance}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `COLUMN` (when `column_alone`) or `COLUMN.field`.
+fn check_field_rule(key: &str, rule: &str, column_alone: bool) -> Result<(), Problem> {
+    let mut parts = rule.splitn(2, '.');
+    let column = parts.next().unwrap_or_default();
+    let field = parts.next();
+    let column_ok = !column.is_empty()
+        && column.len() <= 64
+        && column
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let shape_ok = match field {
+        None => column_alone,
+        Some(f) => !f.is_empty(),
+    };
+    if column_ok && shape_ok {
+        return Ok(());
+    }
+    let wanted = if column_alone {
+        "\"COLUMN\" or \"COLUMN.field\""
+    } else {
+        "\"COLUMN.field\""
+    };
+    Err(problem(key, format!("{rule:?} is not {wanted}")))
+}
+
+fn in_share(key: &str, value: f64) -> Result<(), Problem> {
+    if !(0.0..=1.0).contains(&value) {
+        return Err(problem(
+            key,
+            format!("must be between 0.0 and 1.0, got {value}"),
+        ));
+    }
+    Ok(())
+}
+
 fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
     if value < low || value > high {
         return Err(problem(

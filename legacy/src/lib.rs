@@ -45,6 +45,7 @@ pub mod conversion;
 pub mod error;
 pub mod index;
 pub mod layout;
+mod repair;
 pub mod store;
 pub mod time;
 pub mod trips;

@@ -39,6 +39,9 @@
 //!   takeover, parking, retries and stops;
 //! - [`indexes`]: secondary indexes against the model's brute force, and a
 //!   version switch under load;
+//! - [`verify`]: A/A sampling under live writes, planted divergence found
+//!   by samples and the full diff and repaired, the served read untouched
+//!   with the other store down, the dashboard in headless Chromium;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
@@ -59,3 +62,4 @@ mod model;
 mod schema;
 mod servers;
 mod triggers;
+mod verify;

@@ -345,10 +345,14 @@ async fn two_relays_share_the_outbox_and_duplicates_change_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gates_wait_for_the_schema_and_the_outbox_and_status_shows_why() {
     let db = LegacyDb::trips().await;
-    let (config, text) = with_mirror(
-        &db,
-        "relay_in_app = false\nreverse_in_app = false\n[gates]\nmax_outbox_lag_ms = 300",
+    let text = format!(
+        "{}\n[mirror]\nrelay_in_app = false\nreverse_in_app = false\n",
+        db.config_text.replace(
+            crate::harness::TEST_GATES,
+            &format!("{}max_outbox_lag_ms = 300\n", crate::harness::TEST_GATES)
+        )
     );
+    let config = config::Config::parse(&text, "mirror-test.toml").expect("the test config");
     let facade = TripStore::connect(&config).await.unwrap();
     let err = facade.set_mode(&request(Mode::Mirror)).await.unwrap_err();
     assert!(

@@ -40,6 +40,9 @@ pub enum Error {
     /// The mirror failed (its tables, the outbox, the reverse offsets).
     #[error(transparent)]
     Mirror(#[from] mirror::Error),
+    /// The verifier failed (its tables, its figures).
+    #[error(transparent)]
+    Verify(#[from] verifier::Error),
 }
 
 impl Error {

@@ -6,15 +6,20 @@
 //! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless) | |
 //! | `primary` | the same (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
 //!
+//! Entering `shadow` or `primary` also needs the verifier's word, over
+//! the samples since the later of the current mode's start and the
+//! backfill's last chunk ([`verification_window`]): at least
+//! `gates.min_samples` samples, the 95% upper bound of their mismatch rate
+//! at most `gates.max_mismatch_upper_bound`, no open mismatch (from
+//! samples or the full diff), and, when `gates.min_coverage` is set, that
+//! share of parent rows verified since their last write in every column.
+//!
 //! "Drained" cannot mean empty on a live system: while facades write in
 //! `mirror`, the outbox always holds the last few milliseconds of writes.
 //! What matters is that the relay keeps up, so that what is left is in
 //! flight, not a backlog; entries still there after the step are relayed
 //! all the same (the relay runs in every mode after `legacy`).
 //! | `schemaless` | nothing more | |
-//!
-//! The verifier (mismatch rate and coverage) adds its gate here when it
-//! lands.
 //!
 //! The backfill plan must have been made (or extended) after the mode
 //! entered `mirror`, plus one mode poll interval: a parent row created
@@ -34,6 +39,8 @@ use crate::mode::{Gate, Mode};
 /// The gates over the legacy database and the Schemaless store.
 pub struct MigrationGate {
     pool: PgPool,
+    /// The layout, for the coverage check.
+    legacy: Option<legacy::LegacyStore>,
     schemaless: MySqlStore,
     settings: config::Gates,
     /// How long a facade may take to see a mode change.
@@ -46,10 +53,72 @@ impl MigrationGate {
     pub fn new(pool: PgPool, schemaless: MySqlStore, config: &config::Config) -> MigrationGate {
         MigrationGate {
             pool,
+            legacy: None,
             schemaless,
             settings: config.gates.clone(),
             mode_poll_ms: config.legacy.as_ref().map_or(1000, |l| l.mode_poll_ms),
         }
+    }
+
+    /// Lets the gate check coverage (`gates.min_coverage`), which needs
+    /// the layout.
+    pub fn with_legacy(mut self, legacy: legacy::LegacyStore) -> MigrationGate {
+        self.legacy = Some(legacy);
+        self
+    }
+
+    async fn verified(&self) -> Result<Option<String>, Error> {
+        let since = verification_window(&self.pool).await?;
+        let report = verifier::report::read(&self.pool, None, since).await?;
+        let settings = &self.settings;
+        if report.open_mismatches > 0 {
+            return Ok(Some(format!(
+                "{} mismatches are open ({}): see `mezzanine verify report`, then `mezzanine verify repair --all` (or fix the cause)",
+                report.open_mismatches,
+                report
+                    .open_by_column
+                    .iter()
+                    .map(|(c, n)| format!("{c}: {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let samples = report.totals.samples;
+        if samples < settings.min_samples {
+            return Ok(Some(format!(
+                "only {samples} reads were verified in this mode since the backfill finished; gates.min_samples = {}: keep sampling (`mezzanine verify sample --rate R`) or run `mezzanine verify full`",
+                settings.min_samples
+            )));
+        }
+        // gates.min_samples = 0 waives the sample checks until there are
+        // samples; what is sampled is still bounded.
+        let sampled = samples > 0 || settings.min_samples > 0;
+        if sampled && report.upper_bound > settings.max_mismatch_upper_bound {
+            return Ok(Some(format!(
+                "{} mismatches in {samples} samples: the 95% upper bound of the mismatch rate is {:.6}, above gates.max_mismatch_upper_bound = {}",
+                report.totals.mismatches, report.upper_bound, settings.max_mismatch_upper_bound
+            )));
+        }
+        if settings.min_coverage > 0.0 {
+            let Some(legacy) = &self.legacy else {
+                return Ok(Some(
+                    "gates.min_coverage is set but the gate has no layout to check it with".into(),
+                ));
+            };
+            for c in verifier::report::coverage(&self.pool, legacy).await? {
+                if c.share() < settings.min_coverage {
+                    return Ok(Some(format!(
+                        "column {}: {} of {} rows ({:.2}%) verified since their last write; gates.min_coverage = {}: run `mezzanine verify full`",
+                        c.column,
+                        c.verified,
+                        c.rows,
+                        c.share() * 100.0,
+                        settings.min_coverage
+                    )));
+                }
+            }
+        }
+        Ok(None)
     }
 
     async fn backfilled(&self) -> Result<Option<String>, Error> {
@@ -102,9 +171,15 @@ impl Gate for MigrationGate {
             },
             Mode::Shadow => match self.backfilled().await? {
                 Some(reason) => Ok(Some(reason)),
-                None => self.outbox_drained().await,
+                None => match self.outbox_drained().await? {
+                    Some(reason) => Ok(Some(reason)),
+                    None => self.verified().await,
+                },
             },
-            Mode::Primary => self.outbox_drained().await,
+            Mode::Primary => match self.outbox_drained().await? {
+                Some(reason) => Ok(Some(reason)),
+                None => self.verified().await,
+            },
         }
     }
 
@@ -122,4 +197,23 @@ impl Gate for MigrationGate {
         }
         Ok(())
     }
+}
+
+/// Where the samples the gates count start (seconds since the epoch): the
+/// later of the current mode's start and the backfill's last finished
+/// chunk. Samples before the backfill finished find rows not copied yet;
+/// samples of an earlier mode compared other reads.
+pub async fn verification_window(pool: &PgPool) -> Result<Option<f64>, Error> {
+    backfill::plan::ensure_tables(pool)
+        .await
+        .map_err(|e| Error::Gate(e.to_string()))?;
+    sqlx::query_scalar(
+        "SELECT greatest(
+             (SELECT extract(epoch FROM max(h.at))::float8 FROM mezzanine.mode_history h
+              WHERE h.to_mode = (SELECT mode FROM mezzanine.mode)),
+             (SELECT extract(epoch FROM max(done_at))::float8 FROM mezzanine.backfill_chunks))",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(|e| Error::postgres("reading the verification window", e))
 }

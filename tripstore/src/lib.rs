@@ -15,6 +15,7 @@
 //!   watcher;
 //! - [`mode`]: the modes, the ladder, the control table;
 //! - [`gates`]: what each step forward waits for;
+//! - [`triage`]: the verifier's questions to the mirror;
 //! - [`error`]: the crate's error type.
 //!
 //! # Example
@@ -39,6 +40,7 @@
 pub mod error;
 pub mod gates;
 pub mod mode;
+pub mod triage;
 pub mod trip_store;
 
 pub use error::Error;

@@ -92,6 +92,23 @@ impl Mode {
         *self > Mode::Legacy
     }
 
+    /// Whether reads are sampled and replayed on the other store
+    /// (`mirror`, `shadow`, `primary`: both stores are kept in step).
+    pub fn samples(&self) -> bool {
+        matches!(self, Mode::Mirror | Mode::Shadow | Mode::Primary)
+    }
+
+    /// Which store holds the truth: the legacy tables until `primary`
+    /// (writes reach them first), Schemaless from then on. Repairs
+    /// rewrite the other one.
+    pub fn source_of_truth(&self) -> verifier::Side {
+        if *self >= Mode::Primary {
+            verifier::Side::Schemaless
+        } else {
+            verifier::Side::Legacy
+        }
+    }
+
     /// Whether the reverse mirror runs: in `primary`, and in `shadow` so
     /// that after a step back from `primary` the cells written there still
     /// reach the legacy tables before anyone reads them there.

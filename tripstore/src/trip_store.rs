@@ -18,6 +18,14 @@
 //! relay (in every mode after `legacy`) and a reverse mirror (in `shadow`
 //! and `primary`) as background tasks; several facades share the work.
 //!
+//! In `mirror`, `shadow` and `primary` a share of reads
+//! (`[verify] sample_rate`, capped per second, changed at runtime by
+//! `mezzanine verify sample`) is handed, with the answer served, to the
+//! verifier ([`verifier::sample`]), which replays it on the other store in
+//! the background. The served answer is returned as it is, whatever the
+//! verifier does: sampling clones it, never waits, and drops the sample
+//! when the verifier's queue is full.
+//!
 //! In `shadow` a write is also put to Schemaless before it is
 //! acknowledged, so its writer reads it back (the outbox still carries it,
 //! in case that put fails). Other facades may miss it until then. In
@@ -43,6 +51,9 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::gates::MigrationGate;
 use crate::mode::{self, Mode, ModeChange, ModeRequest, ModeState};
+use crate::triage::MirrorTriage;
+use verifier::sample::{Answer, Read, Replayer, Sample, Stores};
+use verifier::{Sampler, Side};
 
 /// The facade over the legacy model and Schemaless.
 pub struct TripStore {
@@ -63,6 +74,8 @@ pub struct TripStore {
     reverse: Arc<ReverseMirror>,
     /// The gates of `set_mode`.
     gate: MigrationGate,
+    /// Hands sampled reads to the verifier.
+    sampler: Sampler,
     /// Stops the background tasks.
     cancel: CancellationToken,
     /// The mode watcher and the mirror's tasks, joined by
@@ -86,6 +99,7 @@ impl TripStore {
         );
         mode::ensure_control(legacy.pool()).await?;
         mirror::schema::ensure(legacy.pool()).await?;
+        verifier::store::ensure(legacy.pool()).await?;
         let current = mode::read(legacy.pool()).await?;
         let (sender, receiver) = watch::channel(current.mode);
         let cancel = CancellationToken::new();
@@ -121,8 +135,25 @@ impl TripStore {
                 async move { reverse.run(cancel, enabled).await },
             ));
         }
+        let (sampler, verify_tasks) = verifier::sample::start(
+            Replayer {
+                stores: Stores {
+                    legacy: Arc::new(legacy.clone()),
+                    schemaless: Arc::new(schemaless.clone()),
+                    canonical: Arc::new(legacy.clone()),
+                    rules: verifier::Rules::from_config(&config.verify),
+                },
+                pool: legacy.pool().clone(),
+                triage: Arc::new(MirrorTriage::new(legacy.pool().clone(), schemaless.clone())),
+                config: config.verify.clone(),
+            },
+            cancel.clone(),
+        );
+        tasks.extend(verify_tasks);
         Ok(TripStore {
-            gate: MigrationGate::new(legacy.pool().clone(), schemaless.clone(), config),
+            gate: MigrationGate::new(legacy.pool().clone(), schemaless.clone(), config)
+                .with_legacy(legacy.clone()),
+            sampler,
             relay_wake: relay.waker(),
             legacy,
             schemaless,
@@ -166,6 +197,12 @@ impl TripStore {
     /// The Schemaless store behind the facade.
     pub fn schemaless(&self) -> &MySqlStore {
         &self.schemaless
+    }
+
+    /// This facade's read sampling (to change its rate at runtime; `verify
+    /// sample` changes every facade's through the database).
+    pub fn sampler(&self) -> &Sampler {
+        &self.sampler
     }
 
     /// The outbox relay (to run it by hand, or drain the outbox now).
@@ -225,13 +262,42 @@ impl TripStore {
         }
     }
 
-    /// The store reads go to in the current mode.
-    fn reads(&self) -> &dyn CellStore {
-        if self.mode().reads_schemaless() {
-            &self.schemaless
+    /// The store reads go to in `mode`, and the side to sample (when
+    /// this read is sampled).
+    fn reads(&self) -> (&dyn CellStore, Option<Side>) {
+        let mode = self.mode();
+        let (store, side): (&dyn CellStore, Side) = if mode.reads_schemaless() {
+            (&self.schemaless, Side::Schemaless)
         } else {
-            &self.legacy
+            (&self.legacy, Side::Legacy)
+        };
+        let sampled = mode.samples() && self.sampler.wants();
+        (store, sampled.then_some(side))
+    }
+
+    /// Hands a served read to the verifier (errors are not sampled: there
+    /// is nothing to compare).
+    fn sample<T>(
+        &self,
+        side: Option<Side>,
+        result: &Result<T>,
+        read: impl FnOnce() -> Read,
+        answer: impl FnOnce(&T) -> Answer,
+    ) {
+        if let (Some(served), Ok(value)) = (side, result) {
+            self.sampler.offer(Sample {
+                read: read(),
+                served,
+                answer: answer(value),
+            });
         }
+    }
+
+    /// The column an index's entries come from.
+    fn index_column(&self, index: &str) -> Option<Column> {
+        let layout = self.legacy.layout();
+        let column = layout.index(index)?.column;
+        layout.columns.get(column).map(|c| c.name.clone())
     }
 }
 
@@ -372,7 +438,15 @@ impl CellStore for TripStore {
     }
 
     async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        self.reads().get_cell(key, from).await
+        let (store, sampled) = self.reads();
+        let result = store.get_cell(key, from).await;
+        self.sample(
+            sampled,
+            &result,
+            || Read::Cell(key.clone()),
+            |v| Answer::Cell(v.clone()),
+        );
+        result
     }
 
     async fn get_cell_latest(
@@ -381,11 +455,27 @@ impl CellStore for TripStore {
         column: &Column,
         from: ReadFrom,
     ) -> Result<Option<StoredCell>> {
-        self.reads().get_cell_latest(row_key, column, from).await
+        let (store, sampled) = self.reads();
+        let result = store.get_cell_latest(row_key, column, from).await;
+        self.sample(
+            sampled,
+            &result,
+            || Read::Latest(*row_key, column.clone()),
+            |v| Answer::Cell(v.clone()),
+        );
+        result
     }
 
     async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
-        self.reads().get_cells_for_row(row_key, from).await
+        let (store, sampled) = self.reads();
+        let result = store.get_cells_for_row(row_key, from).await;
+        self.sample(
+            sampled,
+            &result,
+            || Read::Row(*row_key),
+            |v| Answer::Cells(v.clone()),
+        );
+        result
     }
 
     async fn get_cells_for_shard(
@@ -395,12 +485,24 @@ impl CellStore for TripStore {
         limit: usize,
         from: ReadFrom,
     ) -> Result<ShardPage> {
+        // The legacy model has no change log: nothing to compare with.
         self.reads()
+            .0
             .get_cells_for_shard(shard, after, limit, from)
             .await
     }
 
     async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        self.reads().query_index(query, from).await
+        let (store, sampled) = self.reads();
+        let result = store.query_index(query, from).await;
+        if let Some(column) = sampled.and_then(|_| self.index_column(&query.index)) {
+            self.sample(
+                sampled,
+                &result,
+                || Read::Index(query.clone(), column),
+                |v| Answer::Entries(v.clone()),
+            );
+        }
+        result
     }
 }

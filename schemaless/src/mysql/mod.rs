@@ -9,10 +9,13 @@
 //! - [`trigger`]: handlers run on every new cell of a column, per shard,
 //!   with offsets, leases and dead letters;
 //! - [`index`]: sharded secondary indexes, their maintenance trigger and
-//!   versions.
+//!   versions;
+//! - `repair`: whole-row reads and the operator's rewrite of a (row,
+//!   column), for the verifier.
 
 pub mod follow;
 pub mod index;
+mod repair;
 pub mod schema;
 pub mod sql;
 pub mod store;

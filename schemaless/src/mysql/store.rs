@@ -350,6 +350,27 @@ impl MySqlStore {
             .transpose()
     }
 
+    pub(super) async fn fetch_cells(
+        &self,
+        node: &Node,
+        shard: u32,
+        sql: String,
+    ) -> Result<Vec<StoredCell>> {
+        self.fetch(node, shard, sql).await
+    }
+
+    pub(super) fn limits(&self) -> &config::Limits {
+        &self.inner.limits
+    }
+
+    pub(super) fn inflated_cap(&self) -> usize {
+        self.inner.inflated_cap
+    }
+
+    pub(super) fn changes_signal(&self, shard: u32) {
+        self.inner.signal.notify(shard);
+    }
+
     fn shard_of(&self, row_key: &RowKey) -> u32 {
         shard_of(row_key, self.inner.topology.shard_count)
     }

@@ -1,0 +1,136 @@
+//! Reads and rewrites for the verifier: every stored version of a set of
+//! rows, and the operator's repair of one (row, column).
+//!
+//! The repair is the one place where cells are deleted or replaced: the
+//! cell API never does it, and nothing but `mezzanine verify repair`
+//! (after a comparison with the source of truth) should. Replacements are
+//! inserted as new change-log entries, so triggers and the reverse mirror
+//! see them; each index's pointer for the row is moved below the replaced
+//! ref key, so its maintainer rewrites the row's entry from the new cell.
+
+use std::collections::BTreeMap;
+
+use super::index::{pointer_table, versions};
+use super::sql::{self, push_column, push_hex};
+use super::store::{transaction, MySqlStore};
+use crate::api::ReadFrom;
+use crate::cell::{check_batch, now_micros, Cell, Column, RowKey, StoredCell};
+use crate::codec;
+use crate::error::{Error, Result};
+
+impl MySqlStore {
+    /// Every stored cell of these rows, every version of every column, in
+    /// address order: one query per shard, the shards read in parallel.
+    pub async fn get_rows_all(&self, rows: &[RowKey], from: ReadFrom) -> Result<Vec<StoredCell>> {
+        let topology = self.topology();
+        let mut by_shard: BTreeMap<u32, Vec<&RowKey>> = BTreeMap::new();
+        for row in rows {
+            by_shard
+                .entry(crate::routing::shard_of(row, topology.shard_count))
+                .or_default()
+                .push(row);
+        }
+        let reads = by_shard.into_iter().map(|(shard, rows)| async move {
+            let mut sql = format!(
+                "SELECT {} FROM `{}`.`entity` WHERE row_key IN (",
+                sql::CELL_COLUMNS,
+                topology.database(shard)
+            );
+            for (i, row) in rows.iter().enumerate() {
+                if i > 0 {
+                    sql.push(',');
+                }
+                push_hex(&mut sql, row.as_bytes());
+            }
+            sql.push(')');
+            let node = topology.reader(shard, from)?;
+            self.fetch_cells(node, shard, sql).await
+        });
+        let mut cells: Vec<StoredCell> = futures::future::try_join_all(reads)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        cells.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
+        Ok(cells)
+    }
+
+    /// Makes the cells of (`row_key`, `column`) whose ref key is at least
+    /// `from_ref_key` exactly `cells` (all of that row and column), in one
+    /// transaction on the shard's master: the others are deleted, these
+    /// inserted anew. Cells below `from_ref_key` (older versions of a row
+    /// column) are kept.
+    pub async fn replace_cells(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from_ref_key: i64,
+        cells: Vec<Cell>,
+    ) -> Result<()> {
+        check_batch(&cells, self.limits())?;
+        if let Some(stray) = cells
+            .iter()
+            .find(|c| c.key.row_key != *row_key || c.key.column != *column)
+        {
+            return Err(Error::invalid(
+                "cells",
+                format!(
+                    "{} is not a cell of row {row_key}, column {column}",
+                    stray.key
+                ),
+            ));
+        }
+        if let Some(low) = cells.iter().find(|c| c.key.ref_key.get() < from_ref_key) {
+            return Err(Error::invalid(
+                "cells",
+                format!(
+                    "{} is below the replaced ref keys (from {from_ref_key})",
+                    low.key
+                ),
+            ));
+        }
+        let topology = self.topology();
+        let shard = crate::routing::shard_of(row_key, topology.shard_count);
+        let database = topology.database(shard);
+        let mut encoded = Vec::with_capacity(cells.len());
+        for cell in &cells {
+            let body = codec::encode(&cell.body, self.inflated_cap())
+                .map_err(|e| Error::invalid("body", format!("cannot be stored: {e}")))?;
+            encoded.push(body);
+        }
+        let mut key = String::new();
+        push_hex(&mut key, row_key.as_bytes());
+        let mut delete =
+            format!("DELETE FROM `{database}`.`entity` WHERE row_key = {key} AND column_name = ");
+        push_column(&mut delete, column);
+        delete.push_str(&format!(" AND ref_key >= {from_ref_key}"));
+        let mut statements = vec![delete];
+        if !cells.is_empty() {
+            let created_at = now_micros();
+            statements.push(sql::insert_cells(
+                &database,
+                cells
+                    .iter()
+                    .zip(&encoded)
+                    .map(|(cell, body)| sql::InsertRow {
+                        key: &cell.key,
+                        body,
+                        created_at,
+                    }),
+            ));
+        }
+        for spec in self.indexes().iter().filter(|s| s.column == *column) {
+            for (version, _) in versions(self, &spec.name).await? {
+                statements.push(format!(
+                    "UPDATE `{database}`.`{}` SET ref_key = {} WHERE row_key = {key} AND ref_key >= {from_ref_key}",
+                    pointer_table(&spec.name, version),
+                    from_ref_key - 1
+                ));
+            }
+        }
+        let master = &topology.cluster(shard)?.master;
+        transaction(master, &statements).await?;
+        self.changes_signal(shard);
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+//! `mezzanine serve`: the verification dashboard and `/metrics`.
+//!
+//! | path | what |
+//! |---|---|
+//! | `/` | the dashboard (one HTML page; it fetches `/api/status` every few seconds) |
+//! | `/api/status` | the figures as JSON: mode, outbox, backfill, the verifier's report, the latest mismatches, the last full diff |
+//! | `/metrics` | Prometheus text, rendered by `metrics-exporter-prometheus` from the gauges below, set from PostgreSQL at each scrape |
+//!
+//! Metrics (besides those of the verifier's facades, see
+//! [`verifier::sample`]):
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `mezzanine_mode{mode}` | gauge | 1 for the current mode |
+//! | `mezzanine_outbox_depth` | gauge | outbox entries waiting |
+//! | `mezzanine_outbox_oldest_age_seconds` | gauge | age of the oldest |
+//! | `mezzanine_outbox_parked` | gauge | entries set aside |
+//! | `mezzanine_backfill_chunks{state}` | gauge | chunks by state |
+//! | `mezzanine_backfill_parents_done` | gauge | parent rows copied |
+//! | `mezzanine_backfill_cells_done` | gauge | cells copied |
+//! | `mezzanine_verify_samples{column}` | gauge | samples in the gates' window |
+//! | `mezzanine_verify_matches{column}` | gauge | of those, matches |
+//! | `mezzanine_verify_mismatches{column}` | gauge | of those, mismatches |
+//! | `mezzanine_verify_dropped` | gauge | samples dropped on full queues in the window |
+//! | `mezzanine_verify_mismatch_upper_bound` | gauge | 95% upper bound of the mismatch rate |
+//! | `mezzanine_verify_open_mismatches` | gauge | mismatches not resolved |
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{serve_http, Response, PROMETHEUS_TEXT};
+
+const PAGE: &str = include_str!("dashboard.html");
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Where to listen (loopback by default; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    listen: SocketAddr,
+    /// How often the page refreshes itself, in milliseconds.
+    #[arg(long, default_value_t = 2000)]
+    refresh_ms: u64,
+}
+
+/// What the handlers share.
+struct Dashboard {
+    pool: PgPool,
+    legacy: legacy::LegacyStore,
+    prometheus: PrometheusHandle,
+    refresh_ms: u64,
+    /// Coverage is a scan of the parent table: computed at most every
+    /// 30 s.
+    coverage: Mutex<(Option<std::time::Instant>, Value)>,
+}
+
+pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
+    let config = crate::load_config(config_path)?;
+    let legacy = legacy::LegacyStore::connect(&config).await?;
+    let pool = legacy.pool().clone();
+    tripstore::mode::ensure_control(&pool).await?;
+    mirror::schema::ensure(&pool).await?;
+    backfill::plan::ensure_tables(&pool).await?;
+    verifier::store::ensure(&pool).await?;
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
+    let dashboard = Arc::new(Dashboard {
+        pool,
+        legacy,
+        prometheus,
+        refresh_ms: args.refresh_ms.max(200),
+        coverage: Mutex::new((None, Value::Null)),
+    });
+    let cancel = CancellationToken::new();
+    let handler = {
+        let dashboard = dashboard.clone();
+        move |path: String| {
+            let dashboard = dashboard.clone();
+            async move { dashboard.answer(&path).await }
+        }
+    };
+    let bound = serve_http(args.listen, handler, cancel.clone()).await?;
+    // Tests and scripts read this line for the port.
+    println!("dashboard on http://{bound}/ (metrics on http://{bound}/metrics)");
+    crate::mirror::stopped().await;
+    cancel.cancel();
+    Ok(())
+}
+
+impl Dashboard {
+    async fn answer(&self, path: &str) -> Response {
+        match path {
+            "/" | "/index.html" => Response::ok(
+                "text/html; charset=utf-8",
+                PAGE.replace("__REFRESH_MS__", &self.refresh_ms.to_string()),
+            ),
+            "/api/status" => match self.status().await {
+                Ok(v) => Response::ok("application/json", v.to_string()),
+                Err(e) => Response {
+                    status: "503 Service Unavailable",
+                    content_type: "application/json",
+                    body: json!({ "error": format!("{e:#}") }).to_string(),
+                },
+            },
+            "/metrics" => match self.status().await {
+                Ok(v) => {
+                    set_gauges(&v);
+                    Response::ok(PROMETHEUS_TEXT, self.prometheus.render())
+                }
+                Err(e) => Response {
+                    status: "503 Service Unavailable",
+                    content_type: "text/plain",
+                    body: format!("# status unavailable: {e:#}\n"),
+                },
+            },
+            _ => Response::not_found("GET / (dashboard), /api/status, /metrics\n"),
+        }
+    }
+
+    /// Every figure of the page.
+    async fn status(&self) -> anyhow::Result<Value> {
+        let pool = &self.pool;
+        let mode = tripstore::mode::read(pool).await?;
+        let (depth, oldest, parked) = mirror::status::outbox(pool).await?;
+        let backfill = backfill::status::read(pool).await?;
+        let since = tripstore::gates::verification_window(pool).await?;
+        let report = verifier::report::read(pool, None, since).await?;
+        let mismatches = verifier::store::mismatches(pool, false, None, 20).await?;
+        let full = verifier::full::latest(pool).await?;
+        let coverage = {
+            let mut cached = self.coverage.lock().await;
+            let stale = cached
+                .0
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(30));
+            if stale {
+                let coverage = verifier::report::coverage(pool, &self.legacy).await?;
+                *cached = (
+                    Some(std::time::Instant::now()),
+                    json!(coverage
+                        .iter()
+                        .map(|c| json!({"column": c.column, "verified": c.verified, "rows": c.rows, "share": c.share()}))
+                        .collect::<Vec<_>>()),
+                );
+            }
+            cached.1.clone()
+        };
+        Ok(json!({
+            "generated_at": verifier_now(),
+            "mode": {"mode": mode.mode.as_str(), "since": mode.changed_at, "by": mode.changed_by, "forced": mode.forced},
+            "outbox": {"depth": depth, "oldest_secs": oldest.unwrap_or(0.0), "parked": parked},
+            "backfill": {
+                "planned": backfill.plan.is_some(),
+                "chunks": backfill.total(), "done": backfill.done, "failed": backfill.failed,
+                "running": backfill.running, "parents_done": backfill.parents_done,
+                "cells_done": backfill.cells_done, "cells_per_sec": backfill.recent_cells_per_sec,
+                "complete": backfill.complete(),
+            },
+            "verify": report,
+            "coverage": coverage,
+            "mismatches": mismatches,
+            "full_diff": full,
+        }))
+    }
+}
+
+fn verifier_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Sets the gauges `/metrics` renders from a status object.
+fn set_gauges(v: &Value) {
+    let current = v["mode"]["mode"].as_str().unwrap_or_default();
+    for m in tripstore::Mode::ALL {
+        metrics::gauge!("mezzanine_mode", "mode" => m.as_str())
+            .set(f64::from(u8::from(m.as_str() == current)));
+    }
+    let n = |x: &Value| x.as_f64().unwrap_or(0.0);
+    metrics::gauge!("mezzanine_outbox_depth").set(n(&v["outbox"]["depth"]));
+    metrics::gauge!("mezzanine_outbox_oldest_age_seconds").set(n(&v["outbox"]["oldest_secs"]));
+    metrics::gauge!("mezzanine_outbox_parked").set(n(&v["outbox"]["parked"]));
+    let b = &v["backfill"];
+    let pending = n(&b["chunks"]) - n(&b["done"]) - n(&b["failed"]) - n(&b["running"]);
+    for (state, value) in [
+        ("done", n(&b["done"])),
+        ("failed", n(&b["failed"])),
+        ("running", n(&b["running"])),
+        ("pending", pending.max(0.0)),
+    ] {
+        metrics::gauge!("mezzanine_backfill_chunks", "state" => state).set(value);
+    }
+    metrics::gauge!("mezzanine_backfill_parents_done").set(n(&b["parents_done"]));
+    metrics::gauge!("mezzanine_backfill_cells_done").set(n(&b["cells_done"]));
+    let r = &v["verify"];
+    if let Some(columns) = r["by_column"].as_array() {
+        for c in columns {
+            let column = c["column"].as_str().unwrap_or_default().to_string();
+            metrics::gauge!("mezzanine_verify_samples", "column" => column.clone())
+                .set(n(&c["samples"]));
+            metrics::gauge!("mezzanine_verify_matches", "column" => column.clone())
+                .set(n(&c["matches"]));
+            metrics::gauge!("mezzanine_verify_mismatches", "column" => column)
+                .set(n(&c["mismatches"]));
+        }
+    }
+    metrics::gauge!("mezzanine_verify_dropped").set(n(&r["totals"]["dropped"]));
+    metrics::gauge!("mezzanine_verify_mismatch_upper_bound").set(n(&r["upper_bound"]));
+    metrics::gauge!("mezzanine_verify_open_mismatches").set(n(&r["open_mismatches"]));
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn utc(secs: f64) -> String {
+    let secs = secs.max(0.0) as i64;
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_formats_known_instants() {
+        assert_eq!(super::utc(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(951_782_400.0), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc(1_796_000_000.5), "2026-11-30T00:53:20Z");
+    }
+}

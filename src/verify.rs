@@ -1,0 +1,456 @@
+//! `mezzanine verify sample|full|repair|report`: are the stores the same,
+//! and what to do when they are not.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use schemaless::{MySqlStore, RowKey};
+use tokio_util::sync::CancellationToken;
+use verifier::full::{FullDiff, Progress};
+use verifier::repair::{Repair, Repaired};
+use verifier::store::Settings;
+use verifier::Rules;
+
+#[derive(Subcommand)]
+pub enum VerifyCommand {
+    /// Show or change the read sampling of every running facade (within a
+    /// second): the share of reads replayed on the other store, and a cap
+    /// per facade per second.
+    Sample(SampleArgs),
+    /// Compare every cell of every parent, chunk by chunk over the legacy
+    /// ids, in parallel; resumes an unfinished run. Exits 1 when it
+    /// records mismatches.
+    Full(FullArgs),
+    /// Rewrite the side that is not the source of truth for the current
+    /// mode (legacy until `primary`, Schemaless from then on), verify
+    /// again and clear the mismatch.
+    Repair(RepairArgs),
+    /// Samples, matches and mismatches per column, the mismatch rate and
+    /// its 95% upper confidence bound, open mismatches, coverage, and
+    /// whether the gates would let the next step through.
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+pub struct SampleArgs {
+    /// The share of reads to sample, 0.0-1.0.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// At most this many samples per second per facade.
+    #[arg(long)]
+    max_per_sec: Option<u64>,
+    /// Forget the stored setting: facades started afterwards use
+    /// `[verify]` again (running ones keep what they have).
+    #[arg(long, conflicts_with_all = ["rate", "max_per_sec"])]
+    reset: bool,
+}
+
+#[derive(Args)]
+pub struct FullArgs {
+    /// Chunks compared at once (default: verify.workers).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Parent ids per chunk of a new run (default: verify.chunk_size).
+    #[arg(long)]
+    chunk_size: Option<u64>,
+    /// Start a new run over the current id range instead of continuing.
+    #[arg(long)]
+    restart: bool,
+    /// Progress as plain lines every 5 s even on a terminal.
+    #[arg(long)]
+    plain: bool,
+    /// The run's figures as one JSON object on the last line.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct RepairArgs {
+    /// The row to repair (every column of the layout).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    row_key: Option<String>,
+    /// Every open mismatch.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Count every sample ever taken, not only those the gates count
+    /// (since the current mode began and the backfill finished).
+    #[arg(long)]
+    all_time: bool,
+    /// Mismatches listed.
+    #[arg(long, default_value_t = 10)]
+    limit: i64,
+}
+
+pub async fn run(command: VerifyCommand, config_path: &Path) -> anyhow::Result<()> {
+    let config = crate::load_config(config_path)?;
+    let legacy_config =
+        legacy::connection::legacy_config(&config).map_err(|e| crate::UsageError(e.to_string()))?;
+    let pool = legacy::connection::pool(legacy_config)?;
+    verifier::store::ensure(&pool).await?;
+    match command {
+        VerifyCommand::Sample(args) => sample(&config, &pool, args).await,
+        VerifyCommand::Full(args) => full(&config, &pool, args).await,
+        VerifyCommand::Repair(args) => repair(&config, &pool, args).await,
+        VerifyCommand::Report(args) => report(&config, &pool, args).await,
+    }
+}
+
+async fn sample(
+    config: &config::Config,
+    pool: &sqlx::PgPool,
+    args: SampleArgs,
+) -> anyhow::Result<()> {
+    if args.reset {
+        sqlx::query("DELETE FROM mezzanine.verify_settings")
+            .execute(pool)
+            .await?;
+        println!(
+            "stored sampling forgotten; facades started from now use [verify]: rate {}, at most {}/s",
+            config.verify.sample_rate, config.verify.max_samples_per_sec
+        );
+        return Ok(());
+    }
+    let current = verifier::store::settings(pool).await?;
+    if args.rate.is_none() && args.max_per_sec.is_none() {
+        match current {
+            Some(s) => println!(
+                "sampling {} of reads, at most {}/s per facade (set by `verify sample`)",
+                s.sample_rate, s.max_samples_per_sec
+            ),
+            None => println!(
+                "sampling {} of reads, at most {}/s per facade ([verify] of the config)",
+                config.verify.sample_rate, config.verify.max_samples_per_sec
+            ),
+        }
+        return Ok(());
+    }
+    let base = current.unwrap_or(Settings {
+        sample_rate: config.verify.sample_rate,
+        max_samples_per_sec: config.verify.max_samples_per_sec,
+    });
+    let wanted = Settings {
+        sample_rate: args.rate.unwrap_or(base.sample_rate),
+        max_samples_per_sec: args.max_per_sec.unwrap_or(base.max_samples_per_sec),
+    };
+    verifier::store::set_settings(pool, wanted, &crate::mode::who())
+        .await
+        .map_err(|e| match e {
+            verifier::Error::Refused(m) => crate::UsageError(m).into(),
+            other => anyhow::Error::from(other),
+        })?;
+    println!(
+        "every facade now samples {} of reads, at most {}/s (within a second)",
+        wanted.sample_rate, wanted.max_samples_per_sec
+    );
+    Ok(())
+}
+
+async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> anyhow::Result<()> {
+    let chunk_size = args.chunk_size.unwrap_or(config.verify.chunk_size);
+    let workers = args.workers.unwrap_or(config.verify.workers);
+    if chunk_size == 0 || workers == 0 {
+        return Err(crate::UsageError("--chunk-size and --workers must be positive".into()).into());
+    }
+    let legacy = legacy::LegacyStore::connect(config).await?;
+    let schemaless = MySqlStore::connect(config)?;
+    let id = verifier::full::plan(pool, &legacy, chunk_size, args.restart).await?;
+    let before = verifier::full::status(pool, id).await?;
+    eprintln!(
+        "full diff run {id}: {} of {} chunks done before, {workers} workers",
+        before.done, before.chunks
+    );
+    let diff = Arc::new(FullDiff {
+        legacy: legacy.clone(),
+        schemaless: schemaless.clone(),
+        rules: Rules::from_config(&config.verify),
+        pool: pool.clone(),
+        triage: Arc::new(tripstore::triage::MirrorTriage::new(
+            pool.clone(),
+            schemaless.clone(),
+        )),
+        config: config.verify.clone(),
+    });
+    let progress = Arc::new(Progress::default());
+    let cancel = CancellationToken::new();
+    let started = Instant::now();
+    let mut task = {
+        let (diff, progress, cancel) = (diff.clone(), progress.clone(), cancel.clone());
+        tokio::spawn(async move { diff.run(id, workers, &progress, &cancel).await })
+    };
+    let plain = args.plain || !std::io::stderr().is_terminal();
+    let mut tick = tokio::time::interval(if plain {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_millis(250)
+    });
+    tick.tick().await;
+    let status = loop {
+        tokio::select! {
+            result = &mut task => break result??,
+            _ = crate::mirror::stopped() => {
+                cancel.cancel();
+                eprintln!("\nstopping: `verify full` again continues this run");
+            }
+            _ = tick.tick() => {
+                let secs = started.elapsed().as_secs_f64().max(1e-3);
+                let chunks = progress.chunks.load(Ordering::Relaxed) + before.done;
+                let parents = progress.parents.load(Ordering::Relaxed);
+                let eta = if chunks > before.done {
+                    crate::backfill::format_eta(
+                        (before.chunks - chunks.min(before.chunks)) as f64 * secs
+                            / (chunks - before.done) as f64,
+                    )
+                } else {
+                    "--".into()
+                };
+                let line = format!(
+                    "{chunks}/{} chunks, {parents} parents ({:.0}/s), {} mismatches, ETA {eta}",
+                    before.chunks,
+                    parents as f64 / secs,
+                    progress.mismatches.load(Ordering::Relaxed)
+                );
+                if plain {
+                    eprintln!("{line}");
+                } else {
+                    eprint!("\r{line}\x1b[K");
+                    let _ = std::io::stderr().flush();
+                }
+            }
+        }
+    };
+    if !plain {
+        eprintln!();
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-3);
+    let parents = progress.parents.load(Ordering::Relaxed);
+    let found = progress.mismatches.load(Ordering::Relaxed);
+    println!(
+        "run {}: {} of {} chunks, {} parents, {} cells compared, {} mismatches{}",
+        status.id,
+        status.done,
+        status.chunks,
+        status.parents,
+        status.cells,
+        status.mismatches,
+        if status.sample_row_keys.is_empty() {
+            String::new()
+        } else {
+            format!(" (e.g. {})", status.sample_row_keys.join(", "))
+        }
+    );
+    println!(
+        "this process: {parents} parents in {secs:.1}s ({:.0} parents/s), {found} mismatches",
+        parents as f64 / secs
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "run": status.id, "chunks": status.chunks, "done": status.done,
+                "parents": status.parents, "cells": status.cells,
+                "mismatches": status.mismatches, "sample_row_keys": status.sample_row_keys,
+                "parents_per_s": parents as f64 / secs,
+            })
+        );
+    }
+    legacy.close().await;
+    schemaless.close().await;
+    if status.mismatches > 0 {
+        anyhow::bail!(
+            "the stores differ in {} (row, column)s: `mezzanine verify report` lists them, `mezzanine verify repair --all` rewrites them",
+            status.mismatches
+        );
+    }
+    Ok(())
+}
+
+async fn repair(
+    config: &config::Config,
+    pool: &sqlx::PgPool,
+    args: RepairArgs,
+) -> anyhow::Result<()> {
+    let rows: Vec<(RowKey, Option<schemaless::Column>)> = if args.all {
+        verifier::store::mismatches(pool, true, None, i64::MAX)
+            .await?
+            .into_iter()
+            .map(|m| {
+                Ok((
+                    RowKey::parse(&m.row_key)?,
+                    Some(schemaless::Column::new(&m.column)?),
+                ))
+            })
+            .collect::<Result<_, schemaless::Error>>()?
+    } else {
+        let text = args.row_key.expect("clap requires a row key without --all");
+        let row = RowKey::parse(&text).map_err(|e| crate::UsageError(e.to_string()))?;
+        vec![(row, None)]
+    };
+    if rows.is_empty() {
+        println!("no open mismatch to repair");
+        return Ok(());
+    }
+    let mode = tripstore::mode::read(pool).await?.mode;
+    let truth = mode.source_of_truth();
+    let legacy = legacy::LegacyStore::connect(config).await?;
+    let schemaless = MySqlStore::connect(config)?;
+    let rules = Rules::from_config(&config.verify);
+    let repair = Repair {
+        legacy: &legacy,
+        schemaless: &schemaless,
+        pool,
+        rules: &rules,
+        truth,
+    };
+    println!(
+        "mode {mode}: the source of truth is {}, {} is rewritten",
+        truth.as_str(),
+        truth.other().as_str()
+    );
+    let mut failed = 0;
+    for (row, column) in rows {
+        let outcomes = match column {
+            Some(c) => repair.column(&row, &c).await.map(|o| vec![(c, o)]),
+            None => repair.row(&row).await,
+        };
+        match outcomes {
+            Ok(outcomes) => {
+                for (column, outcome) in outcomes {
+                    let what = match outcome {
+                        Repaired::AlreadyEqual => "already equal",
+                        Repaired::Rewritten => "rewritten, verified equal",
+                    };
+                    println!("{row} {column}: {what}");
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("{row}: {e}");
+            }
+        }
+    }
+    legacy.close().await;
+    schemaless.close().await;
+    if failed > 0 {
+        anyhow::bail!("{failed} repairs failed");
+    }
+    Ok(())
+}
+
+async fn report(
+    config: &config::Config,
+    pool: &sqlx::PgPool,
+    args: ReportArgs,
+) -> anyhow::Result<()> {
+    let since = if args.all_time {
+        None
+    } else {
+        tripstore::gates::verification_window(pool).await?
+    };
+    let legacy = legacy::LegacyStore::connect(config).await?;
+    let report = verifier::report::read(pool, Some(&legacy), since).await?;
+    let mismatches = verifier::store::mismatches(pool, true, None, args.limit).await?;
+    let last_run = verifier::full::latest(pool).await?;
+    let gates = &config.gates;
+    let passes = report.open_mismatches == 0
+        && report.totals.samples >= gates.min_samples
+        && report.upper_bound <= gates.max_mismatch_upper_bound
+        && report
+            .coverage
+            .iter()
+            .all(|c| c.share() >= gates.min_coverage);
+    legacy.close().await;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "report": report, "open": mismatches, "full_diff": last_run,
+                "gates_pass": passes,
+            })
+        );
+        return Ok(());
+    }
+    let t = &report.totals;
+    println!(
+        "window: {}",
+        match since {
+            Some(s) => format!("samples since {} (the gates' window)", crate::serve::utc(s)),
+            None => "all samples".into(),
+        }
+    );
+    println!(
+        "samples {}  matches {}  mismatches {}  (transient {}, unsettled {}, not yet backfilled {}, replay errors {}, dropped {})",
+        t.samples, t.matches, t.mismatches, t.transient, t.unsettled, t.pending_backfill, t.replay_errors, t.dropped
+    );
+    println!(
+        "mismatch rate {:.6}, 95% upper bound {:.6} (gates.max_mismatch_upper_bound {})",
+        report.mismatch_rate, report.upper_bound, gates.max_mismatch_upper_bound
+    );
+    println!(
+        "{:<12} {:>10} {:>10} {:>10}",
+        "column", "samples", "matches", "mismatches"
+    );
+    for c in &report.by_column {
+        println!(
+            "{:<12} {:>10} {:>10} {:>10}",
+            c.column, c.counts.samples, c.counts.matches, c.counts.mismatches
+        );
+    }
+    println!("coverage (parent rows verified since their last write):");
+    for c in &report.coverage {
+        println!(
+            "  {:<10} {} of {} ({:.2}%)",
+            c.column,
+            c.verified,
+            c.rows,
+            c.share() * 100.0
+        );
+    }
+    if let Some(run) = &last_run {
+        println!(
+            "full diff run {}: {} of {} chunks, {} parents, {} mismatches{}",
+            run.id,
+            run.done,
+            run.chunks,
+            run.parents,
+            run.mismatches,
+            if run.finished_at.is_some() {
+                ", finished"
+            } else {
+                ", unfinished"
+            }
+        );
+    }
+    println!("open mismatches: {}", report.open_mismatches);
+    for m in &mismatches {
+        println!(
+            "  {} {} ({} {}, seen {}x, last {}): legacy {} | schemaless {}",
+            m.row_key,
+            m.column,
+            m.source,
+            m.read_kind,
+            m.occurrences,
+            crate::serve::utc(m.last_seen),
+            m.legacy,
+            m.schemaless
+        );
+    }
+    println!(
+        "gates (samples >= {}, upper bound <= {}, no open mismatch, coverage >= {}): {}",
+        gates.min_samples,
+        gates.max_mismatch_upper_bound,
+        gates.min_coverage,
+        if passes { "PASS" } else { "NOT YET" }
+    );
+    Ok(())
+}

@@ -1,0 +1,746 @@
+//! The verifier against real servers: every read sampled under live writes
+//! finds nothing (A/A); divergence planted in either database is found by
+//! sampled replay and by the full diff, with its row key and column,
+//! repaired and verified clean; the served read never changes, also with
+//! the other store down; the dashboard in a real headless browser.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use devcluster::{DevCluster, Spec};
+use legacy::trips::TripCells;
+use rand::Rng;
+use schemaless::mysql::index::{self, Maintainer};
+use schemaless::mysql::sql::push_hex;
+use schemaless::{Body, Cell, CellStore, Column, IndexQuery, MySqlStore, ReadFrom, RowKey};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tripstore::{Mode, ModeRequest, TripStore};
+use uuid::Uuid;
+
+use crate::harness::{config_file, mezzanine, private_trips, LegacyDb, TEST_GATES};
+use crate::mirror::walk_to;
+
+/// Every read sampled, a short triage.
+const SAMPLE_ALL: &str = "[verify]\nsample_rate = 1.0\nmax_samples_per_sec = 100000\nqueue = 100000\ntriage_delay_ms = 50\ntriage_wait_ms = 3000\n";
+
+/// The database's config with `gates` instead of the test gates, and every
+/// read sampled.
+fn verify_config(db: &LegacyDb, gates: &str) -> (config::Config, String) {
+    let text = format!(
+        "{}\n{SAMPLE_ALL}",
+        db.config_text.replace(TEST_GATES, gates)
+    );
+    let config = config::Config::parse(&text, "verify-test.toml").expect("the test config");
+    (config, text)
+}
+
+fn step(target: Mode) -> ModeRequest {
+    ModeRequest {
+        target,
+        force: false,
+        by: "verify test".into(),
+        reason: None,
+    }
+}
+
+fn base() -> Column {
+    Column::new("BASE").unwrap()
+}
+
+fn notes() -> Column {
+    Column::new("NOTES").unwrap()
+}
+
+/// Creates the driver index on an empty Schemaless and keeps it
+/// maintained until `cancel`.
+async fn maintain_index(
+    store: &MySqlStore,
+    config: &config::Config,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    let v = index::create_version(store, "trips_by_driver")
+        .await
+        .unwrap();
+    index::switch(store, "trips_by_driver", v).await.unwrap();
+    let trigger = Maintainer::trigger(store, "trips_by_driver", v, &config.triggers).unwrap();
+    tokio::spawn(async move {
+        trigger.run(cancel).await.unwrap();
+    })
+}
+
+async fn row_keys(pool: &sqlx::PgPool, sql: &str) -> Vec<RowKey> {
+    let uuids: Vec<Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string()))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    uuids
+        .into_iter()
+        .map(|u| RowKey::parse(&u.to_string()).unwrap())
+        .collect()
+}
+
+/// Writers creating and completing trips and readers reading every kind
+/// (latest cell, row, index by driver) through the facade, for `time`.
+/// Returns the reads made.
+async fn load(facade: &Arc<TripStore>, rows: Vec<RowKey>, time: Duration, seed: u64) -> u64 {
+    let rows = Arc::new(Mutex::new(rows));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..2 {
+        let (facade, rows, stop) = (facade.clone(), rows.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut source = TripCells::new(seed * 10 + w);
+            while !stop.load(Ordering::Relaxed) {
+                let trip = source.new_trip();
+                let done = source.complete(&trip[0]);
+                facade.put_cells(trip.clone()).await.expect("a write");
+                rows.lock().unwrap().push(trip[0].key.row_key);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                facade.put_cell(done).await.expect("a write");
+            }
+        }));
+    }
+    for _ in 0..2 {
+        let (facade, rows, stop, reads) =
+            (facade.clone(), rows.clone(), stop.clone(), reads.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let row = {
+                    let rows = rows.lock().unwrap();
+                    rows[rand::rng().random_range(0..rows.len())]
+                };
+                let latest = facade
+                    .get_cell_latest(&row, &base(), ReadFrom::Master)
+                    .await
+                    .expect("a read");
+                facade
+                    .get_cells_for_row(&row, ReadFrom::Master)
+                    .await
+                    .expect("a read");
+                reads.fetch_add(2, Ordering::Relaxed);
+                if let Some(cell) = latest {
+                    let driver = cell.cell.body.fields()["driver_uuid"].clone();
+                    facade
+                        .query_index(
+                            &IndexQuery {
+                                index: "trips_by_driver".into(),
+                                shard_value: driver,
+                                filters: Vec::new(),
+                                order_by: Some("requested_at".into()),
+                                descending: true,
+                                limit: 10,
+                            },
+                            ReadFrom::Master,
+                        )
+                        .await
+                        .expect("an index read");
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(time).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.unwrap();
+    }
+    reads.load(Ordering::Relaxed)
+}
+
+/// The report over every sample, once the counts stop moving (the replays
+/// and the once-a-second flush have caught up).
+async fn settled_report(pool: &sqlx::PgPool) -> verifier::report::Report {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let report = verifier::report::read(pool, None, None).await.unwrap();
+        let now = (
+            report.totals.samples,
+            report.totals.unsettled,
+            report.totals.transient,
+        );
+        if last == Some(now) || Instant::now() > deadline {
+            return report;
+        }
+        last = Some(now);
+    }
+}
+
+async fn open_mismatches(pool: &sqlx::PgPool, source: &str) -> BTreeSet<(String, String)> {
+    sqlx::query_as(
+        "SELECT row_key::text, column_name FROM mezzanine.verify_mismatches
+         WHERE resolved_at IS NULL AND source = $1",
+    )
+    .bind(source)
+    .fetch_all(pool)
+    .await
+    .unwrap()
+    .into_iter()
+    .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_a_every_read_sampled_under_live_writes_records_no_mismatch() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 300, 7, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let (config, _) = verify_config(
+        &db,
+        "[gates]\nmin_samples = 200\nmax_mismatch_upper_bound = 0.05\n",
+    );
+    let facade = Arc::new(TripStore::connect(&config).await.unwrap());
+    let cancel = CancellationToken::new();
+    let maintainer = maintain_index(facade.schemaless(), &config, cancel.clone()).await;
+    walk_to(&facade, &config, Mode::Mirror).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
+    let seeded = row_keys(&db.pool, "SELECT uuid FROM trips").await;
+
+    // mirror: reads served by PostgreSQL, replayed on Schemaless, while
+    // the relay moves the writes over.
+    let reads = load(&facade, seeded.clone(), Duration::from_secs(4), 1).await;
+    let report = settled_report(&db.pool).await;
+    assert!(
+        report.totals.samples >= 300 && reads >= 300,
+        "{reads} reads, {:?}",
+        report.totals
+    );
+    assert_eq!(report.totals.mismatches, 0, "{:?}", report.totals);
+    assert_eq!(report.open_mismatches, 0);
+    let columns: BTreeSet<&str> = report.by_column.iter().map(|c| c.column.as_str()).collect();
+    assert!(
+        columns.contains("BASE") && columns.contains("NOTES"),
+        "{columns:?}"
+    );
+    let mirror_samples = report.totals.samples;
+
+    // shadow: reads served by Schemaless, replayed on PostgreSQL. Its gate
+    // counted the samples above.
+    facade.set_mode(&step(Mode::Shadow)).await.unwrap();
+    let all = row_keys(&db.pool, "SELECT uuid FROM trips").await;
+    load(&facade, all, Duration::from_secs(3), 2).await;
+    let report = settled_report(&db.pool).await;
+    assert!(
+        report.totals.samples > mirror_samples + 200,
+        "{:?}",
+        report.totals
+    );
+    assert_eq!(report.totals.mismatches, 0, "{:?}", report.totals);
+    let recorded: i64 = sqlx::query_scalar("SELECT count(*) FROM mezzanine.verify_mismatches")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, 0);
+    cancel.cancel();
+    maintainer.await.unwrap();
+    facade.close().await;
+}
+
+/// The latest cell of (row, column) in Schemaless.
+async fn schemaless_latest(store: &MySqlStore, row: &RowKey, column: &Column) -> Cell {
+    store
+        .get_cell_latest(row, column, ReadFrom::Master)
+        .await
+        .unwrap()
+        .expect("a stored cell")
+        .cell
+}
+
+/// Runs SQL on the master of the shard holding `row`.
+async fn on_master(store: &MySqlStore, row: &RowKey, sql: impl Fn(&str) -> String) {
+    let topology = store.topology();
+    let shard = schemaless::routing::shard_of(row, topology.shard_count);
+    let database = topology.database(shard);
+    topology
+        .cluster(shard)
+        .unwrap()
+        .master
+        .execute(sql(&database))
+        .await
+        .unwrap();
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut s = String::new();
+    push_hex(&mut s, bytes);
+    s
+}
+
+fn run(mut command: Command) -> (bool, String, String) {
+    let out = command.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 200, 11, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let (config, text) = verify_config(&db, TEST_GATES);
+    let file = config_file(&text);
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
+    let schemaless = facade.schemaless().clone();
+
+    let noted = row_keys(
+        &db.pool,
+        "SELECT t.uuid FROM trips t WHERE (SELECT count(*) FROM trip_notes n WHERE n.trip_id = t.id) >= 2 ORDER BY t.id LIMIT 3",
+    )
+    .await;
+    let plain = row_keys(
+        &db.pool,
+        "SELECT t.uuid FROM trips t WHERE NOT EXISTS (SELECT 1 FROM trip_notes n WHERE n.trip_id = t.id) ORDER BY t.id LIMIT 2",
+    )
+    .await;
+    assert!(noted.len() == 3 && plain.len() == 2, "the seed has notes");
+    let (a, b) = (plain[0], plain[1]);
+    let (c, d, e) = (noted[0], noted[1], noted[2]);
+
+    // A: a field of Schemaless's latest BASE cell changed in MariaDB.
+    let cell = schemaless_latest(&schemaless, &a, &base()).await;
+    let mut fields = cell.body.fields().clone();
+    fields.insert("status".into(), "tampered".into());
+    let encoded = schemaless::codec::encode(
+        &Body::from(fields),
+        schemaless::codec::inflated_cap(config.limits.max_body_bytes),
+    )
+    .unwrap();
+    on_master(&schemaless, &a, |db| {
+        format!(
+            "UPDATE `{db}`.`entity` SET body = {} WHERE row_key = {} AND column_name = 'BASE' AND ref_key = {}",
+            hex(&encoded),
+            hex(a.as_bytes()),
+            cell.key.ref_key.get()
+        )
+    })
+    .await;
+    // B: a field of the legacy trips row changed in PostgreSQL.
+    sqlx::query("UPDATE trips SET city_id = city_id + 1000 WHERE uuid = $1")
+        .bind(b.uuid())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // C: Schemaless's latest NOTES cell deleted (a missing cell).
+    let c_note = schemaless_latest(&schemaless, &c, &notes()).await;
+    on_master(&schemaless, &c, |db| {
+        format!(
+            "DELETE FROM `{db}`.`entity` WHERE row_key = {} AND column_name = 'NOTES' AND ref_key = {}",
+            hex(c.as_bytes()),
+            c_note.key.ref_key.get()
+        )
+    })
+    .await;
+    // D: an extra NOTES cell only Schemaless has.
+    let d_note = schemaless_latest(&schemaless, &d, &notes()).await;
+    let mut extra = d_note.clone();
+    extra.key.ref_key = schemaless::RefKey::new(d_note.key.ref_key.get() + 1).unwrap();
+    schemaless.put_cell(extra).await.unwrap();
+    // E: the latest child row deleted from PostgreSQL (a missing child).
+    sqlx::query(
+        "DELETE FROM trip_notes WHERE (trip_id, seq) = (
+             SELECT n.trip_id, max(n.seq) FROM trip_notes n JOIN trips t ON t.id = n.trip_id
+             WHERE t.uuid = $1 GROUP BY n.trip_id)",
+    )
+    .bind(e.uuid())
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let expected: BTreeSet<(String, String)> = [
+        (a, "BASE"),
+        (b, "BASE"),
+        (c, "NOTES"),
+        (d, "NOTES"),
+        (e, "NOTES"),
+    ]
+    .into_iter()
+    .map(|(r, col)| (r.to_string(), col.to_string()))
+    .collect();
+
+    // The full diff finds exactly these, and exits 1.
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "full", "--json", "--plain"],
+    ));
+    assert!(!ok, "the full diff must fail on divergence: {out}{err}");
+    let figures: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(figures["mismatches"], 5, "{out}");
+    assert_eq!(figures["parents"], 200, "{out}");
+    assert!(!figures["sample_row_keys"].as_array().unwrap().is_empty());
+    assert_eq!(open_mismatches(&db.pool, "full").await, expected);
+    let mismatch = verifier::store::mismatches(&db.pool, true, Some(&a), 10)
+        .await
+        .unwrap();
+    assert_eq!(mismatch[0].schemaless["body"]["status"], "tampered");
+    assert_ne!(mismatch[0].legacy["body"]["status"], "tampered");
+
+    // An open mismatch closes the gate.
+    let refused = facade.set_mode(&step(Mode::Shadow)).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("5 mismatches are open"),
+        "{refused}"
+    );
+
+    // Sampled replay finds the same on its own.
+    sqlx::query("DELETE FROM mezzanine.verify_mismatches")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for row in [a, b] {
+            facade
+                .get_cell_latest(&row, &base(), ReadFrom::Master)
+                .await
+                .unwrap();
+        }
+        for row in [c, d, e] {
+            facade
+                .get_cells_for_row(&row, ReadFrom::Master)
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let found = open_mismatches(&db.pool, "sample").await;
+        if found == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sampling found {found:?}, not {expected:?}"
+        );
+    }
+
+    // Bad input changes nothing.
+    let (ok, _, err) = run(mezzanine(file.path(), &["verify", "repair", "not-a-uuid"]));
+    assert!(!ok && err.contains("not-a-uuid"), "{err}");
+    let out = mezzanine(file.path(), &["verify", "sample", "--rate", "1.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("between 0.0 and 1.0"));
+    assert_eq!(verifier::store::settings(&db.pool).await.unwrap(), None);
+
+    // Repair rewrites Schemaless from the legacy tables (mode mirror).
+    let (ok, out, err) = run(mezzanine(file.path(), &["verify", "repair", "--all"]));
+    assert!(ok, "{out}{err}");
+    assert_eq!(out.matches("rewritten, verified equal").count(), 5, "{out}");
+    assert!(open_mismatches(&db.pool, "sample").await.is_empty());
+    let legacy_a = facade
+        .legacy()
+        .get_cell_latest(&a, &base(), ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        schemaless_latest(&schemaless, &a, &base()).await.body,
+        legacy_a.cell.body
+    );
+    let city = |cell: &Cell| cell.body.fields()["city_id"].as_i64().unwrap();
+    let legacy_b = facade
+        .legacy()
+        .get_cell_latest(&b, &base(), ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        city(&schemaless_latest(&schemaless, &b, &base()).await),
+        city(&legacy_b.cell)
+    );
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "full", "--restart", "--json", "--plain"],
+    ));
+    assert!(ok, "clean after the repair: {out}{err}");
+    assert!(out.contains("\"mismatches\":0"), "{out}");
+
+    // From primary on, Schemaless is the truth: a legacy change is undone.
+    walk_to(&facade, &config, Mode::Primary).await;
+    sqlx::query("UPDATE trips SET status = 'legacy-only' WHERE uuid = $1")
+        .bind(a.uuid())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "repair", &a.to_string()],
+    ));
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("the source of truth is schemaless"), "{out}");
+    assert!(
+        out.contains(&format!("{a} BASE: rewritten, verified equal")),
+        "{out}"
+    );
+    let status: String = sqlx::query_scalar("SELECT status FROM trips WHERE uuid = $1")
+        .bind(a.uuid())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::Value::String(status),
+        schemaless_latest(&schemaless, &a, &base())
+            .await
+            .body
+            .fields()["status"]
+    );
+    facade.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_served_read_is_never_changed_by_sampling_even_with_the_other_store_down() {
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
+        .await
+        .unwrap();
+    let (config, pool) = private_trips(
+        &cluster,
+        "vdown",
+        &format!("[storage]\nconnect_timeout_ms = 1000\nrequest_timeout_ms = 2000\n{SAMPLE_ALL}"),
+    )
+    .await;
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    let mut source = TripCells::new(5);
+    let mut rows = Vec::new();
+    for _ in 0..40 {
+        let trip = source.new_trip();
+        rows.push(trip[0].key.row_key);
+        facade.put_cells(trip).await.unwrap();
+    }
+    let legacy = facade.legacy().clone();
+    let compare = |rows: Vec<RowKey>| {
+        let (facade, legacy) = (&facade, &legacy);
+        async move {
+            for row in rows {
+                assert_eq!(
+                    facade
+                        .get_cell_latest(&row, &base(), ReadFrom::Master)
+                        .await
+                        .unwrap(),
+                    legacy
+                        .get_cell_latest(&row, &base(), ReadFrom::Master)
+                        .await
+                        .unwrap()
+                );
+                assert_eq!(
+                    facade
+                        .get_cells_for_row(&row, ReadFrom::Master)
+                        .await
+                        .unwrap(),
+                    legacy
+                        .get_cells_for_row(&row, ReadFrom::Master)
+                        .await
+                        .unwrap()
+                );
+                let missing = RowKey::random();
+                assert_eq!(
+                    facade
+                        .get_cell_latest(&missing, &notes(), ReadFrom::Master)
+                        .await
+                        .unwrap(),
+                    None
+                );
+            }
+            // A bad read fails as the serving store fails it.
+            let nope = Column::new("NOPE").unwrap();
+            let served = facade
+                .get_cell_latest(&RowKey::random(), &nope, ReadFrom::Master)
+                .await
+                .unwrap_err();
+            let direct = legacy
+                .get_cell_latest(&RowKey::random(), &nope, ReadFrom::Master)
+                .await
+                .unwrap_err();
+            assert_eq!(served.to_string(), direct.to_string());
+        }
+    };
+    compare(rows.clone()).await;
+    cluster.kill("a-master").unwrap();
+    let started = Instant::now();
+    compare(rows.clone()).await;
+    // The replays on the dead master fail in the background, never in
+    // the reads: 40 rows read three ways finish long before a replay
+    // could time out 120 times.
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let report = verifier::report::read(&pool, None, None).await.unwrap();
+        if report.totals.replay_errors > 0 {
+            assert_eq!(report.totals.mismatches, 0, "{:?}", report.totals);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no replay error counted: {:?}",
+            report.totals
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    facade.close().await;
+}
+
+/// The Chromium of the machine (Debian's package; `.ci/run` installs it).
+fn chromium() -> String {
+    for candidate in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
+        if std::path::Path::new(candidate).exists() {
+            return candidate.into();
+        }
+    }
+    panic!("the dashboard test needs Debian's chromium (apt-get install -y chromium; .ci/run installs it)");
+}
+
+fn headless(profile: &std::path::Path, extra: &[&str], url: &str) -> std::process::Output {
+    Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(url)
+        .stderr(Stdio::null())
+        .output()
+        .expect("running chromium")
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 60, 3, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let (config, text) = verify_config(&db, TEST_GATES);
+    let file = config_file(&text);
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
+    let rows = row_keys(&db.pool, "SELECT uuid FROM trips ORDER BY id").await;
+    for row in &rows {
+        facade
+            .get_cells_for_row(row, ReadFrom::Master)
+            .await
+            .unwrap();
+    }
+    let planted = rows[7];
+    sqlx::query("UPDATE trips SET city_id = 4242 WHERE uuid = $1")
+        .bind(planted.uuid())
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (ok, out, _) = run(mezzanine(file.path(), &["verify", "full", "--plain"]));
+    assert!(!ok && out.contains("1 mismatches"), "{out}");
+    facade.close().await;
+
+    let mut serve = mezzanine(
+        file.path(),
+        &["serve", "--listen", "127.0.0.1:0", "--refresh-ms", "500"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut first = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+
+    let metrics = http_get(&addr, "/metrics");
+    for expected in [
+        "mezzanine_verify_open_mismatches 1",
+        "mezzanine_mode{mode=\"mirror\"} 1",
+        "mezzanine_backfill_chunks{state=\"done\"} 1",
+        "mezzanine_verify_samples{column=\"BASE\"}",
+    ] {
+        assert!(metrics.contains(expected), "{expected} not in {metrics}");
+    }
+
+    let profile = tempfile::tempdir().unwrap();
+    let dom = headless(
+        profile.path(),
+        &["--virtual-time-budget=8000", "--dump-dom"],
+        &url,
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for expected in [
+        "<span id=\"mode\">mirror</span>",
+        "data-loaded=",
+        &planted.to_string(),
+        "class=\"mismatch\"",
+        "city_id",
+        "4242",
+        "of 1 chunks",
+        // Coverage leaves out the row with the open mismatch.
+        "98.3% of 60",
+    ] {
+        assert!(
+            dom.contains(expected),
+            "{expected:?} not on the page: {dom}"
+        );
+    }
+    // The samples figure is the live count, not the placeholder.
+    assert!(
+        !dom.contains("<div class=\"big\" id=\"samples\">–</div>"),
+        "{dom}"
+    );
+
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    let _ = std::fs::remove_file(&shot);
+    headless(
+        profile.path(),
+        &[
+            "--virtual-time-budget=8000",
+            "--window-size=1280,1400",
+            &format!("--screenshot={}", shot.display()),
+        ],
+        &url,
+    );
+    let png = std::fs::read(&shot).expect("a screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} bytes",
+        png.len()
+    );
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}

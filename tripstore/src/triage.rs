@@ -1,0 +1,127 @@
+//! The verifier's questions to the mirror ([`verifier::Triage`]): are
+//! writes of these rows still in flight between the stores, and is the
+//! backfill finished?
+//!
+//! In flight means: an outbox entry of the row waits for the relay
+//! (`mirror`, `shadow`), or its shard's change log has cells, written
+//! before the question, that the reverse mirror has not applied yet
+//! (`primary`; only once reverse offsets exist). For an index read, also
+//! until the index's maintainer has passed the change-log heads as of the
+//! question: Schemaless's indexes are eventually consistent.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use schemaless::mysql::{index, trigger};
+use schemaless::{CellStore, MySqlStore, RowKey};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// Triage over the legacy database and Schemaless.
+pub struct MirrorTriage {
+    pool: PgPool,
+    schemaless: MySqlStore,
+}
+
+impl MirrorTriage {
+    /// Triage reading `pool` (the legacy database) and `schemaless`.
+    pub fn new(pool: PgPool, schemaless: MySqlStore) -> MirrorTriage {
+        MirrorTriage { pool, schemaless }
+    }
+
+    async fn outbox_holds(&self, rows: &[Uuid]) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))")
+            .bind(rows)
+            .fetch_one(&self.pool)
+            .await
+    }
+
+    /// The trigger maintaining the active version of index `name`.
+    async fn index_trigger(&self, name: &str) -> Option<String> {
+        let versions = index::versions(&self.schemaless, name).await.ok()?;
+        let (version, _) = versions
+            .into_iter()
+            .rfind(|(_, state)| *state == index::VersionState::Active)?;
+        Some(index::trigger_name(name, version))
+    }
+
+    /// The reverse offsets of these shards, if the reverse mirror has any.
+    async fn reverse_offsets(&self, shards: &[i32]) -> Result<Vec<(i32, i64)>, sqlx::Error> {
+        sqlx::query_as(
+            "SELECT shard, added_id FROM mezzanine.reverse_offsets WHERE shard = ANY($1)",
+        )
+        .bind(shards)
+        .fetch_all(&self.pool)
+        .await
+    }
+}
+
+#[async_trait]
+impl verifier::Triage for MirrorTriage {
+    async fn settle(&self, rows: &[RowKey], index: Option<&str>, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let uuids: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();
+        let shard_count = self.schemaless.shard_count();
+        let mut shards: Vec<i32> = rows
+            .iter()
+            .map(|r| schemaless::routing::shard_of(r, shard_count) as i32)
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        // The heads as of now: what the reverse mirror must have passed.
+        let heads = match self.reverse_offsets(&shards).await {
+            Ok(offsets) if !offsets.is_empty() => self.schemaless.log_heads().await.ok(),
+            _ => None,
+        };
+        // The index's maintainer must pass the heads as of now.
+        let index_trigger = match index {
+            Some(name) => self.index_trigger(name).await,
+            None => None,
+        };
+        let index_heads = match &index_trigger {
+            Some(trigger) => trigger::status(&self.schemaless, trigger)
+                .await
+                .ok()
+                .map(|shards| shards.iter().map(|s| s.head).collect::<Vec<u64>>()),
+            None => None,
+        };
+        loop {
+            let index_behind = match (&index_trigger, &index_heads) {
+                (Some(trigger), Some(heads)) => trigger::status(&self.schemaless, trigger)
+                    .await
+                    .map(|shards| shards.iter().zip(heads).any(|(s, head)| s.offset < *head))
+                    .unwrap_or(true),
+                _ => false,
+            };
+            let outbox = self.outbox_holds(&uuids).await;
+            let reverse_behind = match &heads {
+                None => Ok(false),
+                Some(heads) => self.reverse_offsets(&shards).await.map(|offsets| {
+                    offsets.iter().any(|(shard, offset)| {
+                        heads
+                            .get(*shard as usize)
+                            .is_some_and(|head| (*offset as u64) < *head)
+                    })
+                }),
+            };
+            match (outbox, reverse_behind) {
+                (Ok(false), Ok(false)) if !index_behind => return true,
+                (Err(e), _) | (_, Err(e)) => {
+                    tracing::debug!("verify triage: {e}");
+                }
+                _ => {}
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn backfill_pending(&self) -> bool {
+        match backfill::status::read(&self.pool).await {
+            Ok(status) => !status.complete(),
+            Err(_) => true,
+        }
+    }
+}

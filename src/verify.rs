@@ -397,19 +397,19 @@ async fn report(
         report.mismatch_rate, report.upper_bound, gates.max_mismatch_upper_bound
     );
     println!(
-        "{:<12} {:>10} {:>10} {:>10}",
+        "{:<18} {:>10} {:>10} {:>10}",
         "column", "samples", "matches", "mismatches"
     );
     for c in &report.by_column {
         println!(
-            "{:<12} {:>10} {:>10} {:>10}",
+            "{:<18} {:>10} {:>10} {:>10}",
             c.column, c.counts.samples, c.counts.matches, c.counts.mismatches
         );
     }
     println!("coverage (parent rows verified since their last write):");
     for c in &report.coverage {
         println!(
-            "  {:<10} {} of {} ({:.2}%)",
+            "  {:<18} {} of {} ({:.2}%)",
             c.column,
             c.verified,
             c.rows,

@@ -10,13 +10,16 @@
 //! - [`backfill`]: the backfill against a raw `LOAD DATA` of the same
 //!   cells, and its peak memory at two sizes;
 //! - [`mirror`]: facade write latency in `mirror` against `legacy`, and
-//!   relay throughput.
+//!   relay throughput;
+//! - [`verify`]: facade read latency with sampling at 0%, 1% and 100%,
+//!   and the full diff's speed.
 
 mod backfill;
 mod cells;
 mod index;
 mod mirror;
 mod stats;
+mod verify;
 
 use std::path::Path;
 
@@ -39,6 +42,9 @@ pub enum BenchCommand {
     /// the same shard tables, and peak memory at two sizes, on the dev
     /// cluster.
     Backfill(backfill::BackfillArgs),
+    /// Facade read latency with sampling at 0%, 1% and 100% (same readers,
+    /// same run), and full-diff speed in parents/s, on the dev cluster.
+    Verify(verify::VerifyArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -47,5 +53,6 @@ pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Index(args) => index::run(args, config, cluster_dir).await,
         BenchCommand::Mirror(args) => mirror::run(args, config, cluster_dir).await,
         BenchCommand::Backfill(args) => backfill::run(args, config, cluster_dir).await,
+        BenchCommand::Verify(args) => verify::run(args, config, cluster_dir).await,
     }
 }

@@ -18,11 +18,20 @@ pub trait Canonical: Send + Sync {
     /// The canonical body, or an error text when the body does not fit
     /// the layout (it is then compared as it is).
     fn canonical(&self, column: &Column, body: &Body) -> Result<Body, String>;
+
+    /// Whether both stores can hold `column`: Schemaless also keeps
+    /// columns the legacy tables have no place for (a trigger's output),
+    /// which are not compared.
+    fn compares(&self, column: &Column) -> bool;
 }
 
 impl Canonical for legacy::LegacyStore {
     fn canonical(&self, column: &Column, body: &Body) -> Result<Body, String> {
         self.canonical_body(column, body).map_err(|e| e.to_string())
+    }
+
+    fn compares(&self, column: &Column) -> bool {
+        self.layout().column(column.as_str()).is_some()
     }
 }
 
@@ -32,6 +41,10 @@ pub struct AsStored;
 impl Canonical for AsStored {
     fn canonical(&self, _: &Column, body: &Body) -> Result<Body, String> {
         Ok(body.clone())
+    }
+
+    fn compares(&self, _: &Column) -> bool {
+        true
     }
 }
 
@@ -287,6 +300,7 @@ pub fn rows(
         .iter()
         .chain(schemaless)
         .map(|c| &c.cell.key.column)
+        .filter(|column| canon.compares(column))
         .collect();
     let find = |cells: &'_ [StoredCell], column: &Column| -> Option<Cell> {
         cells
@@ -460,6 +474,48 @@ mod tests {
         assert_eq!(extra.ref_key, 2);
         let same = cell_sets(&r, &AsStored, row, &column, &[&a, &b], &[&b, &a]).unwrap();
         assert!(same.difference.is_none());
+    }
+
+    /// A layout that knows only BASE.
+    struct OnlyBase;
+
+    impl Canonical for OnlyBase {
+        fn canonical(&self, _: &Column, body: &Body) -> Result<Body, String> {
+            Ok(body.clone())
+        }
+
+        fn compares(&self, column: &Column) -> bool {
+            column.as_str() == "BASE"
+        }
+    }
+
+    #[test]
+    fn columns_only_schemaless_keeps_are_not_compared() {
+        let row = RowKey::random();
+        let stored = |c: Cell| StoredCell {
+            cell: c,
+            added_id: 0,
+            created_at: 0,
+        };
+        let a = cell(row, "BASE", 1, json!({"s": "x"}));
+        let status = cell(row, "STATUS", 0, json!({"billed": true}));
+        let units = rows(
+            &rules(&[], &[]),
+            &OnlyBase,
+            row,
+            &[stored(a.clone())],
+            &[stored(a.clone()), stored(status.clone())],
+        );
+        assert_eq!(units.len(), 1);
+        assert!(units[0].difference.is_none());
+        let units = rows(
+            &rules(&[], &[]),
+            &AsStored,
+            row,
+            &[stored(a.clone())],
+            &[stored(a), stored(status)],
+        );
+        assert_eq!(units.iter().filter(|u| u.difference.is_some()).count(), 1);
     }
 
     #[test]

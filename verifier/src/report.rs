@@ -1,7 +1,10 @@
 //! `mezzanine verify report`: the figures cutover is decided on.
 //!
 //! Over a window (samples since a moment; the gates use the later of the
-//! current mode's start and the backfill's end): samples, matches and
+//! current mode's start and the backfill's end; counts are kept in
+//! 10-second buckets, and only buckets starting within the window count,
+//! so a window leaves out up to 10 s of samples, never takes in older
+//! ones): samples, matches and
 //! mismatches per column, the mismatch rate with its 95% upper confidence
 //! bound ([`crate::bound`]), the open mismatches, and coverage: per
 //! column, the share of parent rows whose current cell was verified equal
@@ -124,7 +127,7 @@ pub async fn read(
         "SELECT column_name, sum(samples)::int8, sum(matches)::int8, sum(mismatches)::int8, sum(transient)::int8,
                 sum(unsettled)::int8, sum(pending_backfill)::int8, sum(replay_errors)::int8, sum(dropped)::int8
          FROM mezzanine.verify_stats
-         WHERE $1::float8 IS NULL OR bucket >= to_timestamp(floor($1::float8 / 10) * 10)
+         WHERE $1::float8 IS NULL OR bucket >= to_timestamp($1::float8)
          GROUP BY column_name ORDER BY column_name",
     )
     .bind(since)

@@ -73,6 +73,15 @@ impl Read {
         }
     }
 
+    /// The one column the read is about, if it is about one.
+    fn column(&self) -> Option<&Column> {
+        match self {
+            Read::Cell(key) => Some(&key.column),
+            Read::Latest(_, column) | Read::Index(_, column) => Some(column),
+            Read::Row(_) => None,
+        }
+    }
+
     /// The column the read's counts go under (`*` for a whole row).
     fn column_label(&self) -> String {
         match self {
@@ -201,8 +210,8 @@ struct Shared {
     /// The rate as f64 bits.
     rate: AtomicU64,
     cap: AtomicU64,
-    /// (second, samples taken in it).
-    window: Mutex<(u64, u64)>,
+    /// (second since start << 32 | samples taken in it).
+    window: AtomicU64,
     queue: mpsc::Sender<Sample>,
     tally: Mutex<Tally>,
     started: Instant,
@@ -222,17 +231,30 @@ impl Sampler {
         if rate <= 0.0 || (rate < 1.0 && rand::random::<f64>() >= rate) {
             return false;
         }
-        let second = self.shared.started.elapsed().as_secs();
+        // (second << 32 | samples taken in it), moved on without a lock.
+        let second = self.shared.started.elapsed().as_secs() & 0xffff_ffff;
         let cap = self.shared.cap.load(Ordering::Relaxed);
-        let mut window = self.shared.window.lock().expect("sampler window");
-        if window.0 != second {
-            *window = (second, 0);
+        let mut window = self.shared.window.load(Ordering::Relaxed);
+        loop {
+            let taken = if window >> 32 == second {
+                window & 0xffff_ffff
+            } else {
+                0
+            };
+            if taken >= cap {
+                return false;
+            }
+            let next = second << 32 | (taken + 1);
+            match self.shared.window.compare_exchange_weak(
+                window,
+                next,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => window = seen,
+            }
         }
-        if window.1 >= cap {
-            return false;
-        }
-        window.1 += 1;
-        true
     }
 
     /// Hands a served read over for replay; never waits. A full queue
@@ -260,9 +282,10 @@ impl Sampler {
             settings.sample_rate.clamp(0.0, 1.0).to_bits(),
             Ordering::Relaxed,
         );
-        self.shared
-            .cap
-            .store(settings.max_samples_per_sec.max(1), Ordering::Relaxed);
+        self.shared.cap.store(
+            settings.max_samples_per_sec.clamp(1, 1_000_000),
+            Ordering::Relaxed,
+        );
     }
 
     fn count(&self, column: &str, f: impl FnOnce(&mut Counts)) {
@@ -324,7 +347,7 @@ pub fn start(replayer: Replayer, cancel: CancellationToken) -> (Sampler, Vec<Joi
         shared: Arc::new(Shared {
             rate: AtomicU64::new(replayer.config.sample_rate.to_bits()),
             cap: AtomicU64::new(replayer.config.max_samples_per_sec),
-            window: Mutex::new((0, 0)),
+            window: AtomicU64::new(0),
             queue: sender,
             tally: Mutex::new(Tally::default()),
             started: Instant::now(),
@@ -374,6 +397,12 @@ async fn dispatch(
 
 /// Replays one sample, compares, triages and counts.
 async fn replay(replayer: &Replayer, sampler: &Sampler, sample: Sample) {
+    // A column only Schemaless keeps has nothing to compare with.
+    if let Some(column) = sample.read.column() {
+        if !replayer.stores.canonical.compares(column) {
+            return;
+        }
+    }
     let label = sample.read.column_label();
     let started = Instant::now();
     let other = replayer

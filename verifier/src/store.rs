@@ -216,9 +216,38 @@ pub async fn flush(
     counts: &HashMap<String, Counts>,
     verified: &[Verified],
 ) -> Result<(), Error> {
+    // Rows are locked in one order (column, then row key) by every writer,
+    // but a deadlock with another kind of writer is still possible: it
+    // rolls back and is simply redone.
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match flush_once(pool, counts, verified).await {
+            Err(Error::Postgres { source, .. })
+                if attempt < 5
+                    && source
+                        .as_database_error()
+                        .and_then(|db| db.code())
+                        .is_some_and(|code| code == "40P01" || code == "40001") =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(10 << attempt)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn flush_once(
+    pool: &PgPool,
+    counts: &HashMap<String, Counts>,
+    verified: &[Verified],
+) -> Result<(), Error> {
     let context = "writing the verifier's counts";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
-    for (column, c) in counts.iter().filter(|(_, c)| !c.is_empty()) {
+    let mut ordered: Vec<(&String, &Counts)> =
+        counts.iter().filter(|(_, c)| !c.is_empty()).collect();
+    ordered.sort_by_key(|(column, _)| *column);
+    for (column, c) in ordered {
         sqlx::query(
             "INSERT INTO mezzanine.verify_stats AS s (bucket, column_name, samples, matches, mismatches,
                  transient, unsettled, pending_backfill, replay_errors, dropped)
@@ -249,7 +278,8 @@ pub async fn flush(
     if !verified.is_empty() {
         // One row per key (the newest), or the upsert would touch a row
         // twice.
-        let mut newest: HashMap<(Uuid, &str), &Verified> = HashMap::new();
+        let mut newest: std::collections::BTreeMap<(Uuid, &str), &Verified> =
+            std::collections::BTreeMap::new();
         for v in verified {
             let slot = newest
                 .entry((v.row_key.uuid(), v.column.as_str()))

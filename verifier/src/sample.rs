@@ -22,7 +22,7 @@
 //! rounds: `unsettled`, not judged. Missing from Schemaless while the
 //! backfill is unfinished: `pending_backfill`.
 //!
-//! Counts, coverage and resolutions are written to PostgreSQL once a second
+//! Counts, coverage and resolutions are written to PostgreSQL every 250 ms
 //! in one transaction ([`crate::store::flush`]); the same flush picks up
 //! the sampling settings `mezzanine verify sample` stored.
 //!
@@ -102,6 +102,13 @@ pub enum Answer {
     /// Index entries.
     Entries(Vec<IndexEntry>),
 }
+
+/// How often counts and coverage are written: small batches often rather
+/// than a burst of PostgreSQL work once a second.
+const FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// How many samples the cap lets through at once after a quiet spell.
+const BURST: u64 = 4;
 
 /// A served read, handed to the verifier.
 #[derive(Clone, Debug)]
@@ -210,7 +217,7 @@ struct Shared {
     /// The rate as f64 bits.
     rate: AtomicU64,
     cap: AtomicU64,
-    /// (second since start << 32 | samples taken in it).
+    /// The cap's theoretical arrival time, nanoseconds since `started`.
     window: AtomicU64,
     queue: mpsc::Sender<Sample>,
     tally: Mutex<Tally>,
@@ -231,28 +238,30 @@ impl Sampler {
         if rate <= 0.0 || (rate < 1.0 && rand::random::<f64>() >= rate) {
             return false;
         }
-        // (second << 32 | samples taken in it), moved on without a lock.
-        let second = self.shared.started.elapsed().as_secs() & 0xffff_ffff;
-        let cap = self.shared.cap.load(Ordering::Relaxed);
-        let mut window = self.shared.window.load(Ordering::Relaxed);
+        // The cap as an evenly spaced rate (GCRA, without a lock): each
+        // sample moves the theoretical arrival time on by 1/cap; a sample is
+        // taken while that time is at most a few intervals ahead of now. A
+        // per-second window would let the whole second's samples through
+        // in its first milliseconds, a burst of replays the served reads
+        // would queue behind.
+        let cap = self.shared.cap.load(Ordering::Relaxed).max(1);
+        let interval = 1_000_000_000 / cap;
+        let tolerance = interval * BURST;
+        let now = self.shared.started.elapsed().as_nanos() as u64;
+        let mut tat = self.shared.window.load(Ordering::Relaxed);
         loop {
-            let taken = if window >> 32 == second {
-                window & 0xffff_ffff
-            } else {
-                0
-            };
-            if taken >= cap {
+            let from = tat.max(now);
+            if from - now > tolerance {
                 return false;
             }
-            let next = second << 32 | (taken + 1);
             match self.shared.window.compare_exchange_weak(
-                window,
-                next,
+                tat,
+                from + interval,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => return true,
-                Err(seen) => window = seen,
+                Err(seen) => tat = seen,
             }
         }
     }
@@ -579,12 +588,13 @@ fn count_matches(sampler: &Sampler, units: &[Unit], after_triage: bool) {
     }
 }
 
-/// Writes the tally once a second, and follows the stored settings.
+/// Writes the tally every [`FLUSH_EVERY`], and follows the stored
+/// settings.
 async fn flush_loop(replayer: Arc<Replayer>, sampler: Sampler, cancel: CancellationToken) {
     if let Err(e) = store::ensure(&replayer.pool).await {
         tracing::warn!("verify: {e}");
     }
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stopping = tokio::select! {

@@ -22,6 +22,7 @@
 //! | `mezzanine_verify_matches{column}` | gauge | of those, matches |
 //! | `mezzanine_verify_mismatches{column}` | gauge | of those, mismatches |
 //! | `mezzanine_verify_dropped` | gauge | samples dropped on full queues in the window |
+//! | `mezzanine_verify_replay_seconds_mean` | gauge | mean time of a replay on the other store in the window |
 //! | `mezzanine_verify_mismatch_upper_bound` | gauge | 95% upper bound of the mismatch rate |
 //! | `mezzanine_verify_open_mismatches` | gauge | mismatches not resolved |
 
@@ -214,6 +215,8 @@ fn set_gauges(v: &Value) {
         }
     }
     metrics::gauge!("mezzanine_verify_dropped").set(n(&r["totals"]["dropped"]));
+    metrics::gauge!("mezzanine_verify_replay_seconds_mean")
+        .set(n(&r["totals"]["replay_mean_ms"]) / 1000.0);
     metrics::gauge!("mezzanine_verify_mismatch_upper_bound").set(n(&r["upper_bound"]));
     metrics::gauge!("mezzanine_verify_open_mismatches").set(n(&r["open_mismatches"]));
 }

@@ -95,6 +95,15 @@ pub struct Verify {
     /// Default 4.
     #[serde(default = "default_verify_workers")]
     pub workers: usize,
+    /// `verify.stale_after_ms`: a chunk of `verify full` whose worker has
+    /// not written a heartbeat for this long (it died) is compared again
+    /// by another. 100–3600000. Default 20000.
+    #[serde(default = "default_verify_stale_after_ms")]
+    pub stale_after_ms: u64,
+}
+
+fn default_verify_stale_after_ms() -> u64 {
+    20_000
 }
 
 fn default_sample_rate() -> f64 {
@@ -142,6 +151,7 @@ impl Default for Verify {
             tolerance: Default::default(),
             chunk_size: default_verify_chunk_size(),
             workers: default_verify_workers(),
+            stale_after_ms: default_verify_stale_after_ms(),
         }
     }
 }

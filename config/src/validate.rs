@@ -487,6 +487,12 @@ fn validate_verify(verify: &crate::Verify) -> Result<(), Problem> {
     in_range("verify.triage_wait_ms", verify.triage_wait_ms, 0, 3_600_000)?;
     in_range("verify.chunk_size", verify.chunk_size, 1, 1_000_000)?;
     in_range("verify.workers", verify.workers as u64, 1, 256)?;
+    in_range(
+        "verify.stale_after_ms",
+        verify.stale_after_ms,
+        100,
+        3_600_000,
+    )?;
     for (i, rule) in verify.ignore.iter().enumerate() {
         check_field_rule(&format!("verify.ignore[{i}]"), rule, true)?;
     }

@@ -502,6 +502,86 @@ async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired(
     facade.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_full_diff_resumes_the_same_run_and_finishes_it() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 300, 13, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let (config, text) = verify_config(&db, TEST_GATES);
+    let text = format!("{text}stale_after_ms = 500\n");
+    let file = config_file(&text);
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
+    facade.close().await;
+
+    let mut first = mezzanine(
+        file.path(),
+        &[
+            "verify",
+            "full",
+            "--workers",
+            "1",
+            "--chunk-size",
+            "5",
+            "--plain",
+        ],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let done = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM mezzanine.verify_chunks WHERE state = 'done'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done().await < 3 {
+        assert!(Instant::now() < deadline, "the first run compared nothing");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill().unwrap(); // SIGKILL, mid-chunk or between chunks
+    first.wait().unwrap();
+    let before = done().await;
+    let chunks: i64 = sqlx::query_scalar("SELECT count(*) FROM mezzanine.verify_chunks")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        before < chunks,
+        "killed before the end: {before} of {chunks}"
+    );
+
+    // The second run continues the same run, takes over the chunk the
+    // killed one held once its claim is stale, and finishes it.
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "full", "--json", "--plain"],
+    ));
+    assert!(ok, "{out}{err}");
+    assert!(
+        err.contains(&format!("{before} of {chunks} chunks done before")),
+        "{err}"
+    );
+    let figures: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(figures["run"], 1, "{out}");
+    assert_eq!(figures["done"], chunks, "{out}");
+    assert_eq!(figures["parents"], 300, "{out}");
+    assert_eq!(figures["mismatches"], 0, "{out}");
+    let (ok, out, _) = run(mezzanine(file.path(), &["verify", "report"]));
+    assert!(
+        ok && out.contains("full diff run 1: 60 of 60 chunks, 300 parents, 0 mismatches, finished"),
+        "{out}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_served_read_is_never_changed_by_sampling_even_with_the_other_store_down() {
     let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
@@ -691,6 +771,7 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
         "mezzanine_mode{mode=\"mirror\"} 1",
         "mezzanine_backfill_chunks{state=\"done\"} 1",
         "mezzanine_verify_samples{column=\"BASE\"}",
+        "mezzanine_verify_replay_seconds_mean",
     ] {
         assert!(metrics.contains(expected), "{expected} not in {metrics}");
     }

@@ -3,8 +3,11 @@
 //!
 //! A run is planned in `mezzanine.verify_runs`/`verify_chunks` (the legacy
 //! id range cut into `verify.chunk_size` chunks). Workers, in one process
-//! or several, claim chunks with `FOR UPDATE SKIP LOCKED`; a chunk claimed
-//! longer ago than [`STALE`] (its worker died) is claimed again. A chunk:
+//! or several, claim chunks with `FOR UPDATE SKIP LOCKED`. A worker
+//! renews its chunk's `claimed_at` while it compares it; a chunk not
+//! renewed for `verify.stale_after_ms` (its worker died) is claimed again,
+//! and workers out of chunks wait for such chunks before they stop, so a
+//! run resumed after a crash finishes. A chunk:
 //!
 //! 1. the legacy side: one snapshot scan of the parents and their
 //!    children ([`legacy::LegacyStore::scan`]);
@@ -42,10 +45,6 @@ use crate::store::{self, Counts, Source, Verified};
 /// How many times a difference is read again before it is left
 /// unjudged.
 const TRIAGE_ROUNDS: usize = 5;
-
-/// A claimed chunk whose worker has been silent this long is claimed
-/// again.
-pub const STALE: Duration = Duration::from_secs(120);
 
 /// A run of the full diff.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -235,9 +234,26 @@ impl FullDiff {
     ) -> Result<(), Error> {
         while !cancel.is_cancelled() {
             let Some((start, end)) = self.claim(id).await? else {
-                return Ok(());
+                // Chunks claimed by others: wait in case their worker died.
+                if self.unfinished(id).await? == 0 {
+                    return Ok(());
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return Ok(()),
+                    _ = tokio::time::sleep(Duration::from_millis(
+                        (self.config.stale_after_ms / 4).clamp(50, 2000),
+                    )) => {}
+                }
+                continue;
             };
-            let checked = self.check(start..end).await?;
+            let checked = {
+                let heartbeat = self.heartbeat(id, start);
+                tokio::pin!(heartbeat);
+                tokio::select! {
+                    checked = self.check(start..end) => checked?,
+                    never = &mut heartbeat => match never {},
+                }
+            };
             sqlx::query(
                 "UPDATE mezzanine.verify_chunks SET state = 'done', done_at = now(),
                      parents = $3, cells = $4, mismatches = $5, sample_row_keys = $6
@@ -271,6 +287,37 @@ impl FullDiff {
         Ok(())
     }
 
+    /// Chunks of the run not done yet.
+    async fn unfinished(&self, id: i64) -> Result<i64, Error> {
+        sqlx::query_scalar(
+            "SELECT count(*) FROM mezzanine.verify_chunks WHERE run = $1 AND state <> 'done'",
+        )
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::postgres("reading a full diff run"))
+    }
+
+    /// Renews the chunk's claim every quarter of `verify.stale_after_ms`,
+    /// until dropped.
+    async fn heartbeat(&self, id: i64, start: i64) -> std::convert::Infallible {
+        let every = Duration::from_millis((self.config.stale_after_ms / 4).max(25));
+        loop {
+            tokio::time::sleep(every).await;
+            if let Err(e) = sqlx::query(
+                "UPDATE mezzanine.verify_chunks SET claimed_at = now()
+                 WHERE run = $1 AND start_id = $2 AND state = 'running'",
+            )
+            .bind(id)
+            .bind(start)
+            .execute(&self.pool)
+            .await
+            {
+                tracing::warn!("verify full: renewing a chunk's claim: {e}");
+            }
+        }
+    }
+
     async fn claim(&self, id: i64) -> Result<Option<(i64, i64)>, Error> {
         let row = sqlx::query(
             "UPDATE mezzanine.verify_chunks SET state = 'running', claimed_at = now()
@@ -281,7 +328,7 @@ impl FullDiff {
              RETURNING start_id, end_id",
         )
         .bind(id)
-        .bind(STALE.as_secs_f64())
+        .bind(self.config.stale_after_ms as f64 / 1000.0)
         .fetch_optional(&self.pool)
         .await
         .map_err(Error::postgres("claiming a chunk to compare"))?;

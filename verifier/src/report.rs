@@ -39,6 +39,9 @@ pub struct CountsJson {
     pub pending_backfill: u64,
     pub replay_errors: u64,
     pub dropped: u64,
+    pub replays: u64,
+    /// Mean replay time, milliseconds (0 without replays).
+    pub replay_mean_ms: f64,
 }
 
 impl From<Counts> for CountsJson {
@@ -52,6 +55,12 @@ impl From<Counts> for CountsJson {
             pending_backfill: c.pending_backfill,
             replay_errors: c.replay_errors,
             dropped: c.dropped,
+            replays: c.replays,
+            replay_mean_ms: if c.replays == 0 {
+                0.0
+            } else {
+                c.replay_micros as f64 / c.replays as f64 / 1000.0
+            },
         }
     }
 }
@@ -125,7 +134,8 @@ pub async fn read(
     let context = "reading the verifier's counts";
     let rows = sqlx::query(
         "SELECT column_name, sum(samples)::int8, sum(matches)::int8, sum(mismatches)::int8, sum(transient)::int8,
-                sum(unsettled)::int8, sum(pending_backfill)::int8, sum(replay_errors)::int8, sum(dropped)::int8
+                sum(unsettled)::int8, sum(pending_backfill)::int8, sum(replay_errors)::int8, sum(dropped)::int8,
+                sum(replays)::int8, sum(replay_micros)::int8
          FROM mezzanine.verify_stats
          WHERE $1::float8 IS NULL OR bucket >= to_timestamp($1::float8)
          GROUP BY column_name ORDER BY column_name",
@@ -149,6 +159,8 @@ pub async fn read(
             pending_backfill: n(6)?,
             replay_errors: n(7)?,
             dropped: n(8)?,
+            replays: n(9)?,
+            replay_micros: n(10)?,
         };
         totals.add(&counts);
         by_column.push(ColumnCounts {

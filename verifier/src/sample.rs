@@ -418,7 +418,12 @@ async fn replay(replayer: &Replayer, sampler: &Sampler, sample: Sample) {
         .stores
         .read(sample.served.other(), &sample.read)
         .await;
-    metrics::histogram!("mezzanine_verify_replay_seconds").record(started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    metrics::histogram!("mezzanine_verify_replay_seconds").record(took.as_secs_f64());
+    sampler.count(&label, |c| {
+        c.replays += 1;
+        c.replay_micros += took.as_micros() as u64;
+    });
     let other = match other {
         Ok(answer) => answer,
         Err(e) => {

@@ -3,7 +3,7 @@
 //! | table | what |
 //! |---|---|
 //! | `verify_mismatches` | one row per (row key, column) found different after triage: both values, first and last seen, how often, whether resolved (a later match, a repair) |
-//! | `verify_stats` | counts per 10-second bucket and column: samples, matches, mismatches, transient differences, unsettled, not yet backfilled, replay errors, dropped samples |
+//! | `verify_stats` | counts per 10-second bucket and column: samples, matches, mismatches, transient differences, unsettled, not yet backfilled, replay errors, dropped samples, replays and their total time |
 //! | `verify_coverage` | per (row key, column), the ref key last verified and when: a row is verified "since its last write" while that ref key is still its current one |
 //! | `verify_settings` | the sample rate and cap every facade follows (set by `mezzanine verify sample`) |
 //! | `verify_runs`, `verify_chunks` | the full diff's runs and their chunks |
@@ -51,6 +51,8 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              pending_backfill bigint NOT NULL DEFAULT 0,
              replay_errors bigint NOT NULL DEFAULT 0,
              dropped bigint NOT NULL DEFAULT 0,
+             replays bigint NOT NULL DEFAULT 0,
+             replay_micros bigint NOT NULL DEFAULT 0,
              PRIMARY KEY (bucket, column_name));
          CREATE TABLE IF NOT EXISTS mezzanine.verify_coverage (
              row_key uuid NOT NULL,
@@ -175,6 +177,10 @@ pub struct Counts {
     pub replay_errors: u64,
     /// Samples dropped on a full queue.
     pub dropped: u64,
+    /// Replays timed (one per sampled read).
+    pub replays: u64,
+    /// Their total time, microseconds.
+    pub replay_micros: u64,
 }
 
 impl Counts {
@@ -187,6 +193,8 @@ impl Counts {
         self.pending_backfill += other.pending_backfill;
         self.replay_errors += other.replay_errors;
         self.dropped += other.dropped;
+        self.replays += other.replays;
+        self.replay_micros += other.replay_micros;
     }
 
     fn is_empty(&self) -> bool {
@@ -250,8 +258,8 @@ async fn flush_once(
     for (column, c) in ordered {
         sqlx::query(
             "INSERT INTO mezzanine.verify_stats AS s (bucket, column_name, samples, matches, mismatches,
-                 transient, unsettled, pending_backfill, replay_errors, dropped)
-             VALUES (to_timestamp(floor(extract(epoch FROM now()) / 10) * 10), $1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 transient, unsettled, pending_backfill, replay_errors, dropped, replays, replay_micros)
+             VALUES (to_timestamp(floor(extract(epoch FROM now()) / 10) * 10), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (bucket, column_name) DO UPDATE SET
                  samples = s.samples + excluded.samples,
                  matches = s.matches + excluded.matches,
@@ -260,7 +268,9 @@ async fn flush_once(
                  unsettled = s.unsettled + excluded.unsettled,
                  pending_backfill = s.pending_backfill + excluded.pending_backfill,
                  replay_errors = s.replay_errors + excluded.replay_errors,
-                 dropped = s.dropped + excluded.dropped",
+                 dropped = s.dropped + excluded.dropped,
+                 replays = s.replays + excluded.replays,
+                 replay_micros = s.replay_micros + excluded.replay_micros",
         )
         .bind(column)
         .bind(c.samples as i64)
@@ -271,6 +281,8 @@ async fn flush_once(
         .bind(c.pending_backfill as i64)
         .bind(c.replay_errors as i64)
         .bind(c.dropped as i64)
+        .bind(c.replays as i64)
+        .bind(c.replay_micros as i64)
         .execute(&mut *tx)
         .await
         .map_err(Error::postgres(context))?;

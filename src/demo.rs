@@ -337,7 +337,6 @@ async fn verify_steps(
     pool: &sqlx::PgPool,
     row: schemaless::RowKey,
 ) -> anyhow::Result<()> {
-    use std::sync::Arc;
     use verifier::store::Settings;
 
     step("15. verify: every read sampled and replayed on Schemaless, then a full diff");
@@ -365,17 +364,7 @@ async fn verify_steps(
     // The replays run in the background; their counts reach PostgreSQL
     // once a second.
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let diff = verifier::full::FullDiff {
-        legacy: store.legacy().clone(),
-        schemaless: store.schemaless().clone(),
-        rules: verifier::Rules::from_config(&config.verify),
-        pool: pool.clone(),
-        triage: Arc::new(tripstore::triage::MirrorTriage::new(
-            pool.clone(),
-            store.schemaless().clone(),
-        )),
-        config: config.verify.clone(),
-    };
+    let diff = tripstore::triage::full_diff(store.legacy(), store.schemaless(), config);
     let id = verifier::full::plan(pool, store.legacy(), 500, true).await?;
     let started = Instant::now();
     let run = diff

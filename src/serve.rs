@@ -215,8 +215,7 @@ fn set_gauges(v: &Value) {
         }
     }
     metrics::gauge!("mezzanine_verify_dropped").set(n(&r["totals"]["dropped"]));
-    metrics::gauge!("mezzanine_verify_replay_seconds_mean")
-        .set(n(&r["totals"]["replay_mean_ms"]) / 1000.0);
+    metrics::gauge!("mezzanine_verify_replay_seconds_mean").set(n(&r["replay_mean_ms"]) / 1000.0);
     metrics::gauge!("mezzanine_verify_mismatch_upper_bound").set(n(&r["upper_bound"]));
     metrics::gauge!("mezzanine_verify_open_mismatches").set(n(&r["open_mismatches"]));
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use schemaless::{MySqlStore, RowKey};
 use tokio_util::sync::CancellationToken;
-use verifier::full::{FullDiff, Progress};
+use verifier::full::Progress;
 use verifier::repair::{Repair, Repaired};
 use verifier::store::Settings;
 use verifier::Rules;
@@ -170,17 +170,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
         "full diff run {id}: {} of {} chunks done before, {workers} workers",
         before.done, before.chunks
     );
-    let diff = Arc::new(FullDiff {
-        legacy: legacy.clone(),
-        schemaless: schemaless.clone(),
-        rules: Rules::from_config(&config.verify),
-        pool: pool.clone(),
-        triage: Arc::new(tripstore::triage::MirrorTriage::new(
-            pool.clone(),
-            schemaless.clone(),
-        )),
-        config: config.verify.clone(),
-    });
+    let diff = Arc::new(tripstore::triage::full_diff(&legacy, &schemaless, config));
     let progress = Arc::new(Progress::default());
     let cancel = CancellationToken::new();
     let started = Instant::now();

@@ -117,19 +117,10 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
         )
         .into());
     }
-    let mut config = crate::load_config(config_path)?;
-    config.instance.name = args.instance.clone();
+    let mut config = super::own_instance(config_path, &args.instance, args.workers as u32 + 4)?;
     if let Some(size) = args.chunk_size {
         config.backfill.chunk_size = size.max(1);
     }
-    let legacy_config = config
-        .legacy
-        .as_mut()
-        .ok_or_else(|| crate::UsageError("the config has no [legacy] table".into()))?;
-    let mut url = url::Url::parse(&legacy_config.url)?;
-    url.set_path(&format!("/{}", args.instance));
-    legacy_config.url = url.to_string();
-    legacy_config.max_connections = legacy_config.max_connections.max(args.workers as u32 + 4);
     let layout = legacy::connection::layout_config(&config)?.clone();
     let child_config = bench_config_file(config_path, &args.instance, &legacy_config_url(&config))?;
 

@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use schemaless::mysql::{schema, Topology};
 use schemaless::CellStore;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -140,37 +139,11 @@ pub async fn run(args: MirrorArgs, config_path: &Path, cluster_dir: &Path) -> an
         )
         .into());
     }
-    let mut config = crate::load_config(config_path)?;
-    config.instance.name = args.instance.clone();
-    let legacy_config = config
-        .legacy
-        .as_mut()
-        .ok_or_else(|| crate::UsageError("the config has no [legacy] table".into()))?;
-    let mut url = url::Url::parse(&legacy_config.url)?;
-    url.set_path(&format!("/{}", args.instance));
-    legacy_config.url = url.to_string();
-    legacy_config.max_connections = legacy_config.max_connections.max(args.writers as u32 + 8);
+    let mut config = super::own_instance(config_path, &args.instance, args.writers as u32 + 8)?;
     // The relay is run by hand below, so it can be paused.
     config.mirror.relay_in_app = false;
     config.mirror.reverse_in_app = false;
-    let layout = legacy::connection::layout_config(&config)?.clone();
-
-    let spec = crate::cluster::spec_from_config(config_path, 55432)?;
-    crate::cluster::up(cluster_dir, spec).await?;
-    let topology = Topology::from_config(&config)?;
-    schema::drop_instance(&topology).await?;
-    schema::apply(&topology).await?;
-    topology.close().await;
-    let legacy_config = legacy::connection::legacy_config(&config)?;
-    legacy::trips::init(legacy_config, &layout.schema, Some(&layout.uuid)).await?;
-    let pool = legacy::connection::pool(legacy_config)?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS mezzanine CASCADE;
-         TRUNCATE {s}.trip_notes, {s}.billing_attempts, {s}.fare_adjustments, {s}.trips",
-        s = layout.schema
-    )))
-    .execute(&pool)
-    .await?;
+    let pool = super::fresh_data_set(&config, config_path, cluster_dir).await?;
 
     let store = Arc::new(TripStore::connect(&config).await?);
     eprintln!("warming up ...");

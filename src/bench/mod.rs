@@ -24,6 +24,7 @@ mod verify;
 use std::path::Path;
 
 use clap::Subcommand;
+use schemaless::mysql::{schema, Topology};
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -55,4 +56,53 @@ pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Backfill(args) => backfill::run(args, config, cluster_dir).await,
         BenchCommand::Verify(args) => verify::run(args, config, cluster_dir).await,
     }
+}
+
+/// The config at `config_path`, pointed at a PostgreSQL database and a
+/// Schemaless instance of the benchmark's own (both named `instance`),
+/// with at least `connections` PostgreSQL connections.
+pub(crate) fn own_instance(
+    config_path: &Path,
+    instance: &str,
+    connections: u32,
+) -> anyhow::Result<config::Config> {
+    let mut config = crate::load_config(config_path)?;
+    config.instance.name = instance.to_string();
+    let legacy_config = config
+        .legacy
+        .as_mut()
+        .ok_or_else(|| crate::UsageError("the config has no [legacy] table".into()))?;
+    let mut url = url::Url::parse(&legacy_config.url)?;
+    url.set_path(&format!("/{instance}"));
+    legacy_config.url = url.to_string();
+    legacy_config.max_connections = legacy_config.max_connections.max(connections);
+    Ok(config)
+}
+
+/// Starts the dev cluster if needed, recreates the instance's shard
+/// databases empty, and creates the legacy trips tables emptied, without
+/// the toolkit's own tables. Returns a pool to the legacy database.
+pub(crate) async fn fresh_data_set(
+    config: &config::Config,
+    config_path: &Path,
+    cluster_dir: &Path,
+) -> anyhow::Result<sqlx::PgPool> {
+    let layout = legacy::connection::layout_config(config)?;
+    let spec = crate::cluster::spec_from_config(config_path, 55432)?;
+    crate::cluster::up(cluster_dir, spec).await?;
+    let topology = Topology::from_config(config)?;
+    schema::drop_instance(&topology).await?;
+    schema::apply(&topology).await?;
+    topology.close().await;
+    let legacy_config = legacy::connection::legacy_config(config)?;
+    legacy::trips::init(legacy_config, &layout.schema, Some(&layout.uuid)).await?;
+    let pool = legacy::connection::pool(legacy_config)?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS mezzanine CASCADE;
+         TRUNCATE {s}.trip_notes, {s}.billing_attempts, {s}.fare_adjustments, {s}.trips",
+        s = layout.schema
+    )))
+    .execute(&pool)
+    .await?;
+    Ok(pool)
 }

@@ -28,7 +28,6 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use rand::Rng;
-use schemaless::mysql::{schema, Topology};
 use schemaless::{CellStore, Column, ReadFrom, RowKey};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -122,39 +121,14 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
             crate::UsageError("--trips, --readers and --seconds must be positive".into()).into(),
         );
     }
-    let mut config = crate::load_config(config_path)?;
-    config.instance.name = args.instance.clone();
-    let legacy_config = config
-        .legacy
-        .as_mut()
-        .ok_or_else(|| crate::UsageError("the config has no [legacy] table".into()))?;
-    let mut url = url::Url::parse(&legacy_config.url)?;
-    url.set_path(&format!("/{}", args.instance));
-    legacy_config.url = url.to_string();
-    legacy_config.max_connections = legacy_config.max_connections.max(args.readers as u32 + 16);
+    let mut config = super::own_instance(config_path, &args.instance, args.readers as u32 + 16)?;
     config.mirror.relay_in_app = false;
     config.mirror.reverse_in_app = false;
     let cap = args
         .max_per_sec
         .unwrap_or(config.verify.max_samples_per_sec);
     let layout = legacy::connection::layout_config(&config)?.clone();
-
-    let spec = crate::cluster::spec_from_config(config_path, 55432)?;
-    crate::cluster::up(cluster_dir, spec).await?;
-    let topology = Topology::from_config(&config)?;
-    schema::drop_instance(&topology).await?;
-    schema::apply(&topology).await?;
-    topology.close().await;
-    let legacy_config = legacy::connection::legacy_config(&config)?;
-    legacy::trips::init(legacy_config, &layout.schema, Some(&layout.uuid)).await?;
-    let pool = legacy::connection::pool(legacy_config)?;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS mezzanine CASCADE;
-         TRUNCATE {s}.trip_notes, {s}.billing_attempts, {s}.fare_adjustments, {s}.trips",
-        s = layout.schema
-    )))
-    .execute(&pool)
-    .await?;
+    let pool = super::fresh_data_set(&config, config_path, cluster_dir).await?;
     eprintln!("seeding {} trips ...", args.trips);
     legacy::trips::seed(&pool, &layout.schema, &layout.uuid, args.trips, 42, |_| {}).await?;
 
@@ -271,17 +245,7 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
     eprintln!("full diff ...");
     let legacy = store.legacy().clone();
     let id = verifier::full::plan(&pool, &legacy, config.verify.chunk_size, true).await?;
-    let diff = verifier::full::FullDiff {
-        legacy: legacy.clone(),
-        schemaless: store.schemaless().clone(),
-        rules: verifier::Rules::from_config(&config.verify),
-        pool: pool.clone(),
-        triage: Arc::new(tripstore::triage::MirrorTriage::new(
-            pool.clone(),
-            store.schemaless().clone(),
-        )),
-        config: config.verify.clone(),
-    };
+    let diff = tripstore::triage::full_diff(&legacy, store.schemaless(), &config);
     let started = Instant::now();
     let status = diff
         .run(

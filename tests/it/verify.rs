@@ -39,6 +39,29 @@ fn verify_config(db: &LegacyDb, gates: &str) -> (config::Config, String) {
     (config, text)
 }
 
+/// `trips` seeded trips, backfilled, a facade in `mirror` with every read
+/// sampled (and `verify` lines added to `[verify]`).
+async fn mirrored(
+    trips: u64,
+    seed: u64,
+    verify: &str,
+) -> (LegacyDb, config::Config, String, TripStore) {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", trips, seed, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let (_, text) = verify_config(&db, TEST_GATES);
+    let text = format!("{text}{verify}\n");
+    let config = config::Config::parse(&text, "verify-test.toml").expect("the test config");
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    // The plan must postdate every facade's switch to mirror.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
+    (db, config, text, facade)
+}
+
 fn step(target: Mode) -> ModeRequest {
     ModeRequest {
         target,
@@ -286,17 +309,8 @@ fn run(mut command: Command) -> (bool, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired() {
-    let db = LegacyDb::trips().await;
-    legacy::trips::seed(&db.pool, "public", "uuid", 200, 11, |_| {})
-        .await
-        .unwrap();
-    db.apply_schemaless().await;
-    let (config, text) = verify_config(&db, TEST_GATES);
+    let (db, config, text, facade) = mirrored(200, 11, "").await;
     let file = config_file(&text);
-    let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, &config, Mode::Mirror).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
     let schemaless = facade.schemaless().clone();
 
     let noted = row_keys(
@@ -504,18 +518,8 @@ async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_full_diff_resumes_the_same_run_and_finishes_it() {
-    let db = LegacyDb::trips().await;
-    legacy::trips::seed(&db.pool, "public", "uuid", 300, 13, |_| {})
-        .await
-        .unwrap();
-    db.apply_schemaless().await;
-    let (config, text) = verify_config(&db, TEST_GATES);
-    let text = format!("{text}stale_after_ms = 500\n");
+    let (db, _, text, facade) = mirrored(300, 13, "stale_after_ms = 500").await;
     let file = config_file(&text);
-    let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, &config, Mode::Mirror).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
     facade.close().await;
 
     let mut first = mezzanine(
@@ -715,17 +719,8 @@ fn http_get(addr: &str, path: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
-    let db = LegacyDb::trips().await;
-    legacy::trips::seed(&db.pool, "public", "uuid", 60, 3, |_| {})
-        .await
-        .unwrap();
-    db.apply_schemaless().await;
-    let (config, text) = verify_config(&db, TEST_GATES);
+    let (db, _, text, facade) = mirrored(60, 3, "").await;
     let file = config_file(&text);
-    let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, &config, Mode::Mirror).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    crate::backfill::backfill_now(facade.legacy(), facade.schemaless(), &config).await;
     let rows = row_keys(&db.pool, "SELECT uuid FROM trips ORDER BY id").await;
     for row in &rows {
         facade

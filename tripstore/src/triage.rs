@@ -125,3 +125,20 @@ impl verifier::Triage for MirrorTriage {
         }
     }
 }
+
+/// The full diff over the legacy model and Schemaless, with the `[verify]`
+/// rules, its differences triaged against the mirror.
+pub fn full_diff(
+    legacy: &legacy::LegacyStore,
+    schemaless: &MySqlStore,
+    config: &config::Config,
+) -> verifier::full::FullDiff {
+    verifier::full::FullDiff {
+        legacy: legacy.clone(),
+        schemaless: schemaless.clone(),
+        rules: verifier::Rules::from_config(&config.verify),
+        pool: legacy.pool().clone(),
+        triage: std::sync::Arc::new(MirrorTriage::new(legacy.pool().clone(), schemaless.clone())),
+        config: config.verify.clone(),
+    }
+}

@@ -25,44 +25,7 @@ pub struct ColumnCounts {
     pub column: String,
     /// Its counts.
     #[serde(flatten)]
-    pub counts: CountsJson,
-}
-
-/// [`Counts`] as JSON.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
-pub struct CountsJson {
-    pub samples: u64,
-    pub matches: u64,
-    pub mismatches: u64,
-    pub transient: u64,
-    pub unsettled: u64,
-    pub pending_backfill: u64,
-    pub replay_errors: u64,
-    pub dropped: u64,
-    pub replays: u64,
-    /// Mean replay time, milliseconds (0 without replays).
-    pub replay_mean_ms: f64,
-}
-
-impl From<Counts> for CountsJson {
-    fn from(c: Counts) -> Self {
-        CountsJson {
-            samples: c.samples,
-            matches: c.matches,
-            mismatches: c.mismatches,
-            transient: c.transient,
-            unsettled: c.unsettled,
-            pending_backfill: c.pending_backfill,
-            replay_errors: c.replay_errors,
-            dropped: c.dropped,
-            replays: c.replays,
-            replay_mean_ms: if c.replays == 0 {
-                0.0
-            } else {
-                c.replay_micros as f64 / c.replays as f64 / 1000.0
-            },
-        }
-    }
+    pub counts: Counts,
 }
 
 /// Verified share of one column.
@@ -104,7 +67,10 @@ pub struct Report {
     /// Window start (seconds since the epoch), if the window is bounded.
     pub since: Option<f64>,
     /// Totals over the window.
-    pub totals: CountsJson,
+    pub totals: Counts,
+    /// Mean time of a replay on the other store, milliseconds (0 without
+    /// replays).
+    pub replay_mean_ms: f64,
     /// Per column.
     pub by_column: Vec<ColumnCounts>,
     /// mismatches / samples (0 without samples).
@@ -165,7 +131,7 @@ pub async fn read(
         totals.add(&counts);
         by_column.push(ColumnCounts {
             column: r.try_get(0).map_err(Error::postgres(context))?,
-            counts: counts.into(),
+            counts,
         });
     }
     let open: Vec<(String, i64)> = sqlx::query_as(
@@ -196,7 +162,12 @@ pub async fn read(
             totals.mismatches as f64 / totals.samples as f64
         },
         upper_bound: upper_bound(totals.mismatches, totals.samples),
-        totals: totals.into(),
+        replay_mean_ms: if totals.replays == 0 {
+            0.0
+        } else {
+            totals.replay_micros as f64 / totals.replays as f64 / 1000.0
+        },
+        totals,
         by_column,
         open_mismatches: open.iter().map(|(_, n)| *n as u64).sum(),
         open_by_column: open.into_iter().map(|(c, n)| (c, n as u64)).collect(),

@@ -156,8 +156,8 @@ pub async fn record(
     Ok(())
 }
 
-/// Counts of one column in one flush.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// Counts of one column in one flush (or summed over a window).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Counts {
     /// Comparisons made.
     pub samples: u64,

@@ -163,3 +163,41 @@ fn unreadable_files_say_which_path() {
     assert!(matches!(err, Error::Read { .. }));
     assert!(err.to_string().contains("does/not/exist.toml"));
 }
+
+#[test]
+fn verifier_and_gate_keys_are_checked() {
+    let config = Config::parse(GOOD, "good.toml").unwrap();
+    assert_eq!(config.verify.sample_rate, 0.01);
+    assert_eq!(config.verify.max_samples_per_sec, 500);
+    assert_eq!(config.gates.min_samples, 10_000);
+    assert_eq!(config.gates.max_mismatch_upper_bound, 0.0001);
+
+    let (line, key, message) = invalid(&format!("{GOOD}\n[verify]\nsample_rate = 1.5\n"));
+    assert_eq!((line, key.as_str()), (17, "verify.sample_rate"));
+    assert_eq!(message, "must be between 0.0 and 1.0, got 1.5");
+    let (_, key, message) = invalid(&format!(
+        "{GOOD}\n[gates]\nmax_mismatch_upper_bound = -0.5\n"
+    ));
+    assert_eq!(key, "gates.max_mismatch_upper_bound");
+    assert_eq!(message, "must be between 0.0 and 1.0, got -0.5");
+    let (_, key, message) = invalid(&format!("{GOOD}\n[verify]\nignore = [\"BASE.\"]\n"));
+    assert_eq!(key, "verify.ignore[0]");
+    assert!(message.contains("\"BASE.\" is not"), "{message}");
+    let (_, key, message) = invalid(&format!(
+        "{GOOD}\n[verify]\ntolerance = {{ \"BASE.fare\" = -1.0 }}\n"
+    ));
+    assert_eq!(key, "verify.tolerance.BASE.fare");
+    assert!(message.contains(">= 0"), "{message}");
+    let (_, key, _) = invalid(&format!("{GOOD}\n[verify]\ntolerance = {{ BASE = 1.0 }}\n"));
+    assert_eq!(key, "verify.tolerance.BASE");
+    let (_, key, _) = invalid(&format!("{GOOD}\n[verify]\nstale_after_ms = 5\n"));
+    assert_eq!(key, "verify.stale_after_ms");
+
+    let config = Config::parse(
+        &format!("{GOOD}\n[verify]\nignore = [\"NOTES\", \"BASE.status\"]\ntolerance = {{ \"BASE.fare\" = 0.01 }}\n"),
+        "good.toml",
+    )
+    .unwrap();
+    assert_eq!(config.verify.ignore, ["NOTES", "BASE.status"]);
+    assert_eq!(config.verify.tolerance["BASE.fare"], 0.01);
+}

@@ -2,9 +2,8 @@
 //!
 //! Over a window (samples since a moment; the gates use the later of the
 //! current mode's start and the backfill's end; counts are kept in
-//! 10-second buckets, and only buckets starting within the window count,
-//! so a window leaves out up to 10 s of samples, never takes in older
-//! ones): samples, matches and
+//! one-second buckets, and the bucket the window starts in counts, so a
+//! window may take in up to a second of earlier samples): samples, matches and
 //! mismatches per column, the mismatch rate with its 95% upper confidence
 //! bound ([`crate::bound`]), the open mismatches, and coverage: per
 //! column, the share of parent rows whose current cell was verified equal
@@ -103,7 +102,7 @@ pub async fn read(
                 sum(unsettled)::int8, sum(pending_backfill)::int8, sum(replay_errors)::int8, sum(dropped)::int8,
                 sum(replays)::int8, sum(replay_micros)::int8
          FROM mezzanine.verify_stats
-         WHERE $1::float8 IS NULL OR bucket >= to_timestamp($1::float8)
+         WHERE $1::float8 IS NULL OR bucket >= date_trunc('second', to_timestamp($1::float8))
          GROUP BY column_name ORDER BY column_name",
     )
     .bind(since)
@@ -142,9 +141,9 @@ pub async fn read(
     .await
     .map_err(Error::postgres(context))?;
     let series: Vec<(f64, i64, i64)> = sqlx::query_as(
-        "SELECT extract(epoch FROM bucket)::float8, sum(samples)::int8, sum(mismatches)::int8
+        "SELECT (floor(extract(epoch FROM bucket) / 10) * 10)::float8 AS at, sum(samples)::int8, sum(mismatches)::int8
          FROM mezzanine.verify_stats WHERE bucket > now() - interval '1 hour'
-         GROUP BY bucket ORDER BY bucket",
+         GROUP BY at ORDER BY at",
     )
     .fetch_all(pool)
     .await

@@ -3,7 +3,7 @@
 //! | table | what |
 //! |---|---|
 //! | `verify_mismatches` | one row per (row key, column) found different after triage: both values, first and last seen, how often, whether resolved (a later match, a repair) |
-//! | `verify_stats` | counts per 10-second bucket and column: samples, matches, mismatches, transient differences, unsettled, not yet backfilled, replay errors, dropped samples, replays and their total time |
+//! | `verify_stats` | counts per second (bucket) and column: samples, matches, mismatches, transient differences, unsettled, not yet backfilled, replay errors, dropped samples, replays and their total time |
 //! | `verify_coverage` | per (row key, column), the ref key last verified and when: a row is verified "since its last write" while that ref key is still its current one |
 //! | `verify_settings` | the sample rate and cap every facade follows (set by `mezzanine verify sample`) |
 //! | `verify_runs`, `verify_chunks` | the full diff's runs and their chunks |
@@ -216,7 +216,7 @@ pub struct Verified {
     pub at: f64,
 }
 
-/// Adds counts to the current 10-second bucket, records what was verified
+/// Adds counts to the current second's bucket, records what was verified
 /// (coverage) and resolves open mismatches of those (row, column)s last
 /// seen before they were verified equal. One transaction.
 pub async fn flush(
@@ -259,7 +259,7 @@ async fn flush_once(
         sqlx::query(
             "INSERT INTO mezzanine.verify_stats AS s (bucket, column_name, samples, matches, mismatches,
                  transient, unsettled, pending_backfill, replay_errors, dropped, replays, replay_micros)
-             VALUES (to_timestamp(floor(extract(epoch FROM now()) / 10) * 10), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+             VALUES (date_trunc('second', now()), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (bucket, column_name) DO UPDATE SET
                  samples = s.samples + excluded.samples,
                  matches = s.matches + excluded.matches,

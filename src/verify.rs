@@ -164,6 +164,11 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
     }
     let legacy = legacy::LegacyStore::connect(config).await?;
     let schemaless = MySqlStore::connect(config)?;
+    if !backfill::status::read(pool).await?.complete() {
+        eprintln!(
+            "warning: the backfill is not complete: rows it has not copied yet are recorded as missing from Schemaless"
+        );
+    }
     let id = verifier::full::plan(pool, &legacy, chunk_size, args.restart).await?;
     let before = verifier::full::status(pool, id).await?;
     eprintln!(

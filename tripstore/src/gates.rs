@@ -4,7 +4,8 @@
 //! |---|---|---|
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain) | the mirror's tables |
 //! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless) | |
-//! | `primary` | the same (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `primary` | the outbox drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `schemaless` | nothing more | |
 //!
 //! Entering `shadow` or `primary` also needs the verifier's word, over
 //! the samples since the later of the current mode's start and the
@@ -19,7 +20,6 @@
 //! What matters is that the relay keeps up, so that what is left is in
 //! flight, not a backlog; entries still there after the step are relayed
 //! all the same (the relay runs in every mode after `legacy`).
-//! | `schemaless` | nothing more | |
 //!
 //! The backfill plan must have been made (or extended) after the mode
 //! entered `mirror`, plus one mode poll interval: a parent row created

@@ -728,6 +728,9 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
             .await
             .unwrap();
     }
+    // The gates' window (and the dashboard's) starts after the backfill,
+    // in whole seconds: the full diff below must fall in a later one.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let planted = rows[7];
     sqlx::query("UPDATE trips SET city_id = 4242 WHERE uuid = $1")
         .bind(planted.uuid())

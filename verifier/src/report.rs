@@ -2,8 +2,10 @@
 //!
 //! Over a window (samples since a moment; the gates use the later of the
 //! current mode's start and the backfill's end; counts are kept in
-//! one-second buckets, and the bucket the window starts in counts, so a
-//! window may take in up to a second of earlier samples): samples, matches and
+//! one-second buckets, and only buckets that start within the window
+//! count: a window leaves out up to a second of samples, and never takes
+//! in earlier ones, such as the mismatch a repair resolved just before the
+//! mode changed): samples, matches and
 //! mismatches per column, the mismatch rate with its 95% upper confidence
 //! bound ([`crate::bound`]), the open mismatches, and coverage: per
 //! column, the share of parent rows whose current cell was verified equal
@@ -102,7 +104,7 @@ pub async fn read(
                 sum(unsettled)::int8, sum(pending_backfill)::int8, sum(replay_errors)::int8, sum(dropped)::int8,
                 sum(replays)::int8, sum(replay_micros)::int8
          FROM mezzanine.verify_stats
-         WHERE $1::float8 IS NULL OR bucket >= date_trunc('second', to_timestamp($1::float8))
+         WHERE $1::float8 IS NULL OR bucket >= to_timestamp($1::float8)
          GROUP BY column_name ORDER BY column_name",
     )
     .bind(since)

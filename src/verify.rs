@@ -87,8 +87,8 @@ pub struct ReportArgs {
     /// (since the current mode began and the backfill finished).
     #[arg(long)]
     all_time: bool,
-    /// Mismatches listed.
-    #[arg(long, default_value_t = 10)]
+    /// Mismatches listed (0-10000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i64).range(0..=10_000))]
     limit: i64,
 }
 
@@ -97,6 +97,8 @@ pub async fn run(command: VerifyCommand, config_path: &Path) -> anyhow::Result<(
     let legacy_config =
         legacy::connection::legacy_config(&config).map_err(|e| crate::UsageError(e.to_string()))?;
     let pool = legacy::connection::pool(legacy_config)?;
+    tripstore::mode::ensure_control(&pool).await?;
+    backfill::plan::ensure_tables(&pool).await?;
     verifier::store::ensure(&pool).await?;
     match command {
         VerifyCommand::Sample(args) => sample(&config, &pool, args).await,

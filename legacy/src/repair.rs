@@ -127,18 +127,7 @@ impl LegacyStore {
                 ),
             )
         })?;
-        if let Some(stray) = cells
-            .iter()
-            .find(|c| c.key.row_key != *row_key || c.key.column != *column)
-        {
-            return Err(Error::invalid(
-                "cells",
-                format!(
-                    "{} is not a cell of row {row_key}, column {column}",
-                    stray.key
-                ),
-            ));
-        }
+        schemaless::cell::check_cells_of(row_key, column, &cells)?;
         let layout = &*self.layout;
         let hook = match layout_column.kind {
             ColumnKind::Row => {

@@ -290,6 +290,24 @@ pub fn check_batch(cells: &[Cell], limits: &config::Limits) -> Result<(), Error>
     Ok(())
 }
 
+/// Checks that every cell is one of (`row_key`, `column`): a rewrite of one
+/// row's column must not touch another's.
+pub fn check_cells_of(row_key: &RowKey, column: &Column, cells: &[Cell]) -> Result<(), Error> {
+    match cells
+        .iter()
+        .find(|c| c.key.row_key != *row_key || c.key.column != *column)
+    {
+        Some(stray) => Err(Error::invalid(
+            "cells",
+            format!(
+                "{} is not a cell of row {row_key}, column {column}",
+                stray.key
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Checks one body against `limits.max_body_bytes`.
 pub fn check_body(body: &Body, limits: &config::Limits) -> Result<(), Error> {
     let len = body.json_len();

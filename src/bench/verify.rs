@@ -116,10 +116,11 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
     if !(args.load > 0.0 && args.load <= 1.0) {
         return Err(crate::UsageError("--load must be in (0, 1]".into()).into());
     }
-    if args.trips == 0 || args.readers == 0 || args.seconds == 0 {
-        return Err(
-            crate::UsageError("--trips, --readers and --seconds must be positive".into()).into(),
-        );
+    if args.trips == 0 || args.readers == 0 || args.seconds == 0 || args.max_per_sec == Some(0) {
+        return Err(crate::UsageError(
+            "--trips, --readers, --seconds and --max-per-sec must be positive".into(),
+        )
+        .into());
     }
     let mut config = super::own_instance(config_path, &args.instance, args.readers as u32 + 16)?;
     config.mirror.relay_in_app = false;

@@ -728,9 +728,22 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
             .await
             .unwrap();
     }
-    // The gates' window (and the dashboard's) starts after the backfill,
-    // in whole seconds: the full diff below must fall in a later one.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The gates' window (and the dashboard's) counts whole seconds after
+    // the backfill: the full diff below must fall in a later one.
+    let since = tripstore::gates::verification_window(&db.pool)
+        .await
+        .unwrap()
+        .expect("the backfill finished");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !sqlx::query_scalar::<_, bool>("SELECT date_trunc('second', now()) > to_timestamp($1)")
+        .bind(since)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+    {
+        assert!(Instant::now() < deadline, "the clock stood still");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let planted = rows[7];
     sqlx::query("UPDATE trips SET city_id = 4242 WHERE uuid = $1")
         .bind(planted.uuid())

@@ -68,6 +68,10 @@ impl MigrationGate {
     }
 
     async fn verified(&self) -> Result<Option<String>, Error> {
+        backfill::plan::ensure_tables(&self.pool)
+            .await
+            .map_err(|e| Error::Gate(e.to_string()))?;
+        verifier::store::ensure(&self.pool).await?;
         let since = verification_window(&self.pool).await?;
         let report = verifier::report::read(&self.pool, None, since).await?;
         let settings = &self.settings;
@@ -203,10 +207,10 @@ impl Gate for MigrationGate {
 /// later of the current mode's start and the backfill's last finished
 /// chunk. Samples before the backfill finished find rows not copied yet;
 /// samples of an earlier mode compared other reads.
+///
+/// Reads the mode and backfill tables, which must exist (`mode::ensure_control`,
+/// `backfill::plan::ensure_tables`): the dashboard asks every few seconds.
 pub async fn verification_window(pool: &PgPool) -> Result<Option<f64>, Error> {
-    backfill::plan::ensure_tables(pool)
-        .await
-        .map_err(|e| Error::Gate(e.to_string()))?;
     sqlx::query_scalar(
         "SELECT greatest(
              (SELECT extract(epoch FROM max(h.at))::float8 FROM mezzanine.mode_history h

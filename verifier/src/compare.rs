@@ -190,6 +190,33 @@ pub struct Unit {
     pub difference: Option<Difference>,
 }
 
+impl Unit {
+    /// The unit of (row, column); `values` (legacy, Schemaless) are only
+    /// made when the stores differ.
+    fn new(
+        row_key: RowKey,
+        column: &Column,
+        ref_key: i64,
+        same: bool,
+        values: impl FnOnce() -> (Value, Value),
+    ) -> Unit {
+        Unit {
+            row_key,
+            column: column.clone(),
+            ref_key,
+            difference: (!same).then(|| {
+                let (legacy, schemaless) = values();
+                Difference {
+                    row_key,
+                    column: column.clone(),
+                    legacy,
+                    schemaless,
+                }
+            }),
+        }
+    }
+}
+
 /// The JSON of a cell for the mismatch store: its ref key and canonical
 /// body.
 pub fn cell_json(rules: &Rules, canon: &dyn Canonical, cell: &Cell) -> Value {
@@ -230,17 +257,9 @@ pub fn one_cell(
         .max()
         .unwrap_or(-1);
     let value = |c: Option<&Cell>| c.map_or(Value::Null, |c| cell_json(rules, canon, c));
-    Some(Unit {
-        row_key,
-        column: column.clone(),
-        ref_key,
-        difference: (!same).then(|| Difference {
-            row_key,
-            column: column.clone(),
-            legacy: value(legacy),
-            schemaless: value(schemaless),
-        }),
-    })
+    Some(Unit::new(row_key, column, ref_key, same, || {
+        (value(legacy), value(schemaless))
+    }))
 }
 
 /// Compares two sets of cells of one (row, column) (every child cell of a
@@ -274,17 +293,9 @@ pub fn cell_sets(
                 .collect(),
         )
     };
-    Some(Unit {
-        row_key,
-        column: column.clone(),
-        ref_key,
-        difference: (!same).then(|| Difference {
-            row_key,
-            column: column.clone(),
-            legacy: value(a),
-            schemaless: value(b),
-        }),
-    })
+    Some(Unit::new(row_key, column, ref_key, same, || {
+        (value(a), value(b))
+    }))
 }
 
 /// Compares two row reads (the latest cell of every column): one unit per
@@ -361,17 +372,7 @@ pub fn index_entries(
             let value = |m: Option<&Map<String, Value>>| {
                 m.map_or(Value::Null, |f| json!({"entry": Value::Object(f.clone())}))
             };
-            Unit {
-                row_key: *row_key,
-                column: column.clone(),
-                ref_key: -1,
-                difference: (!same).then(|| Difference {
-                    row_key: *row_key,
-                    column: column.clone(),
-                    legacy: value(x),
-                    schemaless: value(y),
-                }),
-            }
+            Unit::new(*row_key, column, -1, same, || (value(x), value(y)))
         })
         .collect();
     let order_a: Vec<RowKey> = legacy.iter().map(|e| e.row_key).collect();

@@ -90,14 +90,14 @@ pub struct Report {
     pub settings: Option<(f64, u64)>,
 }
 
-/// Reads the report. `legacy` given: coverage is computed too (a scan of
-/// the parent table).
+/// Reads the report (the verifier's tables must exist: see
+/// [`crate::store::ensure`]). `legacy` given: coverage is computed too (a
+/// scan of the parent table).
 pub async fn read(
     pool: &PgPool,
     legacy: Option<&LegacyStore>,
     since: Option<f64>,
 ) -> Result<Report, Error> {
-    crate::store::ensure(pool).await?;
     let context = "reading the verifier's counts";
     let rows = sqlx::query(
         "SELECT column_name, sum(samples)::int8, sum(matches)::int8, sum(mismatches)::int8, sum(transient)::int8,

@@ -107,6 +107,9 @@ pub enum Answer {
 /// than a burst of PostgreSQL work once a second.
 const FLUSH_EVERY: Duration = Duration::from_millis(250);
 
+/// Flushes between two reads of the stored settings (one a second).
+const SETTINGS_EVERY: u32 = 4;
+
 /// How many samples the cap lets through at once after a quiet spell.
 const BURST: u64 = 4;
 
@@ -218,7 +221,7 @@ struct Shared {
     rate: AtomicU64,
     cap: AtomicU64,
     /// The cap's theoretical arrival time, nanoseconds since `started`.
-    window: AtomicU64,
+    tat: AtomicU64,
     queue: mpsc::Sender<Sample>,
     tally: Mutex<Tally>,
     started: Instant,
@@ -248,13 +251,13 @@ impl Sampler {
         let interval = 1_000_000_000 / cap;
         let tolerance = interval * BURST;
         let now = self.shared.started.elapsed().as_nanos() as u64;
-        let mut tat = self.shared.window.load(Ordering::Relaxed);
+        let mut tat = self.shared.tat.load(Ordering::Relaxed);
         loop {
             let from = tat.max(now);
             if from - now > tolerance {
                 return false;
             }
-            match self.shared.window.compare_exchange_weak(
+            match self.shared.tat.compare_exchange_weak(
                 tat,
                 from + interval,
                 Ordering::Relaxed,
@@ -356,7 +359,7 @@ pub fn start(replayer: Replayer, cancel: CancellationToken) -> (Sampler, Vec<Joi
         shared: Arc::new(Shared {
             rate: AtomicU64::new(replayer.config.sample_rate.to_bits()),
             cap: AtomicU64::new(replayer.config.max_samples_per_sec),
-            window: AtomicU64::new(0),
+            tat: AtomicU64::new(0),
             queue: sender,
             tally: Mutex::new(Tally::default()),
             started: Instant::now(),
@@ -600,6 +603,7 @@ async fn flush_loop(replayer: Arc<Replayer>, sampler: Sampler, cancel: Cancellat
         tracing::warn!("verify: {e}");
     }
     let mut tick = tokio::time::interval(FLUSH_EVERY);
+    let mut ticks = 0u32;
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let stopping = tokio::select! {
@@ -615,6 +619,11 @@ async fn flush_loop(replayer: Arc<Replayer>, sampler: Sampler, cancel: Cancellat
         }
         if stopping {
             return;
+        }
+        // The settings change by hand: a look once a second is enough.
+        ticks += 1;
+        if !ticks.is_multiple_of(SETTINGS_EVERY) {
+            continue;
         }
         match store::settings(&replayer.pool).await {
             Ok(Some(settings)) if settings != sampler.settings() => {

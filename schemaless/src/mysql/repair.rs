@@ -14,7 +14,7 @@ use super::index::{pointer_table, versions};
 use super::sql::{self, push_column, push_hex};
 use super::store::{transaction, MySqlStore};
 use crate::api::ReadFrom;
-use crate::cell::{check_batch, now_micros, Cell, Column, RowKey, StoredCell};
+use crate::cell::{check_batch, check_cells_of, now_micros, Cell, Column, RowKey, StoredCell};
 use crate::codec;
 use crate::error::{Error, Result};
 
@@ -68,18 +68,7 @@ impl MySqlStore {
         cells: Vec<Cell>,
     ) -> Result<()> {
         check_batch(&cells, self.limits())?;
-        if let Some(stray) = cells
-            .iter()
-            .find(|c| c.key.row_key != *row_key || c.key.column != *column)
-        {
-            return Err(Error::invalid(
-                "cells",
-                format!(
-                    "{} is not a cell of row {row_key}, column {column}",
-                    stray.key
-                ),
-            ));
-        }
+        check_cells_of(row_key, column, &cells)?;
         if let Some(low) = cells.iter().find(|c| c.key.ref_key.get() < from_ref_key) {
             return Err(Error::invalid(
                 "cells",

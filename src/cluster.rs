@@ -1,4 +1,6 @@
-//! `mezzanine cluster up|down|status`: the dev servers on loopback.
+//! `mezzanine cluster up|down|status|promote`: the dev servers on
+//! loopback, the storage nodes as the store sees them, and promoting a
+//! minion when a master has died.
 
 use std::path::Path;
 use std::time::Instant;
@@ -21,8 +23,33 @@ pub enum ClusterCommand {
         #[arg(long)]
         purge: bool,
     },
-    /// Show each server, its role, whether it runs, and each minion's lag.
+    /// Show each dev server, its role, whether it runs, and each minion's
+    /// lag; then every storage node of the config as the store sees it:
+    /// role (after promotions), circuit breaker, round trip.
     Status,
+    /// Make a minion the master of its cluster after the master died: the
+    /// minion applies what it received, stops replicating and takes
+    /// writes; the other minions are re-pointed to it; the promotion is
+    /// recorded on the masters, where every running store picks it up
+    /// within `storage.topology_refresh_ms`. Refused while the master
+    /// still answers, and for a minion that received less than another.
+    Promote(PromoteArgs),
+}
+
+#[derive(Args)]
+pub struct PromoteArgs {
+    /// The cluster's name, as in the config.
+    cluster: String,
+    /// The minion: its URL as in the config, `minionN` (its position in
+    /// the config's list), or its dev cluster name (`a-minion1`).
+    node: String,
+    /// Promote it even if another minion received more (what only that
+    /// one has is lost, unless buffered writes hold it).
+    #[arg(long)]
+    force: bool,
+    /// How long the minion may take to apply what it has received.
+    #[arg(long, default_value_t = 30)]
+    wait_secs: u64,
 }
 
 #[derive(Args)]
@@ -64,11 +91,190 @@ pub async fn run(command: ClusterCommand, config: &Path, dir: &Path) -> anyhow::
             Ok(())
         }
         ClusterCommand::Status => {
-            let cluster = DevCluster::open(dir)?;
-            print_status(&cluster).await;
-            Ok(())
+            match DevCluster::open(dir) {
+                Ok(cluster) => print_status(&cluster).await,
+                Err(devcluster::Error::NotFound(_)) => {
+                    println!("no dev cluster under {}", dir.display())
+                }
+                Err(e) => return Err(e.into()),
+            }
+            println!();
+            print_storage_nodes(&crate::load_config(config)?).await
+        }
+        ClusterCommand::Promote(args) => promote(args, config, dir).await,
+    }
+}
+
+/// Every storage node of the config, as a store sees it after a probe:
+/// its role (with the recorded promotions), breaker and round trip.
+async fn print_storage_nodes(config: &config::Config) -> anyhow::Result<()> {
+    let store = schemaless::MySqlStore::connect(config)?;
+    let topology = store.topology();
+    schemaless::mysql::failover::refresh(topology).await;
+    let probes = topology.clusters.iter().flat_map(|c| {
+        let master = c.master();
+        c.members.iter().map(move |node| {
+            let role = if node.label == master.label {
+                format!("master of {}", c.name)
+            } else {
+                format!("minion of {}", c.name)
+            };
+            let node = node.clone();
+            async move {
+                // Enough probes to open the breaker of a node that is
+                // down, as a running store's would be.
+                let mut outcome = node.probe().await;
+                for _ in 1..node_failures(&node) {
+                    if outcome.is_ok() {
+                        break;
+                    }
+                    outcome = node.probe().await;
+                }
+                (node, role, outcome)
+            }
+        })
+    });
+    let results = futures::future::join_all(probes).await;
+    println!(
+        "{:<36} {:<14} {:<10} {:>9}  LAST ERROR",
+        "STORAGE NODE", "ROLE", "BREAKER", "PING"
+    );
+    for (node, role, outcome) in results {
+        let (ping, error) = match outcome {
+            Ok(t) => (format!("{:.1}ms", t.as_secs_f64() * 1000.0), String::new()),
+            Err(e) => ("-".into(), e.to_string()),
+        };
+        println!(
+            "{:<36} {:<14} {:<10} {:>9}  {}",
+            node.label,
+            role,
+            node.breaker.state().to_string(),
+            ping,
+            error
+        );
+    }
+    for c in &topology.clusters {
+        if c.epoch() > 0 {
+            println!(
+                "cluster {}: master {} since promotion {}",
+                c.name,
+                c.master().label,
+                c.epoch()
+            );
         }
     }
+    store.close().await;
+    Ok(())
+}
+
+fn node_failures(node: &schemaless::mysql::topology::Node) -> u32 {
+    node.breaker.threshold()
+}
+
+/// `cluster promote`.
+async fn promote(args: PromoteArgs, config_path: &Path, dir: &Path) -> anyhow::Result<()> {
+    let config = crate::load_config(config_path)?;
+    let cluster = config
+        .clusters
+        .iter()
+        .find(|c| c.name == args.cluster)
+        .ok_or_else(|| {
+            UsageError(format!(
+                "no cluster named {:?} in {}",
+                args.cluster,
+                config_path.display()
+            ))
+        })?;
+    let dev = DevCluster::open(dir).ok();
+    // NODE as a config URL, `minionN`, or a dev cluster node's name.
+    let url = if args.node.contains("://") {
+        args.node.clone()
+    } else if let Some(n) = args
+        .node
+        .strip_prefix("minion")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        cluster
+            .minions
+            .get(n.wrapping_sub(1))
+            .cloned()
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "cluster {:?} has {} minions; there is no {}",
+                    args.cluster,
+                    cluster.minions.len(),
+                    args.node
+                ))
+            })?
+    } else if let Some(node) = dev.as_ref().and_then(|d| d.node(&args.node).ok()) {
+        let port = node.spec.port;
+        std::iter::once(&cluster.master)
+            .chain(&cluster.minions)
+            .find(|u| url::Url::parse(u).ok().and_then(|u| u.port()) == Some(port))
+            .cloned()
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "{} (port {port}) is not a node of cluster {:?} in {}",
+                    args.node,
+                    args.cluster,
+                    config_path.display()
+                ))
+            })?
+    } else {
+        return Err(UsageError(format!(
+            "{:?} is neither a URL of cluster {:?}, nor minionN, nor a dev cluster node",
+            args.node, args.cluster
+        ))
+        .into());
+    };
+    let store = schemaless::MySqlStore::connect(&config)?;
+    schemaless::mysql::failover::refresh(store.topology()).await;
+    let report = schemaless::mysql::failover::promote(
+        &config,
+        store.topology(),
+        &args.cluster,
+        &url,
+        args.force,
+        std::time::Duration::from_secs(args.wait_secs),
+    )
+    .await
+    .with_context(|| format!("promoting {} in cluster {:?}", args.node, args.cluster))?;
+    store.close().await;
+    println!(
+        "cluster {}: {} is the master now (was {}), at GTID {}",
+        report.cluster,
+        report.new_master,
+        report.old_master,
+        if report.position.is_empty() {
+            "(nothing written yet)"
+        } else {
+            &report.position
+        }
+    );
+    for m in &report.repointed {
+        println!("  {m} now replicates from it");
+    }
+    for m in &report.unreachable {
+        println!("  {m} did not answer: re-point it when it is back");
+    }
+    println!(
+        "  promotion {} recorded on {}; running stores switch within storage.topology_refresh_ms",
+        report.epoch,
+        report.recorded_on.join(", ")
+    );
+    if let Some(mut dev) = dev {
+        let port = url::Url::parse(&url).ok().and_then(|u| u.port());
+        if let Some(name) = port
+            .and_then(|p| dev.node_on_port(p))
+            .map(|n| n.spec.name.clone())
+        {
+            dev.record_promotion(&args.cluster, &name)?;
+            println!(
+                "  dev cluster record updated: {name} is the master; the old master restarts as a minion"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Brings the dev cluster up (idempotent).
@@ -106,6 +312,7 @@ pub fn spec_from_config(config_path: &Path, postgres_port: u16) -> anyhow::Resul
                     .enumerate()
                     .map(|(k, m)| port_of(&format!("cluster[{i}].minions[{k}]"), m))
                     .collect::<anyhow::Result<_>>()?,
+                master: None,
             })
         })
         .collect::<anyhow::Result<_>>()?;

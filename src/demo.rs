@@ -133,7 +133,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
         config.instance.shard_count,
         home.name,
         topology.database(shard),
-        home.master.label
+        home.master().label
     );
     for stored in store.get_cells_for_row(&row, ReadFrom::Master).await? {
         println!(
@@ -164,8 +164,8 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
         "CLUSTER", "NODE", "ROLE", "SHARDS", "CELLS"
     );
     for c in &topology.clusters {
-        let nodes =
-            std::iter::once((&c.master, "master")).chain(c.minions.iter().map(|m| (m, "minion")));
+        let nodes = std::iter::once((c.master(), "master"))
+            .chain(c.minions().into_iter().map(|m| (m, "minion")));
         for (node, role) in nodes {
             let mut count: i64 = 0;
             for shard in c.shards.iter() {
@@ -424,7 +424,7 @@ async fn verify_steps(
     schemaless::mysql::sql::push_hex(&mut key_hex, row.as_bytes());
     topology
         .cluster(shard)?
-        .master
+        .master()
         .execute(format!(
             "UPDATE `{}`.`entity` SET body = {body_hex} WHERE row_key = {key_hex} AND column_name = 'BASE' AND ref_key = {}",
             topology.database(shard),

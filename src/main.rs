@@ -5,7 +5,9 @@
 //!
 //! # Layout
 //!
-//! - [`cluster`]: `cluster up|down|status`, the dev servers;
+//! - [`cluster`]: `cluster up|down|status|promote`, the dev servers and
+//!   the storage nodes;
+//! - [`buffer`]: `buffer reconcile|status`, the buffers of buffered writes;
 //! - [`check`]: `config check`;
 //! - [`schema`]: `schema apply`;
 //! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
@@ -24,6 +26,7 @@
 
 mod backfill;
 mod bench;
+mod buffer;
 mod check;
 mod cluster;
 mod demo;
@@ -74,6 +77,9 @@ enum Command {
     /// servers on loopback).
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// The buffers of buffered writes: run the reconciler, show backlogs.
+    #[command(subcommand)]
+    Buffer(buffer::BufferCommand),
     /// Validate configuration files.
     #[command(subcommand)]
     Config(check::ConfigCommand),
@@ -188,6 +194,7 @@ fn message(e: &anyhow::Error) -> String {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Cluster(c) => cluster::run(c, &cli.config, &cli.cluster_dir).await,
+        Command::Buffer(c) => buffer::run(c, &cli.config).await,
         Command::Config(c) => check::run(c),
         Command::Schema(c) => schema::run(c, &cli.config).await,
         Command::Legacy(c) => legacy::run(c, &cli.config).await,

@@ -468,7 +468,7 @@ impl Backfill {
         loop {
             let mut worst: Option<(String, Duration)> = None;
             for cluster in &self.schemaless.topology().clusters {
-                for minion in &cluster.minions {
+                for minion in &cluster.minions() {
                     match replication_lag(minion).await {
                         Ok(Some(lag)) if worst.as_ref().is_none_or(|(_, w)| lag > *w) => {
                             worst = Some((minion.label.clone(), lag));

@@ -458,6 +458,57 @@ pub struct Storage {
     /// compared and written at the same time. 1–256. Default 8.
     #[serde(default = "default_write_parallelism")]
     pub write_parallelism: usize,
+    /// `storage.breaker_failures`: consecutive failures or timeouts of one
+    /// storage node after which its circuit breaker opens: requests to it
+    /// fail at once (master reads fail over to a minion, writes go to the
+    /// buffers) instead of each waiting out a timeout. 1–1000. Default 3.
+    #[serde(default = "default_breaker_failures")]
+    pub breaker_failures: u32,
+    /// `storage.breaker_open_ms`: how long an open breaker waits before it
+    /// is half-open and one probe (`SELECT 1`) is sent; the probe closes it
+    /// or opens it again. 10–600000. Default 1000.
+    #[serde(default = "default_breaker_open_ms")]
+    pub breaker_open_ms: u64,
+    /// `storage.buffer_secondaries`: buffered writes. Every write first goes
+    /// to the buffer table of this many masters of *other* clusters, chosen
+    /// at random, then to its own master, and is acknowledged only when
+    /// both hold it; with its master down it is acknowledged `Buffered`
+    /// from the buffers alone (hinted handoff). 0 turns buffering off. At
+    /// most the number of clusters minus one. Default 0.
+    #[serde(default)]
+    pub buffer_secondaries: u32,
+    /// `storage.buffer_replay_after_ms`: how old a buffered cell must be
+    /// before the reconciler writes it to its master itself (younger ones
+    /// are usually still on their way there). 0–3600000. Default 2000.
+    #[serde(default = "default_buffer_replay_after_ms")]
+    pub buffer_replay_after_ms: u64,
+    /// `storage.topology_refresh_ms`: how often every store re-reads the
+    /// promotions recorded by `mezzanine cluster promote` and probes its
+    /// open breakers. 50–600000. Default 1000.
+    #[serde(default = "default_topology_refresh_ms")]
+    pub topology_refresh_ms: u64,
+    /// `storage.reconcile_in_app`: whether every store with buffered writes
+    /// on also runs the buffer reconciler in the background (reconcilers
+    /// take turns per buffer table). Turn it off to reconcile only with
+    /// `mezzanine buffer reconcile`. Default true.
+    #[serde(default = "yes")]
+    pub reconcile_in_app: bool,
+}
+
+fn default_breaker_failures() -> u32 {
+    3
+}
+
+fn default_breaker_open_ms() -> u64 {
+    1000
+}
+
+fn default_buffer_replay_after_ms() -> u64 {
+    2000
+}
+
+fn default_topology_refresh_ms() -> u64 {
+    1000
 }
 
 fn default_max_connections_per_node() -> u32 {
@@ -483,6 +534,12 @@ impl Default for Storage {
             connect_timeout_ms: default_connect_timeout_ms(),
             request_timeout_ms: default_request_timeout_ms(),
             write_parallelism: default_write_parallelism(),
+            breaker_failures: default_breaker_failures(),
+            breaker_open_ms: default_breaker_open_ms(),
+            buffer_secondaries: 0,
+            buffer_replay_after_ms: default_buffer_replay_after_ms(),
+            topology_refresh_ms: default_topology_refresh_ms(),
+            reconcile_in_app: true,
         }
     }
 }

@@ -157,6 +157,42 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         1,
         256,
     )?;
+    in_range(
+        "storage.breaker_failures",
+        storage.breaker_failures.into(),
+        1,
+        1000,
+    )?;
+    in_range(
+        "storage.breaker_open_ms",
+        storage.breaker_open_ms,
+        10,
+        600_000,
+    )?;
+    in_range(
+        "storage.buffer_replay_after_ms",
+        storage.buffer_replay_after_ms,
+        0,
+        3_600_000,
+    )?;
+    in_range(
+        "storage.topology_refresh_ms",
+        storage.topology_refresh_ms,
+        50,
+        600_000,
+    )?;
+    let others = config.clusters.len().saturating_sub(1) as u64;
+    if u64::from(storage.buffer_secondaries) > others {
+        return Err(problem(
+            "storage.buffer_secondaries",
+            format!(
+                "is {}, but a write can only be buffered on the masters of other clusters and there {} {others}; \
+                 use at most {others} (0 turns buffering off)",
+                storage.buffer_secondaries,
+                if others == 1 { "is" } else { "are" }
+            ),
+        ));
+    }
     if let Some(legacy) = &config.legacy {
         check_postgres_url(&legacy.url).map_err(|m| problem("legacy.url", m))?;
         in_range(

@@ -117,7 +117,11 @@ impl DevCluster {
         let root = root
             .canonicalize()
             .map_err(|e| Error::io(format!("resolving {}", root.display()), e))?;
+        let mut spec = spec;
         if let Ok(recorded) = Spec::read(&root.join(SPEC_FILE)) {
+            // Promotions made since are part of the record, not of the
+            // config the spec came from.
+            spec = spec.with_roles_of(&recorded);
             if recorded != spec {
                 return Err(Error::Server(format!(
                     "{} already holds a dev cluster with other ports or nodes; run `mezzanine cluster down --purge` first",
@@ -284,6 +288,36 @@ impl DevCluster {
             replication::ensure_replicating(node, master_port).await?;
         }
         Ok(())
+    }
+
+    /// Records that `node` is now the master of `cluster` (after
+    /// `mezzanine cluster promote` re-pointed replication): later starts
+    /// give every node its new role, so the old master comes back as a
+    /// minion of the new one.
+    pub fn record_promotion(&mut self, cluster: &str, node: &str) -> Result<(), Error> {
+        let spec = self
+            .spec
+            .clusters
+            .iter_mut()
+            .find(|c| c.name == cluster)
+            .ok_or_else(|| Error::NoSuchNode(format!("{cluster} (cluster)")))?;
+        if !spec.members().iter().any(|(name, _)| name == node) {
+            return Err(Error::NoSuchNode(node.to_string()));
+        }
+        spec.master = Some(node.to_string());
+        self.spec.write(&self.root.join(SPEC_FILE))?;
+        let roles: Vec<NodeSpec> = self.spec.nodes();
+        for n in &mut self.nodes {
+            if let Some(s) = roles.iter().find(|s| s.name == n.spec.name) {
+                n.spec.role = s.role.clone();
+            }
+        }
+        Ok(())
+    }
+
+    /// The dev node listening on `port`.
+    pub fn node_on_port(&self, port: u16) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.spec.port == port)
     }
 
     /// Waits until the minion has applied everything its master had

@@ -63,7 +63,11 @@ fn sql_error(node: &Node, source: sqlx::Error) -> Error {
 }
 
 /// Points the minion at its master by GTID and starts replication, unless
-/// it already replicates.
+/// it already replicates. `current_pos` counts the node's own binlog too:
+/// a fresh minion starts from nothing, and a former master that comes back
+/// as a minion asks for what it lacks — or, if it wrote transactions its
+/// successor never received, replication stops with an error instead of
+/// silently diverging.
 pub(crate) async fn ensure_replicating(minion: &Node, master_port: u16) -> Result<(), Error> {
     let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
     let status = slave_status(&mut conn)
@@ -72,7 +76,7 @@ pub(crate) async fn ensure_replicating(minion: &Node, master_port: u16) -> Resul
     if status.is_none() {
         let change = format!(
             "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={master_port}, \
-             MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, \
+             MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=current_pos, \
              MASTER_CONNECT_RETRY=1"
         );
         sqlx::raw_sql(sqlx::AssertSqlSafe(change))

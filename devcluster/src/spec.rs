@@ -17,6 +17,33 @@ pub struct ClusterSpec {
     pub master_port: u16,
     /// One port per minion.
     pub minion_ports: Vec<u16>,
+    /// The node that is the master now, when a minion has been promoted
+    /// (`mezzanine cluster promote`); nodes keep their names and folders,
+    /// only their roles change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+}
+
+impl ClusterSpec {
+    /// The names and ports of its nodes: `<name>-master` first, then
+    /// `<name>-minion1`, … (the names they were created with).
+    pub fn members(&self) -> Vec<(String, u16)> {
+        std::iter::once((format!("{}-master", self.name), self.master_port))
+            .chain(
+                self.minion_ports
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (format!("{}-minion{}", self.name, i + 1), *p)),
+            )
+            .collect()
+    }
+
+    /// The node that is the master now.
+    pub fn current_master(&self) -> String {
+        self.master
+            .clone()
+            .unwrap_or_else(|| format!("{}-master", self.name))
+    }
 }
 
 /// A whole dev cluster.
@@ -88,11 +115,13 @@ impl Spec {
                     name: "a".into(),
                     master_port: 33061,
                     minion_ports: vec![33062, 33063],
+                    master: None,
                 },
                 ClusterSpec {
                     name: "b".into(),
                     master_port: 33071,
                     minion_ports: vec![33072, 33073],
+                    master: None,
                 },
             ],
         }
@@ -121,6 +150,7 @@ impl Spec {
                 name: name.to_string(),
                 master_port: next(),
                 minion_ports: (0..minions).map(|_| next()).collect(),
+                master: None,
             })
             .collect();
         Ok(Spec {
@@ -139,29 +169,48 @@ impl Spec {
         }];
         let mut server_id = 1;
         for c in &self.clusters {
-            nodes.push(NodeSpec {
-                name: format!("{}-master", c.name),
-                role: Role::Master {
-                    cluster: c.name.clone(),
-                },
-                port: c.master_port,
-                server_id,
-            });
-            server_id += 1;
-            for (i, port) in c.minion_ports.iter().enumerate() {
-                nodes.push(NodeSpec {
-                    name: format!("{}-minion{}", c.name, i + 1),
-                    role: Role::Minion {
+            let master = c.current_master();
+            let members = c.members();
+            let master_port = members
+                .iter()
+                .find(|(name, _)| *name == master)
+                .map_or(c.master_port, |(_, port)| *port);
+            for (name, port) in members {
+                let role = if name == master {
+                    Role::Master {
                         cluster: c.name.clone(),
-                        master_port: c.master_port,
-                    },
-                    port: *port,
+                    }
+                } else {
+                    Role::Minion {
+                        cluster: c.name.clone(),
+                        master_port,
+                    }
+                };
+                nodes.push(NodeSpec {
+                    name,
+                    role,
+                    port,
                     server_id,
                 });
                 server_id += 1;
             }
         }
         nodes
+    }
+
+    /// This spec with the promotions recorded in `recorded`, if both
+    /// describe the same servers.
+    pub fn with_roles_of(&self, recorded: &Spec) -> Spec {
+        let mut spec = self.clone();
+        for (mine, theirs) in spec.clusters.iter_mut().zip(&recorded.clusters) {
+            if mine.name == theirs.name
+                && mine.master_port == theirs.master_port
+                && mine.minion_ports == theirs.minion_ports
+            {
+                mine.master = theirs.master.clone();
+            }
+        }
+        spec
     }
 
     pub(crate) fn write(&self, path: &Path) -> Result<(), Error> {
@@ -210,6 +259,40 @@ mod tests {
                 cluster: "b".into(),
                 master_port: 33071
             }
+        );
+    }
+
+    #[test]
+    fn a_promoted_minion_is_the_master_and_the_others_follow_it() {
+        let mut spec = Spec::local();
+        spec.clusters[0].master = Some("a-minion1".into());
+        let nodes = spec.nodes();
+        let role = |name: &str| nodes.iter().find(|n| n.name == name).unwrap().role.clone();
+        assert_eq!(
+            role("a-minion1"),
+            Role::Master {
+                cluster: "a".into()
+            }
+        );
+        assert_eq!(
+            role("a-master"),
+            Role::Minion {
+                cluster: "a".into(),
+                master_port: 33062
+            }
+        );
+        assert_eq!(
+            role("a-minion2"),
+            Role::Minion {
+                cluster: "a".into(),
+                master_port: 33062
+            }
+        );
+        assert_eq!(Spec::local().with_roles_of(&spec), spec);
+        let text = serde_json::to_string(&Spec::local()).unwrap();
+        assert!(
+            !text.contains("\"master\":"),
+            "no promotion, no field: {text}"
         );
     }
 

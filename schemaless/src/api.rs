@@ -19,6 +19,28 @@ pub enum ReadFrom {
     Minion,
 }
 
+/// A read's answer, and whether it may be older than what the master
+/// holds: with a master down (its circuit breaker open), master reads are
+/// answered by a minion, which may lag behind it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer<T> {
+    /// What was read.
+    pub value: T,
+    /// Whether a minion answered a master read: acknowledged writes may be
+    /// missing from it (read-your-writes does not hold).
+    pub stale: bool,
+}
+
+impl<T> Answer<T> {
+    /// An answer from the node asked.
+    pub fn fresh(value: T) -> Answer<T> {
+        Answer {
+            value,
+            stale: false,
+        }
+    }
+}
+
 /// How a write was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteOutcome {
@@ -170,6 +192,48 @@ pub trait CellStore: Send + Sync {
         limit: usize,
         from: ReadFrom,
     ) -> Result<ShardPage>;
+
+    /// [`CellStore::get_cell`], saying whether the answer may be stale. A
+    /// store that never fails over answers fresh.
+    async fn get_cell_answer(
+        &self,
+        key: &CellKey,
+        from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        Ok(Answer::fresh(self.get_cell(key, from).await?))
+    }
+
+    /// [`CellStore::get_cell_latest`], saying whether the answer may be
+    /// stale.
+    async fn get_cell_latest_answer(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        Ok(Answer::fresh(
+            self.get_cell_latest(row_key, column, from).await?,
+        ))
+    }
+
+    /// [`CellStore::get_cells_for_row`], saying whether the answer may be
+    /// stale.
+    async fn get_cells_for_row_answer(
+        &self,
+        row_key: &RowKey,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
+        Ok(Answer::fresh(self.get_cells_for_row(row_key, from).await?))
+    }
+
+    /// [`CellStore::query_index`], saying whether the answer may be stale.
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<IndexEntry>>> {
+        Ok(Answer::fresh(self.query_index(query, from).await?))
+    }
 
     /// Entries of a secondary index for one shard-field value, filtered,
     /// ordered and limited. A store that cannot answer index queries says

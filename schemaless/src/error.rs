@@ -62,6 +62,16 @@ pub enum Error {
         /// The timeout in force.
         after: std::time::Duration,
     },
+    /// The node's circuit breaker is open: it failed repeatedly and is not
+    /// asked again until a probe finds it answering (see
+    /// [`crate::mysql::breaker`]). Retryable.
+    #[error("storage node {node} is unavailable (circuit breaker open after: {reason})")]
+    Unavailable {
+        /// Which node (URL without password).
+        node: String,
+        /// The failure that opened the breaker.
+        reason: String,
+    },
     /// The store was created outside a Tokio runtime; its connection pools
     /// need one.
     #[error("the MySQL store must be created inside a Tokio runtime")]
@@ -116,7 +126,31 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Storage { source, .. } => driver_error_is_retryable(source),
-            Error::Timeout { .. } => true,
+            Error::Timeout { .. } | Error::Unavailable { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the node itself failed — down, frozen, shutting down, or no
+    /// longer the master (read-only) — as opposed to answering with an
+    /// error. These count against the node's circuit breaker, send master
+    /// reads to a minion and writes to the buffers.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Timeout { .. } | Error::Unavailable { .. } => true,
+            Error::Storage { source, .. } => match source {
+                sqlx::Error::Io(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_) => true,
+                sqlx::Error::Database(db) => db
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    // server shutting down, read-only (a demoted master),
+                    // connection killed
+                    .is_some_and(|e| matches!(e.number(), 1053 | 1290 | 1927)),
+                _ => false,
+            },
             _ => false,
         }
     }

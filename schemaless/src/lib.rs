@@ -57,8 +57,8 @@ pub mod mysql;
 pub mod routing;
 
 pub use api::{
-    CellResult, CellStore, Conflict, Filter, FilterOp, IndexEntry, IndexQuery, ReadFrom, ShardPage,
-    WriteOutcome,
+    Answer, CellResult, CellStore, Conflict, Filter, FilterOp, IndexEntry, IndexQuery, ReadFrom,
+    ShardPage, WriteOutcome,
 };
 pub use cell::{Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell};
 pub use error::{Error, Result};

@@ -338,7 +338,7 @@ pub(super) async fn load_file(topology: &Topology, shard: u32, path: &Path) -> a
     if path_text.contains('\'') || path_text.contains('\\') {
         bail!("cannot LOAD DATA from {path_text}: quotes or backslashes in the path");
     }
-    let node = &topology.cluster(shard)?.master;
+    let node = &topology.cluster(shard)?.master();
     let sql = format!(
         "LOAD DATA INFILE '{path_text}' INTO TABLE `{}`.`entity` CHARACTER SET binary \
          FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' \
@@ -358,7 +358,7 @@ async fn for_each_shard_sql(
 ) -> anyhow::Result<Vec<u64>> {
     let mut out = Vec::new();
     for shard in 0..topology.shard_count {
-        let node = &topology.cluster(shard)?.master;
+        let node = &topology.cluster(shard)?.master();
         let rows = sqlx::raw_sql(AssertSqlSafe(sql(&topology.database(shard))))
             .fetch_all(&node.pool)
             .await?;
@@ -380,7 +380,7 @@ pub(super) async fn count_cells(topology: &Topology) -> anyhow::Result<u64> {
 
 pub(super) async fn truncate(topology: &Topology) -> anyhow::Result<()> {
     for shard in 0..topology.shard_count {
-        let node = &topology.cluster(shard)?.master;
+        let node = &topology.cluster(shard)?.master();
         let sql = format!("TRUNCATE TABLE `{}`.`entity`", topology.database(shard));
         sqlx::raw_sql(AssertSqlSafe(sql))
             .execute(&node.pool)
@@ -426,7 +426,7 @@ async fn time_reads(
     let mut ours = Vec::with_capacity(targets.len());
     let mut raw = Vec::with_capacity(targets.len());
     for (i, (cell, shard, added_id)) in targets.iter().enumerate() {
-        let node = &topology.cluster(*shard)?.master;
+        let node = &topology.cluster(*shard)?.master();
         let time_ours = async {
             let t = Instant::now();
             let got = store

@@ -164,7 +164,7 @@ async fn a_different_shard_count_for_an_existing_instance_is_refused() {
         .await
         .unwrap();
     assert!(missing.is_empty());
-    let node = &topology.clusters[0].master;
+    let node = &topology.clusters[0].master();
     let shard_dbs: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name LIKE CONCAT(?, '\\_%')",
     )

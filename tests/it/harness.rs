@@ -82,7 +82,7 @@ impl Instance {
 
     /// Runs SQL on the master holding `shard` (to tamper with stored data).
     pub async fn execute_on_master(&self, shard: u32, sql: String) {
-        let node = &self.store.topology().cluster(shard).unwrap().master;
+        let node = &self.store.topology().cluster(shard).unwrap().master();
         sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
             .execute(&node.pool)
             .await

@@ -42,9 +42,14 @@
 //! - [`verify`]: A/A sampling under live writes, planted divergence found
 //!   by samples and the full diff and repaired, the served read untouched
 //!   with the other store down, the dashboard in headless Chromium;
+//! - [`availability`]: a master killed under load loses no acknowledged
+//!   write with buffered writes (promotion, reconciler), and how many
+//!   without; a frozen master's breaker and read failover; a minion down;
+//!   a reconciler killed mid-replay;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
+mod availability;
 mod backfill;
 mod bad_input;
 mod cells;

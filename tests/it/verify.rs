@@ -286,7 +286,7 @@ async fn on_master(store: &MySqlStore, row: &RowKey, sql: impl Fn(&str) -> Strin
     topology
         .cluster(shard)
         .unwrap()
-        .master
+        .master()
         .execute(sql(&database))
         .await
         .unwrap();

@@ -89,8 +89,8 @@ impl ShardFollower {
         from: ReadFrom,
     ) -> Result<ShardFollower> {
         let cluster = store.topology().cluster(shard)?;
-        let node = store.topology().reader(shard, from)?.clone();
-        let from_minion = node.label != cluster.master.label;
+        let node = Node::clone(&*store.topology().reader(shard, from)?);
+        let from_minion = node.label != cluster.master().label;
         let now = Instant::now();
         Ok(ShardFollower {
             store,
@@ -181,7 +181,7 @@ impl ShardFollower {
     /// Waits for the transactions that hold uncommitted rows in the hole,
     /// and for the minion read from to apply what the master has.
     async fn settle(&self, hole: &Hole) -> Result<()> {
-        let master = &self.store.topology().cluster(self.shard)?.master;
+        let master = &self.store.topology().cluster(self.shard)?.master();
         let database = self.store.topology().database(self.shard);
         master
             .fetch_all(format!(

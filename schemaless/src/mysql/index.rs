@@ -144,30 +144,49 @@ fn spec<'a>(store: &'a MySqlStore, name: &str) -> Result<&'a IndexSpec> {
         .ok_or_else(|| crate::memory::unknown_index(store.indexes(), name))
 }
 
-/// Every version of an index, from the first master's metadata.
+/// Every version of an index, from the metadata every master keeps a copy
+/// of: the first master that answers (so queries keep working with a
+/// master down).
 pub async fn versions(store: &MySqlStore, name: &str) -> Result<Vec<(u32, VersionState)>> {
     spec(store, name)?;
     let topology = store.topology();
-    let master = &topology.clusters[0].master;
     let meta = meta_database(&topology.instance);
-    let query = sqlx::query(AssertSqlSafe(format!(
-        "SELECT version, state FROM `{meta}`.`index_versions` WHERE name = ? ORDER BY version"
-    )))
-    .bind(name.to_string());
-    let mut conn = master.acquire().await?;
-    let rows = master
-        .run(&mut conn, |c| Box::pin(query.fetch_all(c)))
-        .await?;
-    rows.iter()
-        .map(|r| {
-            let version: u32 = r.try_get(0).map_err(|e| master.error(e))?;
-            let state: String = r.try_get(1).map_err(|e| master.error(e))?;
-            let state = VersionState::parse(&state).ok_or_else(|| {
-                Error::Schema(format!("index {name} v{version}: unknown state {state:?}"))
-            })?;
-            Ok((version, state))
-        })
-        .collect()
+    let mut last = None;
+    for cluster in &topology.clusters {
+        let master = cluster.master();
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "SELECT version, state FROM `{meta}`.`index_versions` WHERE name = ? ORDER BY version"
+        )))
+        .bind(name.to_string());
+        let rows = match master.acquire().await {
+            Ok(mut conn) => {
+                master
+                    .run(&mut conn, |c| Box::pin(query.fetch_all(c)))
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let rows = match rows {
+            Ok(rows) => rows,
+            Err(e) if e.is_unavailable() => {
+                last = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        return rows
+            .iter()
+            .map(|r| {
+                let version: u32 = r.try_get(0).map_err(|e| master.error(e))?;
+                let state: String = r.try_get(1).map_err(|e| master.error(e))?;
+                let state = VersionState::parse(&state).ok_or_else(|| {
+                    Error::Schema(format!("index {name} v{version}: unknown state {state:?}"))
+                })?;
+                Ok((version, state))
+            })
+            .collect();
+    }
+    Err(last.unwrap_or_else(|| Error::Schema("the instance has no clusters".into())))
 }
 
 /// Creates the next version of an index (tables on every shard, state
@@ -177,7 +196,10 @@ pub async fn create_version(store: &MySqlStore, name: &str) -> Result<u32> {
     let topology = store.topology();
     let meta = meta_database(&topology.instance);
     for cluster in &topology.clusters {
-        cluster.master.execute(create_versions_table(&meta)).await?;
+        cluster
+            .master()
+            .execute(create_versions_table(&meta))
+            .await?;
     }
     let version = versions(store, name)
         .await?
@@ -200,7 +222,7 @@ pub async fn create_version(store: &MySqlStore, name: &str) -> Result<u32> {
     };
     for shard in 0..topology.shard_count {
         let db = topology.database(shard);
-        let master = &topology.cluster(shard)?.master;
+        let master = &topology.cluster(shard)?.master();
         master
             .execute(format!(
                 "CREATE TABLE IF NOT EXISTS `{db}`.`{entries}` (
@@ -241,7 +263,7 @@ async fn set_state(
         .bind(version)
         .bind(state.as_str())
         .bind(crate::cell::now_micros());
-        cluster.master.execute_prepared(query).await?;
+        cluster.master().execute_prepared(query).await?;
     }
     Ok(())
 }
@@ -309,7 +331,7 @@ pub(crate) async fn query(
     store: &MySqlStore,
     query: &IndexQuery,
     from: ReadFrom,
-) -> Result<Vec<IndexEntry>> {
+) -> Result<crate::api::Answer<Vec<IndexEntry>>> {
     let spec = spec(store, &query.index)?;
     let checked = spec.check(query)?;
     let version = active_version(store, &spec.name).await?;
@@ -358,32 +380,39 @@ pub(crate) async fn query(
         sql.push_str(&format!("({column} IS NULL), {column} {direction}, "));
     }
     sql.push_str(&format!("row_key {direction} LIMIT {}", checked.limit));
-    let mut q = sqlx::query(AssertSqlSafe(sql));
-    for value in &values {
-        q = bind(q, Some(value));
-    }
-    let node = topology.reader(shard, from)?;
-    let mut conn = node.acquire().await?;
-    let rows = node.run(&mut conn, |c| Box::pin(q.fetch_all(c))).await?;
-    rows.iter()
-        .map(|r| {
-            let row_key: Vec<u8> = r.try_get(0).map_err(|e| node.error(e))?;
-            let fields: String = r.try_get(1).map_err(|e| node.error(e))?;
-            let row_key = RowKey::from_slice(&row_key).ok_or_else(|| Error::CorruptCell {
-                cell: format!("index {} entry", spec.name),
-                shard,
-                added_id: 0,
-                reason: "row key is not 16 bytes".into(),
-            })?;
-            let fields = Body::parse(&fields).map_err(|e| Error::CorruptCell {
-                cell: format!("index {} entry of {row_key}", spec.name),
-                shard,
-                added_id: 0,
-                reason: e.to_string(),
-            })?;
-            Ok(IndexEntry { row_key, fields })
+    store
+        .read_failover(shard, from, |node| {
+            let mut q = sqlx::query(AssertSqlSafe(sql.clone()));
+            for value in &values {
+                q = bind(q, Some(value));
+            }
+            let spec = &spec;
+            async move {
+                let mut conn = node.acquire().await?;
+                let rows = node.run(&mut conn, |c| Box::pin(q.fetch_all(c))).await?;
+                rows.iter()
+                    .map(|r| {
+                        let row_key: Vec<u8> = r.try_get(0).map_err(|e| node.error(e))?;
+                        let fields: String = r.try_get(1).map_err(|e| node.error(e))?;
+                        let row_key =
+                            RowKey::from_slice(&row_key).ok_or_else(|| Error::CorruptCell {
+                                cell: format!("index {} entry", spec.name),
+                                shard,
+                                added_id: 0,
+                                reason: "row key is not 16 bytes".into(),
+                            })?;
+                        let fields = Body::parse(&fields).map_err(|e| Error::CorruptCell {
+                            cell: format!("index {} entry of {row_key}", spec.name),
+                            shard,
+                            added_id: 0,
+                            reason: e.to_string(),
+                        })?;
+                        Ok(IndexEntry { row_key, fields })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            }
         })
-        .collect()
+        .await
 }
 
 /// The built-in handler that keeps one version of an index current.
@@ -433,7 +462,7 @@ impl Maintainer {
         };
         let home = shard_of(&first.cell.key.row_key, topology.shard_count);
         let home_db = topology.database(home);
-        let home_master = &topology.cluster(home)?.master;
+        let home_master = &topology.cluster(home)?.master();
         let pointers = pointer_table(&self.spec.name, self.version);
         let entries = entry_table(&self.spec.name, self.version);
 
@@ -613,7 +642,7 @@ impl Maintainer {
                 topology.database(shard)
             );
             push_value(&mut sql, Some(&value));
-            let master = &topology.cluster(shard)?.master;
+            let master = &topology.cluster(shard)?.master();
             let rows = master.fetch_all(sql).await?;
             let owner = rows
                 .first()
@@ -646,7 +675,7 @@ impl Maintainer {
         let topology = self.store.topology();
         futures::future::try_join_all(per_master.into_iter().map(
             |(cluster, statements)| async move {
-                super::store::transaction(&topology.clusters[cluster].master, &statements).await
+                super::store::transaction(&topology.clusters[cluster].master(), &statements).await
             },
         ))
         .await?;

@@ -4,6 +4,9 @@
 //! - [`schema`]: creating shard databases online and idempotently;
 //! - [`sql`]: the statement texts, and why they are text;
 //! - [`store`]: the cell API implementation;
+//! - [`breaker`]: a circuit breaker per storage node;
+//! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
+//! - [`failover`]: promoting a minion, and every store learning of it;
 //! - [`follow`]: reading a shard's change log in order without skipping
 //!   cells still being committed;
 //! - [`trigger`]: handlers run on every new cell of a column, per shard,
@@ -13,6 +16,9 @@
 //! - `repair`: whole-row reads and the operator's rewrite of a (row,
 //!   column), for the verifier.
 
+pub mod breaker;
+pub mod buffer;
+pub mod failover;
 pub mod follow;
 pub mod index;
 mod repair;

@@ -44,7 +44,7 @@ impl MySqlStore {
             }
             sql.push(')');
             let node = topology.reader(shard, from)?;
-            self.fetch_cells(node, shard, sql).await
+            self.fetch_cells(&node, shard, sql).await
         });
         let mut cells: Vec<StoredCell> = futures::future::try_join_all(reads)
             .await?
@@ -117,7 +117,7 @@ impl MySqlStore {
                 ));
             }
         }
-        let master = &topology.cluster(shard)?.master;
+        let master = &topology.cluster(shard)?.master();
         transaction(master, &statements).await?;
         self.changes_signal(shard);
         Ok(())

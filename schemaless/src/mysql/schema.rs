@@ -1,7 +1,9 @@
 //! Creating an instance's shard databases, online and idempotently.
 //!
 //! Each master gets one database per shard of its range, holding the
-//! entity table; replication carries them to the minions. A small
+//! entity table; replication carries them to the minions. The metadata
+//! database also holds the master's buffer of other clusters' writes and
+//! the recorded promotions. A small
 //! `<instance>_meta` database on each master records the shard count the
 //! instance was created with: routing depends on it for ever, so applying a
 //! config with a different count is refused before anything is created.
@@ -88,7 +90,7 @@ pub async fn verify(topology: &Topology) -> Result<Vec<u32>> {
             missing.extend(cluster.shards.iter());
             continue;
         }
-        let existing = existing_shards(topology, &cluster.master).await?;
+        let existing = existing_shards(topology, &cluster.master()).await?;
         missing.extend(cluster.shards.iter().filter(|s| !existing.contains(s)));
     }
     Ok(missing)
@@ -97,7 +99,7 @@ pub async fn verify(topology: &Topology) -> Result<Vec<u32>> {
 /// Whether the master has the instance's metadata; an error if it records
 /// a different shard count.
 async fn check_meta(topology: &Topology, cluster: &ClusterNodes) -> Result<bool> {
-    let node = &cluster.master;
+    let node = &cluster.master();
     let meta = meta_database(&topology.instance);
     let exists: Option<String> = sqlx::query_scalar(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = ? AND table_name = 'instance'",
@@ -167,7 +169,7 @@ fn shard_of_database(instance: &str, database: &str) -> Option<u32> {
 }
 
 async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<ClusterReport> {
-    let node = &cluster.master;
+    let node = &cluster.master();
     let meta = meta_database(&topology.instance);
     for statement in [
         format!("CREATE DATABASE IF NOT EXISTS `{meta}`"),
@@ -179,6 +181,8 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
             ) ENGINE=InnoDB"
         ),
         super::index::create_versions_table(&meta),
+        super::buffer::create_buffer_table(&meta),
+        super::failover::create_topology_table(&meta),
     ] {
         execute(node, statement).await?;
     }
@@ -230,7 +234,7 @@ async fn execute(node: &Node, statement: String) -> Result<()> {
 /// benchmarks only: this destroys data).
 pub async fn drop_instance(topology: &Topology) -> Result<()> {
     for cluster in &topology.clusters {
-        let node = &cluster.master;
+        let node = &cluster.master();
         let prefix = format!("{}\\_", topology.instance);
         let databases: Vec<String> = sqlx::query_scalar(
             "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE CONCAT(?, '%')",

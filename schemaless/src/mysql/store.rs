@@ -19,9 +19,23 @@
 //!
 //! Every statement runs within `storage.request_timeout_ms` (see
 //! [`super::topology::Node::run`]).
+//!
+//! Availability: with `storage.buffer_secondaries` on, each master's part
+//! of a batch is first written to the buffers of other clusters' masters
+//! and answered `Buffered` if its own master then fails (see
+//! [`super::buffer`]). Reads go to the first node of
+//! [`super::topology::ClusterNodes::readers`] that answers: a master read
+//! whose master is down is answered by a minion and flagged stale.
+//!
+//! Each store runs one maintenance task for as long as it lives: it probes
+//! nodes whose breaker is open, re-reads promotions
+//! ([`super::failover::refresh`]) and, with buffering on and
+//! `storage.reconcile_in_app`, runs the buffer reconciler.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
@@ -31,7 +45,8 @@ use sqlx::{AssertSqlSafe, Row};
 use super::sql;
 use super::topology::{Node, Topology};
 use crate::api::{
-    CellResult, CellStore, Conflict, IndexEntry, IndexQuery, ReadFrom, ShardPage, WriteOutcome,
+    Answer, CellResult, CellStore, Conflict, IndexEntry, IndexQuery, ReadFrom, ShardPage,
+    WriteOutcome,
 };
 use crate::cell::{
     check_batch, now_micros, Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell,
@@ -92,21 +107,28 @@ struct Inner {
     indexes: Vec<crate::index::IndexSpec>,
     /// Their active versions, cached briefly.
     index_versions: super::index::VersionCache,
+    /// `storage.buffer_secondaries`.
+    buffer_secondaries: usize,
+    /// `storage.buffer_replay_after_ms`.
+    buffer_replay_after: Duration,
+    /// Stops the maintenance task when the last clone is dropped.
+    _maintenance: tokio_util::sync::DropGuard,
 }
 
 /// A cell of a batch on its way to a shard.
-struct Pending {
+pub(super) struct Pending {
     /// Position in the caller's batch.
-    index: usize,
-    cell: Cell,
-    encoded: Vec<u8>,
+    pub(super) index: usize,
+    pub(super) cell: Cell,
+    pub(super) encoded: Vec<u8>,
 }
 
 impl MySqlStore {
     /// A store over the configured clusters. Connections are made on first
     /// use, so a node that is down only fails the requests that need it.
     pub fn connect(config: &config::Config) -> Result<MySqlStore> {
-        Ok(MySqlStore {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let store = MySqlStore {
             inner: Arc::new(Inner {
                 signal: ChangeSignal::new(config.instance.shard_count),
                 topology: Topology::from_config(config)?,
@@ -119,8 +141,120 @@ impl MySqlStore {
                     .map(crate::index::IndexSpec::from_config)
                     .collect::<Result<_>>()?,
                 index_versions: super::index::VersionCache::default(),
+                buffer_secondaries: config.storage.buffer_secondaries as usize,
+                buffer_replay_after: Duration::from_millis(config.storage.buffer_replay_after_ms),
+                _maintenance: stop.clone().drop_guard(),
             }),
-        })
+        };
+        tokio::spawn(maintain(
+            Arc::downgrade(&store.inner),
+            Maintenance {
+                refresh: Duration::from_millis(config.storage.topology_refresh_ms),
+                reconcile: (config.storage.buffer_secondaries > 0
+                    && config.storage.reconcile_in_app)
+                    .then(|| Duration::from_millis(config.storage.buffer_replay_after_ms.max(250))),
+            },
+            stop,
+        ));
+        Ok(store)
+    }
+
+    /// How many other clusters' buffers each write goes to (0: off).
+    pub fn buffer_secondaries(&self) -> usize {
+        self.inner.buffer_secondaries
+    }
+
+    pub(super) fn buffer_replay_after(&self) -> Duration {
+        self.inner.buffer_replay_after
+    }
+
+    /// Writes shard groups of one master, with no buffering: the
+    /// reconciler's replays.
+    pub(super) async fn write_master(
+        &self,
+        groups: Vec<(u32, Vec<Pending>)>,
+    ) -> Result<Vec<(usize, CellResult)>> {
+        let shards: Vec<u32> = groups.iter().map(|(s, _)| *s).collect();
+        let results = self.write_node(groups).await?;
+        for shard in shards {
+            self.inner.signal.notify(shard);
+        }
+        Ok(results)
+    }
+
+    /// Writes one cluster's part of a batch: to the buffers first when
+    /// buffering is on, then to its master. With the master failing after
+    /// the buffers took the cells, they are answered `Buffered`.
+    async fn write_cluster(
+        &self,
+        cluster: usize,
+        groups: Vec<(u32, Vec<Pending>)>,
+    ) -> Result<Vec<(usize, CellResult)>> {
+        if self.inner.buffer_secondaries == 0 {
+            return self.write_node(groups).await;
+        }
+        super::buffer::write(self, cluster, &groups).await?;
+        let indexes: Vec<usize> = groups
+            .iter()
+            .flat_map(|(_, items)| items.iter().map(|p| p.index))
+            .collect();
+        match self.write_node(groups).await {
+            Ok(results) => Ok(results),
+            Err(e) if e.is_unavailable() => {
+                tracing::debug!(
+                    "master unavailable, {} cells handed off: {e}",
+                    indexes.len()
+                );
+                metrics::counter!("schemaless_writes_handed_off_total")
+                    .increment(indexes.len() as u64);
+                Ok(indexes
+                    .into_iter()
+                    .map(|i| (i, Ok(WriteOutcome::Buffered)))
+                    .collect())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `read` on the nodes of `shard`'s cluster in
+    /// [`super::topology::ClusterNodes::readers`] order until one answers:
+    /// a node that fails (down, frozen) passes the read to the next, an
+    /// error answer ends it.
+    pub(crate) async fn read_failover<T, F, Fut>(
+        &self,
+        shard: u32,
+        from: ReadFrom,
+        mut read: F,
+    ) -> Result<Answer<T>>
+    where
+        F: FnMut(Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let cluster = self.inner.topology.cluster(shard)?;
+        let mut last = None;
+        for reader in cluster.readers(from) {
+            match read(reader.node).await {
+                Ok(value) => {
+                    if reader.stale {
+                        metrics::counter!("schemaless_reads_failed_over_total", "cluster" => cluster.name.clone())
+                            .increment(1);
+                    }
+                    return Ok(Answer {
+                        value,
+                        stale: reader.stale,
+                    });
+                }
+                Err(e) if e.is_unavailable() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::Unavailable {
+            node: cluster.master().label.clone(),
+            reason: format!(
+                "every node of cluster {:?} has its circuit breaker open",
+                cluster.name
+            ),
+        }))
     }
 
     /// Where each shard lives.
@@ -185,11 +319,12 @@ impl MySqlStore {
                 })
                 .collect::<Vec<_>>()
                 .join(" UNION ALL ");
-            let rows = cluster.master.fetch_all(sql).await?;
+            let master = cluster.master();
+            let rows = master.fetch_all(sql).await?;
             rows.iter()
                 .map(|row| {
-                    let shard: i64 = row.try_get(0).map_err(|e| cluster.master.error(e))?;
-                    let head: u64 = row.try_get(1).map_err(|e| cluster.master.error(e))?;
+                    let shard: i64 = row.try_get(0).map_err(|e| master.error(e))?;
+                    let head: u64 = row.try_get(1).map_err(|e| master.error(e))?;
                     Ok((shard as usize, head))
                 })
                 .collect::<Result<Vec<_>>>()
@@ -220,7 +355,7 @@ impl MySqlStore {
         let Some(&(first_shard, _)) = groups.first() else {
             return Ok(Vec::new());
         };
-        let node = &self.inner.topology.cluster(first_shard)?.master;
+        let node = &self.inner.topology.cluster(first_shard)?.master();
         let fast = groups.iter().all(|(_, items)| {
             let mut seen = HashSet::with_capacity(items.len());
             items
@@ -270,7 +405,7 @@ impl MySqlStore {
         shard: u32,
         items: Vec<Pending>,
     ) -> Result<Vec<(usize, CellResult)>> {
-        let node = &self.inner.topology.cluster(shard)?.master;
+        let node = &self.inner.topology.cluster(shard)?.master();
         let database = self.inner.topology.database(shard);
         let mut last_error = None;
         for _ in 0..MAX_INSERT_ATTEMPTS {
@@ -333,21 +468,29 @@ impl MySqlStore {
         shard: u32,
         from: ReadFrom,
         sql: String,
-    ) -> Result<Option<StoredCell>> {
-        let node = self.inner.topology.reader(shard, from)?;
-        Ok(self.fetch(node, shard, sql).await?.into_iter().next())
+    ) -> Result<Answer<Option<StoredCell>>> {
+        self.read_failover(shard, from, |node| {
+            let sql = sql.clone();
+            async move { Ok(self.fetch(&node, shard, sql).await?.into_iter().next()) }
+        })
+        .await
     }
 
     async fn fetch_prepared(
         &self,
         shard: u32,
         from: ReadFrom,
-        query: sqlx::query::Query<'static, sqlx::MySql, sqlx::mysql::MySqlArguments>,
-    ) -> Result<Option<StoredCell>> {
-        let node = self.inner.topology.reader(shard, from)?;
-        let row = node.fetch_optional(query).await?;
-        row.map(|r| decode_row(&r, shard, self.inner.inflated_cap))
-            .transpose()
+        query: impl Fn() -> sqlx::query::Query<'static, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        self.read_failover(shard, from, |node| {
+            let query = query();
+            async move {
+                let row = node.fetch_optional(query).await?;
+                row.map(|r| decode_row(&r, shard, self.inner.inflated_cap))
+                    .transpose()
+            }
+        })
+        .await
     }
 
     pub(super) async fn fetch_cells(
@@ -469,7 +612,7 @@ fn is_duplicate(e: &Error) -> bool {
 
 /// Decodes one entity row; anything malformed is a [`Error::CorruptCell`]
 /// naming as much of the cell as could be read.
-fn decode_row(row: &MySqlRow, shard: u32, cap: usize) -> Result<StoredCell> {
+pub(super) fn decode_row(row: &MySqlRow, shard: u32, cap: usize) -> Result<StoredCell> {
     let corrupt = |cell: String, added_id: u64, reason: String| Error::CorruptCell {
         cell,
         shard,
@@ -561,9 +704,12 @@ impl CellStore for MySqlStore {
             .flat_map(|groups| groups.iter().map(|(shard, _)| *shard))
             .collect();
         let mut results: Vec<Option<CellResult>> = vec![None; count];
-        let mut writes =
-            futures::stream::iter(by_node.into_values().map(|groups| self.write_node(groups)))
-                .buffer_unordered(self.inner.topology.clusters.len().max(1));
+        let mut writes = futures::stream::iter(
+            by_node
+                .into_iter()
+                .map(|(cluster, groups)| self.write_cluster(cluster, groups)),
+        )
+        .buffer_unordered(self.inner.topology.clusters.len().max(1));
         while let Some(node_results) = writes.try_next().await? {
             for (index, result) in node_results {
                 results[index] = Some(result);
@@ -580,17 +726,7 @@ impl CellStore for MySqlStore {
     }
 
     async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        let shard = self.shard_of(&key.row_key);
-        let database = self.inner.topology.database(shard);
-        if self.inner.topology.prepared_reads() {
-            let query = sqlx::query(AssertSqlSafe(sql::select_key_bound(&database)))
-                .bind(key.row_key.as_bytes().as_slice())
-                .bind(key.column.as_str())
-                .bind(key.ref_key.get());
-            return self.fetch_prepared(shard, from, query).await;
-        }
-        self.fetch_one(shard, from, sql::select_keys(&database, [key]))
-            .await
+        Ok(self.get_cell_answer(key, from).await?.value)
     }
 
     async fn get_cell_latest(
@@ -599,23 +735,72 @@ impl CellStore for MySqlStore {
         column: &Column,
         from: ReadFrom,
     ) -> Result<Option<StoredCell>> {
+        Ok(self
+            .get_cell_latest_answer(row_key, column, from)
+            .await?
+            .value)
+    }
+
+    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
+        Ok(self.get_cells_for_row_answer(row_key, from).await?.value)
+    }
+
+    async fn get_cell_answer(
+        &self,
+        key: &CellKey,
+        from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        let shard = self.shard_of(&key.row_key);
+        let database = self.inner.topology.database(shard);
+        if self.inner.topology.prepared_reads() {
+            let sql = sql::select_key_bound(&database);
+            return self
+                .fetch_prepared(shard, from, || {
+                    sqlx::query(AssertSqlSafe(sql.clone()))
+                        .bind(key.row_key.as_bytes().to_vec())
+                        .bind(key.column.as_str().to_string())
+                        .bind(key.ref_key.get())
+                })
+                .await;
+        }
+        self.fetch_one(shard, from, sql::select_keys(&database, [key]))
+            .await
+    }
+
+    async fn get_cell_latest_answer(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
         let shard = self.shard_of(row_key);
         let database = self.inner.topology.database(shard);
         if self.inner.topology.prepared_reads() {
-            let query = sqlx::query(AssertSqlSafe(sql::select_latest_bound(&database)))
-                .bind(row_key.as_bytes().as_slice())
-                .bind(column.as_str());
-            return self.fetch_prepared(shard, from, query).await;
+            let sql = sql::select_latest_bound(&database);
+            return self
+                .fetch_prepared(shard, from, || {
+                    sqlx::query(AssertSqlSafe(sql.clone()))
+                        .bind(row_key.as_bytes().to_vec())
+                        .bind(column.as_str().to_string())
+                })
+                .await;
         }
         self.fetch_one(shard, from, sql::select_latest(&database, row_key, column))
             .await
     }
 
-    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
+    async fn get_cells_for_row_answer(
+        &self,
+        row_key: &RowKey,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
         let shard = self.shard_of(row_key);
-        let node = self.inner.topology.reader(shard, from)?;
         let sql = sql::select_row(&self.inner.topology.database(shard), row_key);
-        self.fetch(node, shard, sql).await
+        self.read_failover(shard, from, |node| {
+            let sql = sql.clone();
+            async move { self.fetch(&node, shard, sql).await }
+        })
+        .await
     }
 
     async fn get_cells_for_shard(
@@ -633,13 +818,76 @@ impl CellStore for MySqlStore {
             });
         }
         let sql = sql::select_changes(&self.inner.topology.database(shard), after, limit);
-        let cells = self.fetch(node, shard, sql).await?;
+        let cells = self.fetch(&node, shard, sql).await?;
         let next = cells.last().map_or(after, |c| c.added_id);
         Ok(ShardPage { cells, next })
     }
 
     async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
+        Ok(self.query_index_answer(query, from).await?.value)
+    }
+
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<IndexEntry>>> {
         super::index::query(self, query, from).await
+    }
+}
+
+/// What a store's maintenance task does besides probing.
+struct Maintenance {
+    /// How often promotions are re-read.
+    refresh: Duration,
+    /// How often the buffer reconciler runs, if it runs here.
+    reconcile: Option<Duration>,
+}
+
+/// How often open breakers are checked for a due probe.
+const PROBE_TICK: Duration = Duration::from_millis(100);
+
+/// The store's background work, until the store is dropped: probes of
+/// open breakers, promotions, and (if configured) the buffer reconciler.
+/// It holds the store only while working, so dropping the last clone of
+/// the store ends it.
+async fn maintain(
+    inner: Weak<Inner>,
+    every: Maintenance,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut refreshed = Instant::now();
+    let mut reconciled = Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(PROBE_TICK) => {}
+        }
+        let Some(inner) = inner.upgrade() else { return };
+        let store = MySqlStore { inner };
+        for cluster in &store.inner.topology.clusters {
+            for node in &cluster.members {
+                if node.breaker.start_probe() {
+                    let node = node.clone();
+                    tokio::spawn(async move {
+                        // The probe reports to the breaker itself.
+                        let _ = node.probe().await;
+                    });
+                }
+            }
+        }
+        if refreshed.elapsed() >= every.refresh {
+            refreshed = Instant::now();
+            super::failover::refresh(&store.inner.topology).await;
+        }
+        if let Some(period) = every.reconcile {
+            if reconciled.elapsed() >= period {
+                reconciled = Instant::now();
+                if let Err(e) = super::buffer::reconcile_once(&store).await {
+                    tracing::warn!("buffer reconciler: {e}");
+                }
+            }
+        }
     }
 }
 

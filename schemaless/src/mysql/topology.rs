@@ -4,14 +4,22 @@
 //! Pools belong to nodes, never to shards: with 4096 shards on a handful of
 //! servers, a pool per shard would hold thousands of idle connections.
 //! Every query names its shard's database instead (`trips_0042.entity`).
+//!
+//! Every node has a [circuit breaker](super::breaker), consulted when a
+//! connection is taken and fed by every statement's outcome. Which member
+//! of a cluster is its master can change while the store runs: `mezzanine
+//! cluster promote` records a promotion, and every store picks it up (see
+//! [`super::failover`]). The members themselves are fixed by config.
 
 use std::str::FromStr;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql};
 
+use super::breaker::{Admission, Breaker};
 use crate::api::ReadFrom;
 use crate::error::{Error, Result};
 
@@ -26,6 +34,8 @@ pub struct Node {
     /// How long one statement may take before the call fails with
     /// [`Error::Timeout`]: a frozen server must not hang its callers.
     pub request_timeout: Duration,
+    /// Its circuit breaker.
+    pub breaker: Arc<Breaker>,
 }
 
 impl Node {
@@ -59,6 +69,11 @@ impl Node {
             })
             .connect_lazy_with(options);
         Ok(Node {
+            breaker: Arc::new(Breaker::new(
+                &label,
+                storage.breaker_failures,
+                Duration::from_millis(storage.breaker_open_ms),
+            )),
             label,
             pool,
             request_timeout: Duration::from_millis(storage.request_timeout_ms),
@@ -74,9 +89,43 @@ impl Node {
     }
 
     /// A connection from the pool (waiting at most
-    /// `storage.connect_timeout_ms`).
+    /// `storage.connect_timeout_ms`), unless the node's breaker is open.
     pub async fn acquire(&self) -> Result<PoolConnection<MySql>> {
-        self.pool.acquire().await.map_err(|e| self.error(e))
+        if let Admission::Refused { reason } = self.breaker.admit() {
+            return Err(Error::Unavailable {
+                node: self.label.clone(),
+                reason,
+            });
+        }
+        self.acquire_unguarded().await
+    }
+
+    /// A connection whatever the breaker says: for its probes.
+    async fn acquire_unguarded(&self) -> Result<PoolConnection<MySql>> {
+        let result = self.pool.acquire().await.map_err(|e| self.error(e));
+        if let Err(e) = &result {
+            self.judge(e);
+        }
+        result
+    }
+
+    /// Feeds a failure of the node (not an error answer) to its breaker.
+    fn judge(&self, e: &Error) {
+        if e.is_unavailable() {
+            self.breaker.failure(&e.to_string());
+        }
+    }
+
+    /// Sends `SELECT 1` past the breaker and reports the outcome to it: the
+    /// probe of a half-open breaker, and the check of `cluster status`.
+    pub async fn probe(&self) -> Result<Duration> {
+        let started = std::time::Instant::now();
+        let mut conn = self.acquire_unguarded().await?;
+        self.run(&mut conn, |c| {
+            Box::pin(async move { sqlx::raw_sql("SELECT 1").execute(c).await.map(|_| ()) })
+        })
+        .await?;
+        Ok(started.elapsed())
     }
 
     /// Runs one call on `conn` within the request timeout. After a timeout
@@ -92,7 +141,7 @@ impl Node {
             -> futures::future::BoxFuture<'c, std::result::Result<T, sqlx::Error>>,
     ) -> Result<T> {
         let outcome = tokio::time::timeout(self.request_timeout, call(conn)).await;
-        match outcome {
+        let result = match outcome {
             Ok(result) => result.map_err(|e| self.error(e)),
             Err(_) => {
                 conn.close_on_drop();
@@ -101,7 +150,18 @@ impl Node {
                     after: self.request_timeout,
                 })
             }
+        };
+        match &result {
+            Ok(_) => self.breaker.success(),
+            Err(e) if e.is_unavailable() => {
+                // A connection that failed mid-call is not reused.
+                conn.close_on_drop();
+                self.judge(e);
+            }
+            // An error answer: the node is up.
+            Err(_) => self.breaker.success(),
         }
+        result
     }
 
     /// Runs text SQL (one or more statements) and returns its rows.
@@ -156,12 +216,114 @@ impl Node {
 pub struct ClusterNodes {
     /// The cluster's name from config.
     pub name: String,
-    /// Where writes and master reads go.
-    pub master: Node,
-    /// Replicas for minion reads.
-    pub minions: Vec<Node>,
+    /// Every node of the cluster in config order: the configured master,
+    /// then the minions. Which of them is the master now is in `roles`.
+    pub members: Vec<Arc<Node>>,
+    roles: Arc<RwLock<Roles>>,
     /// The shards it holds.
     pub shards: config::ShardRange,
+}
+
+/// Which member is the master, since which promotion.
+#[derive(Clone, Copy, Debug)]
+struct Roles {
+    master: usize,
+    /// 0 for the configured master; each promotion records a higher one.
+    epoch: u64,
+}
+
+impl ClusterNodes {
+    fn roles(&self) -> Roles {
+        *self.roles.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where writes and master reads go.
+    pub fn master(&self) -> Arc<Node> {
+        self.members[self.roles().master].clone()
+    }
+
+    /// The replicas, for minion reads and failover.
+    pub fn minions(&self) -> Vec<Arc<Node>> {
+        let master = self.roles().master;
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != master)
+            .map(|(_, n)| n.clone())
+            .collect()
+    }
+
+    /// The promotion the current master came from (0: as configured).
+    pub fn epoch(&self) -> u64 {
+        self.roles().epoch
+    }
+
+    /// The member with this label, by position.
+    pub fn member(&self, label: &str) -> Option<usize> {
+        self.members.iter().position(|n| n.label == label)
+    }
+
+    /// Makes `members[master]` the master, if `epoch` is newer than the
+    /// promotion in force. Returns whether anything changed.
+    pub(crate) fn promote(&self, master: usize, epoch: u64) -> bool {
+        let mut roles = self.roles.write().unwrap_or_else(|p| p.into_inner());
+        if epoch <= roles.epoch || master >= self.members.len() {
+            return false;
+        }
+        let changed = roles.master != master;
+        *roles = Roles { master, epoch };
+        changed
+    }
+
+    /// Where a read of this cluster goes, in the order to try: for a
+    /// master read the master, then the minions (answers that may be
+    /// stale); for a minion read the minions, then the master. Minions
+    /// come in random order to spread load. Nodes whose breaker is open
+    /// are left out.
+    pub fn readers(&self, from: ReadFrom) -> Vec<Reader> {
+        let master = self.master();
+        let mut minions = self.minions();
+        shuffle(&mut minions);
+        let mut order = Vec::with_capacity(self.members.len());
+        match from {
+            ReadFrom::Master => {
+                order.push(Reader {
+                    node: master,
+                    stale: false,
+                });
+                order.extend(minions.into_iter().map(|node| Reader { node, stale: true }));
+            }
+            ReadFrom::Minion => {
+                order.extend(
+                    minions
+                        .into_iter()
+                        .map(|node| Reader { node, stale: false }),
+                );
+                order.push(Reader {
+                    node: master,
+                    stale: false,
+                });
+            }
+        }
+        order.retain(|r| r.node.breaker.admit() == Admission::Allowed);
+        order
+    }
+}
+
+/// One node a read may go to.
+#[derive(Clone, Debug)]
+pub struct Reader {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Whether its answer may be older than the master's: a minion
+    /// answering a master read.
+    pub stale: bool,
+}
+
+fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        items.swap(i, rand::random_range(0..=i));
+    }
 }
 
 /// The whole instance: names, shard count and the cluster of each shard.
@@ -219,12 +381,16 @@ impl Topology {
             }
             clusters.push(ClusterNodes {
                 name: c.name.clone(),
-                master: Node::connect_lazy(&c.master, &config.storage, statement_cache)?,
-                minions: c
-                    .minions
-                    .iter()
-                    .map(|m| Node::connect_lazy(m, &config.storage, statement_cache))
+                members: std::iter::once(&c.master)
+                    .chain(&c.minions)
+                    .map(|url| {
+                        Node::connect_lazy(url, &config.storage, statement_cache).map(Arc::new)
+                    })
                     .collect::<Result<_>>()?,
+                roles: Arc::new(RwLock::new(Roles {
+                    master: 0,
+                    epoch: 0,
+                })),
                 shards: c.shards,
             });
         }
@@ -277,16 +443,18 @@ impl Topology {
             })
     }
 
-    /// The node a read of `shard` goes to. Minion reads pick a minion at
-    /// random to spread load; a cluster without minions answers from its
-    /// master.
-    pub fn reader(&self, shard: u32, from: ReadFrom) -> Result<&Node> {
+    /// The node a read of `shard` goes to: the first of
+    /// [`ClusterNodes::readers`]. Minion reads pick a minion at random to
+    /// spread load; a cluster without minions answers from its master.
+    /// With every node's breaker open, the master (whose call then fails
+    /// fast).
+    pub fn reader(&self, shard: u32, from: ReadFrom) -> Result<Arc<Node>> {
         let cluster = self.cluster(shard)?;
-        Ok(match from {
-            ReadFrom::Master => &cluster.master,
-            ReadFrom::Minion if cluster.minions.is_empty() => &cluster.master,
-            ReadFrom::Minion => &cluster.minions[rand::random_range(0..cluster.minions.len())],
-        })
+        Ok(cluster
+            .readers(from)
+            .into_iter()
+            .next()
+            .map_or_else(|| cluster.master(), |r| r.node))
     }
 
     /// The database holding `shard`: `<instance>_<shard:04>`.
@@ -297,9 +465,8 @@ impl Topology {
     /// Closes every pool.
     pub async fn close(&self) {
         for c in &self.clusters {
-            c.master.pool.close().await;
-            for m in &c.minions {
-                m.pool.close().await;
+            for node in &c.members {
+                node.pool.close().await;
             }
         }
     }

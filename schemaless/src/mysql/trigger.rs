@@ -124,8 +124,8 @@ impl Shared {
         self.store.topology().database(shard)
     }
 
-    fn master(&self, shard: u32) -> Result<&super::topology::Node> {
-        Ok(&self.store.topology().cluster(shard)?.master)
+    fn master(&self, shard: u32) -> Result<std::sync::Arc<super::topology::Node>> {
+        Ok(self.store.topology().cluster(shard)?.master())
     }
 }
 
@@ -230,7 +230,7 @@ impl Trigger {
                 )
             })
             .collect();
-        nodes.master.execute(claims.join(";")).await?;
+        nodes.master().execute(claims.join(";")).await?;
         let owners: Vec<String> = nodes
             .shards
             .iter()
@@ -241,12 +241,12 @@ impl Trigger {
                 )
             })
             .collect();
-        let rows = nodes.master.fetch_all(owners.join(" UNION ALL ")).await?;
+        let rows = nodes.master().fetch_all(owners.join(" UNION ALL ")).await?;
         let mut held: HashMap<u32, bool> =
             nodes.shards.iter().map(|shard| (shard, false)).collect();
         for row in rows {
-            let shard: i64 = row.try_get(0).map_err(|e| nodes.master.error(e))?;
-            let holder: String = row.try_get(1).map_err(|e| nodes.master.error(e))?;
+            let shard: i64 = row.try_get(0).map_err(|e| nodes.master().error(e))?;
+            let holder: String = row.try_get(1).map_err(|e| nodes.master().error(e))?;
             held.insert(shard as u32, holder == s.owner);
         }
         Ok(held.into_iter().collect())
@@ -716,7 +716,7 @@ pub async fn status(store: &MySqlStore, name: &str) -> Result<Vec<ShardStatus>> 
         let db = topology.database(shard);
         let rows = topology
             .cluster(shard)?
-            .master
+            .master()
             .fetch_all(format!(
                 "SELECT
                    CAST(COALESCE((SELECT added_id FROM `{db}`.`trigger_offsets` WHERE name = {name}), 0) AS UNSIGNED),
@@ -733,7 +733,7 @@ pub async fn status(store: &MySqlStore, name: &str) -> Result<Vec<ShardStatus>> 
             row.try_get::<u64, _>(i).map_err(|e| {
                 topology
                     .cluster(shard)
-                    .map_or_else(|e| e, |c| c.master.error(e))
+                    .map_or_else(|e| e, |c| c.master().error(e))
             })
         };
         let offset = get_u64(0)?;
@@ -764,7 +764,7 @@ pub async fn retry_parked(store: &MySqlStore, name: &str) -> Result<u64> {
     let topology = store.topology();
     let mut flagged = 0;
     for shard in 0..topology.shard_count {
-        let master = &topology.cluster(shard)?.master;
+        let master = &topology.cluster(shard)?.master();
         let query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE `{}`.`trigger_dead_letters` SET retry = 1 WHERE name = ? AND retry = 0",
             topology.database(shard)

@@ -1,0 +1,519 @@
+//! Buffered writes and their reconciler.
+//!
+//! With `storage.buffer_secondaries = N` (N ≥ 1), a write goes first to the
+//! `buffer` table of N masters of *other* clusters, chosen at random among
+//! those whose breaker is closed, then to its own master; it is
+//! acknowledged only when both hold it. A master that dies after
+//! acknowledging a write it had not yet replicated loses nothing: the
+//! buffers still hold it. With the write's own master down (its breaker
+//! open, or the write failing for want of it), the write is acknowledged
+//! from the buffers alone as [`crate::WriteOutcome::Buffered`]: durable on
+//! N other hosts, readable once its master is back or a minion has been
+//! promoted (hinted handoff).
+//!
+//! The **reconciler** ([`reconcile_once`], run by `mezzanine buffer
+//! reconcile` and, with `storage.reconcile_in_app`, by every store) walks
+//! every master's buffer table and, for each buffered cell:
+//!
+//! - the cell's master has it with the same body, and so does every minion
+//!   of that cluster that answers (at least one), or the cluster has no
+//!   minions: the buffered copy is deleted — the write survives the
+//!   master's death now;
+//! - the master does not have it and the cell is older than
+//!   `storage.buffer_replay_after_ms`: it is written to the master (the
+//!   primary write never landed, or the master was replaced); deleted on a
+//!   later pass, once replicated;
+//! - the master has a *different* body at that address: the write lost to
+//!   an earlier one (a conflict, never acknowledged as written); it is
+//!   deleted and counted in `schemaless_buffer_conflicts_total`;
+//! - the master does not answer: it waits.
+//!
+//! Every step is idempotent — a replayed cell that landed meanwhile comes
+//! back `AlreadyPresent`, a deletion by id of a deleted row deletes
+//! nothing — so reconcilers may be killed at any point and several may
+//! run; `GET_LOCK` makes them take turns per buffer table so they do not
+//! do the same work twice.
+//!
+//! The buffer is one table per master, in the instance's metadata database
+//! (`<instance>_meta.buffer`), not one per shard as DESIGN.md first had
+//! it: the table holds cells of *other* clusters' shards, so none of this
+//! master's shard databases is its natural home, and one table per master
+//! lets the reconciler read a master's whole backlog with one query
+//! instead of one per shard.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use sqlx::{AssertSqlSafe, Row};
+
+use super::breaker::Admission;
+use super::schema::meta_database;
+use super::sql;
+use super::store::{decode_row, MySqlStore, Pending};
+use super::topology::{ClusterNodes, Node};
+use crate::api::WriteOutcome;
+use crate::cell::{now_micros, Body, CellKey};
+use crate::error::{Error, Result};
+
+/// Buffered cells one reconciler step reads at a time.
+const PAGE: usize = 500;
+
+/// `CREATE TABLE` of a master's buffer.
+pub fn create_buffer_table(meta: &str) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS `{meta}`.`buffer` (
+            buffer_id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            row_key BINARY(16) NOT NULL,
+            column_name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+            ref_key BIGINT NOT NULL,
+            body MEDIUMBLOB NOT NULL,
+            buffered_at BIGINT NOT NULL,
+            shard INT UNSIGNED NOT NULL
+        ) ENGINE=InnoDB"
+    )
+}
+
+fn insert_rows<'a>(
+    meta: &str,
+    rows: impl IntoIterator<Item = (u32, &'a Pending)>,
+    at: i64,
+) -> String {
+    let mut sql = format!(
+        "INSERT INTO `{meta}`.`buffer` (row_key, column_name, ref_key, body, buffered_at, shard) VALUES "
+    );
+    for (i, (shard, p)) in rows.into_iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        sql::push_hex(&mut sql, p.cell.key.row_key.as_bytes());
+        sql.push(',');
+        sql::push_column(&mut sql, &p.cell.key.column);
+        sql.push_str(&format!(",{},", p.cell.key.ref_key.get()));
+        sql::push_hex(&mut sql, &p.encoded);
+        sql.push_str(&format!(",{at},{shard})"));
+    }
+    sql
+}
+
+/// Writes one cluster's groups into the buffers of
+/// `storage.buffer_secondaries` masters of other clusters. Fails unless
+/// that many took them.
+pub(super) async fn write(
+    store: &MySqlStore,
+    cluster: usize,
+    groups: &[(u32, Vec<Pending>)],
+) -> Result<()> {
+    let topology = store.topology();
+    let wanted = store.buffer_secondaries();
+    let mut candidates: Vec<_> = topology
+        .clusters
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != cluster)
+        .map(|(_, c)| c.master())
+        .collect();
+    // Healthy masters first, in random order.
+    for i in (1..candidates.len()).rev() {
+        candidates.swap(i, rand::random_range(0..=i));
+    }
+    candidates.sort_by_key(|n| n.breaker.admit() != Admission::Allowed);
+    let meta = meta_database(&topology.instance);
+    let at = now_micros();
+    let mut held = 0;
+    let mut failures = Vec::new();
+    for node in candidates {
+        if held == wanted {
+            break;
+        }
+        match write_to(&node, &meta, groups, at).await {
+            Ok(()) => held += 1,
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    let cells: usize = groups.iter().map(|(_, items)| items.len()).sum();
+    if held < wanted {
+        return Err(Error::Unavailable {
+            node: format!(
+                "the buffers for cluster {:?}",
+                topology.clusters[cluster].name
+            ),
+            reason: format!(
+                "{held} of the {wanted} secondary masters took the write: {}",
+                failures.join("; ")
+            ),
+        });
+    }
+    metrics::counter!("schemaless_buffered_cells_total").increment((cells * wanted) as u64);
+    Ok(())
+}
+
+async fn write_to(node: &Node, meta: &str, groups: &[(u32, Vec<Pending>)], at: i64) -> Result<()> {
+    type Rows<'a> = Vec<(u32, &'a Pending)>;
+    let (large, small): (Rows, Rows) = groups
+        .iter()
+        .flat_map(|(shard, items)| items.iter().map(move |p| (*shard, p)))
+        .partition(|(_, p)| sql::needs_bind(&p.encoded));
+    if !small.is_empty() {
+        node.execute(insert_rows(meta, small, at)).await?;
+    }
+    for (shard, p) in large {
+        let query = sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO `{meta}`.`buffer` (row_key, column_name, ref_key, body, buffered_at, shard) VALUES (?, ?, ?, ?, ?, ?)"
+        )))
+        .bind(p.cell.key.row_key.as_bytes().to_vec())
+        .bind(p.cell.key.column.as_str().to_string())
+        .bind(p.cell.key.ref_key.get())
+        .bind(p.encoded.clone())
+        .bind(at)
+        .bind(shard);
+        node.execute_prepared(query).await?;
+    }
+    Ok(())
+}
+
+/// What one reconciler pass did, over every buffer table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Buffered cells written to their master.
+    pub replayed: u64,
+    /// Buffered copies deleted because the cell is safe on its cluster.
+    pub drained: u64,
+    /// Buffered cells whose address holds a different body: deleted.
+    pub conflicts: u64,
+    /// Buffered cells left for a later pass (master down, not yet
+    /// replicated, or too young to replay).
+    pub pending: u64,
+    /// Buffer tables skipped: their master did not answer, or another
+    /// reconciler held them.
+    pub skipped_tables: u64,
+}
+
+impl Pass {
+    fn add(&mut self, other: &Pass) {
+        self.replayed += other.replayed;
+        self.drained += other.drained;
+        self.conflicts += other.conflicts;
+        self.pending += other.pending;
+        self.skipped_tables += other.skipped_tables;
+    }
+}
+
+/// One buffered cell.
+struct Buffered {
+    id: u64,
+    shard: u32,
+    pending: Pending,
+    buffered_at: i64,
+}
+
+/// One pass over every master's buffer table.
+pub async fn reconcile_once(store: &MySqlStore) -> Result<Pass> {
+    let topology = store.topology();
+    let mut total = Pass::default();
+    for cluster in &topology.clusters {
+        let node = cluster.master();
+        match reconcile_table(store, &node).await {
+            Ok(pass) => total.add(&pass),
+            Err(e) if e.is_unavailable() => total.skipped_tables += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    metrics::counter!("schemaless_buffer_replayed_total").increment(total.replayed);
+    metrics::counter!("schemaless_buffer_drained_total").increment(total.drained);
+    metrics::counter!("schemaless_buffer_conflicts_total").increment(total.conflicts);
+    Ok(total)
+}
+
+/// Runs passes every `every` until `stop` is cancelled. Errors are logged
+/// and the next pass tries again.
+pub async fn run(store: MySqlStore, every: Duration, stop: tokio_util::sync::CancellationToken) {
+    loop {
+        match reconcile_once(&store).await {
+            Ok(pass) if pass != Pass::default() => tracing::debug!(?pass, "buffer reconciler pass"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("buffer reconciler: {e}"),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+async fn reconcile_table(store: &MySqlStore, node: &Node) -> Result<Pass> {
+    let topology = store.topology();
+    let meta = meta_database(&topology.instance);
+    let lock_name = format!("{meta}.buffer");
+    let mut lock = node.acquire().await?;
+    let got: Option<i64> = {
+        let name = lock_name.clone();
+        node.run(&mut lock, |c| {
+            Box::pin(async move {
+                sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+                    .bind(name)
+                    .fetch_one(c)
+                    .await
+            })
+        })
+        .await?
+    };
+    if got != Some(1) {
+        return Ok(Pass {
+            skipped_tables: 1,
+            ..Pass::default()
+        });
+    }
+    let result = drain_table(store, node, &meta).await;
+    let name = lock_name.clone();
+    let released = node
+        .run(&mut lock, |c| {
+            Box::pin(async move {
+                sqlx::query("DO RELEASE_LOCK(?)")
+                    .bind(name)
+                    .execute(c)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .await;
+    if released.is_err() {
+        lock.close_on_drop();
+    }
+    let pass = result?;
+    metrics::gauge!("schemaless_buffer_pending", "node" => node.label.clone())
+        .set(pass.pending as f64);
+    Ok(pass)
+}
+
+async fn drain_table(store: &MySqlStore, node: &Node, meta: &str) -> Result<Pass> {
+    let topology = store.topology();
+    let mut pass = Pass::default();
+    let mut after = 0u64;
+    loop {
+        let rows = match node
+            .fetch_all(format!(
+                "SELECT buffer_id, row_key, column_name, ref_key, body, buffered_at, shard \
+                 FROM `{meta}`.`buffer` WHERE buffer_id > {after} ORDER BY buffer_id LIMIT {PAGE}"
+            ))
+            .await
+        {
+            Ok(rows) => rows,
+            // A master whose schema predates buffered writes has nothing
+            // buffered.
+            Err(Error::Storage {
+                source: sqlx::Error::Database(db),
+                ..
+            }) if db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| matches!(e.number(), 1146 | 1049)) =>
+            {
+                return Ok(pass)
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(last) = rows.last() else {
+            return Ok(pass);
+        };
+        after = last.try_get(0).map_err(|e| node.error(e))?;
+        let mut by_cluster: BTreeMap<usize, Vec<Buffered>> = BTreeMap::new();
+        let mut done = Vec::new();
+        for (i, row) in rows.iter().enumerate() {
+            let shard: u32 = row.try_get(6).map_err(|e| node.error(e))?;
+            let stored = decode_row(row, shard, store.inflated_cap())?;
+            let encoded: Vec<u8> = row.try_get(4).map_err(|e| node.error(e))?;
+            let cluster = topology.cluster_index(shard)?;
+            by_cluster.entry(cluster).or_default().push(Buffered {
+                id: stored.added_id,
+                shard,
+                buffered_at: stored.created_at,
+                pending: Pending {
+                    index: i,
+                    cell: stored.cell,
+                    encoded,
+                },
+            });
+        }
+        for (cluster, items) in by_cluster {
+            let step = settle(store, &topology.clusters[cluster], items, &mut done).await;
+            pass.add(&step);
+        }
+        if !done.is_empty() {
+            let ids: Vec<String> = done.iter().map(u64::to_string).collect();
+            node.execute(format!(
+                "DELETE FROM `{meta}`.`buffer` WHERE buffer_id IN ({})",
+                ids.join(",")
+            ))
+            .await?;
+        }
+    }
+}
+
+/// Decides the fate of one cluster's buffered cells; the ids that may be
+/// deleted go to `done`.
+async fn settle(
+    store: &MySqlStore,
+    cluster: &ClusterNodes,
+    items: Vec<Buffered>,
+    done: &mut Vec<u64>,
+) -> Pass {
+    let mut pass = Pass::default();
+    let master = cluster.master();
+    let on_master = match present(store, &master, &items).await {
+        Ok(found) => found,
+        Err(e) => {
+            if !e.is_unavailable() {
+                tracing::warn!(cluster = %cluster.name, "buffer reconciler: {e}");
+            }
+            pass.pending += items.len() as u64;
+            return pass;
+        }
+    };
+    let replay_after = store.buffer_replay_after().as_micros() as i64;
+    let now = now_micros();
+    let mut landed = Vec::new();
+    let mut replay: BTreeMap<u32, Vec<Pending>> = BTreeMap::new();
+    let mut replay_ids: HashMap<usize, u64> = HashMap::new();
+    for item in items {
+        match on_master.get(&item.pending.cell.key) {
+            Some(body) if *body == item.pending.cell.body => landed.push(item),
+            Some(_) => {
+                tracing::warn!(
+                    cell = %item.pending.cell.key,
+                    "a buffered cell's address holds a different body on its master: the buffered write lost to an earlier one"
+                );
+                pass.conflicts += 1;
+                done.push(item.id);
+            }
+            None if now - item.buffered_at >= replay_after => {
+                replay_ids.insert(item.pending.index, item.id);
+                replay.entry(item.shard).or_default().push(item.pending);
+            }
+            None => pass.pending += 1,
+        }
+    }
+    if !replay.is_empty() {
+        let count = replay.values().map(Vec::len).sum::<usize>() as u64;
+        let groups = replay
+            .into_iter()
+            .map(|(shard, mut items)| {
+                items.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
+                (shard, items)
+            })
+            .collect();
+        match store.write_master(groups).await {
+            Ok(results) => {
+                for (index, result) in results {
+                    match result {
+                        Ok(WriteOutcome::Written) | Ok(WriteOutcome::AlreadyPresent) => {
+                            pass.replayed += 1;
+                            pass.pending += 1;
+                        }
+                        Ok(_) => pass.pending += 1,
+                        Err(conflict) => {
+                            tracing::warn!(cell = %conflict.key, "a replayed buffered cell conflicts with the stored one; dropped");
+                            pass.conflicts += 1;
+                            done.extend(replay_ids.get(&index));
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(cluster = %cluster.name, "replaying buffered cells: {e}");
+                pass.pending += count;
+            }
+        }
+    }
+    if landed.is_empty() {
+        return pass;
+    }
+    let minions = cluster.minions();
+    if minions.is_empty() {
+        pass.drained += landed.len() as u64;
+        done.extend(landed.iter().map(|b| b.id));
+        return pass;
+    }
+    let answering: Vec<_> = minions
+        .into_iter()
+        .filter(|m| m.breaker.admit() == Admission::Allowed)
+        .collect();
+    let mut safe = vec![!answering.is_empty(); landed.len()];
+    for minion in &answering {
+        match present(store, minion, &landed).await {
+            Ok(found) => {
+                for (i, item) in landed.iter().enumerate() {
+                    safe[i] &= found.get(&item.pending.cell.key) == Some(&item.pending.cell.body);
+                }
+            }
+            Err(_) => safe.iter_mut().for_each(|s| *s = false),
+        }
+    }
+    for (item, safe) in landed.iter().zip(safe) {
+        if safe {
+            pass.drained += 1;
+            done.push(item.id);
+        } else {
+            pass.pending += 1;
+        }
+    }
+    pass
+}
+
+/// The bodies `node` holds at the addresses of `items`.
+async fn present(
+    store: &MySqlStore,
+    node: &Node,
+    items: &[Buffered],
+) -> Result<HashMap<CellKey, Body>> {
+    let topology = store.topology();
+    let mut by_shard: BTreeMap<u32, Vec<&CellKey>> = BTreeMap::new();
+    for item in items {
+        by_shard
+            .entry(item.shard)
+            .or_default()
+            .push(&item.pending.cell.key);
+    }
+    let statements: Vec<String> = by_shard
+        .iter()
+        .map(|(shard, keys)| {
+            sql::select_keys(&topology.database(*shard), keys.iter().copied()).replacen(
+                sql::CELL_COLUMNS,
+                &format!("{}, {shard}", sql::CELL_COLUMNS),
+                1,
+            )
+        })
+        .collect();
+    let rows = node.fetch_all(statements.join(" UNION ALL ")).await?;
+    rows.iter()
+        .map(|row| {
+            let shard: i64 = row.try_get(6).map_err(|e| node.error(e))?;
+            let stored = decode_row(row, shard as u32, store.inflated_cap())?;
+            Ok((stored.cell.key, stored.cell.body))
+        })
+        .collect()
+}
+
+/// How many cells each master's buffer holds, and the age of the oldest.
+pub async fn backlog(store: &MySqlStore) -> Vec<(String, Result<(u64, Option<i64>)>)> {
+    let topology = store.topology();
+    let meta = meta_database(&topology.instance);
+    let mut out = Vec::new();
+    for cluster in &topology.clusters {
+        let node = cluster.master();
+        let result = node
+            .fetch_all(format!(
+                "SELECT COUNT(*), MIN(buffered_at) FROM `{meta}`.`buffer`"
+            ))
+            .await
+            .and_then(|rows| {
+                let row = rows
+                    .first()
+                    .ok_or_else(|| Error::Schema("no answer".into()))?;
+                let count: i64 = row.try_get(0).map_err(|e| node.error(e))?;
+                let oldest: Option<i64> = row.try_get(1).map_err(|e| node.error(e))?;
+                Ok((count as u64, oldest.map(|at| now_micros() - at)))
+            });
+        out.push((node.label.clone(), result));
+    }
+    out
+}

@@ -12,8 +12,12 @@
 //! - [`mirror`]: facade write latency in `mirror` against `legacy`, and
 //!   relay throughput;
 //! - [`verify`]: facade read latency with sampling at 0%, 1% and 100%,
-//!   and the full diff's speed.
+//!   and the full diff's speed;
+//! - [`availability`]: write throughput and latency with buffered writes
+//!   off and on, and the time from a master's death to the first write
+//!   taken, on private servers of its own (it kills a master).
 
+mod availability;
 mod backfill;
 mod cells;
 mod index;
@@ -46,6 +50,12 @@ pub enum BenchCommand {
     /// Facade read latency with sampling at 0%, 1% and 100% (same readers,
     /// same run), and full-diff speed in parents/s, on the dev cluster.
     Verify(verify::VerifyArgs),
+    /// Write throughput and p50/p99 latency with buffered writes off and on
+    /// (one secondary), same run; then kill -9 a master under load and time
+    /// the first write taken (hinted handoff) and the first written again
+    /// after promoting its minion. Starts private servers of its own on
+    /// free loopback ports: it kills one.
+    Availability(availability::AvailabilityArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -55,6 +65,7 @@ pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Mirror(args) => mirror::run(args, config, cluster_dir).await,
         BenchCommand::Backfill(args) => backfill::run(args, config, cluster_dir).await,
         BenchCommand::Verify(args) => verify::run(args, config, cluster_dir).await,
+        BenchCommand::Availability(args) => availability::run(args, config, cluster_dir).await,
     }
 }
 

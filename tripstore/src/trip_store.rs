@@ -275,20 +275,24 @@ impl TripStore {
         (store, sampled.then_some(side))
     }
 
-    /// Hands a served read to the verifier (errors are not sampled: there
-    /// is nothing to compare).
-    fn sample<T>(
+    /// Hands a served read to the verifier. Errors are not sampled (there
+    /// is nothing to compare), nor answers a minion gave for a master that
+    /// is down (they may be stale).
+    fn sample_answer<T>(
         &self,
         side: Option<Side>,
-        result: &Result<T>,
+        result: &Result<schemaless::Answer<T>>,
         read: impl FnOnce() -> Read,
         answer: impl FnOnce(&T) -> Answer,
     ) {
         if let (Some(served), Ok(value)) = (side, result) {
+            if value.stale {
+                return;
+            }
             self.sampler.offer(Sample {
                 read: read(),
                 served,
-                answer: answer(value),
+                answer: answer(&value.value),
             });
         }
     }
@@ -438,15 +442,7 @@ impl CellStore for TripStore {
     }
 
     async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        let (store, sampled) = self.reads();
-        let result = store.get_cell(key, from).await;
-        self.sample(
-            sampled,
-            &result,
-            || Read::Cell(key.clone()),
-            |v| Answer::Cell(v.clone()),
-        );
-        result
+        Ok(self.get_cell_answer(key, from).await?.value)
     }
 
     async fn get_cell_latest(
@@ -455,9 +451,49 @@ impl CellStore for TripStore {
         column: &Column,
         from: ReadFrom,
     ) -> Result<Option<StoredCell>> {
+        Ok(self
+            .get_cell_latest_answer(row_key, column, from)
+            .await?
+            .value)
+    }
+
+    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
+        Ok(self.get_cells_for_row_answer(row_key, from).await?.value)
+    }
+
+    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
+        Ok(self.query_index_answer(query, from).await?.value)
+    }
+
+    // The `_answer` reads say whether a minion answered for a master that
+    // is down. Such answers are not sampled: a stale answer compared with
+    // the other store would be a false mismatch.
+
+    async fn get_cell_answer(
+        &self,
+        key: &CellKey,
+        from: ReadFrom,
+    ) -> Result<schemaless::Answer<Option<StoredCell>>> {
         let (store, sampled) = self.reads();
-        let result = store.get_cell_latest(row_key, column, from).await;
-        self.sample(
+        let result = store.get_cell_answer(key, from).await;
+        self.sample_answer(
+            sampled,
+            &result,
+            || Read::Cell(key.clone()),
+            |v| Answer::Cell(v.clone()),
+        );
+        result
+    }
+
+    async fn get_cell_latest_answer(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<schemaless::Answer<Option<StoredCell>>> {
+        let (store, sampled) = self.reads();
+        let result = store.get_cell_latest_answer(row_key, column, from).await;
+        self.sample_answer(
             sampled,
             &result,
             || Read::Latest(*row_key, column.clone()),
@@ -466,15 +502,37 @@ impl CellStore for TripStore {
         result
     }
 
-    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
+    async fn get_cells_for_row_answer(
+        &self,
+        row_key: &RowKey,
+        from: ReadFrom,
+    ) -> Result<schemaless::Answer<Vec<StoredCell>>> {
         let (store, sampled) = self.reads();
-        let result = store.get_cells_for_row(row_key, from).await;
-        self.sample(
+        let result = store.get_cells_for_row_answer(row_key, from).await;
+        self.sample_answer(
             sampled,
             &result,
             || Read::Row(*row_key),
             |v| Answer::Cells(v.clone()),
         );
+        result
+    }
+
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        from: ReadFrom,
+    ) -> Result<schemaless::Answer<Vec<IndexEntry>>> {
+        let (store, sampled) = self.reads();
+        let result = store.query_index_answer(query, from).await;
+        if let Some(column) = sampled.and_then(|_| self.index_column(&query.index)) {
+            self.sample_answer(
+                sampled,
+                &result,
+                || Read::Index(query.clone(), column),
+                |v| Answer::Entries(v.clone()),
+            );
+        }
         result
     }
 
@@ -490,19 +548,5 @@ impl CellStore for TripStore {
             .0
             .get_cells_for_shard(shard, after, limit, from)
             .await
-    }
-
-    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        let (store, sampled) = self.reads();
-        let result = store.query_index(query, from).await;
-        if let Some(column) = sampled.and_then(|_| self.index_column(&query.index)) {
-            self.sample(
-                sampled,
-                &result,
-                || Read::Index(query.clone(), column),
-                |v| Answer::Entries(v.clone()),
-            );
-        }
-        result
     }
 }

@@ -160,19 +160,38 @@ impl Stores {
         }
     }
 
-    /// Replays `read` on one side, from the master.
+    /// Replays `read` on one side, from the master. An answer a minion gave
+    /// because the master is down may be stale: it is an error here (the
+    /// replay is counted as failed), never a comparison that could record
+    /// a false mismatch.
     pub async fn read(&self, side: Side, read: &Read) -> schemaless::Result<Answer> {
         let store = self.side(side);
-        Ok(match read {
-            Read::Cell(key) => Answer::Cell(store.get_cell(key, ReadFrom::Master).await?),
+        let master = ReadFrom::Master;
+        let (answer, stale) = match read {
+            Read::Cell(key) => {
+                let a = store.get_cell_answer(key, master).await?;
+                (Answer::Cell(a.value), a.stale)
+            }
             Read::Latest(row, column) => {
-                Answer::Cell(store.get_cell_latest(row, column, ReadFrom::Master).await?)
+                let a = store.get_cell_latest_answer(row, column, master).await?;
+                (Answer::Cell(a.value), a.stale)
             }
-            Read::Row(row) => Answer::Cells(store.get_cells_for_row(row, ReadFrom::Master).await?),
+            Read::Row(row) => {
+                let a = store.get_cells_for_row_answer(row, master).await?;
+                (Answer::Cells(a.value), a.stale)
+            }
             Read::Index(query, _) => {
-                Answer::Entries(store.query_index(query, ReadFrom::Master).await?)
+                let a = store.query_index_answer(query, master).await?;
+                (Answer::Entries(a.value), a.stale)
             }
-        })
+        };
+        if stale {
+            return Err(schemaless::Error::Unavailable {
+                node: format!("the {side:?} master"),
+                reason: "a minion answered instead, possibly stale: not compared".into(),
+            });
+        }
+        Ok(answer)
     }
 
     /// Compares the legacy side's answer with Schemaless's.

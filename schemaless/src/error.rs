@@ -141,7 +141,6 @@ impl Error {
             Error::Storage { source, .. } => match source {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed
                 | sqlx::Error::WorkerCrashed
                 | sqlx::Error::Protocol(_) => true,
                 sqlx::Error::Database(db) => db

@@ -111,8 +111,15 @@ struct Inner {
     buffer_secondaries: usize,
     /// `storage.buffer_replay_after_ms`.
     buffer_replay_after: Duration,
-    /// Stops the maintenance task when the last clone is dropped.
-    _maintenance: tokio_util::sync::DropGuard,
+    /// Stops the maintenance task (on `close`, or when the last clone is
+    /// dropped).
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// A cell of a batch on its way to a shard.
@@ -143,7 +150,7 @@ impl MySqlStore {
                 index_versions: super::index::VersionCache::default(),
                 buffer_secondaries: config.storage.buffer_secondaries as usize,
                 buffer_replay_after: Duration::from_millis(config.storage.buffer_replay_after_ms),
-                _maintenance: stop.clone().drop_guard(),
+                stop: stop.clone(),
             }),
         };
         tokio::spawn(maintain(
@@ -337,8 +344,9 @@ impl MySqlStore {
         Ok(heads)
     }
 
-    /// Closes every connection pool.
+    /// Stops the background work and closes every connection pool.
     pub async fn close(&self) {
+        self.inner.stop.cancel();
         self.inner.topology.close().await;
     }
 

@@ -131,6 +131,15 @@ impl Error {
         }
     }
 
+    /// Whether a table or database does not exist (yet): an instance whose
+    /// schema predates a table has nothing in it.
+    pub fn is_missing_table(&self) -> bool {
+        matches!(self, Error::Storage { source: sqlx::Error::Database(db), .. }
+            if db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| matches!(e.number(), 1146 | 1049)))
+    }
+
     /// Whether the node itself failed — down, frozen, shutting down, or no
     /// longer the master (read-only) — as opposed to answering with an
     /// error. These count against the node's circuit breaker, send master

@@ -83,7 +83,7 @@ async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
          buffer_replay_after_ms = 500\nreconcile_in_app = false\n",
         u32::from(buffered)
     );
-    let (cluster, _config, file, store) = setup(&["a", "b", "c"], 2, &storage).await;
+    let (cluster, config, file, store) = setup(&["a", "b", "c"], 2, &storage).await;
     const TOTAL: usize = 12_000;
     const KILL_AFTER: usize = 3_000;
     let next = Arc::new(AtomicUsize::new(0));
@@ -171,7 +171,7 @@ async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
         }
     }
     // A fresh store (another worker) sees the same.
-    let reader = MySqlStore::connect(&_config).unwrap();
+    let reader = MySqlStore::connect(&config).unwrap();
     failover::refresh(reader.topology()).await;
     let mut lost = 0;
     for (cell, _) in &acked {
@@ -323,7 +323,7 @@ async fn a_minion_down_changes_nothing_for_writes_and_master_reads() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reconciler_killed_mid_replay_and_restarted_drains_and_duplicates_nothing() {
-    let (cluster, config, file, store) = setup(
+    let (cluster, _config, file, store) = setup(
         &["a", "b"],
         1,
         "buffer_secondaries = 1\nrequest_timeout_ms = 2000\nconnect_timeout_ms = 500\n\
@@ -429,5 +429,4 @@ async fn a_reconciler_killed_mid_replay_and_restarted_drains_and_duplicates_noth
         bodies.insert(cell.key.clone(), ());
     }
     assert_eq!(bodies.len(), cells.len());
-    drop(config);
 }

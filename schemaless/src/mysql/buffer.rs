@@ -301,15 +301,7 @@ async fn drain_table(store: &MySqlStore, node: &Node, meta: &str) -> Result<Pass
             Ok(rows) => rows,
             // A master whose schema predates buffered writes has nothing
             // buffered.
-            Err(Error::Storage {
-                source: sqlx::Error::Database(db),
-                ..
-            }) if db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|e| matches!(e.number(), 1146 | 1049)) =>
-            {
-                return Ok(pass)
-            }
+            Err(e) if e.is_missing_table() => return Ok(pass),
             Err(e) => return Err(e),
         };
         let Some(last) = rows.last() else {

@@ -61,16 +61,7 @@ async fn recorded(node: &Node, meta: &str) -> Result<Vec<Promotion>> {
         .await
     {
         Ok(rows) => rows,
-        Err(Error::Storage {
-            source: sqlx::Error::Database(db),
-            ..
-        }) if db
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            // no such table, no such database
-            .is_some_and(|e| matches!(e.number(), 1146 | 1049)) =>
-        {
-            return Ok(Vec::new())
-        }
+        Err(e) if e.is_missing_table() => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     rows.iter()

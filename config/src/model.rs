@@ -45,6 +45,73 @@ pub struct Config {
     /// `[verify]`: sampled read replay and the full diff.
     #[serde(default)]
     pub verify: Verify,
+    /// `[capture]`: changes made to the legacy tables by writers other
+    /// than the facade (plain SQL), recorded by PostgreSQL itself.
+    #[serde(default)]
+    pub capture: Capture,
+}
+
+/// `[capture]`: database-side capture of writes that bypass the facade.
+/// `mezzanine capture install` adds triggers to every table of the layout;
+/// each change they record is delivered to Schemaless by the relay, at the
+/// row's newest version.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capture {
+    /// `capture.enabled`: whether relays deliver captured changes and
+    /// `capture install` may run. With it off the capture queue is left
+    /// alone (and grows, if capture is installed). Default true.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// `capture.bump_version`: `capture install` also adds a `BEFORE
+    /// UPDATE` trigger to the parent table that raises a row column's ref
+    /// key (its version) by one when an update changes a mapped field of
+    /// the column and the writer did not raise it. Without it such an
+    /// update would be a second body at the same ref key: the relay parks
+    /// it, with both bodies. Default false.
+    #[serde(default)]
+    pub bump_version: bool,
+    /// `capture.required`: whether the gates demand capture. Entering
+    /// `mirror` then needs it installed, and current, on every table of
+    /// the layout; entering `shadow` or `primary` also needs its queue's
+    /// oldest entry younger than `gates.max_outbox_lag_ms` and nothing
+    /// parked. Default true.
+    #[serde(default = "yes")]
+    pub required: bool,
+    /// `capture.tombstone_column`: the Schemaless column a deleted legacy
+    /// row is recorded in (cells are immutable, so a delete is a tombstone
+    /// cell that hides what it names). Facade reads, sampled replays and
+    /// the full diff treat hidden cells as absent. Must not be a layout
+    /// column. Default `DELETED`.
+    #[serde(default = "default_tombstone_column")]
+    pub tombstone_column: String,
+    /// `capture.lock_timeout_ms`: `capture install` and `uninstall` change
+    /// triggers under a table lock; a lock not granted within this is
+    /// given up and tried again after a pause, so that the app's writes
+    /// never queue long behind the DDL. 10–60000. Default 500 (below
+    /// PostgreSQL's `deadlock_timeout`, so the DDL gives way first).
+    #[serde(default = "default_capture_lock_timeout_ms")]
+    pub lock_timeout_ms: u64,
+}
+
+fn default_tombstone_column() -> String {
+    "DELETED".to_string()
+}
+
+fn default_capture_lock_timeout_ms() -> u64 {
+    500
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture {
+            enabled: true,
+            bump_version: false,
+            required: true,
+            tombstone_column: default_tombstone_column(),
+            lock_timeout_ms: default_capture_lock_timeout_ms(),
+        }
+    }
 }
 
 /// `[verify]`: how reads are sampled, replayed and compared. The sample

@@ -274,7 +274,45 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     if let Some(layout) = &config.layout {
         validate_layout(layout)?;
     }
-    validate_indexes(config)
+    validate_indexes(config)?;
+    validate_capture(config)
+}
+
+fn validate_capture(config: &Config) -> Result<(), Problem> {
+    let capture = &config.capture;
+    in_range(
+        "capture.lock_timeout_ms",
+        capture.lock_timeout_ms,
+        10,
+        60_000,
+    )?;
+    let tombstones = &capture.tombstone_column;
+    if !valid_column_name(tombstones) {
+        return Err(problem(
+            "capture.tombstone_column",
+            format!(
+                "{tombstones:?} is not a valid column name: use 1-64 characters of [A-Za-z0-9_]"
+            ),
+        ));
+    }
+    if let Some(layout) = &config.layout {
+        if layout.column(tombstones).is_some() {
+            return Err(problem(
+                "capture.tombstone_column",
+                format!("{tombstones:?} is a layout column; tombstones need a column of their own"),
+            ));
+        }
+    }
+    if let Some(index) = config.indexes.iter().find(|i| i.column == *tombstones) {
+        return Err(problem(
+            "capture.tombstone_column",
+            format!(
+                "{tombstones:?} is indexed by index {:?}; tombstones need a column of their own",
+                index.name
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn sql_name(key: String, name: &str) -> Result<(), Problem> {

@@ -201,3 +201,49 @@ fn verifier_and_gate_keys_are_checked() {
     assert_eq!(config.verify.ignore, ["NOTES", "BASE.status"]);
     assert_eq!(config.verify.tolerance["BASE.fare"], 0.01);
 }
+
+#[test]
+fn capture_keys_have_defaults_and_are_checked() {
+    let config = Config::parse(GOOD, "good.toml").unwrap();
+    assert!(config.capture.enabled && config.capture.required);
+    assert!(!config.capture.bump_version);
+    assert_eq!(config.capture.tombstone_column, "DELETED");
+    assert_eq!(config.capture.lock_timeout_ms, 500);
+
+    let config = Config::parse(
+        &format!("{GOOD}\n[capture]\nenabled = false\nbump_version = true\nrequired = false\ntombstone_column = \"GONE\"\n"),
+        "good.toml",
+    )
+    .unwrap();
+    assert!(!config.capture.enabled && !config.capture.required);
+    assert!(config.capture.bump_version);
+    assert_eq!(config.capture.tombstone_column, "GONE");
+
+    let (line, key, message) = invalid(&format!("{GOOD}\n[capture]\nbump = true\n"));
+    assert_eq!((line, key.as_str()), (17, "capture.bump"));
+    assert!(message.contains("unknown field"), "{message}");
+    let (line, key, message) = invalid(&format!("{GOOD}\n[capture]\nlock_timeout_ms = 5\n"));
+    assert_eq!((line, key.as_str()), (17, "capture.lock_timeout_ms"));
+    assert_eq!(message, "must be between 10 and 60000, got 5");
+    let (_, key, message) = invalid(&format!(
+        "{GOOD}\n[capture]\ntombstone_column = \"no such name\"\n"
+    ));
+    assert_eq!(key, "capture.tombstone_column");
+    assert!(message.contains("not a valid column name"), "{message}");
+
+    // The tombstones cannot share a column with the layout.
+    let layout = "\n[legacy]\nurl = \"postgres://u@127.0.0.1:5432/db\"\n\n[layout]\ntable = \"trips\"\nid = \"id\"\nuuid = \"uuid\"\n\n[[layout.column]]\nname = \"DELETED\"\nkind = \"row\"\nref_key = \"version\"\nfields = [\"status\"]\n";
+    let (line, key, message) = invalid(&format!("{GOOD}{layout}"));
+    assert_eq!(key, "capture.tombstone_column");
+    assert!(message.contains("is a layout column"), "{message}");
+    assert_eq!(line, 1, "a default value has no line of its own");
+    let (line, key, _) = invalid(&format!(
+        "{GOOD}{layout}\n[capture]\ntombstone_column = \"DELETED\"\n"
+    ));
+    assert_eq!((line, key.as_str()), (31, "capture.tombstone_column"));
+    Config::parse(
+        &format!("{GOOD}{layout}\n[capture]\ntombstone_column = \"GONE\"\n"),
+        "good.toml",
+    )
+    .unwrap();
+}

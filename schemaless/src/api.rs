@@ -235,6 +235,37 @@ pub trait CellStore: Send + Sync {
         Ok(Answer::fresh(self.query_index(query, from).await?))
     }
 
+    /// Every stored cell of `column` in these rows: every ref key, in
+    /// address order. Tombstones are read this way (see
+    /// [`crate::tombstone`]), and so is the history a hidden latest cell
+    /// falls back on. A store that cannot answer says so with
+    /// [`Error::Unsupported`].
+    async fn get_column_cells(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Vec<StoredCell>> {
+        let _ = (rows, from);
+        Err(Error::Unsupported {
+            operation: "get_column_cells",
+            reason: format!("this store cannot list every version of column {column}"),
+        })
+    }
+
+    /// [`CellStore::get_column_cells`], saying whether the answer may be
+    /// stale.
+    async fn get_column_cells_answer(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
+        Ok(Answer::fresh(
+            self.get_column_cells(rows, column, from).await?,
+        ))
+    }
+
     /// Entries of a secondary index for one shard-field value, filtered,
     /// ordered and limited. A store that cannot answer index queries says
     /// so with [`Error::Unsupported`].

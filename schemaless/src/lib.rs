@@ -19,6 +19,8 @@
 //! - [`index`]: secondary index definitions, query checks, and the
 //!   brute-force answer both stores are held to;
 //! - [`memory`]: the in-memory model store;
+//! - [`tombstone`]: deletes recorded as tombstone cells, and reads that
+//!   honour them;
 //! - [`mysql`]: the store on MariaDB shards, its topology and schema;
 //! - [`error`]: the crate's error type.
 //!
@@ -55,6 +57,7 @@ pub mod index;
 pub mod memory;
 pub mod mysql;
 pub mod routing;
+pub mod tombstone;
 
 pub use api::{
     Answer, CellResult, CellStore, Conflict, Filter, FilterOp, IndexEntry, IndexQuery, ReadFrom,

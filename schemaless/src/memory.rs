@@ -153,6 +153,21 @@ impl CellStore for MemoryStore {
         Ok(latest.into_values().cloned().collect())
     }
 
+    async fn get_column_cells(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        _from: ReadFrom,
+    ) -> Result<Vec<StoredCell>> {
+        let state = self.state();
+        Ok(state
+            .cells
+            .values()
+            .filter(|c| c.cell.key.column == *column && rows.contains(&c.cell.key.row_key))
+            .cloned()
+            .collect())
+    }
+
     async fn query_index(&self, query: &IndexQuery, _from: ReadFrom) -> Result<Vec<IndexEntry>> {
         let spec = self
             .indexes

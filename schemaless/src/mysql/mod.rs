@@ -13,13 +13,16 @@
 //!   with offsets, leases and dead letters;
 //! - [`index`]: sharded secondary indexes, their maintenance trigger and
 //!   versions;
-//! - `repair`: whole-row reads and the operator's rewrite of a (row,
-//!   column), for the verifier.
+//! - `history`: reads of every stored version (whole rows, one column of
+//!   many rows);
+//! - `repair`: the operator's rewrite of a (row, column), for the
+//!   verifier.
 
 pub mod breaker;
 pub mod buffer;
 pub mod failover;
 pub mod follow;
+mod history;
 pub mod index;
 mod repair;
 pub mod schema;

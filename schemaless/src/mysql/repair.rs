@@ -1,5 +1,4 @@
-//! Reads and rewrites for the verifier: every stored version of a set of
-//! rows, and the operator's repair of one (row, column).
+//! The operator's repair of one (row, column), for the verifier.
 //!
 //! The repair is the one place where cells are deleted or replaced: the
 //! cell API never does it, and nothing but `mezzanine verify repair`
@@ -8,53 +7,14 @@
 //! see them; each index's pointer for the row is moved below the replaced
 //! ref key, so its maintainer rewrites the row's entry from the new cell.
 
-use std::collections::BTreeMap;
-
 use super::index::{pointer_table, versions};
 use super::sql::{self, push_column, push_hex};
 use super::store::{transaction, MySqlStore};
-use crate::api::ReadFrom;
-use crate::cell::{check_batch, check_cells_of, now_micros, Cell, Column, RowKey, StoredCell};
+use crate::cell::{check_batch, check_cells_of, now_micros, Cell, Column, RowKey};
 use crate::codec;
 use crate::error::{Error, Result};
 
 impl MySqlStore {
-    /// Every stored cell of these rows, every version of every column, in
-    /// address order: one query per shard, the shards read in parallel.
-    pub async fn get_rows_all(&self, rows: &[RowKey], from: ReadFrom) -> Result<Vec<StoredCell>> {
-        let topology = self.topology();
-        let mut by_shard: BTreeMap<u32, Vec<&RowKey>> = BTreeMap::new();
-        for row in rows {
-            by_shard
-                .entry(crate::routing::shard_of(row, topology.shard_count))
-                .or_default()
-                .push(row);
-        }
-        let reads = by_shard.into_iter().map(|(shard, rows)| async move {
-            let mut sql = format!(
-                "SELECT {} FROM `{}`.`entity` WHERE row_key IN (",
-                sql::CELL_COLUMNS,
-                topology.database(shard)
-            );
-            for (i, row) in rows.iter().enumerate() {
-                if i > 0 {
-                    sql.push(',');
-                }
-                push_hex(&mut sql, row.as_bytes());
-            }
-            sql.push(')');
-            let node = topology.reader(shard, from)?;
-            self.fetch_cells(&node, shard, sql).await
-        });
-        let mut cells: Vec<StoredCell> = futures::future::try_join_all(reads)
-            .await?
-            .into_iter()
-            .flatten()
-            .collect();
-        cells.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
-        Ok(cells)
-    }
-
     /// Makes the cells of (`row_key`, `column`) whose ref key is at least
     /// `from_ref_key` exactly `cells` (all of that row and column), in one
     /// transaction on the shard's master: the others are deleted, these

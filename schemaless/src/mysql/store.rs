@@ -835,6 +835,24 @@ impl CellStore for MySqlStore {
         Ok(self.query_index_answer(query, from).await?.value)
     }
 
+    async fn get_column_cells(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Vec<StoredCell>> {
+        Ok(self.column_cells(rows, column, from).await?.value)
+    }
+
+    async fn get_column_cells_answer(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
+        self.column_cells(rows, column, from).await
+    }
+
     async fn query_index_answer(
         &self,
         query: &IndexQuery,

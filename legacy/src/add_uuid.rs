@@ -30,6 +30,10 @@ use sqlx::{AssertSqlSafe, PgPool};
 use crate::error::Error;
 use crate::layout::quote;
 
+/// How long add-uuid's DDL waits for its table lock before it gives way
+/// and tries again.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How add-uuid paces itself.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -113,45 +117,6 @@ async fn execute(pool: &PgPool, sql: String, context: &str) -> Result<u64, Error
         .map_err(|e| Error::postgres(context.to_string(), e))
 }
 
-/// Runs DDL that needs a strong lock with a short `lock_timeout`, retrying
-/// when the lock is not granted, so the app's queries never wait long
-/// behind it.
-async fn ddl(pool: &PgPool, sql: &str, context: &str) -> Result<(), Error> {
-    let mut wait = Duration::from_millis(50);
-    for attempt in 1.. {
-        let mut tx = pool
-            .begin()
-            .await
-            .map_err(|e| Error::postgres(context.to_string(), e))?;
-        let result = sqlx::raw_sql(AssertSqlSafe(format!(
-            "SET LOCAL lock_timeout = '2s'; {sql}"
-        )))
-        .execute(&mut *tx)
-        .await;
-        match result {
-            Ok(_) => {
-                return tx
-                    .commit()
-                    .await
-                    .map_err(|e| Error::postgres(context.to_string(), e))
-            }
-            Err(e)
-                if attempt < 30
-                    && e.as_database_error()
-                        .and_then(|d| d.code())
-                        .is_some_and(|c| c == "55P03" || c == "40P01") =>
-            {
-                tracing::info!("{context}: lock not granted, retrying in {wait:?}");
-                drop(tx);
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Err(Error::postgres(context.to_string(), e)),
-        }
-    }
-    unreachable!("the loop returns")
-}
-
 /// Adds, fills and indexes the layout's UUID column; see the module docs.
 pub async fn run(
     pool: &PgPool,
@@ -190,8 +155,9 @@ pub async fn run(
     .map_err(|e| Error::postgres("looking for the uuid column", e))?;
     let finished = column.is_some_and(|(not_null,)| not_null);
     if column.is_none() {
-        ddl(
+        crate::connection::ddl(
             pool,
+            LOCK_TIMEOUT,
             &format!(
                 "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} uuid",
                 names.table, names.uuid
@@ -201,8 +167,9 @@ pub async fn run(
         .await?;
         report.added_column = true;
     }
-    ddl(
+    crate::connection::ddl(
         pool,
+        LOCK_TIMEOUT,
         &format!(
             "ALTER TABLE {} ALTER COLUMN {} SET DEFAULT gen_random_uuid()",
             names.table, names.uuid
@@ -222,8 +189,9 @@ pub async fn run(
             "creating the uuid fill function",
         )
         .await?;
-        ddl(
+        crate::connection::ddl(
             pool,
+            LOCK_TIMEOUT,
             &format!(
                 "CREATE OR REPLACE TRIGGER mezzanine_fill_uuid BEFORE INSERT OR UPDATE ON {t}
                  FOR EACH ROW WHEN (NEW.{u} IS NULL) EXECUTE FUNCTION {f}()",
@@ -298,8 +266,9 @@ pub async fn run(
         .await
         .map_err(|e| Error::postgres("looking for the not-null check", e))?;
         if has_check.is_none() {
-            ddl(
+            crate::connection::ddl(
                 pool,
+                LOCK_TIMEOUT,
                 &format!(
                     "ALTER TABLE {} ADD CONSTRAINT {} CHECK ({} IS NOT NULL) NOT VALID",
                     names.table,
@@ -319,8 +288,9 @@ pub async fn run(
         .execute(&mut *conn)
         .await
         .map_err(|e| Error::postgres("validating the not-null check", e))?;
-        ddl(
+        crate::connection::ddl(
             pool,
+            LOCK_TIMEOUT,
             &format!(
                 "ALTER TABLE {t} ALTER COLUMN {u} SET NOT NULL;
                  ALTER TABLE {t} DROP CONSTRAINT {c};

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{AssertSqlSafe, PgPool};
 
 use crate::error::Error;
 
@@ -60,4 +60,56 @@ pub fn label(url: &str) -> String {
         ),
         Err(_) => "postgres".to_string(),
     }
+}
+
+/// How many times [`ddl`] asks for its lock before it gives up.
+const DDL_ATTEMPTS: u32 = 30;
+
+/// Runs DDL that needs a strong lock (`sql`, one or more statements, in one
+/// transaction) with a short `lock_timeout`, retrying with a growing pause
+/// when the lock is not granted or a deadlock chose it, so that the app's
+/// statements never wait long behind it. Gives up after 30 attempts with
+/// the last error.
+pub async fn ddl(
+    pool: &PgPool,
+    lock_timeout: Duration,
+    sql: &str,
+    context: &str,
+) -> Result<(), Error> {
+    let mut wait = Duration::from_millis(50);
+    for attempt in 1.. {
+        let mut tx = pool
+            .begin()
+            .await
+            .map_err(|e| Error::postgres(context.to_string(), e))?;
+        let result = sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET LOCAL lock_timeout = '{}ms'; {sql}",
+            lock_timeout.as_millis().max(1)
+        )))
+        .execute(&mut *tx)
+        .await;
+        match result {
+            Ok(_) => {
+                return tx
+                    .commit()
+                    .await
+                    .map_err(|e| Error::postgres(context.to_string(), e))
+            }
+            Err(e) if attempt < DDL_ATTEMPTS && lock_not_granted(&e) => {
+                tracing::info!("{context}: lock not granted, retrying in {wait:?}");
+                drop(tx);
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(2));
+            }
+            Err(e) => return Err(Error::postgres(context.to_string(), e)),
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// A lock timeout (55P03) or a deadlock (40P01): the DDL gave way.
+fn lock_not_granted(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.code())
+        .is_some_and(|c| c == "55P03" || c == "40P01")
 }

@@ -20,7 +20,7 @@ use crate::conversion::{self, Conversion};
 use crate::error::Error;
 
 /// A quoted SQL identifier: `"trip_notes"`.
-pub(crate) fn quote(name: &str) -> String {
+pub fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
@@ -78,6 +78,21 @@ impl ColumnLayout {
             .join(", ")
     }
 
+    /// The table, quoted and schema-qualified.
+    pub fn table_sql(&self) -> &str {
+        &self.table_sql
+    }
+
+    /// The child's foreign key to the parent id, quoted (`child` only).
+    pub fn parent_sql(&self) -> Option<&str> {
+        self.parent_sql.as_deref()
+    }
+
+    /// The ref key column, quoted.
+    pub fn ref_key_sql(&self) -> &str {
+        &self.ref_key_sql
+    }
+
     /// The names of the fields, for messages.
     pub(crate) fn field_names(&self) -> String {
         self.fields
@@ -113,6 +128,8 @@ impl IndexLayout {
 /// The whole layout, checked against the database.
 #[derive(Clone, Debug)]
 pub struct Layout {
+    /// The PostgreSQL schema of the app's tables.
+    pub schema: String,
     /// The parent table, as in the config.
     pub table: String,
     /// Quoted and schema-qualified.
@@ -334,6 +351,7 @@ impl Layout {
         }
 
         Ok(Layout {
+            schema: schema.clone(),
             table: layout.table.clone(),
             table_sql: format!("{}.{}", quote(schema), quote(&layout.table)),
             id_sql: quote(&layout.id),
@@ -341,6 +359,21 @@ impl Layout {
             columns,
             indexes: resolved_indexes,
         })
+    }
+
+    /// The parent table, quoted and schema-qualified.
+    pub fn table_sql(&self) -> &str {
+        &self.table_sql
+    }
+
+    /// The parent id column, quoted.
+    pub fn id_sql(&self) -> &str {
+        &self.id_sql
+    }
+
+    /// The row key (UUID) column, quoted.
+    pub fn uuid_sql(&self) -> &str {
+        &self.uuid_sql
     }
 
     /// The layout column called `name`.

@@ -15,7 +15,9 @@
 //! - [`conversion`]: SQL type <-> JSON, and the canonical form of each;
 //! - [`time`]: canonical timestamps and dates;
 //! - [`layout`]: the config's layout checked against the live schema;
-//! - [`store`]: the cell API over the legacy tables, and chunked scans;
+//! - [`store`]: the cell API over the legacy tables;
+//! - [`scan`]: set-based reads of many parents: chunks for the backfill
+//!   and the full diff, the current rows behind captured changes;
 //! - [`index`]: `query_index` answered by SQL;
 //! - [`connection`]: sessions to PostgreSQL, all configured alike;
 //! - [`trips`]: the sample trips data set (tables and seeded generator);
@@ -46,10 +48,12 @@ pub mod error;
 pub mod index;
 pub mod layout;
 mod repair;
+pub mod scan;
 pub mod store;
 pub mod time;
 pub mod trips;
 
 pub use error::Error;
 pub use layout::Layout;
-pub use store::{Chunk, LegacyStore, TransactionHook};
+pub use scan::{Chunk, Current, CurrentParent};
+pub use store::{LegacyStore, TransactionHook};

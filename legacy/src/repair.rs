@@ -196,6 +196,12 @@ struct MakeRoom {
 
 #[async_trait]
 impl TransactionHook for MakeRoom {
+    /// The repair copies Schemaless (the source of truth) into the legacy
+    /// tables: capturing it would send the same cells back.
+    fn skip_capture(&self) -> bool {
+        true
+    }
+
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> Result<()> {
         let mut query = sqlx::query(AssertSqlSafe(self.sql.clone())).bind(self.row_key);
         if let Some(r) = self.ref_key {

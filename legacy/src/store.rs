@@ -21,7 +21,6 @@
 //! What the legacy model cannot do (`get_cells_for_shard`: it has no change
 //! log) is [`Error::Unsupported`].
 
-use std::ops::Range;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -62,21 +61,6 @@ struct Prepared {
     canonical: Body,
     /// Per field (layout order), the text cast into the SQL column.
     params: Vec<Option<String>>,
-}
-
-/// The cells of a range of parent ids, read in one snapshot.
-#[derive(Debug, Default)]
-pub struct Chunk {
-    /// Every cell: the latest of each row column, every child cell; grouped
-    /// by parent in id order.
-    pub cells: Vec<Cell>,
-    /// Parent rows in the range.
-    pub parents: u64,
-    /// Parent rows without a UUID yet (skipped: they have no row key).
-    pub parents_without_uuid: u64,
-    /// Rows whose values the layout cannot convert; the rest of the chunk
-    /// is unaffected.
-    pub unreadable: Vec<Error>,
 }
 
 impl LegacyStore {
@@ -148,141 +132,6 @@ impl LegacyStore {
             canonical,
             params,
         })
-    }
-
-    /// The smallest and largest parent id, if there are parents.
-    pub async fn id_range(&self) -> std::result::Result<Option<(i64, i64)>, crate::Error> {
-        let sql = format!(
-            "SELECT min({id})::int8, max({id})::int8 FROM {table}",
-            id = self.layout.id_sql,
-            table = self.layout.table_sql
-        );
-        let (low, high): (Option<i64>, Option<i64>) = sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| crate::Error::postgres("reading the parent id range", e))?;
-        Ok(low.zip(high))
-    }
-
-    /// Every cell of the parents whose id is in `ids`, in a few set-based
-    /// queries (one for the parents, one per child column) in one
-    /// repeatable-read snapshot.
-    pub async fn scan(&self, ids: Range<i64>) -> Result<Chunk> {
-        let layout = &*self.layout;
-        let mut tx = self.pool.begin().await.map_err(|e| self.storage(e))?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| self.storage(e))?;
-
-        let mut select = format!(
-            "SELECT p.{id}::int8, p.{uuid}",
-            id = layout.id_sql,
-            uuid = layout.uuid_sql
-        );
-        let row_columns: Vec<&ColumnLayout> = layout
-            .columns
-            .iter()
-            .filter(|c| c.kind == ColumnKind::Row)
-            .collect();
-        for column in &row_columns {
-            select.push_str(&format!(
-                ", p.{}::int8, {}",
-                column.ref_key_sql,
-                column.read_exprs("p")
-            ));
-        }
-        select.push_str(&format!(
-            " FROM {table} p WHERE p.{id} >= $1 AND p.{id} < $2 ORDER BY p.{id}",
-            table = layout.table_sql,
-            id = layout.id_sql
-        ));
-        let parents = sqlx::query(AssertSqlSafe(select))
-            .bind(ids.start)
-            .bind(ids.end)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(|e| self.storage(e))?;
-
-        let mut chunk = Chunk {
-            parents: parents.len() as u64,
-            ..Chunk::default()
-        };
-        // Parent id -> (row key, its cells so far).
-        let mut by_id: std::collections::BTreeMap<i64, (RowKey, Vec<Cell>)> =
-            std::collections::BTreeMap::new();
-        for row in &parents {
-            let id: i64 = row.try_get(0).map_err(|e| self.storage(e))?;
-            let uuid: Option<Uuid> = row.try_get(1).map_err(|e| self.storage(e))?;
-            let Some(uuid) = uuid else {
-                chunk.parents_without_uuid += 1;
-                continue;
-            };
-            let row_key = RowKey::from(uuid);
-            let mut cells = Vec::new();
-            let mut at = 2;
-            for column in &row_columns {
-                let what = || {
-                    format!(
-                        "{} id {id} ({row_key}), column {}",
-                        layout.table, column.name
-                    )
-                };
-                match read_cell(column, row, at, row_key, &what) {
-                    Ok(Some(cell)) => cells.push(cell),
-                    Ok(None) => {}
-                    Err(e) => chunk.unreadable.push(e),
-                }
-                at += 1 + column.fields.len();
-            }
-            by_id.insert(id, (row_key, cells));
-        }
-
-        for column in layout
-            .columns
-            .iter()
-            .filter(|c| c.kind == ColumnKind::Child)
-        {
-            let parent = column
-                .parent_sql
-                .as_deref()
-                .expect("a child has a parent key");
-            let sql = format!(
-                "SELECT c.{parent}::int8, c.{ref_key}::int8, {exprs} FROM {table} c
-                 WHERE c.{parent} >= $1 AND c.{parent} < $2 ORDER BY c.{parent}, c.{ref_key}",
-                ref_key = column.ref_key_sql,
-                exprs = column.read_exprs("c"),
-                table = column.table_sql,
-            );
-            let rows = sqlx::query(AssertSqlSafe(sql))
-                .bind(ids.start)
-                .bind(ids.end)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.storage(e))?;
-            for row in &rows {
-                let id: i64 = row.try_get(0).map_err(|e| self.storage(e))?;
-                // A child of a parent without a UUID has no row key either.
-                let Some((row_key, cells)) = by_id.get_mut(&id) else {
-                    continue;
-                };
-                let row_key = *row_key;
-                let what = || {
-                    format!(
-                        "{} of {} id {id} ({row_key}), column {}",
-                        column.table, layout.table, column.name
-                    )
-                };
-                match read_cell(column, row, 1, row_key, &what) {
-                    Ok(Some(cell)) => cells.push(cell),
-                    Ok(None) => {}
-                    Err(e) => chunk.unreadable.push(e),
-                }
-            }
-        }
-        tx.commit().await.map_err(|e| self.storage(e))?;
-        chunk.cells = by_id.into_values().flat_map(|(_, cells)| cells).collect();
-        Ok(chunk)
     }
 
     /// Writes one prepared cell inside the batch's transaction.
@@ -588,7 +437,12 @@ impl LegacyStore {
 
 /// A cell as the legacy model returns it: it has no change log, so
 /// `added_id` and `created_at` are 0.
-fn stored(row_key: RowKey, column: &ColumnLayout, ref_key: i64, body: Body) -> Result<StoredCell> {
+pub(crate) fn stored(
+    row_key: RowKey,
+    column: &ColumnLayout,
+    ref_key: i64,
+    body: Body,
+) -> Result<StoredCell> {
     Ok(StoredCell {
         cell: Cell::new(
             row_key,
@@ -647,7 +501,7 @@ pub(crate) fn read_body(
 
 /// The cell at `start` (ref key, then fields) of a scanned row; `None` when
 /// a row column's version is NULL (the row has no cell of it).
-fn read_cell(
+pub(crate) fn read_cell(
     column: &ColumnLayout,
     row: &PgRow,
     start: usize,
@@ -795,6 +649,64 @@ impl CellStore for LegacyStore {
     async fn query_index(&self, query: &IndexQuery, _from: ReadFrom) -> Result<Vec<IndexEntry>> {
         crate::index::query(self, query).await
     }
+
+    /// A row column keeps one cell per parent (the current row), a child
+    /// column one per child row.
+    async fn get_column_cells(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        _from: ReadFrom,
+    ) -> Result<Vec<StoredCell>> {
+        let (_, column) = self.column(column)?;
+        let layout = &*self.layout;
+        let uuids: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();
+        let sql = match column.kind {
+            ColumnKind::Row => format!(
+                "SELECT p.{uuid}, p.{v}::int8, {exprs} FROM {table} p
+                 WHERE p.{uuid} = ANY($1) AND p.{v} IS NOT NULL",
+                uuid = layout.uuid_sql,
+                v = column.ref_key_sql,
+                exprs = column.read_exprs("p"),
+                table = layout.table_sql,
+            ),
+            ColumnKind::Child => format!(
+                "SELECT p.{uuid}, c.{s}::int8, {exprs} FROM {table} c
+                 JOIN {parent_table} p ON p.{id} = c.{parent} WHERE p.{uuid} = ANY($1)",
+                uuid = layout.uuid_sql,
+                s = column.ref_key_sql,
+                exprs = column.read_exprs("c"),
+                table = column.table_sql,
+                parent_table = layout.table_sql,
+                id = layout.id_sql,
+                parent = column
+                    .parent_sql
+                    .as_deref()
+                    .expect("a child has a parent key"),
+            ),
+        };
+        let found = sqlx::query(AssertSqlSafe(sql))
+            .bind(&uuids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.storage(e))?;
+        let mut cells = Vec::with_capacity(found.len());
+        for row in &found {
+            let uuid: Uuid = row.try_get(0).map_err(|e| self.storage(e))?;
+            let ref_key: i64 = row.try_get(1).map_err(|e| self.storage(e))?;
+            let row_key = RowKey::from(uuid);
+            let what = || {
+                format!(
+                    "{} {row_key}, column {} ref {ref_key}",
+                    column.table, column.name
+                )
+            };
+            let body = read_body(column, row, 2, &what)?;
+            cells.push(stored(row_key, column, ref_key, body)?);
+        }
+        cells.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
+        Ok(cells)
+    }
 }
 
 impl LegacyStore {
@@ -861,7 +773,12 @@ impl LegacyStore {
         canonical: &[Cell],
         hook: &(dyn TransactionHook + '_),
     ) -> Result<Vec<CellResult>> {
-        let mut tx = self.pool.begin().await.map_err(|e| self.storage(e))?;
+        let mut tx = if hook.skip_capture() {
+            self.pool.begin_with(SKIP_CAPTURE).await
+        } else {
+            self.pool.begin().await
+        }
+        .map_err(|e| self.storage(e))?;
         hook.begin(&mut tx).await?;
         let mut results: Vec<Option<CellResult>> = vec![None; prepared.len()];
         for &i in order {
@@ -877,10 +794,28 @@ impl LegacyStore {
     }
 }
 
+/// The setting database-side capture (`mezzanine capture install`) reads:
+/// a transaction that sets it to `skip` is not captured.
+pub const CAPTURE_SETTING: &str = "mezzanine.capture";
+
+/// How a transaction whose changes reach Schemaless another way begins:
+/// with [`CAPTURE_SETTING`] set for the transaction alone, in the same
+/// round trip as its `BEGIN`.
+const SKIP_CAPTURE: &str = "BEGIN; SET LOCAL mezzanine.capture = 'skip'";
+
 /// Statements that must commit in the same PostgreSQL transaction as a
 /// legacy write (see [`LegacyStore::put_cells_with`]).
 #[async_trait]
 pub trait TransactionHook: Send + Sync {
+    /// Whether the batch's changes reach Schemaless another way (the
+    /// outbox carries them, or they came from Schemaless), so that
+    /// database-side capture must skip the transaction: a facade write is
+    /// then delivered once, not twice. Default false: plain writes are
+    /// captured like any other writer's.
+    fn skip_capture(&self) -> bool {
+        false
+    }
+
     /// A table `(row_key uuid, column_name text, ref_key bigint, body
     /// text)` that every cell the batch writes (`Written`) is also inserted
     /// into, by the very statement that writes it (a data-modifying CTE):

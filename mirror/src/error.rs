@@ -7,6 +7,14 @@ pub enum Error {
     /// A cell store call failed (Schemaless or the legacy model).
     #[error(transparent)]
     Cell(#[from] schemaless::Error),
+    /// Connecting to or preparing the legacy database failed (the layout
+    /// against the live schema, DDL).
+    #[error(transparent)]
+    Legacy(#[from] legacy::Error),
+    /// Capture cannot be installed as asked (a missing privilege); nothing
+    /// was changed.
+    #[error("capture: {0}")]
+    Capture(String),
     /// PostgreSQL failed on the mirror's own tables.
     #[error("{context}: {source}")]
     Postgres {
@@ -30,7 +38,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Cell(e) => e.is_retryable(),
+            Error::Legacy(e) => e.is_retryable(),
             Error::Postgres { source, .. } => schemaless::error::driver_error_is_retryable(source),
+            Error::Capture(_) => false,
         }
     }
 }

@@ -20,6 +20,12 @@
 //!   the offset can never disagree, even after PostgreSQL itself is
 //!   restored from a backup or failed over (the offset moves back with the
 //!   data, and the cells are applied again).
+//! - **Capture** (modes `mirror` onwards): writes that bypass the facade
+//!   (plain SQL) are recorded by triggers on the legacy tables in
+//!   `mezzanine.capture_queue`, in the writer's transaction, and the same
+//!   relay delivers them: it reads the changed rows as they are now and
+//!   writes their cells, and a tombstone for each deleted row
+//!   ([`capture`]).
 //! - **Visibility**: [`status`] reads the outbox depth and age, the parked
 //!   entries, the reverse offsets against the change-log heads, and the
 //!   heartbeats every relay and reverse mirror writes to
@@ -32,12 +38,15 @@
 //! # Layout
 //!
 //! - [`schema`]: the mirror's tables in the `mezzanine` schema;
+//! - [`capture`]: database-side capture of plain SQL writes: the
+//!   triggers, their delivery, their status;
 //! - [`outbox`]: the transaction hook that fills the outbox;
 //! - [`relay`]: the relay;
 //! - [`reverse`]: the reverse mirror;
 //! - [`status`]: what `mezzanine mirror status` and the metrics show;
 //! - [`worker`]: heartbeats, backoff and counters shared by the two loops.
 
+pub mod capture;
 pub mod error;
 pub mod outbox;
 pub mod relay;

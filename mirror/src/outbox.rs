@@ -18,6 +18,12 @@ pub struct Outbox;
 
 #[async_trait]
 impl TransactionHook for Outbox {
+    /// The outbox carries every cell the batch writes: capture must not
+    /// deliver them a second time.
+    fn skip_capture(&self) -> bool {
+        true
+    }
+
     fn copy_table(&self) -> Option<&str> {
         Some("mezzanine.outbox")
     }

@@ -12,6 +12,10 @@
 //! would not be full, so that one transaction carries many cells instead
 //! of each write paying for a relay transaction of its own.
 //!
+//! The same relay delivers captured changes (`mezzanine.capture_queue`,
+//! see [`crate::capture`]) when `capture.enabled`: each round moves a
+//! batch of each.
+//!
 //! Only two answers set an entry aside (into `mezzanine.outbox_parked`,
 //! with the reason): a conflict (Schemaless holds a different body at the
 //! address: the stores disagree, and a person must decide) and input
@@ -27,34 +31,47 @@ use sqlx::{PgPool, Row};
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::capture::{CaptureDelivery, Captured};
 use crate::error::Error;
 use crate::worker::{Backoff, Heartbeat, WorkerStats};
 
 /// What one batch did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Moved {
-    /// Entries whose cell is now in Schemaless (written or already there).
+    /// Outbox entries whose cell is now in Schemaless (written or already
+    /// there).
     pub delivered: u64,
     /// Of those, cells Schemaless already had.
     pub already_present: u64,
-    /// Entries set aside for good.
+    /// Outbox entries set aside for good.
     pub parked: u64,
+    /// Captured changes delivered.
+    pub captured: Captured,
 }
 
 impl Moved {
-    /// Entries that left the outbox.
+    /// Entries that left the outbox or the capture queue.
     pub fn total(&self) -> u64 {
-        self.delivered + self.parked
+        self.delivered + self.parked + self.captured.entries
+    }
+
+    fn add(&mut self, other: Moved) {
+        self.delivered += other.delivered;
+        self.already_present += other.already_present;
+        self.parked += other.parked;
+        self.captured.add(other.captured);
     }
 }
 
-/// Drains the outbox into a cell store (Schemaless; the in-memory model in
-/// tests).
+/// Drains the outbox and the capture queue into a cell store (Schemaless;
+/// the in-memory model in tests).
 pub struct Relay {
     pool: PgPool,
     target: Arc<dyn CellStore>,
     batch: usize,
     settings: config::Mirror,
+    /// Captured changes, unless `capture.enabled` is off.
+    capture: Option<CaptureDelivery>,
     stats: Arc<WorkerStats>,
     wake: Arc<Notify>,
 }
@@ -63,18 +80,34 @@ pub struct Relay {
 type Delivery = Result<WriteOutcome, String>;
 
 impl Relay {
-    /// A relay over the legacy database `pool` into `target`, with the
-    /// config's `[mirror]` settings; batches are capped at
-    /// `limits.max_batch_cells`.
-    pub fn new(pool: PgPool, target: Arc<dyn CellStore>, config: &config::Config) -> Relay {
-        Relay {
-            pool,
+    /// A relay over `legacy`'s database into `target`, with the config's
+    /// `[mirror]` settings (batches capped at `limits.max_batch_cells`);
+    /// it delivers captured changes too, through `legacy`'s layout, unless
+    /// `capture.enabled` is off.
+    pub fn new(
+        legacy: &legacy::LegacyStore,
+        target: Arc<dyn CellStore>,
+        config: &config::Config,
+    ) -> Result<Relay, Error> {
+        let mut settings = config.clone();
+        settings.mirror.relay_batch = config.mirror.relay_batch.min(config.limits.max_batch_cells);
+        let capture = match config.capture.enabled {
+            true => Some(CaptureDelivery::new(
+                legacy.clone(),
+                target.clone(),
+                &settings,
+            )?),
+            false => None,
+        };
+        Ok(Relay {
+            pool: legacy.pool().clone(),
             target,
-            batch: config.mirror.relay_batch.min(config.limits.max_batch_cells),
+            batch: settings.mirror.relay_batch,
             settings: config.mirror.clone(),
+            capture,
             stats: Arc::default(),
             wake: Arc::default(),
-        }
+        })
     }
 
     /// The relay's counters.
@@ -88,11 +121,36 @@ impl Relay {
         self.wake.clone()
     }
 
-    /// Moves one batch of the oldest unlocked entries. Returns what it
-    /// did; nothing moved means the outbox is empty or every entry is held
-    /// by another relay. An error leaves every entry of the batch in the
-    /// outbox.
+    /// Moves one batch of the oldest unlocked outbox entries, then one of
+    /// captured changes. Returns what it did; nothing moved means both are
+    /// empty or every entry is held by another relay. An error leaves every
+    /// entry of the failed batch where it was.
     pub async fn relay_batch(&self) -> Result<Moved, Error> {
+        let mut moved = self.relay_outbox().await?;
+        if let Some(capture) = &self.capture {
+            let captured = capture.deliver_batch().await?;
+            let stats = &self.stats;
+            stats.add(&stats.captured, captured.entries);
+            stats.add(&stats.cells, captured.cells);
+            stats.add(&stats.already_there, captured.already_present);
+            stats.add(&stats.tombstones, captured.tombstones);
+            stats.add(&stats.parked, captured.parked);
+            moved.captured = captured;
+        }
+        Ok(moved)
+    }
+
+    /// Whether `moved` filled a batch of either kind (more may wait).
+    fn full(&self, moved: &Moved) -> bool {
+        moved.delivered + moved.parked >= self.batch as u64
+            || self
+                .capture
+                .as_ref()
+                .is_some_and(|c| moved.captured.entries >= c.batch_size() as u64)
+    }
+
+    /// One batch of the outbox.
+    async fn relay_outbox(&self) -> Result<Moved, Error> {
         let context = "relaying the outbox";
         let mut tx = self.pool.begin().await.map_err(Error::postgres(context))?;
         // Taken out of the outbox at once; if delivery fails, the rollback
@@ -216,8 +274,8 @@ impl Relay {
         )
     }
 
-    /// Relays until the outbox has nothing this relay can take. Returns
-    /// the total moved.
+    /// Relays until the outbox and the capture queue have nothing this
+    /// relay can take. Returns the total moved.
     pub async fn drain(&self) -> Result<Moved, Error> {
         let mut total = Moved::default();
         loop {
@@ -225,9 +283,7 @@ impl Relay {
             if moved.total() == 0 {
                 return Ok(total);
             }
-            total.delivered += moved.delivered;
-            total.already_present += moved.already_present;
-            total.parked += moved.parked;
+            total.add(moved);
         }
     }
 
@@ -261,7 +317,7 @@ impl Relay {
                 Ok(moved) => {
                     backoff.succeeded();
                     heartbeat.beat(&self.pool, &self.stats).await;
-                    full = moved.total() >= self.batch as u64;
+                    full = self.full(&moved);
                     if moved.total() > 0 {
                         continue;
                     }

@@ -421,6 +421,11 @@ struct OffsetHook {
 
 #[async_trait]
 impl TransactionHook for OffsetHook {
+    /// The cells came from Schemaless: capturing them would send them back.
+    fn skip_capture(&self) -> bool {
+        true
+    }
+
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> schemaless::Result<()> {
         let row = sqlx::query(
             "SELECT added_id, awaited FROM mezzanine.reverse_offsets WHERE shard = $1

@@ -10,7 +10,14 @@
 //!   mirror has applied up to and the ids below it still awaited;
 //! - `reverse_parked`: change-log cells the legacy model refused;
 //! - `mirror_workers`: one heartbeat row per running relay or reverse
-//!   mirror.
+//!   mirror;
+//! - `capture_queue`: changes the capture triggers recorded (which parent
+//!   changed in which column), waiting for the relay; see
+//!   [`crate::capture`];
+//! - `capture_parked`: captured changes Schemaless could not take (a
+//!   second body at one ref key, a row the layout cannot read, a
+//!   truncated table), with both bodies and the reason; `mezzanine
+//!   capture retry` puts them back.
 
 use sqlx::PgPool;
 
@@ -65,7 +72,28 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              rate double precision NOT NULL DEFAULT 0,
              failures bigint NOT NULL DEFAULT 0,
              parked bigint NOT NULL DEFAULT 0,
-             last_error text);",
+             last_error text);
+         CREATE TABLE IF NOT EXISTS mezzanine.capture_queue (
+             id bigserial PRIMARY KEY,
+             column_name text,
+             parent_id bigint,
+             row_key uuid,
+             ref_key bigint,
+             op \"char\" NOT NULL CHECK (op IN ('w', 'd', 't')),
+             captured_at timestamptz NOT NULL DEFAULT clock_timestamp());
+         CREATE TABLE IF NOT EXISTS mezzanine.capture_parked (
+             id bigint PRIMARY KEY,
+             column_name text,
+             parent_id bigint,
+             row_key uuid,
+             ref_key bigint,
+             op \"char\" NOT NULL,
+             captured_at timestamptz NOT NULL,
+             parked_at timestamptz NOT NULL DEFAULT now(),
+             kind text NOT NULL,
+             reason text NOT NULL,
+             legacy_body text,
+             schemaless_body text);",
     )
     .execute(&mut *tx)
     .await

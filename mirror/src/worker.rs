@@ -33,6 +33,10 @@ pub struct WorkerStats {
     pub parked: AtomicU64,
     /// Change-log cells of columns the layout does not map (reverse only).
     pub skipped: AtomicU64,
+    /// Captured changes taken from the capture queue (relay only).
+    pub captured: AtomicU64,
+    /// Tombstones written for deleted legacy rows (relay only).
+    pub tombstones: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
 

@@ -1,0 +1,459 @@
+//! Delivering captured changes: the relay's half for
+//! `mezzanine.capture_queue`.
+//!
+//! A queue entry says *which* parent changed in which column, not *how*:
+//! the relay reads the rows as they are now, through the layout, and
+//! writes their cells. So a change is always delivered at its newest
+//! version, and the order entries are taken in does not matter (cells are
+//! immutable; the latest is the highest ref key).
+//!
+//! One batch is one PostgreSQL transaction, as for the outbox:
+//!
+//! 1. delete the oldest entries no other relay holds (`FOR UPDATE SKIP
+//!    LOCKED`, in the same statement);
+//! 2. read the rows behind them in the same transaction, after the delete
+//!    (so every change whose entry was taken is visible): the parents in
+//!    one query, each child table in one
+//!    ([`legacy::LegacyStore::read_current`]);
+//! 3. write the cells to Schemaless with `put_cells`: a row column's
+//!    current cell, each changed child row's cell, and a tombstone per
+//!    deletion (see [`schemaless::tombstone`]: `{"row": true}` for a
+//!    parent, `{"column", "ref_key"}` for a child row; its ref key is the
+//!    entry's id, so a redelivery is `AlreadyPresent`);
+//! 4. park what Schemaless cannot take, with the reason and both bodies,
+//!    in `mezzanine.capture_parked`; commit.
+//!
+//! A crash anywhere before the commit puts the entries back, and they are
+//! delivered again (`AlreadyPresent` for what had landed). A change whose
+//! row is gone by the time it is read (deleted or moved since) writes
+//! nothing: the entry of that deletion does. A deleted row that is back
+//! (the same row key, or the same child address, inserted again) gets no
+//! tombstone: its insert's entry delivers it.
+//!
+//! What is parked, by kind:
+//!
+//! - `no_new_version`: a row column's fields changed but its version did
+//!   not, so Schemaless holds another body at that ref key
+//!   (`capture.bump_version` prevents it);
+//! - `edited_in_place`: a child row's fields changed at the same (parent,
+//!   ref key): its address is its identity, and cells are immutable;
+//! - `unreadable`: the layout cannot convert the row's values;
+//! - `refused`: Schemaless refuses the cell (over its limits);
+//! - `truncate`: a table was truncated; which rows it held is no longer
+//!   known, so no tombstone can be written;
+//! - `conflict`: any other address holding another body.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use config::ColumnKind;
+use legacy::{Current, LegacyStore};
+use schemaless::tombstone;
+use schemaless::{Body, Cell, CellKey, CellStore, Column, ReadFrom, RefKey, RowKey, WriteOutcome};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::error::Error;
+
+/// What one batch of captured changes did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// Queue entries taken (and not put back).
+    pub entries: u64,
+    /// Cells written to Schemaless or found there, tombstones included.
+    pub cells: u64,
+    /// Of those, cells Schemaless already had.
+    pub already_present: u64,
+    /// Of those, tombstones (deletions).
+    pub tombstones: u64,
+    /// Entries that needed no cell (their row is gone, has no row key yet,
+    /// or is back).
+    pub skipped: u64,
+    /// Entries set aside in `mezzanine.capture_parked`.
+    pub parked: u64,
+}
+
+impl Captured {
+    /// Adds another batch's counts.
+    pub fn add(&mut self, other: Captured) {
+        self.entries += other.entries;
+        self.cells += other.cells;
+        self.already_present += other.already_present;
+        self.tombstones += other.tombstones;
+        self.skipped += other.skipped;
+        self.parked += other.parked;
+    }
+}
+
+/// One queue entry.
+#[derive(Clone, Debug)]
+struct Entry {
+    id: i64,
+    column: Option<String>,
+    parent_id: Option<i64>,
+    row_key: Option<Uuid>,
+    ref_key: Option<i64>,
+    op: String,
+    captured_at: String,
+}
+
+/// What an entry becomes.
+enum Plan {
+    /// A cell to write (its address in the batch's cells).
+    Cell(CellKey),
+    /// Nothing to write.
+    Skip,
+    /// Set aside: kind, reason, the legacy body if there is one.
+    Park(&'static str, String, Option<Body>),
+}
+
+/// Delivers captured changes into a cell store (Schemaless).
+pub struct CaptureDelivery {
+    legacy: LegacyStore,
+    target: Arc<dyn CellStore>,
+    tombstones: Column,
+    batch: usize,
+    max_batch_cells: usize,
+}
+
+impl CaptureDelivery {
+    /// Delivery through `legacy`'s layout into `target`, with the config's
+    /// batch size and tombstone column.
+    pub fn new(
+        legacy: LegacyStore,
+        target: Arc<dyn CellStore>,
+        config: &config::Config,
+    ) -> Result<CaptureDelivery, Error> {
+        Ok(CaptureDelivery {
+            legacy,
+            target,
+            tombstones: Column::new(&config.capture.tombstone_column)?,
+            batch: config.mirror.relay_batch,
+            max_batch_cells: config.limits.max_batch_cells,
+        })
+    }
+
+    /// Entries per batch.
+    pub fn batch_size(&self) -> usize {
+        self.batch
+    }
+
+    /// Delivers one batch of the oldest unlocked entries; nothing taken
+    /// means the queue is empty or every entry is held by another relay.
+    /// An error leaves every entry of the batch in the queue.
+    pub async fn deliver_batch(&self) -> Result<Captured, Error> {
+        let context = "delivering captured changes";
+        let mut tx = self
+            .legacy
+            .pool()
+            .begin()
+            .await
+            .map_err(Error::postgres(context))?;
+        let rows = sqlx::query(
+            "DELETE FROM mezzanine.capture_queue WHERE id IN (
+                 SELECT id FROM mezzanine.capture_queue ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+             RETURNING id, column_name, parent_id, row_key, ref_key, op::text, captured_at::text",
+        )
+        .bind(self.batch as i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(Error::postgres(context))?;
+        let entries = rows
+            .iter()
+            .map(|row| {
+                Ok(Entry {
+                    id: row.try_get(0)?,
+                    column: row.try_get(1)?,
+                    parent_id: row.try_get(2)?,
+                    row_key: row.try_get(3)?,
+                    ref_key: row.try_get(4)?,
+                    op: row.try_get(5)?,
+                    captured_at: row.try_get(6)?,
+                })
+            })
+            .collect::<Result<Vec<Entry>, sqlx::Error>>()
+            .map_err(Error::postgres(context))?;
+        let mut done = Captured {
+            entries: entries.len() as u64,
+            ..Captured::default()
+        };
+        if entries.is_empty() {
+            tx.commit().await.map_err(Error::postgres(context))?;
+            return Ok(done);
+        }
+
+        let current = self.read_current(&mut tx, &entries).await?;
+        let mut cells: BTreeMap<CellKey, Cell> = BTreeMap::new();
+        let plans: Vec<Plan> = entries
+            .iter()
+            .map(|entry| self.plan(entry, &current, &mut cells))
+            .collect();
+        let results = self.write(cells.values().cloned().collect()).await?;
+
+        let mut parked = Vec::new();
+        for (entry, plan) in entries.iter().zip(plans) {
+            match plan {
+                Plan::Skip => done.skipped += 1,
+                Plan::Park(kind, reason, body) => parked.push((entry, kind, reason, body, None)),
+                Plan::Cell(key) => match &results[&key] {
+                    Ok(_) => {}
+                    Err(Refusal::Conflict) => {
+                        let kind = self.conflict_kind(&key);
+                        let stored = match self.target.get_cell(&key, ReadFrom::Master).await {
+                            Ok(Some(s)) => Some(s.cell.body),
+                            _ => None,
+                        };
+                        let reason = match kind {
+                            "no_new_version" => format!(
+                                "{key}: the row changed but its version did not, and Schemaless holds another body at that ref key (raise the version, or turn capture.bump_version on)"
+                            ),
+                            "edited_in_place" => format!(
+                                "{key}: a child row was edited in place, and Schemaless holds another body at its address (cells are immutable: insert a new child row instead)"
+                            ),
+                            _ => format!("{key}: Schemaless holds another body at this address"),
+                        };
+                        let legacy_body = cells.get(&key).map(|c| c.body.clone());
+                        parked.push((entry, kind, reason, legacy_body, stored));
+                    }
+                    Err(Refusal::Refused(why)) => parked.push((
+                        entry,
+                        "refused",
+                        format!("{key}: Schemaless refuses the cell: {why}"),
+                        None,
+                        None,
+                    )),
+                },
+            }
+        }
+        done.parked = parked.len() as u64;
+        for (entry, kind, reason, legacy_body, schemaless_body) in parked {
+            tracing::warn!("captured change {} parked ({kind}): {reason}", entry.id);
+            sqlx::query(
+                "INSERT INTO mezzanine.capture_parked
+                     (id, column_name, parent_id, row_key, ref_key, op, captured_at, kind, reason, legacy_body, schemaless_body)
+                 VALUES ($1, $2, $3, $4, $5, $6::\"char\", $7::timestamptz, $8, $9, $10, $11)
+                 ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, reason = EXCLUDED.reason,
+                     legacy_body = EXCLUDED.legacy_body, schemaless_body = EXCLUDED.schemaless_body,
+                     parked_at = now()",
+            )
+            .bind(entry.id)
+            .bind(&entry.column)
+            .bind(entry.parent_id)
+            .bind(entry.row_key)
+            .bind(entry.ref_key)
+            .bind(&entry.op)
+            .bind(&entry.captured_at)
+            .bind(kind)
+            .bind(&reason)
+            .bind(legacy_body.map(|b| b.to_string()))
+            .bind(schemaless_body.map(|b| b.to_string()))
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::postgres(context))?;
+        }
+        tx.commit().await.map_err(Error::postgres(context))?;
+        for (key, result) in &results {
+            if let Ok(outcome) = result {
+                done.cells += 1;
+                done.already_present += u64::from(*outcome == WriteOutcome::AlreadyPresent);
+                done.tombstones += u64::from(key.column == self.tombstones);
+            }
+        }
+        Ok(done)
+    }
+
+    /// Reads what the entries point at, as it is now.
+    async fn read_current(
+        &self,
+        conn: &mut PgConnection,
+        entries: &[Entry],
+    ) -> Result<Current, Error> {
+        let layout = self.legacy.layout();
+        let mut parents = Vec::new();
+        let mut row_keys = Vec::new();
+        let mut children = Vec::new();
+        for entry in entries {
+            match (entry.op.as_str(), entry.column.as_deref()) {
+                ("d", None) => row_keys.extend(entry.row_key),
+                ("w" | "d", Some(name)) => match layout.column(name) {
+                    Some((_, c)) if c.kind == ColumnKind::Row => parents.extend(entry.parent_id),
+                    Some((_, c)) => {
+                        if let (Some(p), Some(r)) = (entry.parent_id, entry.ref_key) {
+                            children.push((c.name.clone(), p, r));
+                        }
+                    }
+                    None => {}
+                },
+                _ => {}
+            }
+        }
+        Ok(self
+            .legacy
+            .read_current(conn, &parents, &row_keys, &children)
+            .await?)
+    }
+
+    /// What `entry` becomes, adding its cell (if any) to `cells`.
+    fn plan(&self, entry: &Entry, current: &Current, cells: &mut BTreeMap<CellKey, Cell>) -> Plan {
+        let layout = self.legacy.layout();
+        let mut add = |cell: Cell| {
+            let key = cell.key.clone();
+            cells.entry(key.clone()).or_insert(cell);
+            Plan::Cell(key)
+        };
+        match (entry.op.as_str(), entry.column.as_deref()) {
+            ("t", column) => Plan::Park(
+                "truncate",
+                format!(
+                    "the table of {} was truncated: which rows it held is no longer known, so Schemaless keeps their cells; delete them there by hand, or tombstone them",
+                    column.map_or_else(|| format!("the parent table {}", layout.table), |c| format!("column {c}"))
+                ),
+                None,
+            ),
+            ("d", None) => {
+                let Some(uuid) = entry.row_key else {
+                    return Plan::Skip;
+                };
+                let back = current
+                    .parents
+                    .values()
+                    .any(|p| p.row_key.is_some_and(|r| r.uuid() == uuid));
+                if back {
+                    return Plan::Skip;
+                }
+                match self.tombstone(RowKey::from(uuid), entry.id, tombstone::row_body()) {
+                    Some(cell) => add(cell),
+                    None => Plan::Skip,
+                }
+            }
+            (op, Some(name)) => {
+                let Some((_, column)) = layout.column(name) else {
+                    // The layout changed since: the column is not mapped.
+                    return Plan::Skip;
+                };
+                let Some(parent_id) = entry.parent_id else {
+                    return Plan::Skip;
+                };
+                let parent = current.parents.get(&parent_id);
+                match (op, column.kind) {
+                    ("w", ColumnKind::Row) => {
+                        let Some(parent) = parent else {
+                            return Plan::Skip;
+                        };
+                        match parent.cells.iter().find(|(c, _)| c.as_str() == name) {
+                            Some((_, Ok(Some(cell)))) => add(cell.clone()),
+                            Some((_, Err(e))) => Plan::Park("unreadable", e.to_string(), None),
+                            _ => Plan::Skip,
+                        }
+                    }
+                    ("w", ColumnKind::Child) => {
+                        let Some(ref_key) = entry.ref_key else {
+                            return Plan::Skip;
+                        };
+                        match current
+                            .children
+                            .get(&(column.name.clone(), parent_id, ref_key))
+                        {
+                            Some(Ok(cell)) => add(cell.clone()),
+                            Some(Err(e)) => Plan::Park("unreadable", e.to_string(), None),
+                            None => Plan::Skip,
+                        }
+                    }
+                    ("d", ColumnKind::Child) => {
+                        let Some(ref_key) = entry.ref_key else {
+                            return Plan::Skip;
+                        };
+                        if current
+                            .children
+                            .contains_key(&(column.name.clone(), parent_id, ref_key))
+                        {
+                            return Plan::Skip;
+                        }
+                        // A child of a deleted parent: the parent's own
+                        // tombstone hides the whole row.
+                        let Some(row_key) = parent.and_then(|p| p.row_key) else {
+                            return Plan::Skip;
+                        };
+                        match self.tombstone(
+                            row_key,
+                            entry.id,
+                            tombstone::cell_body(&column.name, ref_key),
+                        ) {
+                            Some(cell) => add(cell),
+                            None => Plan::Skip,
+                        }
+                    }
+                    _ => Plan::Skip,
+                }
+            }
+            _ => Plan::Skip,
+        }
+    }
+
+    fn tombstone(&self, row_key: RowKey, id: i64, body: Body) -> Option<Cell> {
+        Some(Cell::new(
+            row_key,
+            self.tombstones.clone(),
+            RefKey::new(id).ok()?,
+            body,
+        ))
+    }
+
+    fn conflict_kind(&self, key: &CellKey) -> &'static str {
+        match self.legacy.layout().column(key.column.as_str()) {
+            Some((_, c)) if c.kind == ColumnKind::Row => "no_new_version",
+            Some(_) => "edited_in_place",
+            None => "conflict",
+        }
+    }
+
+    /// Writes `cells` in batches; per address, how it was taken or why
+    /// not. Fails as a whole on anything that is not about one cell.
+    async fn write(
+        &self,
+        cells: Vec<Cell>,
+    ) -> Result<HashMap<CellKey, Result<WriteOutcome, Refusal>>, Error> {
+        let mut out = HashMap::with_capacity(cells.len());
+        for batch in cells.chunks(self.max_batch_cells.max(1)) {
+            self.write_batch(batch.to_vec(), &mut out).await?;
+        }
+        Ok(out)
+    }
+
+    async fn write_batch(
+        &self,
+        cells: Vec<Cell>,
+        out: &mut HashMap<CellKey, Result<WriteOutcome, Refusal>>,
+    ) -> Result<(), Error> {
+        match self.target.put_cells(cells.clone()).await {
+            Ok(results) => {
+                for (cell, result) in cells.into_iter().zip(results) {
+                    out.insert(cell.key, result.map_err(|_| Refusal::Conflict));
+                }
+                Ok(())
+            }
+            Err(schemaless::Error::InvalidInput { .. }) if cells.len() > 1 => {
+                // One cell spoils the batch: find it by writing them one at
+                // a time.
+                for cell in cells {
+                    Box::pin(self.write_batch(vec![cell], out)).await?;
+                }
+                Ok(())
+            }
+            Err(schemaless::Error::InvalidInput { field, message }) => {
+                let key = cells[0].key.clone();
+                out.insert(key, Err(Refusal::Refused(format!("{field}: {message}"))));
+                Ok(())
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Why Schemaless did not take a cell.
+enum Refusal {
+    /// Another body is stored at the address.
+    Conflict,
+    /// The cell is invalid for Schemaless (over its limits).
+    Refused(String),
+}

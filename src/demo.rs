@@ -475,6 +475,7 @@ async fn verify_steps(
         schemaless: store.schemaless(),
         pool,
         rules: &verifier::Rules::from_config(&config.verify),
+        tombstones: Some(store.schemaless_reads().column()),
         truth: mode.source_of_truth(),
     };
     for (column, outcome) in repair.row(&row).await? {

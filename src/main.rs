@@ -14,6 +14,8 @@
 //! - [`mode`]: `mode show|set`, where the facade sends calls;
 //! - [`mirror`]: `mirror relay|reverse|status|retry|load`, both directions
 //!   of the mirror;
+//! - [`capture`]: `capture install|uninstall|status|retry`, plain SQL
+//!   writes recorded by PostgreSQL and delivered by the relays;
 //! - [`backfill`]: `backfill plan|run|status|pause|resume|retry`;
 //! - [`verify`]: `verify sample|full|repair|report`;
 //! - [`serve`]: `serve`, the verification dashboard and `/metrics`;
@@ -27,6 +29,7 @@
 mod backfill;
 mod bench;
 mod buffer;
+mod capture;
 mod check;
 mod cluster;
 mod demo;
@@ -100,6 +103,10 @@ enum Command {
     /// The mirror: the outbox relay, the reverse mirror, their status.
     #[command(subcommand)]
     Mirror(mirror::MirrorCommand),
+    /// Capture: writes that bypass the facade (plain SQL), recorded by
+    /// PostgreSQL triggers and delivered by the relays.
+    #[command(subcommand)]
+    Capture(capture::CaptureCommand),
     /// The verifier: sampled reads replayed on the other store, the full
     /// diff, repair, and the figures the gates use.
     #[command(subcommand)]
@@ -200,6 +207,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
         Command::Mirror(c) => mirror::run(c, &cli.config).await,
+        Command::Capture(c) => capture::run(c, &cli.config).await,
         Command::Verify(c) => verify::run(c, &cli.config).await,
         Command::Serve(args) => serve::run(args, &cli.config).await,
         Command::Backfill(c) => backfill::run(c, &cli.config).await,

@@ -102,17 +102,21 @@ pub async fn run(command: MirrorCommand, config_path: &Path) -> anyhow::Result<(
     let schemaless = MySqlStore::connect(&config)?;
     match command {
         MirrorCommand::Relay(args) => {
-            let relay = Arc::new(Relay::new(
-                pool.clone(),
-                Arc::new(schemaless.clone()),
-                &config,
-            ));
+            let legacy = legacy::LegacyStore::connect(&config).await?;
+            let relay = Arc::new(Relay::new(&legacy, Arc::new(schemaless.clone()), &config)?);
             if args.once {
                 let moved = relay.drain().await?;
                 println!(
                     "relayed {} outbox entries ({} already in Schemaless), parked {}",
                     moved.delivered, moved.already_present, moved.parked
                 );
+                if config.capture.enabled {
+                    let c = moved.captured;
+                    println!(
+                        "delivered {} captured changes: {} cells ({} already in Schemaless, {} tombstones), {} needed none, parked {}",
+                        c.entries, c.cells, c.already_present, c.tombstones, c.skipped, c.parked
+                    );
+                }
             } else {
                 let local = metrics::Local {
                     relay: Some(relay.stats()),

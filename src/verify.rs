@@ -302,11 +302,13 @@ async fn repair(
     let legacy = legacy::LegacyStore::connect(config).await?;
     let schemaless = MySqlStore::connect(config)?;
     let rules = Rules::from_config(&config.verify);
+    let tombstones = schemaless::Column::new(&config.capture.tombstone_column)?;
     let repair = Repair {
         legacy: &legacy,
         schemaless: &schemaless,
         pool,
         rules: &rules,
+        tombstones: Some(&tombstones),
         truth,
     };
     println!(

@@ -16,6 +16,9 @@ pub struct Binaries {
     pub initdb: PathBuf,
     /// PostgreSQL's `postgres`.
     pub postgres: PathBuf,
+    /// PostgreSQL's `psql`, the client the demo and the tests write with
+    /// when a writer must not be Mezzanine (it ships with the server).
+    pub psql: PathBuf,
 }
 
 impl Binaries {
@@ -44,6 +47,7 @@ impl Binaries {
                 mariadb_install_db,
                 initdb: pg.join("initdb"),
                 postgres: pg.join("postgres"),
+                psql: pg.join("psql"),
             }),
             _ => Err(Error::MissingBinaries(
                 missing

@@ -126,6 +126,11 @@ pub fn cell(row_n: u128, col: &str, ref_key: i64, body: serde_json::Value) -> sc
 /// 0.0001), so those are off; an open mismatch still closes the gates.
 pub const TEST_GATES: &str = "[gates]\nmin_samples = 0\nmax_mismatch_upper_bound = 1.0\n";
 
+/// Capture in test configs: not required by the gates. Tests of the other
+/// parts plant divergence with plain SQL, which capture would deliver;
+/// capture's own tests install it and require it (`capture.rs`).
+pub const TEST_CAPTURE: &str = "[capture]\nrequired = false\n";
+
 pub struct LegacyDb {
     pub name: String,
     pub config: config::Config,
@@ -164,7 +169,7 @@ impl LegacyDb {
         admin.close().await;
         let url = cluster().postgres_url(&name);
         let config_text = format!(
-            "{}\n{TEST_GATES}[legacy]\nurl = \"{url}\"\nmode_poll_ms = 200\n{layout}",
+            "{}\n{TEST_GATES}{TEST_CAPTURE}[legacy]\nurl = \"{url}\"\nmode_poll_ms = 200\n{layout}",
             cluster().config_toml(&name, 8)
         );
         let config =
@@ -248,7 +253,7 @@ pub async fn private_trips(
         .expect("create database");
     admin.close().await;
     let text = format!(
-        "{}\n{TEST_GATES}[legacy]\nurl = \"{}\"\nmode_poll_ms = 200\n{}\n{extra}\n",
+        "{}\n{TEST_GATES}{TEST_CAPTURE}[legacy]\nurl = \"{}\"\nmode_poll_ms = 200\n{}\n{extra}\n",
         cluster.config_toml(name, 8),
         cluster.postgres_url(name),
         example_layout()

@@ -29,6 +29,10 @@
 //!   Schemaless master stopped under load and two relays at once; the
 //!   reverse mirror survives a kill and ignores late, older cells; every
 //!   test ends comparing the two stores;
+//! - [`capture`]: plain SQL writes from psql processes reach Schemaless
+//!   through a killed relay and a concurrent backfill; deletions become
+//!   tombstones; the version rule; install and uninstall under writers;
+//!   a second layout of other names; bad input;
 //! - [`backfill`]: 100k trips copied and compared; runs killed at random
 //!   points end like an uninterrupted run; mirrored writes racing the
 //!   copy; two processes on one plan; stale chunks, bad rows, pause, and
@@ -52,6 +56,7 @@ mod add_uuid;
 mod availability;
 mod backfill;
 mod bad_input;
+mod capture;
 mod cells;
 mod changelog;
 mod cli;

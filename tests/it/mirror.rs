@@ -294,9 +294,8 @@ async fn two_relays_share_the_outbox_and_duplicates_change_nothing() {
     assert_eq!(depth, (written.len() + again) as u64);
 
     // Two relays drain it together.
-    let pool = facade.legacy().pool().clone();
-    let one = Relay::new(pool.clone(), Arc::new(schemaless.clone()), &config);
-    let two = Relay::new(pool.clone(), Arc::new(schemaless.clone()), &config);
+    let one = Relay::new(facade.legacy(), Arc::new(schemaless.clone()), &config).unwrap();
+    let two = Relay::new(facade.legacy(), Arc::new(schemaless.clone()), &config).unwrap();
     let (a, b) = tokio::join!(one.drain(), two.drain());
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.delivered + b.delivered, depth, "{a:?} {b:?}");

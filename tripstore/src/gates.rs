@@ -2,9 +2,9 @@
 //!
 //! | entering | must hold first | prepared |
 //! |---|---|---|
-//! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain) | the mirror's tables |
-//! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless) | |
-//! | `primary` | the outbox drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain); with `capture.required`, capture installed (and current) on every table of the layout | the mirror's tables |
+//! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless); the same of the capture queue | |
+//! | `primary` | the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
 //! | `schemaless` | nothing more | |
 //!
 //! Entering `shadow` or `primary` also needs the verifier's word, over
@@ -14,6 +14,14 @@
 //! at most `gates.max_mismatch_upper_bound`, no open mismatch (from
 //! samples or the full diff), and, when `gates.min_coverage` is set, that
 //! share of parent rows verified since their last write in every column.
+//!
+//! Capture's checks: with `capture.required`, every step forward from
+//! `legacy` needs the capture triggers on every table of the layout, as
+//! `capture install` would put them now (a plain SQL writer's change would
+//! otherwise never reach Schemaless). With `capture.enabled`, entering
+//! `shadow` or `primary` also needs the capture queue drained as the
+//! outbox is, and no captured change parked (Schemaless would lack what
+//! PostgreSQL has).
 //!
 //! "Drained" cannot mean empty on a live system: while facades write in
 //! `mirror`, the outbox always holds the last few milliseconds of writes.
@@ -43,6 +51,8 @@ pub struct MigrationGate {
     legacy: Option<legacy::LegacyStore>,
     schemaless: MySqlStore,
     settings: config::Gates,
+    /// `[capture]`: whether capture is checked.
+    capture: config::Capture,
     /// How long a facade may take to see a mode change.
     mode_poll_ms: u64,
 }
@@ -56,12 +66,13 @@ impl MigrationGate {
             legacy: None,
             schemaless,
             settings: config.gates.clone(),
+            capture: config.capture.clone(),
             mode_poll_ms: config.legacy.as_ref().map_or(1000, |l| l.mode_poll_ms),
         }
     }
 
-    /// Lets the gate check coverage (`gates.min_coverage`), which needs
-    /// the layout.
+    /// Lets the gate check coverage (`gates.min_coverage`) and capture's
+    /// triggers (`capture.required`), which need the layout.
     pub fn with_legacy(mut self, legacy: legacy::LegacyStore) -> MigrationGate {
         self.legacy = Some(legacy);
         self
@@ -155,6 +166,67 @@ impl MigrationGate {
         }
         Ok(None)
     }
+
+    /// With `capture.required`: the triggers are on every table of the
+    /// layout, as `capture install` would put them now.
+    async fn captured(&self) -> Result<Option<String>, Error> {
+        if !(self.capture.enabled && self.capture.required) {
+            return Ok(None);
+        }
+        let Some(legacy) = &self.legacy else {
+            return Ok(Some(
+                "capture.required is set but the gate has no layout to check capture with".into(),
+            ));
+        };
+        let coverage =
+            mirror::capture::install::coverage(&self.pool, legacy.layout(), &self.capture).await?;
+        let missing: Vec<String> = coverage
+            .iter()
+            .filter(|c| !c.installed())
+            .map(|c| format!("{} ({}: {})", c.table, c.state, c.problems.join(", ")))
+            .collect();
+        if missing.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(format!(
+            "capture is not installed as the layout needs on {}: plain SQL writes there would never reach Schemaless; run `mezzanine capture install` (or set capture.required = false)",
+            missing.join("; ")
+        )))
+    }
+
+    /// With `capture.enabled`: the capture queue keeps up as the outbox
+    /// must, and nothing captured is parked.
+    async fn capture_drained(&self) -> Result<Option<String>, Error> {
+        if let Some(reason) = self.captured().await? {
+            return Ok(Some(reason));
+        }
+        if !self.capture.enabled {
+            return Ok(None);
+        }
+        let queue = mirror::capture::status::queue(&self.pool).await?;
+        let max = self.settings.max_outbox_lag_ms;
+        let age_ms = queue.oldest_secs.unwrap_or(0.0) * 1000.0;
+        if queue.depth > 0 && age_ms >= max as f64 {
+            return Ok(Some(format!(
+                "the capture queue still holds {} changes, the oldest {:.1}s old (gates.max_outbox_lag_ms = {max}): wait for the relay to deliver them (`mezzanine capture status`)",
+                queue.depth,
+                age_ms / 1000.0
+            )));
+        }
+        if queue.parked > 0 {
+            let kinds: Vec<String> = queue
+                .parked_by_kind
+                .iter()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect();
+            return Ok(Some(format!(
+                "{} captured changes are parked ({}), so Schemaless lacks what PostgreSQL has: see `mezzanine capture status`, fix the cause, then `mezzanine capture retry`",
+                queue.parked,
+                kinds.join(", ")
+            )));
+        }
+        Ok(None)
+    }
 }
 
 #[async_trait]
@@ -163,7 +235,7 @@ impl Gate for MigrationGate {
         match to {
             Mode::Legacy | Mode::Schemaless => Ok(None),
             Mode::Mirror => match schema::verify(self.schemaless.topology()).await {
-                Ok(missing) if missing.is_empty() => Ok(None),
+                Ok(missing) if missing.is_empty() => self.captured().await,
                 Ok(missing) => Ok(Some(format!(
                     "the Schemaless schema is missing on {} of {} shards: run `mezzanine schema apply` first, or the outbox can never drain",
                     missing.len(),
@@ -173,17 +245,27 @@ impl Gate for MigrationGate {
                     "Schemaless cannot be checked ({e}); the outbox would only grow"
                 ))),
             },
-            Mode::Shadow => match self.backfilled().await? {
-                Some(reason) => Ok(Some(reason)),
-                None => match self.outbox_drained().await? {
-                    Some(reason) => Ok(Some(reason)),
-                    None => self.verified().await,
-                },
-            },
-            Mode::Primary => match self.outbox_drained().await? {
-                Some(reason) => Ok(Some(reason)),
-                None => self.verified().await,
-            },
+            Mode::Shadow => {
+                if let Some(reason) = self.backfilled().await? {
+                    return Ok(Some(reason));
+                }
+                if let Some(reason) = self.outbox_drained().await? {
+                    return Ok(Some(reason));
+                }
+                if let Some(reason) = self.capture_drained().await? {
+                    return Ok(Some(reason));
+                }
+                self.verified().await
+            }
+            Mode::Primary => {
+                if let Some(reason) = self.outbox_drained().await? {
+                    return Ok(Some(reason));
+                }
+                if let Some(reason) = self.capture_drained().await? {
+                    return Ok(Some(reason));
+                }
+                self.verified().await
+            }
         }
     }
 

@@ -2,8 +2,8 @@
 //! writes of these rows still in flight between the stores, and is the
 //! backfill finished?
 //!
-//! In flight means: an outbox entry of the row waits for the relay
-//! (`mirror`, `shadow`), or its shard's change log has cells, written
+//! In flight means: an outbox entry or a captured change of the row waits
+//! for the relay (`mirror`, `shadow`), or its shard's change log has cells, written
 //! before the question, that the reverse mirror has not applied yet
 //! (`primary`; only once reverse offsets exist). For an index read, also
 //! until the index's maintainer has passed the change-log heads as of the
@@ -20,20 +20,33 @@ use uuid::Uuid;
 /// Triage over the legacy database and Schemaless.
 pub struct MirrorTriage {
     pool: PgPool,
+    legacy: legacy::LegacyStore,
     schemaless: MySqlStore,
 }
 
 impl MirrorTriage {
-    /// Triage reading `pool` (the legacy database) and `schemaless`.
-    pub fn new(pool: PgPool, schemaless: MySqlStore) -> MirrorTriage {
-        MirrorTriage { pool, schemaless }
+    /// Triage reading the legacy database (through `legacy`, whose layout
+    /// finds captured changes of a row) and `schemaless`.
+    pub fn new(legacy: legacy::LegacyStore, schemaless: MySqlStore) -> MirrorTriage {
+        MirrorTriage {
+            pool: legacy.pool().clone(),
+            legacy,
+            schemaless,
+        }
     }
 
+    /// Whether the outbox or the capture queue holds changes of `rows`.
     async fn outbox_holds(&self, rows: &[Uuid]) -> Result<bool, sqlx::Error> {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))")
-            .bind(rows)
-            .fetch_one(&self.pool)
-            .await
+        let outbox: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))",
+        )
+        .bind(rows)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(
+            outbox
+                || mirror::capture::status::holds(&self.pool, self.legacy.layout(), rows).await?,
+        )
     }
 
     /// The trigger maintaining the active version of index `name`.
@@ -137,8 +150,9 @@ pub fn full_diff(
         legacy: legacy.clone(),
         schemaless: schemaless.clone(),
         rules: verifier::Rules::from_config(&config.verify),
+        tombstones: schemaless::Column::new(&config.capture.tombstone_column).ok(),
         pool: legacy.pool().clone(),
-        triage: std::sync::Arc::new(MirrorTriage::new(legacy.pool().clone(), schemaless.clone())),
+        triage: std::sync::Arc::new(MirrorTriage::new(legacy.clone(), schemaless.clone())),
         config: config.verify.clone(),
     }
 }

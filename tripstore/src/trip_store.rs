@@ -26,6 +26,11 @@
 //! verifier does: sampling clones it, never waits, and drops the sample
 //! when the verifier's queue is full.
 //!
+//! Reads from Schemaless honour tombstones ([`schemaless::tombstone`]): a
+//! legacy row deleted by a plain SQL writer, captured and delivered as a
+//! tombstone, reads as absent from both stores. The verifier compares
+//! through the same view.
+//!
 //! In `shadow` a write is also put to Schemaless before it is
 //! acknowledged, so its writer reads it back (the outbox still carries it,
 //! in case that put fails). Other facades may miss it until then. In
@@ -38,6 +43,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use legacy::LegacyStore;
 use mirror::{MirrorStatus, Outbox, Relay, ReverseMirror, WorkerStats};
+use schemaless::tombstone::Tombstoned;
 use schemaless::{
     Cell, CellKey, CellResult, CellStore, Column, IndexEntry, IndexQuery, MySqlStore, ReadFrom,
     Result, RowKey, ShardPage, StoredCell, WriteOutcome,
@@ -59,6 +65,8 @@ use verifier::{Sampler, Side};
 pub struct TripStore {
     legacy: LegacyStore,
     schemaless: MySqlStore,
+    /// Schemaless as reads see it: cells hidden by tombstones are absent.
+    visible: Arc<Tombstoned<MySqlStore>>,
     /// The mode as last seen; the watcher task keeps it current.
     mode: watch::Receiver<Mode>,
     /// Updated directly by this facade's own mode changes, so its caller
@@ -109,11 +117,8 @@ impl TripStore {
             poll,
             cancel.clone(),
         ))];
-        let relay = Arc::new(Relay::new(
-            legacy.pool().clone(),
-            Arc::new(schemaless.clone()),
-            config,
-        ));
+        let visible = Arc::new(Tombstoned::new(schemaless.clone(), config)?);
+        let relay = Arc::new(Relay::new(&legacy, Arc::new(schemaless.clone()), config)?);
         let reverse = Arc::new(ReverseMirror::new(
             legacy.clone(),
             schemaless.clone(),
@@ -139,12 +144,12 @@ impl TripStore {
             Replayer {
                 stores: Stores {
                     legacy: Arc::new(legacy.clone()),
-                    schemaless: Arc::new(schemaless.clone()),
+                    schemaless: visible.clone(),
                     canonical: Arc::new(legacy.clone()),
                     rules: verifier::Rules::from_config(&config.verify),
                 },
                 pool: legacy.pool().clone(),
-                triage: Arc::new(MirrorTriage::new(legacy.pool().clone(), schemaless.clone())),
+                triage: Arc::new(MirrorTriage::new(legacy.clone(), schemaless.clone())),
                 config: config.verify.clone(),
             },
             cancel.clone(),
@@ -157,6 +162,7 @@ impl TripStore {
             relay_wake: relay.waker(),
             legacy,
             schemaless,
+            visible,
             mode: receiver,
             mode_sender: sender,
             relay,
@@ -194,9 +200,16 @@ impl TripStore {
         &self.legacy
     }
 
-    /// The Schemaless store behind the facade.
+    /// The Schemaless store behind the facade (reads there see cells that
+    /// tombstones hide; see [`TripStore::schemaless_reads`]).
     pub fn schemaless(&self) -> &MySqlStore {
         &self.schemaless
+    }
+
+    /// Schemaless as the facade reads it: deleted (tombstoned) cells are
+    /// absent.
+    pub fn schemaless_reads(&self) -> &Tombstoned<MySqlStore> {
+        &self.visible
     }
 
     /// This facade's read sampling (to change its rate at runtime; `verify
@@ -267,7 +280,7 @@ impl TripStore {
     fn reads(&self) -> (&dyn CellStore, Option<Side>) {
         let mode = self.mode();
         let (store, side): (&dyn CellStore, Side) = if mode.reads_schemaless() {
-            (&self.schemaless, Side::Schemaless)
+            (&*self.visible, Side::Schemaless)
         } else {
             (&self.legacy, Side::Legacy)
         };

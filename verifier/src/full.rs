@@ -11,7 +11,9 @@
 //!
 //! 1. the legacy side: one snapshot scan of the parents and their
 //!    children ([`legacy::LegacyStore::scan`]);
-//! 2. Schemaless: every stored cell of those rows, one query per shard;
+//! 2. Schemaless: every stored cell of those rows, one query per shard,
+//!    less what tombstones hide (deleted legacy rows, see
+//!    [`schemaless::tombstone`]);
 //! 3. per parent and layout column: a row column's current cell against
 //!    Schemaless's latest; a child column's whole set of cells against
 //!    Schemaless's, by ref key;
@@ -32,7 +34,7 @@ use std::time::Duration;
 
 use config::ColumnKind;
 use legacy::LegacyStore;
-use schemaless::{Cell, MySqlStore, ReadFrom, RowKey};
+use schemaless::{Cell, Column, MySqlStore, ReadFrom, RowKey};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -195,6 +197,10 @@ pub struct FullDiff {
     pub schemaless: MySqlStore,
     /// The comparison rules.
     pub rules: Rules,
+    /// The tombstone column (`capture.tombstone_column`): cells its
+    /// tombstones hide are absent from Schemaless's side, as in the
+    /// facade's reads.
+    pub tombstones: Option<Column>,
     /// The verifier's database.
     pub pool: PgPool,
     /// Triage's questions to the mirror.
@@ -455,7 +461,11 @@ impl FullDiff {
         rows: &[RowKey],
     ) -> Result<BTreeMap<RowKey, Vec<Cell>>, Error> {
         let mut by_row: BTreeMap<RowKey, Vec<Cell>> = BTreeMap::new();
-        for stored in self.schemaless.get_rows_all(rows, ReadFrom::Master).await? {
+        let mut cells = self.schemaless.get_rows_all(rows, ReadFrom::Master).await?;
+        if let Some(column) = &self.tombstones {
+            cells = schemaless::tombstone::visible(cells, column)?;
+        }
+        for stored in cells {
             by_row
                 .entry(stored.cell.key.row_key)
                 .or_default()

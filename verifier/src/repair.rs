@@ -44,6 +44,9 @@ pub struct Repair<'a> {
     pub pool: &'a PgPool,
     /// The comparison rules.
     pub rules: &'a Rules,
+    /// The tombstone column: what its tombstones hide is absent from
+    /// Schemaless's side.
+    pub tombstones: Option<&'a Column>,
     /// The source of truth.
     pub truth: Side,
 }
@@ -133,10 +136,14 @@ impl Repair<'_> {
             .into_iter()
             .filter(|c| c.key.column == *column)
             .collect();
-        let mut schemaless: Vec<Cell> = self
+        let mut stored = self
             .schemaless
             .get_rows_all(std::slice::from_ref(row_key), ReadFrom::Master)
-            .await?
+            .await?;
+        if let Some(column) = self.tombstones {
+            stored = schemaless::tombstone::visible(stored, column)?;
+        }
+        let mut schemaless: Vec<Cell> = stored
             .into_iter()
             .map(|s| s.cell)
             .filter(|c| c.key.column == *column)

@@ -1,0 +1,187 @@
+//! `mezzanine capture install|uninstall|status|retry`: database-side
+//! capture of the writes that bypass the facade.
+//!
+//! `install` puts triggers on every table of the layout (see
+//! [`mirror::capture::install`]); the relays deliver what they record.
+//! `status` shows the tables covered, the queue and what is parked;
+//! `retry` puts parked changes back into the queue after the cause was
+//! fixed.
+
+use std::path::Path;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use mirror::capture::{self, CaptureStatus};
+
+#[derive(Subcommand)]
+pub enum CaptureCommand {
+    /// Make PostgreSQL record every change to every table of the layout
+    /// (triggers, in the writer's transaction). Online and idempotent; run
+    /// it again after changing the layout or `capture.bump_version`.
+    Install,
+    /// Remove the capture triggers from every table (the queue stays and
+    /// is still delivered). Online and idempotent.
+    Uninstall,
+    /// The tables covered, the queue's depth and age, parked changes.
+    Status(StatusArgs),
+    /// Put parked changes back into the queue (after fixing the cause),
+    /// to be read and delivered again.
+    Retry,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<()> {
+    let config = crate::load_config(config_path)?;
+    let legacy_config =
+        legacy::connection::legacy_config(&config).map_err(|e| crate::UsageError(e.to_string()))?;
+    match command {
+        CaptureCommand::Install => {
+            if !config.capture.enabled {
+                return Err(crate::UsageError(
+                    "capture.enabled is false: no relay would deliver what the triggers record; turn it on first".into(),
+                )
+                .into());
+            }
+            let legacy = legacy::LegacyStore::connect(&config).await?;
+            let installed =
+                capture::install::install(legacy.pool(), legacy.layout(), &config.capture).await?;
+            println!(
+                "capture installed on {} ({} triggers{})",
+                installed.tables.join(", "),
+                installed.triggers,
+                if installed.bump_version {
+                    ", with the version bump on the parent table"
+                } else {
+                    ""
+                }
+            );
+            println!(
+                "every change to these tables is now recorded in mezzanine.capture_queue and delivered by the relays; deletions become tombstones in column {}",
+                config.capture.tombstone_column
+            );
+            legacy.close().await;
+        }
+        CaptureCommand::Uninstall => {
+            let pool = legacy::connection::pool(legacy_config)?;
+            let removed = capture::install::uninstall(
+                &pool,
+                Duration::from_millis(config.capture.lock_timeout_ms),
+            )
+            .await?;
+            if removed.triggers == 0 && removed.functions == 0 {
+                println!("capture was not installed: nothing to remove");
+            } else {
+                println!(
+                    "capture removed from {} ({} triggers, {} functions); changes already captured are still delivered",
+                    if removed.tables.is_empty() {
+                        "no table".to_string()
+                    } else {
+                        removed.tables.join(", ")
+                    },
+                    removed.triggers,
+                    removed.functions
+                );
+            }
+            pool.close().await;
+        }
+        CaptureCommand::Status(args) => {
+            let pool = legacy::connection::pool(legacy_config)?;
+            mirror::schema::ensure(&pool).await?;
+            // The layout says which tables capture should cover; without
+            // it (a layout that no longer resolves) the queue still shows.
+            let legacy = match legacy::LegacyStore::connect(&config).await {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    eprintln!("warning: the layout does not resolve ({e}); tables not checked");
+                    None
+                }
+            };
+            let status =
+                capture::status::read(&pool, legacy.as_ref().map(|l| l.layout()), &config.capture)
+                    .await?;
+            if args.json {
+                println!("{}", serde_json::to_string(&status)?);
+            } else {
+                print_status(&status, &config.capture);
+            }
+            pool.close().await;
+        }
+        CaptureCommand::Retry => {
+            let pool = legacy::connection::pool(legacy_config)?;
+            mirror::schema::ensure(&pool).await?;
+            let requeued = capture::status::retry_parked(&pool).await?;
+            println!(
+                "{requeued} parked changes put back into the capture queue; the relays read and deliver them again"
+            );
+            pool.close().await;
+        }
+    }
+    Ok(())
+}
+
+fn print_status(status: &CaptureStatus, settings: &config::Capture) {
+    println!(
+        "capture: {}, {} by the gates, bump_version {}, tombstones in column {}",
+        if status.enabled {
+            "enabled"
+        } else {
+            "disabled (relays leave the queue alone)"
+        },
+        if status.required {
+            "required"
+        } else {
+            "not required"
+        },
+        if status.bump_version { "on" } else { "off" },
+        settings.tombstone_column
+    );
+    if !status.tables.is_empty() {
+        println!("{:<40} {:<10} PROBLEMS", "TABLE", "STATE");
+        for t in &status.tables {
+            println!("{:<40} {:<10} {}", t.table, t.state, t.problems.join("; "));
+        }
+    }
+    let q = &status.queue;
+    match q.oldest_secs {
+        Some(age) if q.depth > 0 => println!(
+            "queue: {} changes waiting, the oldest {age:.1}s old",
+            q.depth
+        ),
+        _ => println!("queue: empty"),
+    }
+    if q.parked == 0 {
+        println!("parked: none");
+        return;
+    }
+    let kinds: Vec<String> = q
+        .parked_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect();
+    println!(
+        "parked: {} ({}); fix the cause, then `mezzanine capture retry`",
+        q.parked,
+        kinds.join(", ")
+    );
+    for p in &status.recent_parked {
+        println!(
+            "  #{} {} {}: {}",
+            p.id,
+            p.kind,
+            crate::serve::utc(p.parked_at),
+            p.reason
+        );
+        if let Some(body) = &p.legacy_body {
+            println!("      legacy:     {body}");
+        }
+        if let Some(body) = &p.schemaless_body {
+            println!("      schemaless: {body}");
+        }
+    }
+}

@@ -7,12 +7,17 @@
 //! | `mezzanine_outbox_depth` | gauge | entries waiting in the outbox |
 //! | `mezzanine_outbox_oldest_age_seconds` | gauge | age of the oldest waiting entry (0 when empty) |
 //! | `mezzanine_outbox_parked` | gauge | outbox entries set aside |
+//! | `mezzanine_capture_queue_depth` | gauge | captured changes waiting for the relay |
+//! | `mezzanine_capture_oldest_age_seconds` | gauge | age of the oldest (0 when empty) |
+//! | `mezzanine_capture_parked{kind}` | gauge | captured changes set aside, by kind |
 //! | `mezzanine_mirror_workers{kind}` | gauge | live relays / reverse mirrors (heartbeat within 10 s) |
 //! | `mezzanine_mirror_rate_cells_per_second{kind}` | gauge | cells/s over all live workers of the kind |
 //! | `mezzanine_reverse_lag_cells{shard}` | gauge | change-log cells not yet applied to PostgreSQL |
 //! | `mezzanine_reverse_parked` | gauge | change-log cells the legacy model refused |
 //! | `mezzanine_relay_cells_total` | counter | cells this process's relay delivered |
 //! | `mezzanine_relay_failures_total` | counter | failed relay attempts in this process |
+//! | `mezzanine_capture_changes_total` | counter | captured changes this process's relay took from the queue |
+//! | `mezzanine_capture_tombstones_total` | counter | tombstones this process's relay wrote for deleted rows |
 //! | `mezzanine_reverse_cells_total` | counter | cells this process's reverse mirror applied |
 //! | `mezzanine_reverse_failures_total` | counter | failed reverse attempts in this process |
 
@@ -24,6 +29,17 @@ use std::sync::Arc;
 use mirror::{MirrorStatus, WorkerStats};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+/// Every kind a captured change is parked as (see
+/// [`mirror::capture::deliver`]), each exported even at 0.
+pub const CAPTURE_PARKED_KINDS: [&str; 6] = [
+    "no_new_version",
+    "edited_in_place",
+    "unreadable",
+    "refused",
+    "truncate",
+    "conflict",
+];
 
 /// The counters of this process's workers.
 #[derive(Default, Clone)]
@@ -79,6 +95,38 @@ pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Loca
         "Outbox entries set aside",
     );
     let _ = writeln!(out, "mezzanine_outbox_parked {}", status.outbox_parked);
+    let capture = &status.capture;
+    metric(
+        &mut out,
+        "mezzanine_capture_queue_depth",
+        "gauge",
+        "Captured changes waiting for the relay",
+    );
+    let _ = writeln!(out, "mezzanine_capture_queue_depth {}", capture.depth);
+    metric(
+        &mut out,
+        "mezzanine_capture_oldest_age_seconds",
+        "gauge",
+        "Age of the oldest captured change waiting (0 when empty)",
+    );
+    let _ = writeln!(
+        out,
+        "mezzanine_capture_oldest_age_seconds {:.3}",
+        capture.oldest_secs.unwrap_or(0.0)
+    );
+    metric(
+        &mut out,
+        "mezzanine_capture_parked",
+        "gauge",
+        "Captured changes set aside, by kind",
+    );
+    for kind in CAPTURE_PARKED_KINDS {
+        let _ = writeln!(
+            out,
+            "mezzanine_capture_parked{{kind=\"{kind}\"}} {}",
+            capture.parked_by_kind.get(kind).copied().unwrap_or(0)
+        );
+    }
     metric(
         &mut out,
         "mezzanine_mirror_workers",
@@ -128,6 +176,23 @@ pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Loca
         "Change-log cells the legacy model refused",
     );
     let _ = writeln!(out, "mezzanine_reverse_parked {}", status.reverse_parked);
+    if let Some(stats) = &local.relay {
+        for (name, help, value) in [
+            (
+                "mezzanine_capture_changes_total",
+                "Captured changes this process's relay took from the queue",
+                &stats.captured,
+            ),
+            (
+                "mezzanine_capture_tombstones_total",
+                "Tombstones this process's relay wrote for deleted legacy rows",
+                &stats.tombstones,
+            ),
+        ] {
+            metric(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {}", WorkerStats::get(value));
+        }
+    }
     for (kind, stats) in [("relay", &local.relay), ("reverse", &local.reverse)] {
         let Some(stats) = stats else { continue };
         let cells = format!("mezzanine_{kind}_cells_total");

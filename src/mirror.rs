@@ -272,6 +272,7 @@ async fn status(
             "outbox_depth": status.outbox_depth,
             "outbox_oldest_secs": status.outbox_oldest_secs,
             "outbox_parked": status.outbox_parked,
+            "capture": status.capture,
             "reverse_lag": status.reverse_lag(),
             "reverse_error": status.reverse_error,
             "reverse_parked": status.reverse_parked,
@@ -296,6 +297,21 @@ async fn status(
             .map(|s| format!(", the oldest {s:.1}s old"))
             .unwrap_or_default(),
         status.outbox_parked
+    );
+    let capture = &status.capture;
+    println!(
+        "capture queue: {} changes{}, {} parked{}",
+        capture.depth,
+        capture
+            .oldest_secs
+            .map(|s| format!(", the oldest {s:.1}s old"))
+            .unwrap_or_default(),
+        capture.parked,
+        if capture.parked > 0 {
+            " (`mezzanine capture status` shows why)"
+        } else {
+            ""
+        }
     );
     if let Some(e) = &status.reverse_error {
         println!("reverse: lag unknown, Schemaless did not answer: {e}");

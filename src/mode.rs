@@ -81,6 +81,17 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
                         .unwrap_or_default()
                 );
             }
+            if let Ok(queue) = mirror::capture::status::queue(&pool).await {
+                println!(
+                    "capture queue: {} changes{}, {} parked (`mezzanine capture status` for more)",
+                    queue.depth,
+                    queue
+                        .oldest_secs
+                        .map(|s| format!(", the oldest {s:.1}s old"))
+                        .unwrap_or_default(),
+                    queue.parked
+                );
+            }
             let history = mode::history(&pool, 10).await?;
             if !history.is_empty() {
                 println!("\nlatest changes:");
@@ -115,7 +126,10 @@ pub async fn run(command: ModeCommand, config_path: &Path) -> anyhow::Result<()>
                 schemaless::MySqlStore::connect(&config)?,
                 &config,
             );
-            if config.gates.min_coverage > 0.0 {
+            // Coverage and capture's triggers are checked against the
+            // layout.
+            let capture_checked = config.capture.enabled && config.capture.required;
+            if config.gates.min_coverage > 0.0 || capture_checked {
                 gate = gate.with_legacy(legacy::LegacyStore::connect(&config).await?);
             }
             let change = mode::set(&pool, &request, &gate).await?;

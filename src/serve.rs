@@ -15,6 +15,10 @@
 //! | `mezzanine_outbox_depth` | gauge | outbox entries waiting |
 //! | `mezzanine_outbox_oldest_age_seconds` | gauge | age of the oldest |
 //! | `mezzanine_outbox_parked` | gauge | entries set aside |
+//! | `mezzanine_capture_queue_depth` | gauge | captured changes waiting |
+//! | `mezzanine_capture_oldest_age_seconds` | gauge | age of the oldest |
+//! | `mezzanine_capture_parked{kind}` | gauge | captured changes set aside, by kind |
+//! | `mezzanine_capture_tables{state}` | gauge | layout tables by capture state (installed, missing, partial, stale) |
 //! | `mezzanine_backfill_chunks{state}` | gauge | chunks by state |
 //! | `mezzanine_backfill_parents_done` | gauge | parent rows copied |
 //! | `mezzanine_backfill_cells_done` | gauge | cells copied |
@@ -56,6 +60,8 @@ pub struct ServeArgs {
 struct Dashboard {
     pool: PgPool,
     legacy: legacy::LegacyStore,
+    /// `[capture]`, for the tables it should cover.
+    capture: config::Capture,
     prometheus: PrometheusHandle,
     refresh_ms: u64,
     /// Coverage is a scan of the parent table: computed at most every
@@ -77,6 +83,7 @@ pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
     let dashboard = Arc::new(Dashboard {
         pool,
         legacy,
+        capture: config.capture.clone(),
         prometheus,
         refresh_ms: args.refresh_ms.max(200),
         coverage: Mutex::new((None, Value::Null)),
@@ -137,6 +144,8 @@ impl Dashboard {
         let report = verifier::report::read(pool, None, since).await?;
         let mismatches = verifier::store::mismatches(pool, false, None, 20).await?;
         let full = verifier::full::latest(pool).await?;
+        let capture =
+            mirror::capture::status::read(pool, Some(self.legacy.layout()), &self.capture).await?;
         let coverage = {
             let mut cached = self.coverage.lock().await;
             let stale = cached
@@ -169,6 +178,7 @@ impl Dashboard {
             "coverage": coverage,
             "mismatches": mismatches,
             "full_diff": full,
+            "capture": capture,
         }))
     }
 }
@@ -190,6 +200,19 @@ fn set_gauges(v: &Value) {
     metrics::gauge!("mezzanine_outbox_depth").set(n(&v["outbox"]["depth"]));
     metrics::gauge!("mezzanine_outbox_oldest_age_seconds").set(n(&v["outbox"]["oldest_secs"]));
     metrics::gauge!("mezzanine_outbox_parked").set(n(&v["outbox"]["parked"]));
+    let c = &v["capture"];
+    metrics::gauge!("mezzanine_capture_queue_depth").set(n(&c["queue"]["depth"]));
+    metrics::gauge!("mezzanine_capture_oldest_age_seconds").set(n(&c["queue"]["oldest_secs"]));
+    for kind in crate::metrics::CAPTURE_PARKED_KINDS {
+        metrics::gauge!("mezzanine_capture_parked", "kind" => kind)
+            .set(n(&c["queue"]["parked_by_kind"][kind]));
+    }
+    for state in ["installed", "missing", "partial", "stale"] {
+        let count = c["tables"]
+            .as_array()
+            .map_or(0, |t| t.iter().filter(|t| t["state"] == state).count());
+        metrics::gauge!("mezzanine_capture_tables", "state" => state).set(count as f64);
+    }
     let b = &v["backfill"];
     let pending = n(&b["chunks"]) - n(&b["done"]) - n(&b["failed"]) - n(&b["running"]);
     for (state, value) in [

@@ -26,6 +26,8 @@ pub struct MirrorStatus {
     pub reverse_parked: u64,
     /// Relays and reverse mirrors that wrote a heartbeat in the last hour.
     pub workers: Vec<Worker>,
+    /// The capture queue and its parked changes.
+    pub capture: crate::capture::Queue,
 }
 
 impl MirrorStatus {
@@ -122,6 +124,7 @@ pub async fn read(pool: &PgPool, schemaless: &MySqlStore) -> Result<MirrorStatus
         outbox_oldest_secs,
         outbox_parked,
         reverse_parked: reverse_parked as u64,
+        capture: crate::capture::status::queue(pool).await?,
         ..MirrorStatus::default()
     };
     if !offsets.is_empty() {

@@ -38,6 +38,40 @@ fn captured(db: &LegacyDb, capture: &str, extra: &str) -> (config::Config, Strin
     (config, text)
 }
 
+/// `mezzanine serve` on a free port: its `/metrics`, and the dashboard's
+/// page as headless Chromium renders it.
+async fn dashboard(file: &tempfile::NamedTempFile) -> (String, String) {
+    use std::io::BufRead;
+    let mut serve = mezzanine(
+        file.path(),
+        &["serve", "--listen", "127.0.0.1:0", "--refresh-ms", "500"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    let addr = url.trim_start_matches("http://").trim_end_matches('/');
+    let metrics = crate::verify::http_get(addr, "/metrics");
+    let profile = tempfile::tempdir().unwrap();
+    let dom = crate::verify::headless(
+        profile.path(),
+        &["--virtual-time-budget=8000", "--dump-dom"],
+        &url,
+    );
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    (metrics, String::from_utf8_lossy(&dom.stdout).into_owned())
+}
+
 fn run_ok(mut command: Command) -> String {
     let out = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -220,6 +254,9 @@ fn writer_script(mine: &[i64], transactions: usize, seed: u64) -> String {
             ),
             _ => format!("UPDATE trips SET city_id = city_id WHERE id = {id};\n"),
         });
+        // Paced, so that the writers are still writing while the backfill
+        // and the relay run.
+        sql.push_str("SELECT pg_sleep(0.004);\n");
     }
     sql
 }
@@ -245,7 +282,7 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
     let (config, text) = captured(
         &db,
         "",
-        "[mirror]\nrelay_in_app = false\nreverse_in_app = false\nrelay_batch = 200\n",
+        "[mirror]\nrelay_in_app = false\nreverse_in_app = false\nrelay_batch = 50\n",
     );
     let file = config_file(&text);
     let facade = Arc::new(TripStore::connect(&config).await.unwrap());
@@ -284,7 +321,7 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
                 .filter(|id| id % writers as i64 == w as i64)
                 .collect();
             let file = tempfile::NamedTempFile::new().unwrap();
-            std::fs::write(file.path(), writer_script(&mine, 400, 100 + w as u64)).unwrap();
+            std::fs::write(file.path(), writer_script(&mine, 600, 100 + w as u64)).unwrap();
             file
         })
         .collect();
@@ -331,29 +368,54 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
         ))
         .await;
     assert_eq!(captured_facade, 0, "a facade write was captured too");
-    let outbox_foreign = db
-        .count(&format!(
-            "SELECT count(*) FROM mezzanine.outbox WHERE row_key NOT IN ({})",
-            facade_uuids
-                .iter()
-                .map(|u| format!("'{u}'"))
-                .collect::<Vec<_>>()
-                .join(",")
-        ))
-        .await;
-    assert_eq!(outbox_foreign, 0);
+    // The outbox first, then the facade's rows: every entry's trip was
+    // written through the facade before the list was taken.
+    let in_outbox: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT row_key FROM mezzanine.outbox")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let facade_uuids: BTreeSet<Uuid> = facade_rows.lock().unwrap().iter().copied().collect();
+    let foreign: Vec<&Uuid> = in_outbox
+        .iter()
+        .filter(|u| !facade_uuids.contains(u))
+        .collect();
+    assert!(
+        foreign.is_empty(),
+        "plain SQL writes in the outbox: {foreign:?}"
+    );
     assert!(
         capture_queue(&db.pool).await.depth > 0,
         "psql's writes are captured"
     );
 
-    // Phase two: the relay as a process, the backfill in this one.
+    // Phase two: the relay as a process, killed with -9 while it drains
+    // the backlog; the backfill in this process.
+    let backlog = capture_queue(&db.pool).await.depth;
     let mut relay = mezzanine(file.path(), &["mirror", "relay"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while capture_queue(&db.pool).await.depth + 60 > backlog {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay does not drain"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    relay.kill().unwrap(); // SIGKILL, in the middle of the backlog
+    relay.wait().unwrap();
+    let depth_at_kill = capture_queue(&db.pool).await.depth;
+    assert!(
+        depth_at_kill > 0,
+        "killed before the backlog of {backlog} was drained"
+    );
+    let mut relay = mezzanine(file.path(), &["mirror", "relay"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let backfill = {
         let (legacy, schemaless, config) = (
             facade.legacy().clone(),
@@ -364,16 +426,6 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
             crate::backfill::backfill_now(&legacy, &schemaless, &config).await;
         })
     };
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    relay.kill().unwrap(); // SIGKILL, mid-batch or between batches
-    relay.wait().unwrap();
-    let depth_at_kill = capture_queue(&db.pool).await.depth;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut relay = mezzanine(file.path(), &["mirror", "relay"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
     for psql in &mut psqls {
         let status = psql.wait().unwrap();
         let mut err = String::new();
@@ -395,7 +447,7 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
     let queue = capture_queue(&db.pool).await;
     assert_eq!((queue.depth, queue.parked), (0, 0), "{queue:?}");
     eprintln!(
-        "capture queue at the kill: {depth_at_kill}; facade cells: {}",
+        "capture queue: {backlog} before the relay, {depth_at_kill} at its kill; facade cells: {}",
         facade_writes.load(Ordering::Relaxed)
     );
 
@@ -416,35 +468,84 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
         "{out}"
     );
 
-    // Forward to shadow: reads from Schemaless, through the tombstones.
+    // Trips and notes Schemaless holds, deleted with plain SQL, then
+    // forward to shadow: reads come from Schemaless, through the
+    // tombstones, and answer as PostgreSQL does.
+    let doomed: Vec<(i64, Uuid)> =
+        sqlx::query_as("SELECT id, uuid FROM trips WHERE id <= 1500 ORDER BY id LIMIT 4")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    let noted: Vec<(i64, Uuid)> = sqlx::query_as(
+        "SELECT t.id, t.uuid FROM trips t WHERE t.id > 100 AND t.id <= 1500
+           AND (SELECT count(*) FROM trip_notes n WHERE n.trip_id = t.id) >= 2 ORDER BY t.id LIMIT 4",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(noted.len(), 4);
+    let mut sql = String::new();
+    for (id, _) in &doomed {
+        sql.push_str(&format!(
+            "BEGIN; DELETE FROM trip_notes WHERE trip_id = {id}; DELETE FROM billing_attempts WHERE trip_id = {id};
+             DELETE FROM fare_adjustments WHERE trip_id = {id}; DELETE FROM trips WHERE id = {id}; COMMIT;\n"
+        ));
+    }
+    for (id, _) in &noted {
+        sql.push_str(&format!(
+            "DELETE FROM trip_notes WHERE (trip_id, seq) = (SELECT trip_id, max(seq) FROM trip_notes WHERE trip_id = {id} GROUP BY trip_id);\n"
+        ));
+    }
+    run_ok(psql(&db, &sql));
+    run_ok(mezzanine(file.path(), &["mirror", "relay", "--once"]));
     walk_to(&facade, &config, Mode::Shadow).await;
-    let stored_rows: BTreeSet<RowKey> = all_schemaless_cells(facade.schemaless())
-        .await
-        .into_iter()
-        .filter(|s| s.cell.key.column.as_str() == "BASE")
-        .map(|s| s.cell.key.row_key)
-        .collect();
-    let legacy_rows: BTreeSet<Uuid> = sqlx::query_scalar("SELECT uuid FROM trips")
-        .fetch_all(&db.pool)
-        .await
-        .unwrap()
-        .into_iter()
-        .collect();
-    let deleted_rows: Vec<&RowKey> = stored_rows
-        .iter()
-        .filter(|r| !legacy_rows.contains(&r.uuid()))
-        .collect();
-    assert!(!deleted_rows.is_empty());
-    for row in deleted_rows.iter().take(20) {
+    let notes = Column::new("NOTES").unwrap();
+    for (id, uuid) in &doomed {
+        let row = RowKey::from(*uuid);
         assert!(
-            facade
-                .get_cells_for_row(row, ReadFrom::Master)
+            !facade
+                .schemaless()
+                .get_cells_for_row(&row, ReadFrom::Master)
                 .await
                 .unwrap()
                 .is_empty(),
-            "deleted trip {row} reads as absent"
+            "trip {id} is still stored"
+        );
+        assert!(
+            facade
+                .get_cells_for_row(&row, ReadFrom::Master)
+                .await
+                .unwrap()
+                .is_empty(),
+            "deleted trip {id} reads as absent"
         );
     }
+    for (id, uuid) in &noted {
+        let row = RowKey::from(*uuid);
+        let stored = facade
+            .schemaless()
+            .get_cell_latest(&row, &notes, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap();
+        let read = facade
+            .get_cell_latest(&row, &notes, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(read.cell.key.ref_key < stored.cell.key.ref_key, "trip {id}");
+        let legacy = facade
+            .legacy()
+            .get_cell_latest(&row, &notes, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(read.cell, legacy.cell, "trip {id}: the newest note left");
+    }
+    let legacy_rows: Vec<Uuid> = sqlx::query_scalar("SELECT uuid FROM trips")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
     for uuid in legacy_rows.iter().take(60) {
         let row = RowKey::from(*uuid);
         let from_facade: Vec<Cell> = facade
@@ -566,6 +667,28 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
         refused.contains("parked") && refused.contains("no_new_version"),
         "{refused}"
     );
+    // ... and so do /metrics and the dashboard.
+    let (metrics, dom) = dashboard(&file).await;
+    for expected in [
+        "mezzanine_capture_parked{kind=\"no_new_version\"} 1",
+        "mezzanine_capture_parked{kind=\"edited_in_place\"} 1",
+        "mezzanine_capture_tables{state=\"installed\"} 4",
+        "mezzanine_capture_queue_depth 0",
+    ] {
+        assert!(metrics.contains(expected), "{expected} not in {metrics}");
+    }
+    for expected in [
+        "4 of 4 tables captured",
+        "2 parked (edited_in_place: 1, no_new_version: 1)",
+        "class=\"parked\"",
+        "disputed",
+        "gate: parked captured changes",
+    ] {
+        assert!(
+            dom.contains(expected),
+            "{expected:?} not on the page: {dom}"
+        );
+    }
 
     // Fixed in PostgreSQL (a new version; the note as it was), retried:
     // delivered, nothing parked.
@@ -593,7 +716,36 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
         .unwrap()
         .unwrap();
     assert_eq!(stored.cell.body.fields()["status"], "disputed");
-    assert_eq!(stored.cell.key.ref_key.get(), 2);
+    let version: i64 = db.count("SELECT version FROM trips WHERE id = 42").await;
+    assert_eq!(stored.cell.key.ref_key.get(), version);
+
+    // A change waiting longer than gates.max_outbox_lag_ms holds the gate
+    // too: the relay does not keep up.
+    run_ok(psql(
+        &db,
+        "UPDATE trips SET status = 'late', version = version + 1 WHERE id = 50;",
+    ));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let (lagging, _) = captured(&db, "", extra);
+    let mut lagging = lagging;
+    lagging.gates.max_outbox_lag_ms = 200;
+    let gate = tripstore::gates::MigrationGate::new(db.pool.clone(), schemaless.clone(), &lagging)
+        .with_legacy(legacy.clone());
+    let refusal = tripstore::mode::Gate::refusal(&gate, Mode::Mirror, Mode::Shadow)
+        .await
+        .unwrap()
+        .expect("the gate holds");
+    assert!(
+        refusal.contains("capture queue still holds 1 changes"),
+        "{refusal}"
+    );
+    relay_drain(&config, legacy, schemaless).await;
+    assert_eq!(
+        tripstore::mode::Gate::refusal(&gate, Mode::Mirror, Mode::Shadow)
+            .await
+            .unwrap(),
+        None
+    );
 
     // On: the trigger raises the version of an update that keeps it, and
     // leaves alone one that raises it itself.
@@ -601,6 +753,11 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
     let file = config_file(&text);
     let out = run_ok(mezzanine(file.path(), &["capture", "install"]));
     assert!(out.contains("version bump"), "{out}");
+    let before: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM trips WHERE id IN (43, 44, 45) ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
     run_ok(psql(
         &db,
         "UPDATE trips SET status = 'bumped' WHERE id = 43;
@@ -612,7 +769,7 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(versions, [2, 6, 1]);
+    assert_eq!(versions, [before[0] + 1, before[1] + 5, before[2]]);
     let moved = relay_drain(&config, legacy, schemaless).await;
     assert_eq!(
         (moved.captured.parked, moved.captured.cells),

@@ -688,7 +688,11 @@ fn chromium() -> String {
     panic!("the dashboard test needs Debian's chromium (apt-get install -y chromium; .ci/run installs it)");
 }
 
-fn headless(profile: &std::path::Path, extra: &[&str], url: &str) -> std::process::Output {
+pub(crate) fn headless(
+    profile: &std::path::Path,
+    extra: &[&str],
+    url: &str,
+) -> std::process::Output {
     Command::new(chromium())
         .args([
             "--headless",
@@ -709,7 +713,7 @@ fn headless(profile: &std::path::Path, extra: &[&str], url: &str) -> std::proces
         .expect("running chromium")
 }
 
-fn http_get(addr: &str, path: &str) -> String {
+pub(crate) fn http_get(addr: &str, path: &str) -> String {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
     let mut response = String::new();

@@ -328,7 +328,7 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Steps 15-16: every read sampled and replayed, the full diff; a stored
+/// Steps 16-17: every read sampled and replayed, the full diff; a stored
 /// value tampered with behind the facade's back, found by a sampled read,
 /// holding the gate shut, and repaired.
 async fn verify_steps(
@@ -339,7 +339,7 @@ async fn verify_steps(
 ) -> anyhow::Result<()> {
     use verifier::store::Settings;
 
-    step("15. verify: every read sampled and replayed on Schemaless, then a full diff");
+    step("16. verify: every read sampled and replayed on Schemaless, then a full diff");
     // A fresh verification for this run of the demo.
     sqlx::raw_sql(
         "TRUNCATE mezzanine.verify_mismatches, mezzanine.verify_stats, mezzanine.verify_coverage,
@@ -402,7 +402,7 @@ async fn verify_steps(
         );
     }
 
-    step("16. tamper with a stored value behind the facade's back: found, reported, repaired");
+    step("17. tamper with a stored value behind the facade's back: found, reported, repaired");
     let base = schemaless::Column::new("BASE")?;
     let cell = store
         .schemaless()
@@ -503,8 +503,9 @@ async fn verify_steps(
     Ok(())
 }
 
-/// Steps 12-14 and 17: mode mirror, writes reaching both stores through the
-/// outbox; the backfill of the history; mode shadow.
+/// Steps 12-15 and 18: mode mirror, writes reaching both stores through the
+/// outbox; plain SQL writes through capture; the backfill of the history;
+/// mode shadow.
 async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()> {
     use std::sync::Arc;
 
@@ -513,6 +514,17 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     // The relay is run by hand below, to show the outbox filling first.
     quiet.mirror.relay_in_app = false;
     let store = Arc::new(tripstore::TripStore::connect(&quiet).await?);
+    let installed = mirror::capture::install::install(
+        store.legacy().pool(),
+        store.legacy().layout(),
+        &config.capture,
+    )
+    .await?;
+    println!(
+        "capture install: {} triggers on {}, so that plain SQL writes reach Schemaless too (step 14)",
+        installed.triggers,
+        installed.tables.join(", ")
+    );
     let change = store
         .set_mode(&tripstore::ModeRequest {
             target: tripstore::Mode::Mirror,
@@ -522,7 +534,7 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         })
         .await?;
     println!(
-        "mode {} -> {} (gate: the Schemaless schema is on every shard)",
+        "mode {} -> {} (gates: the Schemaless schema on every shard, capture on every layout table)",
         change.from, change.to
     );
     let pool = store.legacy().pool().clone();
@@ -582,7 +594,7 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         if moved.total() == 0 {
             break;
         }
-        total += moved.delivered;
+        total += moved.delivered + moved.captured.cells;
         let left = mirror::status::outbox(&pool).await?.0;
         if left == 0 || total % 2000 < moved.delivered {
             println!("  relayed {total:>6} cells, {left:>6} left in the outbox");
@@ -628,7 +640,9 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         "the same cells on both sides. `mezzanine mirror status` shows the outbox and the relays."
     );
 
-    step("14. the backfill: the history the mirror never saw, copied in planned chunks");
+    capture_steps(config, &store, &pool, &sample).await?;
+
+    step("15. the backfill: the history the mirror never saw, copied in planned chunks");
     // A plan made before every facade could have seen mode mirror might
     // miss rows created in between; the shadow gate checks it.
     let poll = legacy::connection::legacy_config(config)?.mode_poll_ms;
@@ -702,7 +716,7 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
 
     verify_steps(config, &store, &pool, row).await?;
 
-    step("17. mode shadow: reads come from Schemaless, writes still go through PostgreSQL");
+    step("18. mode shadow: reads come from Schemaless, writes still go through PostgreSQL");
     let change = store
         .set_mode(&tripstore::ModeRequest {
             target: tripstore::Mode::Shadow,
@@ -712,7 +726,7 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         })
         .await?;
     println!(
-        "mode {} -> {} (gates: backfill complete, outbox drained, the verifier's figures)",
+        "mode {} -> {} (gates: backfill complete, outbox and capture queue drained, nothing parked, the verifier's figures)",
         change.from, change.to
     );
     let base = schemaless::Column::new("BASE")?;
@@ -845,5 +859,120 @@ async fn trigger_and_index_steps(
     }
     cancel.cancel();
     task.await??;
+    Ok(())
+}
+
+/// Step 14: writes made with psql, not the facade, recorded by PostgreSQL
+/// and delivered by the relay; a deleted row becomes a tombstone.
+async fn capture_steps(
+    config: &config::Config,
+    store: &tripstore::TripStore,
+    pool: &sqlx::PgPool,
+    sample: &Cell,
+) -> anyhow::Result<()> {
+    step("14. writes that bypass the facade: psql changes trips, PostgreSQL records it, the relay delivers it");
+    let row = sample.key.row_key;
+    let (id,): (i64,) = sqlx::query_as("SELECT id FROM trips WHERE uuid = $1")
+        .bind(row.uuid())
+        .fetch_one(pool)
+        .await?;
+    let url = &legacy::connection::legacy_config(config)?.url;
+    let psql = |sql: &str| -> anyhow::Result<String> {
+        let binaries = devcluster::Binaries::find()?;
+        let out = std::process::Command::new(&binaries.psql)
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+            .output()
+            .context("running psql")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "psql failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .replace('\n', " "))
+    };
+    let update =
+        format!("UPDATE trips SET status = 'disputed', version = version + 1 WHERE id = {id}");
+    let note = format!(
+        "INSERT INTO trip_notes (trip_id, seq, author, body, created_at)
+         SELECT {id}, coalesce(max(seq), 0) + 1, 'support', 'rider called: disputed by phone', now()
+         FROM trip_notes WHERE trip_id = {id}"
+    );
+    println!("psql> {update};\n      {}", psql(&update)?);
+    println!(
+        "psql> INSERT INTO trip_notes (trip {id}, a note from support);\n      {}",
+        psql(&note)?
+    );
+    let queue = mirror::capture::status::queue(pool).await?;
+    println!(
+        "capture queue: {} changes, recorded in the writers' own transactions (`mezzanine capture status`)",
+        queue.depth
+    );
+    let moved = store.relay().drain().await?;
+    let c = moved.captured;
+    println!(
+        "the relay read the changed rows as they are now: {} cells delivered ({} already there), {} parked",
+        c.cells, c.already_present, c.parked
+    );
+    let base = schemaless::Column::new("BASE")?;
+    let notes = schemaless::Column::new("NOTES")?;
+    let latest = store
+        .schemaless()
+        .get_cell_latest(&row, &base, ReadFrom::Master)
+        .await?
+        .context("the trip is in Schemaless")?;
+    println!(
+        "Schemaless BASE of trip {row}: ref {} status {}",
+        latest.cell.key.ref_key,
+        latest.cell.body.fields()["status"]
+    );
+    let added = store
+        .schemaless()
+        .get_cell_latest(&row, &notes, ReadFrom::Master)
+        .await?
+        .context("the note is in Schemaless")?;
+    println!(
+        "Schemaless NOTES of trip {row}: ref {} {}",
+        added.cell.key.ref_key, added.cell.body
+    );
+
+    let delete = format!(
+        "DELETE FROM trip_notes WHERE trip_id = {id} AND seq = {}",
+        added.cell.key.ref_key
+    );
+    println!("psql> {delete};\n      {}", psql(&delete)?);
+    let moved = store.relay().drain().await?;
+    println!(
+        "cells are immutable: the delete became {} tombstone cell in column {}",
+        moved.captured.tombstones, config.capture.tombstone_column
+    );
+    let raw = store
+        .schemaless()
+        .get_cell_latest(&row, &notes, ReadFrom::Master)
+        .await?;
+    let read = store
+        .schemaless_reads()
+        .get_cell_latest(&row, &notes, ReadFrom::Master)
+        .await?;
+    let legacy = store
+        .legacy()
+        .get_cell_latest(&row, &notes, ReadFrom::Master)
+        .await?;
+    let show = |c: &Option<schemaless::StoredCell>| {
+        c.as_ref().map_or("none".to_string(), |c| {
+            format!("ref {}", c.cell.key.ref_key)
+        })
+    };
+    println!(
+        "latest NOTES of trip {row}: stored {}, read through the tombstones {}, PostgreSQL {}",
+        show(&raw),
+        show(&read),
+        show(&legacy)
+    );
+    anyhow::ensure!(
+        read.as_ref().map(|c| &c.cell) == legacy.as_ref().map(|c| &c.cell),
+        "the stores disagree about the notes of trip {row}"
+    );
     Ok(())
 }

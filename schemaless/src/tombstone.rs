@@ -11,11 +11,13 @@
 //!   cells written later (a deleted row key is retired);
 //! - `{"column": "NOTES", "ref_key": 3}`: that one cell.
 //!
-//! A tombstone's own ref key carries no meaning; each deletion is a cell
-//! of its own, so writers never read and rewrite a shared one (the capture
-//! relay uses its queue entry's id, which makes a redelivery
-//! `AlreadyPresent`). Tombstones are cells like any other: replicated,
-//! buffered, in the change log, where triggers see deletes.
+//! Each deletion is a cell of its own, so writers never read and rewrite a
+//! shared one. Its ref key is derived from what it deletes
+//! ([`row_ref_key`], [`cell_ref_key`]): every writer of the same deletion
+//! writes the same cell, so deliveries twice over (a relay that died
+//! before its commit) are `AlreadyPresent`. Tombstones are cells like any
+//! other: replicated, buffered, in the change log, where triggers see
+//! deletes.
 //!
 //! Readers that honour deletes go through [`Tombstoned`], a [`CellStore`]
 //! over any other that reads a row's tombstones along with its cells and
@@ -31,7 +33,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use crate::api::{Answer, CellResult, CellStore, IndexEntry, IndexQuery, ReadFrom, ShardPage};
-use crate::cell::{Body, Cell, CellKey, Column, RowKey, StoredCell};
+use crate::cell::{Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell};
 use crate::error::{Error, Result};
 
 /// What a row's tombstones hide.
@@ -107,6 +109,34 @@ impl Tombstones {
     pub fn touches(&self, column: &Column) -> bool {
         self.row || self.cells.iter().any(|(c, _)| c == column)
     }
+}
+
+/// The ref key of the tombstone deleting a whole row.
+pub fn row_ref_key() -> RefKey {
+    RefKey::new(0).expect("0 is a ref key")
+}
+
+/// The ref key of the tombstone deleting the cell at (`column`,
+/// `ref_key`): a hash of both, from 1 up (0 is the row's).
+pub fn cell_ref_key(column: &Column, ref_key: i64) -> RefKey {
+    let hash = crate::routing::fnv1a64(format!("{column}\0{ref_key}").as_bytes());
+    RefKey::new(1 + (hash % (i64::MAX as u64 - 1)) as i64).expect("a positive ref key")
+}
+
+/// The tombstone deleting the whole row `row_key`, in `column`.
+pub fn row_tombstone(row_key: RowKey, column: &Column) -> Cell {
+    Cell::new(row_key, column.clone(), row_ref_key(), row_body())
+}
+
+/// The tombstone deleting the cell at (`deleted`, `ref_key`) of `row_key`,
+/// in `column`.
+pub fn cell_tombstone(row_key: RowKey, column: &Column, deleted: &Column, ref_key: i64) -> Cell {
+    Cell::new(
+        row_key,
+        column.clone(),
+        cell_ref_key(deleted, ref_key),
+        cell_body(deleted, ref_key),
+    )
 }
 
 /// The body of a tombstone deleting the whole row.
@@ -515,7 +545,6 @@ impl<S: CellStore> CellStore for Tombstoned<S> {
 mod tests {
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::RefKey;
 
     const ROW: &str = "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d";
     const OTHER: &str = "fb6d4a3e-2f11-4c5e-8d7a-9e1f2a3b4c5d";
@@ -768,6 +797,21 @@ fields = ["status"]
         let left = visible(everything, store.column()).unwrap();
         let refs: Vec<i64> = left.iter().map(|s| s.cell.key.ref_key.get()).collect();
         assert_eq!(refs, [2, 3]);
+    }
+
+    #[test]
+    fn a_deletion_has_one_tombstone_address() {
+        let notes = notes();
+        assert_eq!(cell_ref_key(&notes, 3), cell_ref_key(&notes, 3));
+        assert_ne!(cell_ref_key(&notes, 3), cell_ref_key(&notes, 4));
+        assert_ne!(cell_ref_key(&notes, 3), cell_ref_key(&base(), 3));
+        assert_ne!(cell_ref_key(&notes, 0), row_ref_key());
+        let column = Column::new("DELETED").unwrap();
+        let t = cell_tombstone(row(), &column, &notes, 3);
+        assert_eq!(Tombstones::from_cells([&t]).unwrap().cells.len(), 1);
+        assert!(Tombstones::from_cells([&row_tombstone(row(), &column)])
+            .unwrap()
+            .row_deleted());
     }
 
     #[tokio::test]

@@ -13,12 +13,15 @@
 //!   relay throughput;
 //! - [`verify`]: facade read latency with sampling at 0%, 1% and 100%,
 //!   and the full diff's speed;
+//! - [`capture`]: plain SQL write latency with capture off and on, and
+//!   the lag from a commit to its cells readable in Schemaless;
 //! - [`availability`]: write throughput and latency with buffered writes
 //!   off and on, and the time from a master's death to the first write
 //!   taken, on private servers of its own (it kills a master).
 
 mod availability;
 mod backfill;
+mod capture;
 mod cells;
 mod index;
 mod mirror;
@@ -50,6 +53,11 @@ pub enum BenchCommand {
     /// Facade read latency with sampling at 0%, 1% and 100% (same readers,
     /// same run), and full-diff speed in parents/s, on the dev cluster.
     Verify(verify::VerifyArgs),
+    /// Plain SQL write latency and throughput with capture off and on (same
+    /// writers, same run), and the lag from a commit to its cells readable
+    /// in Schemaless under a steady rate with a relay running, on the dev
+    /// cluster.
+    Capture(capture::CaptureArgs),
     /// Write throughput and p50/p99 latency with buffered writes off and on
     /// (one secondary), same run; then kill -9 a master under load and time
     /// the first write taken (hinted handoff) and the first written again
@@ -66,6 +74,7 @@ pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Backfill(args) => backfill::run(args, config, cluster_dir).await,
         BenchCommand::Verify(args) => verify::run(args, config, cluster_dir).await,
         BenchCommand::Availability(args) => availability::run(args, config, cluster_dir).await,
+        BenchCommand::Capture(args) => capture::run(args, config, cluster_dir).await,
     }
 }
 

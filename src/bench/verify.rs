@@ -124,6 +124,9 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
     }
     let mut config = super::own_instance(config_path, &args.instance, args.readers as u32 + 16)?;
     config.mirror.relay_in_app = false;
+    // Reads are measured; no plain SQL writer runs, so capture is not
+    // installed and the gate must not ask for it.
+    config.capture.required = false;
     config.mirror.reverse_in_app = false;
     let cap = args
         .max_per_sec

@@ -842,7 +842,7 @@ async fn install_and_uninstall_under_live_writers_fail_no_write_and_miss_none() 
     let removed = mirror::capture::install::uninstall(&db.pool, Duration::from_millis(20))
         .await
         .unwrap();
-    assert_eq!((removed.triggers, removed.functions), (16, 16));
+    assert_eq!((removed.triggers, removed.functions), (8, 8));
     let after_uninstall: i64 = db.count("SELECT max(id) FROM trips").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
@@ -1092,7 +1092,7 @@ async fn missing_privileges_and_bad_layouts_are_refused_and_change_nothing() {
     let owner = config_file(&text);
     run_ok(mezzanine(owner.path(), &["capture", "install"]));
     run_ok(mezzanine(owner.path(), &["capture", "install"]));
-    assert_eq!(ours().await, 16);
+    assert_eq!(ours().await, 8);
     let url = cluster()
         .postgres_url(&db.name)
         .replace("postgres://postgres@", &format!("postgres://{role}@"));
@@ -1113,7 +1113,7 @@ async fn missing_privileges_and_bad_layouts_are_refused_and_change_nothing() {
     app.close().await;
     assert!(capture_queue(&db.pool).await.depth >= 2);
     let out = run_ok(mezzanine(owner.path(), &["capture", "uninstall"]));
-    assert!(out.contains("16 triggers, 16 functions"), "{out}");
+    assert!(out.contains("8 triggers, 8 functions"), "{out}");
     assert_eq!(ours().await, 0);
     let out = run_ok(mezzanine(owner.path(), &["capture", "uninstall"]));
     assert!(out.contains("nothing to remove"), "{out}");

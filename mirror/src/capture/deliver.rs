@@ -9,8 +9,9 @@
 //!
 //! One batch is one PostgreSQL transaction, as for the outbox:
 //!
-//! 1. delete the oldest entries no other relay holds (`FOR UPDATE SKIP
-//!    LOCKED`, in the same statement);
+//! 1. delete entries no other relay holds (`FOR UPDATE SKIP LOCKED`, in
+//!    the same statement; by `ctid`, since the queue has no key: any
+//!    entries will do);
 //! 2. read the rows behind them in the same transaction, after the delete
 //!    (so every change whose entry was taken is visible): the parents in
 //!    one query, each child table in one
@@ -18,8 +19,8 @@
 //! 3. write the cells to Schemaless with `put_cells`: a row column's
 //!    current cell, each changed child row's cell, and a tombstone per
 //!    deletion (see [`schemaless::tombstone`]: `{"row": true}` for a
-//!    parent, `{"column", "ref_key"}` for a child row; its ref key is the
-//!    entry's id, so a redelivery is `AlreadyPresent`);
+//!    parent, `{"column", "ref_key"}` for a child row, at a ref key
+//!    derived from what it deletes, so a redelivery is `AlreadyPresent`);
 //! 4. park what Schemaless cannot take, with the reason and both bodies,
 //!    in `mezzanine.capture_parked`; commit.
 //!
@@ -49,7 +50,7 @@ use std::sync::Arc;
 use config::ColumnKind;
 use legacy::{Current, LegacyStore};
 use schemaless::tombstone;
-use schemaless::{Body, Cell, CellKey, CellStore, Column, ReadFrom, RefKey, RowKey, WriteOutcome};
+use schemaless::{Body, Cell, CellKey, CellStore, Column, ReadFrom, RowKey, WriteOutcome};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
@@ -88,7 +89,6 @@ impl Captured {
 /// One queue entry.
 #[derive(Clone, Debug)]
 struct Entry {
-    id: i64,
     column: Option<String>,
     parent_id: Option<i64>,
     row_key: Option<Uuid>,
@@ -150,9 +150,9 @@ impl CaptureDelivery {
             .await
             .map_err(Error::postgres(context))?;
         let rows = sqlx::query(
-            "DELETE FROM mezzanine.capture_queue WHERE id IN (
-                 SELECT id FROM mezzanine.capture_queue ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
-             RETURNING id, column_name, parent_id, row_key, ref_key, op::text, captured_at::text",
+            "DELETE FROM mezzanine.capture_queue WHERE ctid = ANY(ARRAY(
+                 SELECT ctid FROM mezzanine.capture_queue LIMIT $1 FOR UPDATE SKIP LOCKED))
+             RETURNING column_name, parent_id, row_key, ref_key, op::text, captured_at::text",
         )
         .bind(self.batch as i64)
         .fetch_all(&mut *tx)
@@ -162,13 +162,12 @@ impl CaptureDelivery {
             .iter()
             .map(|row| {
                 Ok(Entry {
-                    id: row.try_get(0)?,
-                    column: row.try_get(1)?,
-                    parent_id: row.try_get(2)?,
-                    row_key: row.try_get(3)?,
-                    ref_key: row.try_get(4)?,
-                    op: row.try_get(5)?,
-                    captured_at: row.try_get(6)?,
+                    column: row.try_get(0)?,
+                    parent_id: row.try_get(1)?,
+                    row_key: row.try_get(2)?,
+                    ref_key: row.try_get(3)?,
+                    op: row.try_get(4)?,
+                    captured_at: row.try_get(5)?,
                 })
             })
             .collect::<Result<Vec<Entry>, sqlx::Error>>()
@@ -227,16 +226,12 @@ impl CaptureDelivery {
         }
         done.parked = parked.len() as u64;
         for (entry, kind, reason, legacy_body, schemaless_body) in parked {
-            tracing::warn!("captured change {} parked ({kind}): {reason}", entry.id);
+            tracing::warn!("a captured change is parked ({kind}): {reason}");
             sqlx::query(
                 "INSERT INTO mezzanine.capture_parked
-                     (id, column_name, parent_id, row_key, ref_key, op, captured_at, kind, reason, legacy_body, schemaless_body)
-                 VALUES ($1, $2, $3, $4, $5, $6::\"char\", $7::timestamptz, $8, $9, $10, $11)
-                 ON CONFLICT (id) DO UPDATE SET kind = EXCLUDED.kind, reason = EXCLUDED.reason,
-                     legacy_body = EXCLUDED.legacy_body, schemaless_body = EXCLUDED.schemaless_body,
-                     parked_at = now()",
+                     (column_name, parent_id, row_key, ref_key, op, captured_at, kind, reason, legacy_body, schemaless_body)
+                 VALUES ($1, $2, $3, $4, $5::\"char\", $6::timestamptz, $7, $8, $9, $10)",
             )
-            .bind(entry.id)
             .bind(&entry.column)
             .bind(entry.parent_id)
             .bind(entry.row_key)
@@ -321,10 +316,10 @@ impl CaptureDelivery {
                 if back {
                     return Plan::Skip;
                 }
-                match self.tombstone(RowKey::from(uuid), entry.id, tombstone::row_body()) {
-                    Some(cell) => add(cell),
-                    None => Plan::Skip,
-                }
+                add(tombstone::row_tombstone(
+                    RowKey::from(uuid),
+                    &self.tombstones,
+                ))
             }
             (op, Some(name)) => {
                 let Some((_, column)) = layout.column(name) else {
@@ -374,29 +369,18 @@ impl CaptureDelivery {
                         let Some(row_key) = parent.and_then(|p| p.row_key) else {
                             return Plan::Skip;
                         };
-                        match self.tombstone(
+                        add(tombstone::cell_tombstone(
                             row_key,
-                            entry.id,
-                            tombstone::cell_body(&column.name, ref_key),
-                        ) {
-                            Some(cell) => add(cell),
-                            None => Plan::Skip,
-                        }
+                            &self.tombstones,
+                            &column.name,
+                            ref_key,
+                        ))
                     }
                     _ => Plan::Skip,
                 }
             }
             _ => Plan::Skip,
         }
-    }
-
-    fn tombstone(&self, row_key: RowKey, id: i64, body: Body) -> Option<Cell> {
-        Some(Cell::new(
-            row_key,
-            self.tombstones.clone(),
-            RefKey::new(id).ok()?,
-            body,
-        ))
     }
 
     fn conflict_kind(&self, key: &CellKey) -> &'static str {

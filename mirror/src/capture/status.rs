@@ -27,7 +27,7 @@ pub struct Queue {
 /// A parked change.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Parked {
-    /// The queue entry's id (the tombstone's ref key, for a deletion).
+    /// Its number in `mezzanine.capture_parked`.
     pub id: i64,
     /// The layout column; none for the parent row as a whole.
     pub column: Option<String>,
@@ -161,17 +161,16 @@ pub async fn read(
     })
 }
 
-/// Puts every parked change back into the queue, with its id (a
-/// deletion's tombstone keeps its ref key), to be read and delivered
-/// again: after the cause was fixed (a version raised, a row corrected),
-/// or to see whether it still holds. Returns how many.
+/// Puts every parked change back into the queue, to be read and
+/// delivered again: after the cause was fixed (a version raised, a row
+/// corrected), or to see whether it still holds. Returns how many.
 pub async fn retry_parked(pool: &PgPool) -> Result<u64, Error> {
     let context = "retrying parked captured changes";
     let moved = sqlx::query(
         "WITH parked AS (DELETE FROM mezzanine.capture_parked
-                         RETURNING id, column_name, parent_id, row_key, ref_key, op, captured_at)
-         INSERT INTO mezzanine.capture_queue (id, column_name, parent_id, row_key, ref_key, op, captured_at)
-         SELECT * FROM parked ORDER BY id",
+                         RETURNING column_name, parent_id, row_key, ref_key, op, captured_at)
+         INSERT INTO mezzanine.capture_queue (column_name, parent_id, row_key, ref_key, op, captured_at)
+         SELECT * FROM parked",
     )
     .execute(pool)
     .await

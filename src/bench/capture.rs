@@ -1,0 +1,425 @@
+//! `mezzanine bench capture`: what capture costs a plain SQL write, and how
+//! long a captured change takes to be readable in Schemaless.
+//!
+//! **The write path.** The same writers (`--writers`, 8 by default) run
+//! plain SQL transactions against the legacy tables (not through the
+//! facade: this is the app that is not rewritten yet) for the same time
+//! with capture off and on, in `--rounds` alternating pairs of rounds
+//! (off, on, off, on, ...) so that the tables growing, the caches warming
+//! and the machine's own drift favour neither; capture is installed and
+//! uninstalled between rounds, online. Between rounds the relay delivers
+//! the queue, the minions catch up and PostgreSQL checkpoints, so that no
+//! round pays for the one before. The raw limit is capture off. A write is
+//! one transaction of an app's kind:
+//!
+//! - 40%: a trip's status and version (`UPDATE trips ... version + 1`);
+//! - 30%: a note added to a trip (`INSERT INTO trip_notes`);
+//! - 30%: a new trip with its first note (two `INSERT`s, one
+//!   transaction).
+//!
+//! The relay delivers the queue between rounds, never during one, so
+//! `write_p50_ratio` (on / off) is what the triggers cost the write
+//! itself. Target: at most 1.15.
+//!
+//! **The lag.** With capture on and a relay running in this process (as
+//! every facade runs one), `--rate` writes per second (500 by default) of
+//! the first kind; for one write in ten a prober reads the trip's BASE from
+//! the Schemaless master every 2 ms until it shows the new version. The
+//! lag runs from the commit's acknowledgement to that read. Target: p99 at
+//! most 1 s.
+//!
+//! It runs on a database (`mzbench_capture`) and a Schemaless instance of
+//! its own, created afresh each run.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use legacy::LegacyStore;
+use mirror::Relay;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use schemaless::{CellStore, Column, MySqlStore, ReadFrom, RowKey};
+use serde_json::json;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::stats::Latencies;
+
+#[derive(Args)]
+pub struct CaptureArgs {
+    /// Print one JSON object with every figure as the last line.
+    #[arg(long)]
+    json: bool,
+    /// Concurrent plain SQL writers in the write rounds, the same with
+    /// capture off and on.
+    #[arg(long, default_value_t = 8)]
+    writers: u64,
+    /// Seconds of writing with capture off, and as many on.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Pairs of rounds (off, on) the seconds are split into.
+    #[arg(long, default_value_t = 5)]
+    rounds: u64,
+    /// Writes per second while the lag is measured.
+    #[arg(long, default_value_t = 500)]
+    rate: u64,
+    /// Seconds of the lag measurement.
+    #[arg(long, default_value_t = 10)]
+    lag_seconds: u64,
+    /// Trips seeded first (the writes update them and add notes).
+    #[arg(long, default_value_t = 20_000)]
+    trips: u64,
+    /// The database and Schemaless instance the benchmark creates for
+    /// itself.
+    #[arg(long, default_value = "mzbench_capture")]
+    instance: String,
+}
+
+/// What one round measured.
+#[derive(Default)]
+struct Round {
+    latencies: Vec<Duration>,
+    elapsed: Duration,
+}
+
+impl Round {
+    fn add(&mut self, other: Round) {
+        self.latencies.extend(other.latencies);
+        self.elapsed += other.elapsed;
+    }
+
+    fn figures(&self) -> (f64, f64, f64, usize) {
+        let l = Latencies::new(self.latencies.clone());
+        (
+            l.percentile_us(50.0),
+            l.percentile_us(99.0),
+            l.len() as f64 / self.elapsed.as_secs_f64(),
+            l.len(),
+        )
+    }
+}
+
+/// One app transaction of the mix; its latency.
+async fn write_one(pool: &PgPool, rng: &mut SmallRng, trips: u64) -> anyhow::Result<Duration> {
+    let id = rng.random_range(1..=trips) as i64;
+    let started = Instant::now();
+    match rng.random_range(0..10) {
+        0..=3 => {
+            sqlx::query("UPDATE trips SET status = $1, version = version + 1 WHERE id = $2")
+                .bind(["requested", "accepted", "completed", "disputed"][rng.random_range(0..4)])
+                .bind(id)
+                .execute(pool)
+                .await?;
+        }
+        4..=6 => {
+            sqlx::query(
+                "INSERT INTO trip_notes (trip_id, seq, author, body, created_at)
+                 VALUES ($1, nextval('mzbench_note_seq'), 'bench', $2, now())",
+            )
+            .bind(id)
+            .bind(format!("note {}", rng.random::<u32>()))
+            .execute(pool)
+            .await?;
+        }
+        _ => {
+            let mut tx = pool.begin().await?;
+            let (trip,): (i64,) = sqlx::query_as(
+                "INSERT INTO trips (driver_uuid, rider_uuid, city_id, status, fare, currency, distance_km, requested_at)
+                 VALUES (gen_random_uuid(), gen_random_uuid(), $1, 'requested', 12.50, 'EUR', 4.2, now())
+                 RETURNING id",
+            )
+            .bind(rng.random_range(1..40))
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO trip_notes (trip_id, seq, author, body, created_at)
+                 VALUES ($1, nextval('mzbench_note_seq'), 'rider', 'first note', now())",
+            )
+            .bind(trip)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// `writers` writers run the mix for `length`.
+async fn write_for(
+    pool: &PgPool,
+    writers: u64,
+    trips: u64,
+    seed: u64,
+    length: Duration,
+) -> anyhow::Result<Round> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let (pool, stop) = (pool.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(7919).wrapping_add(w));
+                let mut latencies = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    latencies.push(write_one(&pool, &mut rng, trips).await?);
+                }
+                Ok::<_, anyhow::Error>(latencies)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    tokio::time::sleep(length).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut round = Round::default();
+    for task in tasks {
+        round.latencies.extend(task.await??);
+    }
+    round.elapsed = started.elapsed();
+    Ok(round)
+}
+
+pub async fn run(args: CaptureArgs, config_path: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
+    if args.writers == 0
+        || args.seconds == 0
+        || args.rounds == 0
+        || args.rate == 0
+        || args.lag_seconds == 0
+    {
+        return Err(crate::UsageError(
+            "--writers, --seconds, --rounds, --rate and --lag-seconds must be positive".into(),
+        )
+        .into());
+    }
+    if args.trips == 0 {
+        return Err(crate::UsageError("--trips must be positive".into()).into());
+    }
+    let config = super::own_instance(config_path, &args.instance, args.writers as u32 + 24)?;
+    let pool = super::fresh_data_set(&config, config_path, cluster_dir).await?;
+    let spec = crate::cluster::spec_from_config(config_path, 55432)?;
+    let cluster = crate::cluster::up(cluster_dir, spec).await?;
+    let layout = legacy::connection::layout_config(&config)?;
+    eprintln!("seeding {} trips ...", args.trips);
+    legacy::trips::seed(&pool, &layout.schema, &layout.uuid, args.trips, 5, |_| {}).await?;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SEQUENCE IF NOT EXISTS {}.mzbench_note_seq START 1000000",
+        legacy::layout::quote(&layout.schema)
+    )))
+    .execute(&pool)
+    .await?;
+    mirror::schema::ensure(&pool).await?;
+    let legacy = LegacyStore::connect(&config).await?;
+    let schemaless = MySqlStore::connect(&config)?;
+    let relay = Arc::new(Relay::new(&legacy, Arc::new(schemaless.clone()), &config)?);
+    let lock_timeout = Duration::from_millis(config.capture.lock_timeout_ms);
+
+    eprintln!("warming up ...");
+    write_for(&pool, args.writers, args.trips, 1, Duration::from_secs(1)).await?;
+    let length = Duration::from_millis(args.seconds * 1000 / args.rounds);
+    let mut off = Round::default();
+    let mut on = Round::default();
+    let mut captured = 0;
+    let sides = (0..args.rounds).flat_map(|_| [false, true]);
+    for (i, capture) in sides.enumerate() {
+        if capture {
+            mirror::capture::install::install(&pool, legacy.layout(), &config.capture).await?;
+        } else {
+            mirror::capture::install::uninstall(&pool, lock_timeout).await?;
+        }
+        eprintln!(
+            "round {} of {}: {} plain SQL writers, capture {} for {:.1}s ...",
+            i + 1,
+            args.rounds * 2,
+            args.writers,
+            if capture { "on" } else { "off" },
+            length.as_secs_f64()
+        );
+        let round = write_for(&pool, args.writers, args.trips, 10 + i as u64, length).await?;
+        captured += relay.drain().await?.captured.entries;
+        cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
+        // Without the privilege (pg_checkpoint) rounds simply run on.
+        let _ = sqlx::query("CHECKPOINT").execute(&pool).await;
+        if capture { &mut on } else { &mut off }.add(round);
+    }
+
+    // The lag: capture on, a relay running, a steady rate.
+    mirror::capture::install::install(&pool, legacy.layout(), &config.capture).await?;
+    relay.drain().await?;
+    let cancel = CancellationToken::new();
+    let relaying = {
+        let (relay, cancel) = (relay.clone(), cancel.clone());
+        let (on, enabled) = tokio::sync::watch::channel(true);
+        tokio::spawn(async move {
+            relay.run(cancel, enabled).await;
+            drop(on);
+        })
+    };
+    eprintln!(
+        "lag: {} writes/s for {}s with a relay running, one in ten probed ...",
+        args.rate, args.lag_seconds
+    );
+    let (lags, written, elapsed, timeouts) = measure_lag(
+        &pool,
+        &schemaless,
+        args.rate,
+        Duration::from_secs(args.lag_seconds),
+        args.trips,
+    )
+    .await?;
+    cancel.cancel();
+    relaying.await?;
+
+    let (op50, op99, orate, on_writes) = off.figures();
+    let (np50, np99, nrate, nn) = on.figures();
+    let (p50_ratio, p99_ratio) = (np50 / op50, np99 / op99);
+    let lag = Latencies::new(lags);
+    let (lag_p50, lag_p99) = (
+        lag.percentile_us(50.0) / 1000.0,
+        lag.percentile_us(99.0) / 1000.0,
+    );
+    let achieved = written as f64 / elapsed.as_secs_f64();
+    println!(
+        "plain SQL writes, {} writers, {}s each way in {} rounds, the relay delivering between rounds:",
+        args.writers, args.seconds, args.rounds
+    );
+    for (name, p50, p99, rate, n) in [
+        ("off", op50, op99, orate, on_writes),
+        ("on", np50, np99, nrate, nn),
+    ] {
+        println!(
+            "capture {name:<4} p50 {:>7.2} ms  p99 {:>7.2} ms  {rate:>7.0} writes/s  ({n} writes)",
+            p50 / 1000.0,
+            p99 / 1000.0
+        );
+    }
+    println!(
+        "on / off: p50 {p50_ratio:.3}x  p99 {p99_ratio:.3}x  throughput {:.3}x  (target p50 <= 1.15x); {captured} changes captured",
+        nrate / orate
+    );
+    println!(
+        "lag, commit to visible in Schemaless, at {achieved:.0} writes/s (asked {}): p50 {lag_p50:.1} ms  p99 {lag_p99:.1} ms  ({} probes, {timeouts} not visible within 10 s; target p99 <= 1000 ms)",
+        args.rate,
+        lag.len()
+    );
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "writers": args.writers,
+                "seconds_per_side": args.seconds,
+                "rounds": args.rounds,
+                "off": {"p50_us": op50, "p99_us": op99, "writes_per_s": orate, "writes": on_writes},
+                "on": {"p50_us": np50, "p99_us": np99, "writes_per_s": nrate, "writes": nn},
+                "write_p50_ratio": p50_ratio,
+                "write_p99_ratio": p99_ratio,
+                "throughput_ratio": nrate / orate,
+                "captured_changes": captured,
+                "lag_rate_asked": args.rate,
+                "lag_rate_achieved": achieved,
+                "lag_p50_ms": lag_p50,
+                "lag_p99_ms": lag_p99,
+                "lag_probes": lag.len(),
+                "lag_timeouts": timeouts,
+            })
+        );
+    }
+    legacy.close().await;
+    schemaless.close().await;
+    pool.close().await;
+    Ok(())
+}
+
+/// `rate` trip updates per second for `length`, paced; one in ten probed
+/// until its new version is readable in Schemaless. Returns the lags, the
+/// writes made, the time taken, and the probes that timed out.
+async fn measure_lag(
+    pool: &PgPool,
+    schemaless: &MySqlStore,
+    rate: u64,
+    length: Duration,
+    trips: u64,
+) -> anyhow::Result<(Vec<Duration>, u64, Duration, u64)> {
+    let writers = rate.div_ceil(100).clamp(1, 16);
+    let written = Arc::new(AtomicU64::new(0));
+    let timeouts = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let (pool, schemaless, written, timeouts) = (
+                pool.clone(),
+                schemaless.clone(),
+                written.clone(),
+                timeouts.clone(),
+            );
+            let every = Duration::from_secs_f64(writers as f64 / rate as f64);
+            tokio::spawn(async move {
+                let mut rng = SmallRng::seed_from_u64(77 + w);
+                let mut tick = tokio::time::interval(every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+                let mut probes = Vec::new();
+                let mut n = 0u64;
+                while started.elapsed() < length {
+                    tick.tick().await;
+                    let id = rng.random_range(1..=trips) as i64;
+                    let (uuid, version): (uuid::Uuid, i64) = sqlx::query_as(
+                        "UPDATE trips SET status = 'moving', version = version + 1 WHERE id = $1 RETURNING uuid, version",
+                    )
+                    .bind(id)
+                    .fetch_one(&pool)
+                    .await?;
+                    let committed = Instant::now();
+                    written.fetch_add(1, Ordering::Relaxed);
+                    n += 1;
+                    if n % 10 == 0 {
+                        let (schemaless, timeouts) = (schemaless.clone(), timeouts.clone());
+                        probes.push(tokio::spawn(async move {
+                            probe(&schemaless, RowKey::from(uuid), version, committed, &timeouts)
+                                .await
+                        }));
+                    }
+                }
+                let mut lags = Vec::new();
+                for p in probes {
+                    lags.extend(p.await??);
+                }
+                Ok::<_, anyhow::Error>(lags)
+            })
+        })
+        .collect();
+    let mut lags = Vec::new();
+    for task in tasks {
+        lags.extend(task.await??);
+    }
+    Ok((
+        lags,
+        written.load(Ordering::Relaxed),
+        started.elapsed(),
+        timeouts.load(Ordering::Relaxed),
+    ))
+}
+
+/// Reads `row`'s BASE from the master every 2 ms until its ref key
+/// reaches `version`: the time since `committed`, or `None` after 10 s.
+async fn probe(
+    schemaless: &MySqlStore,
+    row: RowKey,
+    version: i64,
+    committed: Instant,
+    timeouts: &AtomicU64,
+) -> anyhow::Result<Option<Duration>> {
+    let base = Column::new("BASE")?;
+    while committed.elapsed() < Duration::from_secs(10) {
+        if let Some(cell) = schemaless
+            .get_cell_latest(&row, &base, ReadFrom::Master)
+            .await?
+        {
+            if cell.cell.key.ref_key.get() >= version {
+                return Ok(Some(committed.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    timeouts.fetch_add(1, Ordering::Relaxed);
+    Ok(None)
+}

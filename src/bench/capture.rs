@@ -371,7 +371,7 @@ async fn measure_lag(
                     let committed = Instant::now();
                     written.fetch_add(1, Ordering::Relaxed);
                     n += 1;
-                    if n % 10 == 0 {
+                    if n.is_multiple_of(10) {
                         let (schemaless, timeouts) = (schemaless.clone(), timeouts.clone());
                         probes.push(tokio::spawn(async move {
                             probe(&schemaless, RowKey::from(uuid), version, committed, &timeouts)

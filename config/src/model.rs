@@ -1,5 +1,5 @@
 //! The configuration types. The `///` doc of each field is the reference
-//! documentation of its key (the README's config reference follows it).
+//! documentation of its key (docs/config.md follows it).
 
 use serde::Deserialize;
 

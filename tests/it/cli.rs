@@ -22,7 +22,7 @@ fn help_lists_every_command() {
     assert!(out.status.success());
     let help = text(&out.stdout);
     for command in [
-        "cluster", "config", "schema", "legacy", "mode", "mirror", "demo", "bench",
+        "cluster", "config", "schema", "legacy", "mode", "mirror", "capture", "demo", "bench",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
@@ -36,6 +36,9 @@ fn help_lists_every_command() {
         &["mirror", "relay", "--help"],
         &["mirror", "status", "--help"],
         &["bench", "mirror", "--help"],
+        &["capture", "install", "--help"],
+        &["capture", "status", "--help"],
+        &["bench", "capture", "--help"],
     ] {
         assert!(mezzanine(sub).status.success(), "{sub:?}");
     }

@@ -51,16 +51,28 @@ pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<
             let legacy = legacy::LegacyStore::connect(&config).await?;
             let installed =
                 capture::install::install(legacy.pool(), legacy.layout(), &config.capture).await?;
-            println!(
-                "capture installed on {} ({} triggers{})",
-                installed.tables.join(", "),
-                installed.triggers,
-                if installed.bump_version {
-                    ", with the version bump on the parent table"
-                } else {
-                    ""
-                }
-            );
+            match installed.method {
+                "logical" => println!(
+                    "capture installed on {} by logical decoding (publication {}, a pgoutput slot{})",
+                    installed.tables.join(", "),
+                    mirror::capture::logical::PUBLICATION,
+                    if installed.bump_version {
+                        ", and the version bump trigger on the parent table"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => println!(
+                    "capture installed on {} ({} triggers{})",
+                    installed.tables.join(", "),
+                    installed.triggers,
+                    if installed.bump_version {
+                        ", with the version bump on the parent table"
+                    } else {
+                        ""
+                    }
+                ),
+            }
             println!(
                 "every change to these tables is now recorded in mezzanine.capture_queue and delivered by the relays; deletions become tombstones in column {}",
                 config.capture.tombstone_column
@@ -74,9 +86,12 @@ pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<
                 Duration::from_millis(config.capture.lock_timeout_ms),
             )
             .await?;
-            if removed.triggers == 0 && removed.functions == 0 {
+            if removed.logical {
+                println!("logical capture removed: its slot, publication and replica identities");
+            }
+            if removed.triggers == 0 && removed.functions == 0 && !removed.logical {
                 println!("capture was not installed: nothing to remove");
-            } else {
+            } else if removed.triggers > 0 || removed.functions > 0 {
                 println!(
                     "capture removed from {} ({} triggers, {} functions); changes already captured are still delivered",
                     if removed.tables.is_empty() {
@@ -127,12 +142,13 @@ pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<
 
 fn print_status(status: &CaptureStatus, settings: &config::Capture) {
     println!(
-        "capture: {}, {} by the gates, bump_version {}, tombstones in column {}",
+        "capture: {} by {}, {} by the gates, bump_version {}, tombstones in column {}",
         if status.enabled {
             "enabled"
         } else {
             "disabled (relays leave the queue alone)"
         },
+        settings.method.as_str(),
         if status.required {
             "required"
         } else {
@@ -148,12 +164,29 @@ fn print_status(status: &CaptureStatus, settings: &config::Capture) {
         }
     }
     let q = &status.queue;
+    if let Some(slot) = &q.slot {
+        println!(
+            "slot {}: {} bytes of WAL held for the relay{}{}",
+            slot.name,
+            slot.retained_bytes,
+            if slot.active { ", being read" } else { "" },
+            match slot.wal_status.as_deref() {
+                Some("lost") => ", LOST: changes were removed before a relay read them (reinstall, then backfill again)",
+                _ => "",
+            }
+        );
+    }
     match q.oldest_secs {
-        Some(age) if q.depth > 0 => println!(
-            "queue: {} changes waiting, the oldest {age:.1}s old",
-            q.depth
+        Some(age) => println!(
+            "queue: {} changes waiting{}, the oldest {age:.1}s old",
+            q.depth,
+            if q.slot.is_some() {
+                " (and the slot's)"
+            } else {
+                ""
+            }
         ),
-        _ => println!("queue: empty"),
+        None => println!("queue: empty"),
     }
     if q.parked == 0 {
         println!("parked: none");

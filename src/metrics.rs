@@ -10,6 +10,7 @@
 //! | `mezzanine_capture_queue_depth` | gauge | captured changes waiting for the relay |
 //! | `mezzanine_capture_oldest_age_seconds` | gauge | age of the oldest (0 when empty) |
 //! | `mezzanine_capture_parked{kind}` | gauge | captured changes set aside, by kind |
+//! | `mezzanine_capture_slot_retained_bytes` | gauge | WAL the logical capture slot holds (0 without one) |
 //! | `mezzanine_mirror_workers{kind}` | gauge | live relays / reverse mirrors (heartbeat within 10 s) |
 //! | `mezzanine_mirror_rate_cells_per_second{kind}` | gauge | cells/s over all live workers of the kind |
 //! | `mezzanine_reverse_lag_cells{shard}` | gauge | change-log cells not yet applied to PostgreSQL |
@@ -113,6 +114,17 @@ pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Loca
         out,
         "mezzanine_capture_oldest_age_seconds {:.3}",
         capture.oldest_secs.unwrap_or(0.0)
+    );
+    metric(
+        &mut out,
+        "mezzanine_capture_slot_retained_bytes",
+        "gauge",
+        "WAL bytes the logical capture slot holds for the relay (0 without a slot)",
+    );
+    let _ = writeln!(
+        out,
+        "mezzanine_capture_slot_retained_bytes {}",
+        capture.slot.as_ref().map_or(0, |s| s.retained_bytes)
     );
     metric(
         &mut out,

@@ -18,6 +18,7 @@
 //! | `mezzanine_capture_queue_depth` | gauge | captured changes waiting |
 //! | `mezzanine_capture_oldest_age_seconds` | gauge | age of the oldest |
 //! | `mezzanine_capture_parked{kind}` | gauge | captured changes set aside, by kind |
+//! | `mezzanine_capture_slot_retained_bytes` | gauge | WAL the logical capture slot holds |
 //! | `mezzanine_capture_tables{state}` | gauge | layout tables by capture state (installed, missing, partial, stale) |
 //! | `mezzanine_backfill_chunks{state}` | gauge | chunks by state |
 //! | `mezzanine_backfill_parents_done` | gauge | parent rows copied |
@@ -203,6 +204,8 @@ fn set_gauges(v: &Value) {
     let c = &v["capture"];
     metrics::gauge!("mezzanine_capture_queue_depth").set(n(&c["queue"]["depth"]));
     metrics::gauge!("mezzanine_capture_oldest_age_seconds").set(n(&c["queue"]["oldest_secs"]));
+    metrics::gauge!("mezzanine_capture_slot_retained_bytes")
+        .set(n(&c["queue"]["slot"]["retained_bytes"]));
     for kind in crate::metrics::CAPTURE_PARKED_KINDS {
         metrics::gauge!("mezzanine_capture_parked", "kind" => kind)
             .set(n(&c["queue"]["parked_by_kind"][kind]));

@@ -49,8 +49,8 @@ use std::path::{Path, PathBuf};
 
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{
-    Backfill, Capture, Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure, Storage,
-    TriggerRead, Triggers, Verify,
+    Backfill, Capture, CaptureMethod, Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure,
+    Storage, TriggerRead, Triggers, Verify,
 };
 pub use shards::ShardRange;
 

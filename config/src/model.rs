@@ -58,6 +58,15 @@ pub struct Config {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Capture {
+    /// `capture.method`: how PostgreSQL records the changes. `triggers`
+    /// (the default): row triggers write a queue row in the writer's
+    /// transaction; works on any server, costs every write a little.
+    /// `logical`: a logical replication slot (`pgoutput`) decoded by the
+    /// relay; costs the writes nothing, but needs `wal_level = logical`,
+    /// the `REPLICATION` attribute for the roles relays run as, and
+    /// retains WAL while no relay reads the slot.
+    #[serde(default)]
+    pub method: CaptureMethod,
     /// `capture.enabled`: whether relays deliver captured changes and
     /// `capture install` may run. With it off the capture queue is left
     /// alone (and grows, if capture is installed). Default true.
@@ -94,6 +103,29 @@ pub struct Capture {
     pub lock_timeout_ms: u64,
 }
 
+/// How PostgreSQL records the changes capture delivers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureMethod {
+    /// Row triggers on every layout table, writing a queue row in the
+    /// writer's transaction.
+    #[default]
+    Triggers,
+    /// A logical replication slot and a publication of the layout's
+    /// tables, decoded by the relay.
+    Logical,
+}
+
+impl CaptureMethod {
+    /// `triggers` or `logical`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            CaptureMethod::Triggers => "triggers",
+            CaptureMethod::Logical => "logical",
+        }
+    }
+}
+
 fn default_tombstone_column() -> String {
     "DELETED".to_string()
 }
@@ -105,6 +137,7 @@ fn default_capture_lock_timeout_ms() -> u64 {
 impl Default for Capture {
     fn default() -> Self {
         Capture {
+            method: CaptureMethod::default(),
             enabled: true,
             bump_version: false,
             required: true,

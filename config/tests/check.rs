@@ -209,6 +209,19 @@ fn capture_keys_have_defaults_and_are_checked() {
     assert!(!config.capture.bump_version);
     assert_eq!(config.capture.tombstone_column, "DELETED");
     assert_eq!(config.capture.lock_timeout_ms, 500);
+    assert_eq!(config.capture.method, config::CaptureMethod::Triggers);
+    let logical = Config::parse(
+        &format!("{GOOD}\n[capture]\nmethod = \"logical\"\n"),
+        "good.toml",
+    )
+    .unwrap();
+    assert_eq!(logical.capture.method, config::CaptureMethod::Logical);
+    let (line, key, message) = invalid(&format!("{GOOD}\n[capture]\nmethod = \"wal\"\n"));
+    assert_eq!((line, key.as_str()), (17, "capture.method"));
+    assert!(
+        message.contains("triggers") && message.contains("logical"),
+        "{message}"
+    );
 
     let config = Config::parse(
         &format!("{GOOD}\n[capture]\nenabled = false\nbump_version = true\nrequired = false\ntombstone_column = \"GONE\"\n"),

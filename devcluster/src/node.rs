@@ -257,6 +257,14 @@ impl Node {
                     "max_connections=300",
                     "-c",
                     "shared_buffers=256MB",
+                    // Capture by logical decoding (`capture.method =
+                    // "logical"`) needs it; one slot per database.
+                    "-c",
+                    "wal_level=logical",
+                    "-c",
+                    "max_replication_slots=64",
+                    "-c",
+                    "max_wal_senders=16",
                 ]);
                 as_postgres_user(&mut command, &data)?;
                 Ok(command)

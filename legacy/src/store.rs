@@ -773,10 +773,11 @@ impl LegacyStore {
         canonical: &[Cell],
         hook: &(dyn TransactionHook + '_),
     ) -> Result<Vec<CellResult>> {
-        let mut tx = if hook.skip_capture() {
-            self.pool.begin_with(SKIP_CAPTURE).await
-        } else {
-            self.pool.begin().await
+        let mut tx = match (hook.skip_capture(), hook.copy_table()) {
+            (false, _) => self.pool.begin().await,
+            // The outbox row it writes marks it for a logical slot too.
+            (true, Some(_)) => self.pool.begin_with(SKIP_CAPTURE).await,
+            (true, None) => self.pool.begin_with(SKIP_CAPTURE_MARKED).await,
         }
         .map_err(|e| self.storage(e))?;
         hook.begin(&mut tx).await?;
@@ -799,9 +800,16 @@ impl LegacyStore {
 pub const CAPTURE_SETTING: &str = "mezzanine.capture";
 
 /// How a transaction whose changes reach Schemaless another way begins:
-/// with [`CAPTURE_SETTING`] set for the transaction alone, in the same
-/// round trip as its `BEGIN`.
+/// with [`CAPTURE_SETTING`] set for the transaction alone (capture
+/// triggers read it), in the same round trip as its `BEGIN`.
 const SKIP_CAPTURE: &str = "BEGIN; SET LOCAL mezzanine.capture = 'skip'";
+
+/// The same, for a transaction that writes no outbox row: it also emits
+/// the logical decoding message `mezzanine.capture`, by which a logical
+/// capture slot knows to skip it (a facade write is known by its outbox
+/// row).
+const SKIP_CAPTURE_MARKED: &str = "BEGIN; SET LOCAL mezzanine.capture = 'skip';
+     SELECT pg_catalog.pg_logical_emit_message(true, 'mezzanine.capture', 'skip')";
 
 /// Statements that must commit in the same PostgreSQL transaction as a
 /// legacy write (see [`LegacyStore::put_cells_with`]).

@@ -21,7 +21,10 @@
 //! - `capture_parked`: captured changes Schemaless could not take (a
 //!   second body at one ref key, a row the layout cannot read, a
 //!   truncated table), with both bodies and the reason; `mezzanine
-//!   capture retry` puts them back.
+//!   capture retry` puts them back (one row per change and kind);
+//! - `capture_replica_identity`: with `capture.method = "logical"`, the
+//!   replica identity each layout table had before install changed it,
+//!   which uninstall restores.
 
 use sqlx::PgPool;
 
@@ -97,7 +100,15 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              kind text NOT NULL,
              reason text NOT NULL,
              legacy_body text,
-             schemaless_body text);",
+             schemaless_body text);
+         CREATE UNIQUE INDEX IF NOT EXISTS capture_parked_change ON mezzanine.capture_parked (
+             coalesce(column_name, ''), coalesce(parent_id, -1),
+             coalesce(row_key, '00000000-0000-0000-0000-000000000000'::uuid),
+             coalesce(ref_key, -1), op, kind);
+         CREATE TABLE IF NOT EXISTS mezzanine.capture_replica_identity (
+             table_sql text PRIMARY KEY,
+             identity text NOT NULL,
+             index_sql text);",
     )
     .execute(&mut *tx)
     .await

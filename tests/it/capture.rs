@@ -270,6 +270,40 @@ fn writer_script(mine: &[i64], transactions: usize, seed: u64) -> String {
 /// outbox carried it: delivered once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfill() {
+    plain_sql_writers(config::CaptureMethod::Triggers).await;
+}
+
+/// The same with `capture.method = "logical"`: the changes come from a
+/// logical replication slot, and the relay is killed between reading and
+/// advancing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_sql_writers_reach_schemaless_by_logical_decoding_too() {
+    plain_sql_writers(config::CaptureMethod::Logical).await;
+}
+
+/// Changes captured and not delivered yet: queued, or held by the slot.
+async fn backlog(
+    db: &LegacyDb,
+    layout: &legacy::Layout,
+    logical: bool,
+) -> Vec<(Option<i64>, Option<Uuid>)> {
+    if logical {
+        mirror::capture::logical::pending(&db.pool, layout, 1_000_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| (c.parent_id, c.row_key))
+            .collect()
+    } else {
+        sqlx::query_as("SELECT parent_id, row_key FROM mezzanine.capture_queue")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+    }
+}
+
+async fn plain_sql_writers(method: config::CaptureMethod) {
+    let logical = method == config::CaptureMethod::Logical;
     let db = LegacyDb::trips().await;
     legacy::trips::seed(&db.pool, "public", "uuid", 1500, 31, |_| {})
         .await
@@ -281,7 +315,7 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
     db.apply_schemaless().await;
     let (config, text) = captured(
         &db,
-        "",
+        &format!("method = \"{}\"", method.as_str()),
         "[mirror]\nrelay_in_app = false\nreverse_in_app = false\nrelay_batch = 50\n",
     );
     let file = config_file(&text);
@@ -356,18 +390,24 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
     // plain SQL ones through capture only.
     let facade_uuids: Vec<Uuid> = facade_rows.lock().unwrap().clone();
     assert!(!facade_uuids.is_empty());
-    let captured_facade = db
-        .count(&format!(
-            "SELECT count(*) FROM mezzanine.capture_queue q
-             WHERE q.row_key IN ({0}) OR q.parent_id IN (SELECT id FROM trips WHERE uuid IN ({0}))",
-            facade_uuids
-                .iter()
-                .map(|u| format!("'{u}'"))
-                .collect::<Vec<_>>()
-                .join(",")
-        ))
-        .await;
-    assert_eq!(captured_facade, 0, "a facade write was captured too");
+    let facade_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM trips WHERE uuid = ANY($1)")
+        .bind(&facade_uuids)
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let layout = facade.legacy().layout().clone();
+    let captured_facade: Vec<_> = backlog(&db, &layout, logical)
+        .await
+        .into_iter()
+        .filter(|(parent, row)| {
+            parent.is_some_and(|p| facade_ids.contains(&p))
+                || row.is_some_and(|r| facade_uuids.contains(&r))
+        })
+        .collect();
+    assert!(
+        captured_facade.is_empty(),
+        "facade writes were captured too: {captured_facade:?}"
+    );
     // The outbox first, then the facade's rows: every entry's trip was
     // written through the facade before the list was taken.
     let in_outbox: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT row_key FROM mezzanine.outbox")
@@ -383,33 +423,31 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
         foreign.is_empty(),
         "plain SQL writes in the outbox: {foreign:?}"
     );
-    assert!(
-        capture_queue(&db.pool).await.depth > 0,
-        "psql's writes are captured"
-    );
-
     // Phase two: the relay as a process, killed with -9 while it drains
     // the backlog; the backfill in this process.
-    let backlog = capture_queue(&db.pool).await.depth;
+    let before = backlog(&db, &layout, logical).await.len();
+    assert!(before > 0, "psql's writes are captured");
     let mut relay = mezzanine(file.path(), &["mirror", "relay"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while capture_queue(&db.pool).await.depth + 60 > backlog {
+    // Reading the slot's backlog takes the relay's lock: look seldom.
+    let poll = Duration::from_millis(if logical { 50 } else { 5 });
+    while backlog(&db, &layout, logical).await.len() + 60 > before {
         assert!(
             std::time::Instant::now() < deadline,
             "the relay does not drain"
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        tokio::time::sleep(poll).await;
     }
     relay.kill().unwrap(); // SIGKILL, in the middle of the backlog
     relay.wait().unwrap();
-    let depth_at_kill = capture_queue(&db.pool).await.depth;
+    let at_kill = backlog(&db, &layout, logical).await.len();
     assert!(
-        depth_at_kill > 0,
-        "killed before the backlog of {backlog} was drained"
+        at_kill > 0,
+        "killed before the backlog of {before} was drained"
     );
     let mut relay = mezzanine(file.path(), &["mirror", "relay"])
         .stdout(Stdio::null())
@@ -446,8 +484,10 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
     assert!(out.contains("captured changes"), "{out}");
     let queue = capture_queue(&db.pool).await;
     assert_eq!((queue.depth, queue.parked), (0, 0), "{queue:?}");
+    assert!(backlog(&db, &layout, logical).await.is_empty());
     eprintln!(
-        "capture queue: {backlog} before the relay, {depth_at_kill} at its kill; facade cells: {}",
+        "{}: {before} changes before the relay, {at_kill} at its kill; facade cells: {}",
+        method.as_str(),
         facade_writes.load(Ordering::Relaxed)
     );
 
@@ -566,6 +606,8 @@ async fn plain_sql_writers_reach_schemaless_through_a_killed_relay_and_a_backfil
         assert_eq!(from_facade, from_legacy, "trip {row}");
     }
     facade.close().await;
+    // A slot left behind would hold the shared server's WAL.
+    run_ok(mezzanine(file.path(), &["capture", "uninstall"]));
 }
 
 /// The version rule. With `bump_version` off, an update that changes a
@@ -904,6 +946,39 @@ async fn install_and_uninstall_under_live_writers_fail_no_write_and_miss_none() 
 /// its own choosing. A `numeric` ref key is refused by name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_layout_of_other_names_is_captured_by_the_same_rules() {
+    second_layout(config::CaptureMethod::Triggers).await;
+}
+
+/// The same by logical decoding: the tables' replica identities are set
+/// to their key indexes (and restored by uninstall), and a transaction
+/// that says its writes reach Schemaless another way is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_layout_is_captured_by_logical_decoding_too() {
+    second_layout(config::CaptureMethod::Logical).await;
+}
+
+/// A legacy write whose transaction marks itself as carried elsewhere
+/// (as the reverse mirror's do).
+struct CarriedElsewhere;
+
+#[async_trait::async_trait]
+impl legacy::TransactionHook for CarriedElsewhere {
+    fn skip_capture(&self) -> bool {
+        true
+    }
+
+    async fn before_commit(
+        &self,
+        _: &mut sqlx::PgConnection,
+        _: &[Cell],
+        _: &[schemaless::CellResult],
+    ) -> schemaless::Result<()> {
+        Ok(())
+    }
+}
+
+async fn second_layout(method: config::CaptureMethod) {
+    let logical = method == config::CaptureMethod::Logical;
     let setup = r#"
 CREATE SCHEMA "Ops";
 CREATE TABLE "Ops"."Shipment" (
@@ -946,13 +1021,33 @@ fields = ["kind", "at"]
 "#;
     let db = LegacyDb::new(setup, layout).await;
     db.apply_schemaless().await;
-    let (config, text) = captured(&db, "tombstone_column = \"GONE\"", "");
+    let (config, text) = captured(
+        &db,
+        &format!(
+            "tombstone_column = \"GONE\"\nmethod = \"{}\"",
+            method.as_str()
+        ),
+        "",
+    );
     let file = config_file(&text);
+    let identities = || async {
+        sqlx::query_scalar::<_, String>(
+            r#"SELECT relreplident::text FROM pg_class WHERE oid IN ('"Ops"."Shipment"'::regclass, '"Ops"."order"'::regclass) ORDER BY relname"#,
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    assert_eq!(identities().await, ["d", "d"]);
     let out = run_ok(mezzanine(file.path(), &["capture", "install"]));
     assert!(
         out.contains("Ops.Shipment") && out.contains("Ops.order"),
         "{out}"
     );
+    // Logical decoding needs the row key and the (parent, ref key) of a
+    // deleted row: the tables' identities become their unique indexes.
+    let expected = if logical { ["i", "i"] } else { ["d", "d"] };
+    assert_eq!(identities().await, expected);
     let legacy = db.store().await;
     let schemaless = MySqlStore::connect(&config).unwrap();
 
@@ -978,11 +1073,36 @@ DELETE FROM "Ops"."order" WHERE n = 3 AND shipment % 5 = 0;
         &db,
         r#"DELETE FROM "Ops"."Shipment" WHERE "ShipmentId" IN (7, 8);"#,
     ));
-    let queue = capture_queue(&db.pool).await;
+    // A write whose transaction says it reaches Schemaless another way is
+    // not captured.
+    let skipped = Cell::new(
+        RowKey::from(Uuid::from_u128(7)),
+        Column::new("HEAD").unwrap(),
+        schemaless::RefKey::new(1).unwrap(),
+        Body::from_value(serde_json::json!({"state": "carried", "weight_kg": "1"})).unwrap(),
+    );
+    legacy
+        .put_cells_with(vec![skipped], &CarriedElsewhere)
+        .await
+        .unwrap();
     // 30 inserted, 90 events, 10 updated, 15 events moved (a write and a
-    // delete each), 6 deleted, 2 shipments deleted with their 6 events;
-    // the touched_at update changes no mapped field and records nothing.
-    assert_eq!(queue.depth, 30 + 90 + 10 + 30 + 6 + 2 + 6, "{queue:?}");
+    // delete each), 6 deleted, 2 shipments deleted with their 6 events.
+    // The touched_at update changes no mapped field: the triggers record
+    // nothing; the slot cannot tell (no old values), its 30 rows come
+    // back AlreadyPresent.
+    let recorded = 30 + 90 + 10 + 30 + 6 + 2 + 6;
+    if logical {
+        let pending = mirror::capture::logical::pending(&db.pool, legacy.layout(), 100_000)
+            .await
+            .unwrap();
+        assert_eq!(pending.len(), recorded + 30);
+        assert!(pending
+            .iter()
+            .all(|c| c.row_key != Some(Uuid::from_u128(7))));
+    } else {
+        let queue = capture_queue(&db.pool).await;
+        assert_eq!(queue.depth, recorded as u64, "{queue:?}");
+    }
     let moved = relay_drain(&config, &legacy, &schemaless).await;
     assert_eq!(moved.captured.parked, 0, "{moved:?}");
     // 14 moved events (the 15th belonged to shipment 8), 6 deleted ones
@@ -990,8 +1110,23 @@ DELETE FROM "Ops"."order" WHERE n = 3 AND shipment % 5 = 0;
     // no tombstone of their own, its row tombstone hides them.
     assert_eq!(moved.captured.tombstones, 14 + 6 + 2, "{moved:?}");
     let gone = Column::new("GONE").unwrap();
+    // The carried shipment reaches Schemaless another way (here, by
+    // hand), not by capture.
+    let carried = legacy
+        .canonical_cell(&Cell::new(
+            RowKey::from(Uuid::from_u128(7)),
+            Column::new("HEAD").unwrap(),
+            schemaless::RefKey::new(1).unwrap(),
+            Body::from_value(serde_json::json!({"state": "carried", "weight_kg": "1"})).unwrap(),
+        ))
+        .unwrap();
+    assert_eq!(
+        schemaless.put_cell(carried).await.unwrap(),
+        schemaless::WriteOutcome::Written,
+        "capture did not deliver it"
+    );
     let cells = assert_visible_equal(&legacy, &schemaless, &gone).await;
-    assert_eq!(cells, 28 + 28 * 3 - 6);
+    assert_eq!(cells, 28 + 28 * 3 - 6 + 1);
     let reads = Tombstoned::new(schemaless.clone(), &config).unwrap();
     for uuid in deleted {
         let row = RowKey::from(uuid);
@@ -1006,6 +1141,10 @@ DELETE FROM "Ops"."order" WHERE n = 3 AND shipment % 5 = 0;
             .unwrap()
             .is_empty());
     }
+
+    let out = run_ok(mezzanine(file.path(), &["capture", "uninstall"]));
+    assert!(out.contains("removed"), "{out}");
+    assert_eq!(identities().await, ["d", "d"], "uninstall restores them");
 
     // A numeric ref key is refused, naming the table and the column.
     let numeric = LegacyDb::new(
@@ -1073,6 +1212,32 @@ async fn missing_privileges_and_bad_layouts_are_refused_and_change_nothing() {
         "{err}"
     );
     assert_eq!(ours().await, 0);
+
+    // Logical decoding asks more: the REPLICATION attribute for a slot.
+    let as_app_logical = config_file(
+        &text
+            .replace("postgres://postgres@", &format!("postgres://{role}@"))
+            .replace("[capture]\n", "[capture]\nmethod = \"logical\"\n"),
+    );
+    let out = mezzanine(as_app_logical.path(), &["capture", "install"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("role {role} has no REPLICATION attribute"))
+            && err.contains("nothing was installed"),
+        "{err}"
+    );
+    assert_eq!(ours().await, 0);
+    assert_eq!(
+        db.count("SELECT count(*) FROM pg_publication").await
+            + db.count(
+                "SELECT count(*) FROM pg_replication_slots WHERE database = current_database()"
+            )
+            .await,
+        0
+    );
 
     // A layout naming a column the table lacks.
     let bad = config_file(&text.replace("ref_key = \"seq\"", "ref_key = \"sequence_no\""));

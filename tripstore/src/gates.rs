@@ -205,13 +205,21 @@ impl MigrationGate {
         }
         let queue = mirror::capture::status::queue(&self.pool).await?;
         let max = self.settings.max_outbox_lag_ms;
-        let age_ms = queue.oldest_secs.unwrap_or(0.0) * 1000.0;
-        if queue.depth > 0 && age_ms >= max as f64 {
-            return Ok(Some(format!(
-                "the capture queue still holds {} changes, the oldest {:.1}s old (gates.max_outbox_lag_ms = {max}): wait for the relay to deliver them (`mezzanine capture status`)",
-                queue.depth,
-                age_ms / 1000.0
-            )));
+        // Something waits (in the queue, or in the logical slot) and has
+        // for longer than the outbox may.
+        if let Some(age_ms) = queue.oldest_secs.map(|s| s * 1000.0) {
+            if age_ms >= max as f64 {
+                let slot = queue
+                    .slot
+                    .as_ref()
+                    .map(|s| format!(" and the slot {} {} bytes", s.name, s.retained_bytes))
+                    .unwrap_or_default();
+                return Ok(Some(format!(
+                    "the capture queue still holds {} changes{slot}, the oldest {:.1}s old (gates.max_outbox_lag_ms = {max}): wait for the relay to deliver them (`mezzanine capture status`)",
+                    queue.depth,
+                    age_ms / 1000.0
+                )));
+            }
         }
         if queue.parked > 0 {
             let kinds: Vec<String> = queue

@@ -86,15 +86,90 @@ impl Captured {
     }
 }
 
-/// One queue entry.
+/// One captured change: a queue row, or a change decoded from the
+/// logical slot.
 #[derive(Clone, Debug)]
-struct Entry {
+pub(crate) struct Entry {
     column: Option<String>,
     parent_id: Option<i64>,
     row_key: Option<Uuid>,
     ref_key: Option<i64>,
     op: String,
-    captured_at: String,
+    /// When it was captured (committed, for the slot), seconds since the
+    /// epoch.
+    captured_at: f64,
+}
+
+impl Entry {
+    /// A row written: a row column of a parent, or a child row.
+    pub(crate) fn written(
+        column: &str,
+        parent_id: i64,
+        row_key: Option<Uuid>,
+        ref_key: Option<i64>,
+    ) -> Entry {
+        Entry {
+            column: Some(column.to_string()),
+            parent_id: Some(parent_id),
+            row_key,
+            ref_key,
+            op: "w".into(),
+            captured_at: 0.0,
+        }
+    }
+
+    /// A parent row (its row key) deleted.
+    pub(crate) fn deleted_parent(parent_id: Option<i64>, row_key: Uuid) -> Entry {
+        Entry {
+            column: None,
+            parent_id,
+            row_key: Some(row_key),
+            ref_key: None,
+            op: "d".into(),
+            captured_at: 0.0,
+        }
+    }
+
+    /// A child row deleted (or moved away from this address).
+    pub(crate) fn deleted_child(column: &str, parent_id: i64, ref_key: i64) -> Entry {
+        Entry {
+            column: Some(column.to_string()),
+            parent_id: Some(parent_id),
+            row_key: None,
+            ref_key: Some(ref_key),
+            op: "d".into(),
+            captured_at: 0.0,
+        }
+    }
+
+    /// A table truncated: the parent table (`None`) or a child column's.
+    pub(crate) fn truncated(column: Option<&str>) -> Entry {
+        Entry {
+            column: column.map(str::to_string),
+            parent_id: None,
+            row_key: None,
+            ref_key: None,
+            op: "t".into(),
+            captured_at: 0.0,
+        }
+    }
+
+    /// What a caller outside the crate may see of it.
+    pub(crate) fn pending(self) -> super::logical::PendingChange {
+        super::logical::PendingChange {
+            column: self.column,
+            parent_id: self.parent_id,
+            row_key: self.row_key,
+            ref_key: self.ref_key,
+            op: self.op,
+        }
+    }
+
+    /// The same, captured at `at` (seconds since the epoch).
+    pub(crate) fn at(mut self, at: f64) -> Entry {
+        self.captured_at = at;
+        self
+    }
 }
 
 /// What an entry becomes.
@@ -107,6 +182,10 @@ enum Plan {
     Park(&'static str, String, Option<Body>),
 }
 
+/// How many more changes a read of the logical slot takes than a batch of
+/// the queue.
+const SLOT_BATCH_FACTOR: usize = 10;
+
 /// Delivers captured changes into a cell store (Schemaless).
 pub struct CaptureDelivery {
     legacy: LegacyStore,
@@ -114,6 +193,8 @@ pub struct CaptureDelivery {
     tombstones: Column,
     batch: usize,
     max_batch_cells: usize,
+    /// `capture.method = "logical"`: the slot is read too.
+    logical: bool,
 }
 
 impl CaptureDelivery {
@@ -130,6 +211,7 @@ impl CaptureDelivery {
             tombstones: Column::new(&config.capture.tombstone_column)?,
             batch: config.mirror.relay_batch,
             max_batch_cells: config.limits.max_batch_cells,
+            logical: config.capture.method == config::CaptureMethod::Logical,
         })
     }
 
@@ -138,10 +220,68 @@ impl CaptureDelivery {
         self.batch
     }
 
-    /// Delivers one batch of the oldest unlocked entries; nothing taken
-    /// means the queue is empty or every entry is held by another relay.
-    /// An error leaves every entry of the batch in the queue.
+    /// Delivers one batch of queued changes and, with the logical method,
+    /// one of the slot's; nothing taken means both are empty or held by
+    /// other relays. An error leaves every change of the failed batch
+    /// where it was.
     pub async fn deliver_batch(&self) -> Result<Captured, Error> {
+        let mut done = self.deliver_queue().await?;
+        if self.logical {
+            done.add(self.deliver_slot().await?);
+        }
+        Ok(done)
+    }
+
+    /// One batch of the slot's changes: read under the reader lock,
+    /// delivered, then the slot advanced past them.
+    async fn deliver_slot(&self) -> Result<Captured, Error> {
+        let context = "delivering the capture slot's changes";
+        let mut conn = self
+            .legacy
+            .pool()
+            .acquire()
+            .await
+            .map_err(Error::postgres(context))?;
+        if !super::logical::try_lock(&mut conn).await? {
+            return Ok(Captured::default());
+        }
+        let result = async {
+            let slot = super::logical::slot_name(&mut *conn).await?;
+            let before = super::logical::current_lsn(&mut conn).await?;
+            // Each read of the slot decodes from its start: read many
+            // changes at a time (most of the log may be facade writes,
+            // read only to be skipped).
+            let max = self.batch.saturating_mul(SLOT_BATCH_FACTOR);
+            let decoded = super::logical::peek(&mut conn, &slot, self.legacy.layout(), max).await?;
+            let Some(end) = decoded.end_lsn.clone() else {
+                // Nothing of the layout's committed before the read began:
+                // the slot may let go of the WAL up to there, whatever
+                // other tables wrote.
+                if decoded.messages == 0 {
+                    super::logical::advance(&mut conn, &slot, &before).await?;
+                }
+                return Ok(Captured::default());
+            };
+            let mut tx = sqlx::Connection::begin(&mut *conn)
+                .await
+                .map_err(Error::postgres(context))?;
+            let mut done = self.deliver_entries(&mut tx, &decoded.entries).await?;
+            tx.commit().await.map_err(Error::postgres(context))?;
+            // Only now: a crash before this reads the same changes again.
+            super::logical::advance(&mut conn, &slot, &end).await?;
+            // The batch is full when the slot gave as many changes as
+            // asked, whatever became of them.
+            done.entries = decoded.messages.max(done.entries);
+            Ok::<_, Error>(done)
+        }
+        .await;
+        super::logical::unlock(&mut conn).await?;
+        result
+    }
+
+    /// One batch of the queue table: taken and delivered in one
+    /// transaction.
+    async fn deliver_queue(&self) -> Result<Captured, Error> {
         let context = "delivering captured changes";
         let mut tx = self
             .legacy
@@ -152,7 +292,8 @@ impl CaptureDelivery {
         let rows = sqlx::query(
             "DELETE FROM mezzanine.capture_queue WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM mezzanine.capture_queue LIMIT $1 FOR UPDATE SKIP LOCKED))
-             RETURNING column_name, parent_id, row_key, ref_key, op::text, captured_at::text",
+             RETURNING column_name, parent_id, row_key, ref_key, op::text,
+                       extract(epoch FROM captured_at)::float8",
         )
         .bind(self.batch as i64)
         .fetch_all(&mut *tx)
@@ -172,16 +313,28 @@ impl CaptureDelivery {
             })
             .collect::<Result<Vec<Entry>, sqlx::Error>>()
             .map_err(Error::postgres(context))?;
+        let done = self.deliver_entries(&mut tx, &entries).await?;
+        tx.commit().await.map_err(Error::postgres(context))?;
+        Ok(done)
+    }
+
+    /// Reads the rows behind `entries` on `conn`, writes their cells,
+    /// parks what Schemaless refuses (on `conn`, in the caller's
+    /// transaction).
+    async fn deliver_entries(
+        &self,
+        conn: &mut PgConnection,
+        entries: &[Entry],
+    ) -> Result<Captured, Error> {
+        let context = "delivering captured changes";
         let mut done = Captured {
             entries: entries.len() as u64,
             ..Captured::default()
         };
         if entries.is_empty() {
-            tx.commit().await.map_err(Error::postgres(context))?;
             return Ok(done);
         }
-
-        let current = self.read_current(&mut tx, &entries).await?;
+        let current = self.read_current(conn, entries).await?;
         let mut cells: BTreeMap<CellKey, Cell> = BTreeMap::new();
         let plans: Vec<Plan> = entries
             .iter()
@@ -227,26 +380,32 @@ impl CaptureDelivery {
         done.parked = parked.len() as u64;
         for (entry, kind, reason, legacy_body, schemaless_body) in parked {
             tracing::warn!("a captured change is parked ({kind}): {reason}");
+            // The same change parked again (delivered twice) updates its
+            // row.
             sqlx::query(
                 "INSERT INTO mezzanine.capture_parked
                      (column_name, parent_id, row_key, ref_key, op, captured_at, kind, reason, legacy_body, schemaless_body)
-                 VALUES ($1, $2, $3, $4, $5::\"char\", $6::timestamptz, $7, $8, $9, $10)",
+                 VALUES ($1, $2, $3, $4, $5::\"char\", to_timestamp($6), $7, $8, $9, $10)
+                 ON CONFLICT (coalesce(column_name, ''), coalesce(parent_id, -1),
+                              coalesce(row_key, '00000000-0000-0000-0000-000000000000'::uuid),
+                              coalesce(ref_key, -1), op, kind)
+                 DO UPDATE SET reason = EXCLUDED.reason, legacy_body = EXCLUDED.legacy_body,
+                     schemaless_body = EXCLUDED.schemaless_body, parked_at = now()",
             )
             .bind(&entry.column)
             .bind(entry.parent_id)
             .bind(entry.row_key)
             .bind(entry.ref_key)
             .bind(&entry.op)
-            .bind(&entry.captured_at)
+            .bind(entry.captured_at)
             .bind(kind)
             .bind(&reason)
             .bind(legacy_body.map(|b| b.to_string()))
             .bind(schemaless_body.map(|b| b.to_string()))
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await
             .map_err(Error::postgres(context))?;
         }
-        tx.commit().await.map_err(Error::postgres(context))?;
         for (key, result) in &results {
             if let Ok(outcome) = result {
                 done.cells += 1;

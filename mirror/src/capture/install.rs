@@ -364,26 +364,50 @@ fn child_plan(layout: &Layout, columns: &[&ColumnLayout]) -> TablePlan {
 /// What `install` did.
 #[derive(Clone, Debug, Default)]
 pub struct Installed {
+    /// `triggers` or `logical`.
+    pub method: &'static str,
     /// `schema.table` of every table now captured.
     pub tables: Vec<String>,
-    /// Triggers created or replaced.
+    /// Triggers created or replaced (the version bump's included).
     pub triggers: usize,
     /// Whether the version bump is installed on the parent table.
     pub bump_version: bool,
 }
 
-/// Installs capture on every table of `layout` (see the module docs).
-/// The role must own each table (or hold `TRIGGER` on it) and may create
-/// in schema `mezzanine`; that is checked first, and a refusal names the
-/// table and changes nothing.
+impl TablePlan {
+    /// The plan without the capture triggers (what the logical method
+    /// keeps: the version bump, if asked).
+    fn bump_only(&self) -> TablePlan {
+        TablePlan {
+            triggers: self
+                .triggers
+                .iter()
+                .filter(|t| t.trigger == BUMP_TRIGGER)
+                .cloned()
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
+/// Installs capture on every table of `layout` by `settings.method` (see
+/// the module docs, and [`super::logical`]), removing what the other
+/// method installed. The role must own each table (or hold `TRIGGER` on
+/// it) and may create in schema `mezzanine`; that is checked first, and a
+/// refusal names the table and changes nothing.
 pub async fn install(
     pool: &PgPool,
     layout: &Layout,
     settings: &config::Capture,
 ) -> Result<Installed, Error> {
-    let tables = plan(layout, settings.bump_version);
+    let lock_timeout = Duration::from_millis(settings.lock_timeout_ms);
+    let mut tables = plan(layout, settings.bump_version);
+    let logical = settings.method == config::CaptureMethod::Logical;
+    if logical {
+        tables = tables.iter().map(TablePlan::bump_only).collect();
+        super::logical::check(pool, layout).await?;
+    }
     check_privileges(pool, &tables).await?;
-    crate::schema::ensure(pool).await?;
     let mut sql = String::new();
     let mut triggers = 0;
     for table in &tables {
@@ -392,28 +416,38 @@ pub async fn install(
             sql.push('\n');
             triggers += 1;
         }
+        // Triggers no longer wanted: the version bump turned off, the
+        // capture triggers under the logical method.
+        for unwanted in [ROW_TRIGGER, TRUNCATE_TRIGGER, BUMP_TRIGGER] {
+            if !table.triggers.iter().any(|t| t.trigger == unwanted) {
+                sql.push_str(&format!(
+                    "DROP TRIGGER IF EXISTS {} ON {};\n",
+                    quote(unwanted),
+                    table.table_sql
+                ));
+            }
+        }
     }
-    // Triggers no longer wanted: the version bump when it was turned off.
-    let parent = &tables[0];
-    if !parent.triggers.iter().any(|t| t.trigger == BUMP_TRIGGER) {
-        sql.push_str(&format!(
-            "DROP TRIGGER IF EXISTS {} ON {};\n",
-            quote(BUMP_TRIGGER),
-            parent.table_sql
-        ));
-    }
-    legacy::connection::ddl(
-        pool,
-        Duration::from_millis(settings.lock_timeout_ms),
-        &sql,
-        "installing capture",
-    )
-    .await
-    .map_err(|e| Error::Capture(describe_ddl_error(&e, &tables)))?;
+    let names = if logical {
+        super::logical::install(pool, layout, settings, &sql)
+            .await
+            .map_err(|e| match e {
+                Error::Legacy(e) => Error::Capture(describe_ddl_error(&e, &tables)),
+                other => other,
+            })?
+    } else {
+        crate::schema::ensure(pool).await?;
+        legacy::connection::ddl(pool, lock_timeout, &sql, "installing capture")
+            .await
+            .map_err(|e| Error::Capture(describe_ddl_error(&e, &tables)))?;
+        super::logical::uninstall(pool, lock_timeout).await?;
+        tables.iter().map(|t| t.name.clone()).collect()
+    };
     Ok(Installed {
-        tables: tables.iter().map(|t| t.name.clone()).collect(),
+        method: settings.method.as_str(),
+        tables: names,
         triggers,
-        bump_version: parent.triggers.iter().any(|t| t.trigger == BUMP_TRIGGER),
+        bump_version: tables[0].triggers.iter().any(|t| t.trigger == BUMP_TRIGGER),
     })
 }
 
@@ -425,7 +459,9 @@ async fn check_privileges(pool: &PgPool, tables: &[TablePlan]) -> Result<(), Err
         .fetch_one(pool)
         .await
         .map_err(Error::postgres(context))?;
-    for table in tables {
+    // Tables that get no trigger (logical capture without the version
+    // bump) are checked by the logical method, which needs their owner.
+    for table in tables.iter().filter(|t| !t.triggers.is_empty()) {
         let allowed: bool =
             sqlx::query_scalar("SELECT has_table_privilege($1::regclass, 'TRIGGER')")
                 .bind(&table.table_sql)
@@ -489,13 +525,17 @@ pub struct Uninstalled {
     pub triggers: usize,
     /// Functions dropped.
     pub functions: usize,
+    /// Whether logical capture's slot, publication or replica identities
+    /// were there (and are gone).
+    pub logical: bool,
 }
 
 /// Removes every capture trigger and function, from whatever tables carry
 /// them (the catalog says which, so a table since left out of the layout
 /// is cleaned too), in one transaction under the same short, retried lock
-/// timeout as `install`. The queue and what is parked stay: the relay
-/// still delivers what was captured before.
+/// timeout as `install`; and logical capture's slot and publication, and
+/// the replica identities it changed. The queue and what is parked stay:
+/// the relay still delivers what was queued before.
 pub async fn uninstall(pool: &PgPool, lock_timeout: Duration) -> Result<Uninstalled, Error> {
     let installed = installed_triggers(pool).await?;
     let functions: Vec<String> = sqlx::query_scalar(
@@ -524,10 +564,12 @@ pub async fn uninstall(pool: &PgPool, lock_timeout: Duration) -> Result<Uninstal
     if !sql.is_empty() {
         legacy::connection::ddl(pool, lock_timeout, &sql, "uninstalling capture").await?;
     }
+    let logical = super::logical::uninstall(pool, lock_timeout).await?;
     Ok(Uninstalled {
         tables,
         triggers: installed.len(),
         functions: functions.len(),
+        logical,
     })
 }
 
@@ -602,14 +644,38 @@ impl Coverage {
 }
 
 /// Per table of `layout`, whether capture is installed as `install` would
-/// install it now.
+/// install it now, by `settings.method`.
 pub async fn coverage(
     pool: &PgPool,
     layout: &Layout,
     settings: &config::Capture,
 ) -> Result<Vec<Coverage>, Error> {
+    let mut tables = plan(layout, settings.bump_version);
+    if settings.method == config::CaptureMethod::Logical {
+        tables = tables.iter().map(TablePlan::bump_only).collect();
+        let mut logical = super::logical::coverage(pool, layout).await?;
+        // The version bump is a trigger either way.
+        for (table, triggers) in logical
+            .iter_mut()
+            .zip(trigger_coverage(pool, &tables).await?)
+        {
+            if !triggers.problems.is_empty() {
+                table.problems.extend(triggers.problems);
+                if table.state == "installed" {
+                    table.state = "partial".into();
+                }
+            }
+        }
+        return Ok(logical);
+    }
+    trigger_coverage(pool, &tables).await
+}
+
+/// Per table, whether the triggers of `tables` are there, enabled and
+/// current.
+async fn trigger_coverage(pool: &PgPool, tables: &[TablePlan]) -> Result<Vec<Coverage>, Error> {
     let found = installed_triggers(pool).await?;
-    Ok(plan(layout, settings.bump_version)
+    Ok(tables
         .iter()
         .map(|table| {
             let mut missing = 0;

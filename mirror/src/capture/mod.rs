@@ -45,6 +45,8 @@
 
 pub mod deliver;
 pub mod install;
+pub mod logical;
+pub mod pgoutput;
 pub mod status;
 
 pub use deliver::{CaptureDelivery, Captured};

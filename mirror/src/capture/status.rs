@@ -22,6 +22,9 @@ pub struct Queue {
     /// Of those, per kind (`no_new_version`, `edited_in_place`,
     /// `unreadable`, `refused`, `truncate`, `conflict`).
     pub parked_by_kind: BTreeMap<String, u64>,
+    /// With `capture.method = "logical"`: the slot, which holds the
+    /// changes not delivered yet (`oldest_secs` includes its oldest).
+    pub slot: Option<super::logical::Slot>,
 }
 
 /// A parked change.
@@ -101,11 +104,24 @@ pub async fn queue(pool: &PgPool) -> Result<Queue, Error> {
         .map_err(Error::postgres(context))?;
         parked_by_kind = rows.into_iter().map(|(k, n)| (k, n as u64)).collect();
     }
+    // The slot, if logical capture has one: its oldest change counts as
+    // the queue's (reading it needs the REPLICATION attribute; without,
+    // the slot's size still shows).
+    let slot = super::logical::slot(pool).await?;
+    let mut oldest = oldest;
+    if slot.is_some() {
+        match super::logical::oldest_pending(pool).await {
+            Ok(Some(age)) => oldest = Some(oldest.map_or(age, |o| o.max(age))),
+            Ok(None) => {}
+            Err(e) => tracing::debug!("the capture slot's oldest change: {e}"),
+        }
+    }
     Ok(Queue {
         depth: depth as u64,
         oldest_secs: oldest,
         parked: parked as u64,
         parked_by_kind,
+        slot,
     })
 }
 

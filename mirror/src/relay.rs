@@ -50,9 +50,9 @@ pub struct Moved {
 }
 
 impl Moved {
-    /// Entries that left the outbox or the capture queue.
+    /// Entries that left the outbox or the capture queue (or the slot).
     pub fn total(&self) -> u64 {
-        self.delivered + self.parked + self.captured.entries
+        self.delivered + self.parked + self.captured.entries + u64::from(self.captured.more)
     }
 
     fn add(&mut self, other: Moved) {
@@ -142,11 +142,7 @@ impl Relay {
 
     /// Whether `moved` filled a batch of either kind (more may wait).
     fn full(&self, moved: &Moved) -> bool {
-        moved.delivered + moved.parked >= self.batch as u64
-            || self
-                .capture
-                .as_ref()
-                .is_some_and(|c| moved.captured.entries >= c.batch_size() as u64)
+        moved.delivered + moved.parked >= self.batch as u64 || moved.captured.more
     }
 
     /// One batch of the outbox.

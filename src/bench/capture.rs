@@ -28,6 +28,12 @@
 //! lag runs from the commit's acknowledgement to that read. Target: p99 at
 //! most 1 s.
 //!
+//! Both methods (`capture.method`) are measured, interleaved with capture
+//! off in every round (off, triggers, logical, off, ...), logical
+//! decoding only where `wal_level = logical`. The headline keys
+//! (`write_p50_ratio`, `lag_p99_ms`, ...) are the configured method's; each
+//! method's own are under `triggers` and `logical`.
+//!
 //! It runs on a database (`mzbench_capture`) and a Schemaless instance of
 //! its own, created afresh each run.
 
@@ -37,6 +43,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use config::CaptureMethod;
 use legacy::LegacyStore;
 use mirror::Relay;
 use rand::rngs::SmallRng;
@@ -76,6 +83,31 @@ pub struct CaptureArgs {
     /// itself.
     #[arg(long, default_value = "mzbench_capture")]
     instance: String,
+}
+
+/// One capture method under test: its config and its relay.
+struct Method {
+    method: CaptureMethod,
+    config: config::Config,
+    relay: Arc<Relay>,
+}
+
+impl Method {
+    fn new(
+        method: CaptureMethod,
+        config: &config::Config,
+        legacy: &LegacyStore,
+        schemaless: &MySqlStore,
+    ) -> anyhow::Result<Method> {
+        let mut config = config.clone();
+        config.capture.method = method;
+        let relay = Arc::new(Relay::new(legacy, Arc::new(schemaless.clone()), &config)?);
+        Ok(Method {
+            method,
+            config,
+            relay,
+        })
+    }
 }
 
 /// What one round measured.
@@ -211,118 +243,186 @@ pub async fn run(args: CaptureArgs, config_path: &Path, cluster_dir: &Path) -> a
     mirror::schema::ensure(&pool).await?;
     let legacy = LegacyStore::connect(&config).await?;
     let schemaless = MySqlStore::connect(&config)?;
-    let relay = Arc::new(Relay::new(&legacy, Arc::new(schemaless.clone()), &config)?);
     let lock_timeout = Duration::from_millis(config.capture.lock_timeout_ms);
+    // Both methods, the configured one first; logical decoding only where
+    // the server allows it.
+    let wal_level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
+        .fetch_one(&pool)
+        .await?;
+    let mut methods = vec![config.capture.method];
+    for other in [CaptureMethod::Triggers, CaptureMethod::Logical] {
+        if !methods.contains(&other) && (other != CaptureMethod::Logical || wal_level == "logical")
+        {
+            methods.push(other);
+        }
+    }
+    if !methods.contains(&CaptureMethod::Logical) {
+        eprintln!("wal_level is {wal_level}: logical decoding is not measured");
+    }
+    let setups: Vec<Method> = methods
+        .iter()
+        .map(|m| Method::new(*m, &config, &legacy, &schemaless))
+        .collect::<anyhow::Result<_>>()?;
 
     eprintln!("warming up ...");
     write_for(&pool, args.writers, args.trips, 1, Duration::from_secs(1)).await?;
     let length = Duration::from_millis(args.seconds * 1000 / args.rounds);
     let mut off = Round::default();
-    let mut on = Round::default();
-    let mut captured = 0;
-    let sides = (0..args.rounds).flat_map(|_| [false, true]);
-    for (i, capture) in sides.enumerate() {
-        if capture {
-            mirror::capture::install::install(&pool, legacy.layout(), &config.capture).await?;
-        } else {
-            mirror::capture::install::uninstall(&pool, lock_timeout).await?;
+    let mut on: Vec<Round> = setups.iter().map(|_| Round::default()).collect();
+    let mut captured = vec![0u64; setups.len()];
+    // Rounds: off, then each method, `rounds` times over.
+    let sides =
+        (0..args.rounds).flat_map(|_| std::iter::once(None).chain((0..setups.len()).map(Some)));
+    let total = args.rounds as usize * (setups.len() + 1);
+    for (i, side) in sides.enumerate() {
+        match side {
+            Some(m) => {
+                mirror::capture::install::install(
+                    &pool,
+                    legacy.layout(),
+                    &setups[m].config.capture,
+                )
+                .await?;
+            }
+            None => {
+                mirror::capture::install::uninstall(&pool, lock_timeout).await?;
+            }
         }
         eprintln!(
-            "round {} of {}: {} plain SQL writers, capture {} for {:.1}s ...",
+            "round {} of {total}: {} plain SQL writers, capture {} for {:.1}s ...",
             i + 1,
-            args.rounds * 2,
             args.writers,
-            if capture { "on" } else { "off" },
+            side.map_or("off", |m| setups[m].method.as_str()),
             length.as_secs_f64()
         );
         let round = write_for(&pool, args.writers, args.trips, 10 + i as u64, length).await?;
-        captured += relay.drain().await?.captured.entries;
+        if let Some(m) = side {
+            captured[m] += setups[m].relay.drain().await?.captured.entries;
+        }
         cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
         // Without the privilege (pg_checkpoint) rounds simply run on.
         let _ = sqlx::query("CHECKPOINT").execute(&pool).await;
-        if capture { &mut on } else { &mut off }.add(round);
+        match side {
+            Some(m) => on[m].add(round),
+            None => off.add(round),
+        }
     }
 
-    // The lag: capture on, a relay running, a steady rate.
-    mirror::capture::install::install(&pool, legacy.layout(), &config.capture).await?;
-    relay.drain().await?;
-    let cancel = CancellationToken::new();
-    let relaying = {
-        let (relay, cancel) = (relay.clone(), cancel.clone());
-        let (on, enabled) = tokio::sync::watch::channel(true);
-        tokio::spawn(async move {
-            relay.run(cancel, enabled).await;
-            drop(on);
-        })
-    };
-    eprintln!(
-        "lag: {} writes/s for {}s with a relay running, one in ten probed ...",
-        args.rate, args.lag_seconds
-    );
-    let (lags, written, elapsed, timeouts) = measure_lag(
-        &pool,
-        &schemaless,
-        args.rate,
-        Duration::from_secs(args.lag_seconds),
-        args.trips,
-    )
-    .await?;
-    cancel.cancel();
-    relaying.await?;
+    // The lag: capture on, a relay running, a steady rate; per method.
+    let mut lags = Vec::new();
+    for setup in &setups {
+        mirror::capture::install::install(&pool, legacy.layout(), &setup.config.capture).await?;
+        setup.relay.drain().await?;
+        let cancel = CancellationToken::new();
+        let relaying = {
+            let (relay, cancel) = (setup.relay.clone(), cancel.clone());
+            let (on, enabled) = tokio::sync::watch::channel(true);
+            tokio::spawn(async move {
+                relay.run(cancel, enabled).await;
+                drop(on);
+            })
+        };
+        eprintln!(
+            "lag, capture by {}: {} writes/s for {}s with a relay running, one in ten probed ...",
+            setup.method.as_str(),
+            args.rate,
+            args.lag_seconds
+        );
+        let measured = measure_lag(
+            &pool,
+            &schemaless,
+            args.rate,
+            Duration::from_secs(args.lag_seconds),
+            args.trips,
+        )
+        .await;
+        cancel.cancel();
+        relaying.await?;
+        lags.push(measured?);
+    }
+    // Leave nothing installed: a slot would hold the server's WAL.
+    mirror::capture::install::uninstall(&pool, lock_timeout).await?;
 
-    let (op50, op99, orate, on_writes) = off.figures();
-    let (np50, np99, nrate, nn) = on.figures();
-    let (p50_ratio, p99_ratio) = (np50 / op50, np99 / op99);
-    let lag = Latencies::new(lags);
-    let (lag_p50, lag_p99) = (
-        lag.percentile_us(50.0) / 1000.0,
-        lag.percentile_us(99.0) / 1000.0,
-    );
-    let achieved = written as f64 / elapsed.as_secs_f64();
+    let (op50, op99, orate, off_writes) = off.figures();
     println!(
         "plain SQL writes, {} writers, {}s each way in {} rounds, the relay delivering between rounds:",
         args.writers, args.seconds, args.rounds
     );
-    for (name, p50, p99, rate, n) in [
-        ("off", op50, op99, orate, on_writes),
-        ("on", np50, np99, nrate, nn),
-    ] {
-        println!(
-            "capture {name:<4} p50 {:>7.2} ms  p99 {:>7.2} ms  {rate:>7.0} writes/s  ({n} writes)",
-            p50 / 1000.0,
-            p99 / 1000.0
+    println!(
+        "capture off          p50 {:>7.2} ms  p99 {:>7.2} ms  {orate:>7.0} writes/s  ({off_writes} writes)",
+        op50 / 1000.0,
+        op99 / 1000.0
+    );
+    let mut figures = serde_json::Map::new();
+    for (m, setup) in setups.iter().enumerate() {
+        let (np50, np99, nrate, nn) = on[m].figures();
+        let (lag_list, written, elapsed, timeouts) = &lags[m];
+        let lag = Latencies::new(lag_list.clone());
+        let (lag_p50, lag_p99) = (
+            lag.percentile_us(50.0) / 1000.0,
+            lag.percentile_us(99.0) / 1000.0,
         );
-    }
-    println!(
-        "on / off: p50 {p50_ratio:.3}x  p99 {p99_ratio:.3}x  throughput {:.3}x  (target p50 <= 1.15x); {captured} changes captured",
-        nrate / orate
-    );
-    println!(
-        "lag, commit to visible in Schemaless, at {achieved:.0} writes/s (asked {}): p50 {lag_p50:.1} ms  p99 {lag_p99:.1} ms  ({} probes, {timeouts} not visible within 10 s; target p99 <= 1000 ms)",
-        args.rate,
-        lag.len()
-    );
-    if args.json {
+        let achieved = *written as f64 / elapsed.as_secs_f64();
+        let name = setup.method.as_str();
         println!(
-            "{}",
+            "capture by {name:<9} p50 {:>7.2} ms  p99 {:>7.2} ms  {nrate:>7.0} writes/s  ({nn} writes)",
+            np50 / 1000.0,
+            np99 / 1000.0
+        );
+        println!(
+            "  on / off: p50 {:.3}x  p99 {:.3}x  throughput {:.3}x  (target p50 <= 1.15x); {} changes captured",
+            np50 / op50,
+            np99 / op99,
+            nrate / orate,
+            captured[m]
+        );
+        println!(
+            "  lag, commit to visible in Schemaless, at {achieved:.0} writes/s (asked {}): p50 {lag_p50:.1} ms  p99 {lag_p99:.1} ms  ({} probes, {timeouts} not visible within 10 s; target p99 <= 1000 ms)",
+            args.rate,
+            lag.len()
+        );
+        figures.insert(
+            name.into(),
             json!({
-                "writers": args.writers,
-                "seconds_per_side": args.seconds,
-                "rounds": args.rounds,
-                "off": {"p50_us": op50, "p99_us": op99, "writes_per_s": orate, "writes": on_writes},
-                "on": {"p50_us": np50, "p99_us": np99, "writes_per_s": nrate, "writes": nn},
-                "write_p50_ratio": p50_ratio,
-                "write_p99_ratio": p99_ratio,
+                "p50_us": np50, "p99_us": np99, "writes_per_s": nrate, "writes": nn,
+                "write_p50_ratio": np50 / op50,
+                "write_p99_ratio": np99 / op99,
                 "throughput_ratio": nrate / orate,
-                "captured_changes": captured,
-                "lag_rate_asked": args.rate,
+                "captured_changes": captured[m],
                 "lag_rate_achieved": achieved,
                 "lag_p50_ms": lag_p50,
                 "lag_p99_ms": lag_p99,
                 "lag_probes": lag.len(),
                 "lag_timeouts": timeouts,
-            })
+            }),
         );
+    }
+    if args.json {
+        // The headline keys are the configured method's.
+        let main = figures[config.capture.method.as_str()].clone();
+        let mut out = json!({
+            "method": config.capture.method.as_str(),
+            "writers": args.writers,
+            "seconds_per_side": args.seconds,
+            "rounds": args.rounds,
+            "lag_rate_asked": args.rate,
+            "off": {"p50_us": op50, "p99_us": op99, "writes_per_s": orate, "writes": off_writes},
+        });
+        for key in [
+            "write_p50_ratio",
+            "write_p99_ratio",
+            "throughput_ratio",
+            "lag_p50_ms",
+            "lag_p99_ms",
+            "lag_probes",
+            "lag_timeouts",
+        ] {
+            out[key] = main[key].clone();
+        }
+        for (name, value) in figures {
+            out[name] = value;
+        }
+        println!("{out}");
     }
     legacy.close().await;
     schemaless.close().await;

@@ -72,6 +72,8 @@ pub struct Captured {
     pub skipped: u64,
     /// Entries set aside in `mezzanine.capture_parked`.
     pub parked: u64,
+    /// Whether a source gave as many changes as asked: more may wait.
+    pub more: bool,
 }
 
 impl Captured {
@@ -83,6 +85,7 @@ impl Captured {
         self.tombstones += other.tombstones;
         self.skipped += other.skipped;
         self.parked += other.parked;
+        self.more |= other.more;
     }
 }
 
@@ -215,11 +218,6 @@ impl CaptureDelivery {
         })
     }
 
-    /// Entries per batch.
-    pub fn batch_size(&self) -> usize {
-        self.batch
-    }
-
     /// Delivers one batch of queued changes and, with the logical method,
     /// one of the slot's; nothing taken means both are empty or held by
     /// other relays. An error leaves every change of the failed batch
@@ -269,9 +267,9 @@ impl CaptureDelivery {
             tx.commit().await.map_err(Error::postgres(context))?;
             // Only now: a crash before this reads the same changes again.
             super::logical::advance(&mut conn, &slot, &end).await?;
-            // The batch is full when the slot gave as many changes as
-            // asked, whatever became of them.
-            done.entries = decoded.messages.max(done.entries);
+            // More may wait when the slot gave as many changes as asked,
+            // whatever became of them.
+            done.more = decoded.messages >= max as u64;
             Ok::<_, Error>(done)
         }
         .await;
@@ -313,8 +311,9 @@ impl CaptureDelivery {
             })
             .collect::<Result<Vec<Entry>, sqlx::Error>>()
             .map_err(Error::postgres(context))?;
-        let done = self.deliver_entries(&mut tx, &entries).await?;
+        let mut done = self.deliver_entries(&mut tx, &entries).await?;
         tx.commit().await.map_err(Error::postgres(context))?;
+        done.more = entries.len() >= self.batch;
         Ok(done)
     }
 

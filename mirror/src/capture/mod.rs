@@ -3,17 +3,16 @@
 //! Until the app is rewritten, many writers change the legacy tables with
 //! plain SQL: admin scripts, cron jobs, services in other languages. The
 //! outbox only carries the facade's writes. Capture makes PostgreSQL
-//! itself record, in the committing transaction, "parent P changed in
-//! column C" for every change to a table of the layout, into
-//! `mezzanine.capture_queue`; the relay ([`crate::Relay`]) drains it next
+//! itself record "parent P changed in column C" for every committed change
+//! to a table of the layout; the relay ([`crate::Relay`]) delivers it next
 //! to the outbox, reading each changed row as it is now and writing its
-//! cells ([`deliver`]). A crash of any process loses nothing: the queue
-//! entry commits with the change, and is deleted only in the transaction
-//! that delivered it.
+//! cells ([`deliver`]). A crash of any process loses nothing: a queue entry
+//! commits with its change and is deleted only in the transaction that
+//! delivered it; a slot is advanced only after delivery.
 //!
 //! A facade write is delivered once: its transaction sets
 //! `mezzanine.capture = 'skip'` (see [`legacy::TransactionHook`]), so the
-//! triggers leave it to the outbox.
+//! triggers leave it to the outbox; a slot knows it by its outbox row.
 //!
 //! The rules, from the layout alone:
 //!
@@ -28,20 +27,32 @@
 //!   [`schemaless::tombstone`]), which the facade's reads and the verifier
 //!   honour. A truncated table is parked: its rows are no longer known.
 //!
-//! Logical decoding was the alternative. Triggers were chosen because
-//! they commit with the change in the same transaction, need no
-//! `wal_level = logical` (a restart of the app's database) and no
-//! replication slot (which retains WAL without bound while no relay
-//! runs), and let a transaction opt out (the facade's) with a setting. On
-//! this machine a trigger costs a plain SQL write 0-14% (a two-statement
-//! transaction, 4-8 writers); `mezzanine bench capture` measures it.
+//! Two methods record the changes (`capture.method`):
+//!
+//! - `triggers` (the default): row triggers on every layout table insert
+//!   the queue row in the writer's transaction ([`install`]). They work on
+//!   any server, with no restart and nothing retained, and a transaction
+//!   opts out with a setting; they cost a plain SQL write its queue row
+//!   (about 1.2x at saturation on the development machine, `mezzanine
+//!   bench capture`).
+//! - `logical`: a `pgoutput` slot decoded by the relay ([`logical`]),
+//!   free on the write path, but it needs `wal_level = logical` (a
+//!   restart), the `REPLICATION` attribute, a replica identity that logs
+//!   deleted rows' keys, and it retains WAL while no relay reads it.
+//!
+//! Both produce the same entries (which parent changed in which column),
+//! and one delivery ([`deliver`]) turns them into cells.
 //!
 //! # Layout
 //!
-//! - [`install`]: the triggers, generated from the layout; install,
-//!   uninstall, coverage;
-//! - [`deliver`]: the relay's half: queued changes into cells;
-//! - [`status`]: the queue, what is parked, retries.
+//! - [`install`]: the triggers, generated from the layout; install and
+//!   uninstall (of either method), coverage;
+//! - [`logical`]: the logical method: publication, slot, replica
+//!   identities, reading and advancing the slot;
+//! - [`pgoutput`]: the messages of PostgreSQL's logical decoding plugin;
+//! - [`deliver`]: the relay's half: changes (queued or decoded) into
+//!   cells;
+//! - [`status`]: the queue, the slot, what is parked, retries.
 
 pub mod deliver;
 pub mod install;

@@ -198,6 +198,8 @@ pub struct CaptureDelivery {
     max_batch_cells: usize,
     /// `capture.method = "logical"`: the slot is read too.
     logical: bool,
+    /// The slot's name, read once.
+    slot: tokio::sync::OnceCell<String>,
 }
 
 impl CaptureDelivery {
@@ -215,6 +217,7 @@ impl CaptureDelivery {
             batch: config.mirror.relay_batch,
             max_batch_cells: config.limits.max_batch_cells,
             logical: config.capture.method == config::CaptureMethod::Logical,
+            slot: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -240,11 +243,17 @@ impl CaptureDelivery {
             .acquire()
             .await
             .map_err(Error::postgres(context))?;
-        if !super::logical::try_lock(&mut conn).await? {
+        let slot = self
+            .slot
+            .get_or_try_init(|| super::logical::slot_name(self.legacy.pool()))
+            .await?
+            .clone();
+        // No slot (capture not installed yet): nothing to read, and the
+        // outbox must not wait on it. `capture status` says why.
+        if !super::logical::try_lock(&mut conn, &slot).await? {
             return Ok(Captured::default());
         }
         let result = async {
-            let slot = super::logical::slot_name(&mut *conn).await?;
             let before = super::logical::current_lsn(&mut conn).await?;
             // Each read of the slot decodes from its start: read many
             // changes at a time (most of the log may be facade writes,

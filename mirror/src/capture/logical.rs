@@ -695,13 +695,25 @@ pub async fn peek(
     Ok(decoded)
 }
 
-/// Takes the slot's reader lock on `conn` if no one holds it.
-pub async fn try_lock(conn: &mut PgConnection) -> Result<bool, Error> {
+/// Takes the slot's reader lock on `conn` if no one holds it and the slot
+/// `slot` exists (false, holding nothing, otherwise).
+pub async fn try_lock(conn: &mut PgConnection, slot: &str) -> Result<bool, Error> {
+    let context = "locking the capture slot";
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+    )
+    .bind(slot)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(Error::postgres(context))?;
+    if !exists {
+        return Ok(false);
+    }
     sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(SLOT_LOCK)
         .fetch_one(conn)
         .await
-        .map_err(Error::postgres("locking the capture slot"))
+        .map_err(Error::postgres(context))
 }
 
 /// Releases it.

@@ -19,8 +19,9 @@ pub enum CaptureCommand {
     /// (triggers, in the writer's transaction). Online and idempotent; run
     /// it again after changing the layout or `capture.bump_version`.
     Install,
-    /// Remove the capture triggers from every table (the queue stays and
-    /// is still delivered). Online and idempotent.
+    /// Remove capture: the triggers from every table (the queue stays and
+    /// is still delivered), or the logical slot (what it holds is
+    /// delivered first) and publication. Online and idempotent.
     Uninstall,
     /// The tables covered, the queue's depth and age, parked changes.
     Status(StatusArgs),
@@ -81,6 +82,22 @@ pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<
         }
         CaptureCommand::Uninstall => {
             let pool = legacy::connection::pool(legacy_config)?;
+            // A slot's changes go with it: deliver them first.
+            if capture::logical::slot(&pool).await?.is_some() {
+                let mut logical = config.clone();
+                logical.capture.method = config::CaptureMethod::Logical;
+                let legacy = legacy::LegacyStore::connect(&logical).await?;
+                let schemaless = schemaless::MySqlStore::connect(&logical)?;
+                let relay =
+                    mirror::Relay::new(&legacy, std::sync::Arc::new(schemaless.clone()), &logical)?;
+                let moved = relay.drain().await?;
+                println!(
+                    "delivered what the capture slot held: {} cells ({} tombstones), {} parked",
+                    moved.captured.cells, moved.captured.tombstones, moved.captured.parked
+                );
+                schemaless.close().await;
+                legacy.close().await;
+            }
             let removed = capture::install::uninstall(
                 &pool,
                 Duration::from_millis(config.capture.lock_timeout_ms),

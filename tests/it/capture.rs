@@ -22,7 +22,7 @@ use tripstore::{Mode, TripStore};
 use uuid::Uuid;
 
 use crate::harness::{cluster, config_file, mezzanine, LegacyDb, TEST_CAPTURE};
-use crate::mirror::{all_schemaless_cells, walk_to};
+use crate::mirror::{all_schemaless_cells, run_ok, walk_to};
 
 /// The database's config with capture required (and `capture` keys),
 /// plus `extra` TOML tables.
@@ -41,26 +41,8 @@ fn captured(db: &LegacyDb, capture: &str, extra: &str) -> (config::Config, Strin
 /// `mezzanine serve` on a free port: its `/metrics`, and the dashboard's
 /// page as headless Chromium renders it.
 async fn dashboard(file: &tempfile::NamedTempFile) -> (String, String) {
-    use std::io::BufRead;
-    let mut serve = mezzanine(
-        file.path(),
-        &["serve", "--listen", "127.0.0.1:0", "--refresh-ms", "500"],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut first = String::new();
-    std::io::BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
-    let addr = url.trim_start_matches("http://").trim_end_matches('/');
-    let metrics = crate::verify::http_get(addr, "/metrics");
+    let (mut serve, url, addr) = crate::verify::serve(file.path());
+    let metrics = crate::verify::http_get(&addr, "/metrics");
     let profile = tempfile::tempdir().unwrap();
     let dom = crate::verify::headless(
         profile.path(),
@@ -70,17 +52,6 @@ async fn dashboard(file: &tempfile::NamedTempFile) -> (String, String) {
     serve.kill().unwrap();
     serve.wait().unwrap();
     (metrics, String::from_utf8_lossy(&dom.stdout).into_owned())
-}
-
-fn run_ok(mut command: Command) -> String {
-    let out = command.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// `psql` (another process and another driver than Mezzanine's) running

@@ -38,7 +38,7 @@ fn with_mirror(db: &LegacyDb, mirror: &str) -> (config::Config, String) {
     (config, text)
 }
 
-fn run_ok(mut command: Command) -> String {
+pub(crate) fn run_ok(mut command: Command) -> String {
     let out = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(

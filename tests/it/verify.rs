@@ -721,6 +721,33 @@ pub(crate) fn http_get(addr: &str, path: &str) -> String {
     response
 }
 
+/// `mezzanine serve` on a free port, refreshing every 500 ms: the process,
+/// the dashboard's URL and its `host:port`.
+pub(crate) fn serve(config: &std::path::Path) -> (std::process::Child, String, String) {
+    let mut serve = mezzanine(
+        config,
+        &["serve", "--listen", "127.0.0.1:0", "--refresh-ms", "500"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut first = String::new();
+    BufReader::new(serve.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    (serve, url, addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
     let (db, _, text, facade) = mirrored(60, 3, "").await;
@@ -758,27 +785,7 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
     assert!(!ok && out.contains("1 mismatches"), "{out}");
     facade.close().await;
 
-    let mut serve = mezzanine(
-        file.path(),
-        &["serve", "--listen", "127.0.0.1:0", "--refresh-ms", "500"],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
-    let mut first = String::new();
-    BufReader::new(serve.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let url = first
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
-    let addr = url
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
+    let (mut serve, url, addr) = serve(file.path());
 
     let metrics = http_get(&addr, "/metrics");
     for expected in [

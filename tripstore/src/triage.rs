@@ -35,18 +35,22 @@ impl MirrorTriage {
         }
     }
 
-    /// Whether the outbox or the capture queue holds changes of `rows`.
-    async fn outbox_holds(&self, rows: &[Uuid]) -> Result<bool, sqlx::Error> {
+    /// Whether the outbox or capture (its queue, its slot) holds changes
+    /// of `rows`.
+    async fn outbox_holds(&self, rows: &[Uuid]) -> Result<bool, String> {
         let outbox: bool = sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))",
         )
         .bind(rows)
         .fetch_one(&self.pool)
-        .await?;
-        Ok(
-            outbox
-                || mirror::capture::status::holds(&self.pool, self.legacy.layout(), rows).await?,
-        )
+        .await
+        .map_err(|e| e.to_string())?;
+        if outbox {
+            return Ok(true);
+        }
+        mirror::capture::status::holds(&self.pool, self.legacy.layout(), rows)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// The trigger maintaining the active version of index `name`.
@@ -109,13 +113,17 @@ impl verifier::Triage for MirrorTriage {
             let outbox = self.outbox_holds(&uuids).await;
             let reverse_behind = match &heads {
                 None => Ok(false),
-                Some(heads) => self.reverse_offsets(&shards).await.map(|offsets| {
-                    offsets.iter().any(|(shard, offset)| {
-                        heads
-                            .get(*shard as usize)
-                            .is_some_and(|head| (*offset as u64) < *head)
+                Some(heads) => self
+                    .reverse_offsets(&shards)
+                    .await
+                    .map(|offsets| {
+                        offsets.iter().any(|(shard, offset)| {
+                            heads
+                                .get(*shard as usize)
+                                .is_some_and(|head| (*offset as u64) < *head)
+                        })
                     })
-                }),
+                    .map_err(|e| e.to_string()),
             };
             match (outbox, reverse_behind) {
                 (Ok(false), Ok(false)) if !index_behind => return true,

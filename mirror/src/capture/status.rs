@@ -194,20 +194,42 @@ pub async fn retry_parked(pool: &PgPool) -> Result<u64, Error> {
     Ok(moved.rows_affected())
 }
 
-/// Whether changes of these rows (by row key) wait in the capture queue:
-/// the verifier's triage waits for them before it judges a difference.
-/// `layout` finds the rows' parent ids, which child changes carry.
-pub async fn holds(pool: &PgPool, layout: &Layout, rows: &[Uuid]) -> Result<bool, sqlx::Error> {
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM mezzanine.capture_queue q
-             WHERE q.row_key = ANY($1)
-                OR q.parent_id IN (SELECT p.{id}::int8 FROM {table} p WHERE p.{uuid} = ANY($1)))",
+/// Whether changes of these rows (by row key) wait in the capture queue
+/// or in the logical slot: the verifier's triage waits for them before it
+/// judges a difference. `layout` finds the rows' parent ids, which child
+/// changes carry.
+pub async fn holds(pool: &PgPool, layout: &Layout, rows: &[Uuid]) -> Result<bool, Error> {
+    let context = "looking for captured changes of rows";
+    let parents: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT p.{id}::int8 FROM {table} p WHERE p.{uuid} = ANY($1)",
         id = layout.id_sql(),
         table = layout.table_sql(),
         uuid = layout.uuid_sql(),
-    );
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(rows)
-        .fetch_one(pool)
-        .await
+    )))
+    .bind(rows)
+    .fetch_all(pool)
+    .await
+    .map_err(Error::postgres(context))?;
+    let queued: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM mezzanine.capture_queue
+             WHERE row_key = ANY($1) OR parent_id = ANY($2))",
+    )
+    .bind(rows)
+    .bind(&parents)
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres(context))?;
+    if queued || super::logical::slot(pool).await?.is_none() {
+        return Ok(queued);
+    }
+    Ok(super::logical::pending(pool, layout, SLOT_LOOKAHEAD)
+        .await?
+        .iter()
+        .any(|c| {
+            c.row_key.is_some_and(|r| rows.contains(&r))
+                || c.parent_id.is_some_and(|p| parents.contains(&p))
+        }))
 }
+
+/// How many of the slot's changes triage looks through for a row's.
+const SLOT_LOOKAHEAD: usize = 20_000;

@@ -92,13 +92,6 @@ struct TriggerPlan {
     fingerprint: String,
 }
 
-impl TablePlan {
-    /// The names of the triggers capture wants on this table.
-    pub fn trigger_names(&self) -> impl Iterator<Item = &str> {
-        self.triggers.iter().map(|t| t.trigger.as_str())
-    }
-}
-
 /// What `capture install` puts on every table of `layout`.
 pub fn plan(layout: &Layout, bump_version: bool) -> Vec<TablePlan> {
     let mut tables = vec![parent_plan(layout, bump_version)];

@@ -75,7 +75,11 @@ pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<
                 ),
             }
             println!(
-                "every change to these tables is now recorded in mezzanine.capture_queue and delivered by the relays; deletions become tombstones in column {}",
+                "every change to these tables is now recorded ({}) and delivered by the relays; deletions become tombstones in column {}",
+                match installed.method {
+                    "logical" => "in the slot; `capture status` shows the WAL it holds",
+                    _ => "in mezzanine.capture_queue, in the writer's transaction",
+                },
                 config.capture.tombstone_column
             );
             legacy.close().await;

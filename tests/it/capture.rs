@@ -552,6 +552,25 @@ async fn plain_sql_writers(method: config::CaptureMethod) {
             .unwrap()
             .unwrap();
         assert_eq!(read.cell, legacy.cell, "trip {id}: the newest note left");
+        let cells = |stored: Vec<schemaless::StoredCell>| -> Vec<Cell> {
+            stored.into_iter().map(|s| s.cell).collect()
+        };
+        assert_eq!(
+            cells(
+                facade
+                    .get_column_cells(&[row], &notes, ReadFrom::Master)
+                    .await
+                    .unwrap()
+            ),
+            cells(
+                facade
+                    .legacy()
+                    .get_column_cells(&[row], &notes, ReadFrom::Master)
+                    .await
+                    .unwrap()
+            ),
+            "trip {id}: every note left"
+        );
     }
     let legacy_rows: Vec<Uuid> = sqlx::query_scalar("SELECT uuid FROM trips")
         .fetch_all(&db.pool)

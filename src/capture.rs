@@ -87,7 +87,7 @@ pub async fn run(command: CaptureCommand, config_path: &Path) -> anyhow::Result<
         CaptureCommand::Uninstall => {
             let pool = legacy::connection::pool(legacy_config)?;
             // A slot's changes go with it: deliver them first.
-            if capture::logical::slot(&pool).await?.is_some() {
+            if capture::slot::slot(&pool).await?.is_some() {
                 let mut logical = config.clone();
                 logical.capture.method = config::CaptureMethod::Logical;
                 let legacy = legacy::LegacyStore::connect(&logical).await?;

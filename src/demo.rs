@@ -591,7 +591,7 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     let mut total = 0;
     loop {
         let moved = relay.relay_batch().await?;
-        if moved.total() == 0 {
+        if moved.idle() {
             break;
         }
         total += moved.delivered + moved.captured.cells;

@@ -52,7 +52,14 @@ pub struct Moved {
 impl Moved {
     /// Entries that left the outbox or the capture queue (or the slot).
     pub fn total(&self) -> u64 {
-        self.delivered + self.parked + self.captured.entries + u64::from(self.captured.more)
+        self.delivered + self.parked + self.captured.entries
+    }
+
+    /// Whether nothing moved and nothing is known to wait (a slot read
+    /// whose transactions were all skipped moved nothing, yet may have
+    /// more).
+    pub fn idle(&self) -> bool {
+        self.total() == 0 && !self.captured.more
     }
 
     fn add(&mut self, other: Moved) {
@@ -276,7 +283,7 @@ impl Relay {
         let mut total = Moved::default();
         loop {
             let moved = self.relay_batch().await?;
-            if moved.total() == 0 {
+            if moved.idle() {
                 return Ok(total);
             }
             total.add(moved);
@@ -314,7 +321,7 @@ impl Relay {
                     backoff.succeeded();
                     heartbeat.beat(&self.pool, &self.stats).await;
                     full = self.full(&moved);
-                    if moved.total() > 0 {
+                    if !moved.idle() {
                         continue;
                     }
                     tokio::select! {

@@ -55,15 +55,22 @@ pub(crate) async fn walk_to(store: &TripStore, config: &config::Config, target: 
     while store.mode() < target {
         let next = store.mode().next().unwrap();
         if next == Mode::Shadow {
-            // The plan must postdate every facade's switch to mirror.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            crate::backfill::backfill_now(store.legacy(), store.schemaless(), config).await;
+            backfill_in_mirror(store, config).await;
         }
         store
             .set_mode(&request(next))
             .await
             .unwrap_or_else(|e| panic!("stepping to {next}: {e}"));
     }
+}
+
+/// The backfill, once `store` is in mirror. Its plan must postdate every
+/// facade's switch to mirror, which each sees at its next mode poll: not a
+/// condition this process can observe for the others, so a pause longer
+/// than the poll.
+pub(crate) async fn backfill_in_mirror(store: &TripStore, config: &config::Config) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    crate::backfill::backfill_now(store.legacy(), store.schemaless(), config).await;
 }
 
 /// Every cell of every shard's change log.

@@ -52,8 +52,8 @@ use legacy::{Current, LegacyStore};
 use schemaless::tombstone;
 use schemaless::{Body, Cell, CellKey, CellStore, Column, ReadFrom, RowKey, WriteOutcome};
 use sqlx::{PgConnection, Row};
-use uuid::Uuid;
 
+use super::change::Change;
 use crate::error::Error;
 
 /// What one batch of captured changes did.
@@ -86,92 +86,6 @@ impl Captured {
         self.skipped += other.skipped;
         self.parked += other.parked;
         self.more |= other.more;
-    }
-}
-
-/// One captured change: a queue row, or a change decoded from the
-/// logical slot.
-#[derive(Clone, Debug)]
-pub(crate) struct Entry {
-    column: Option<String>,
-    parent_id: Option<i64>,
-    row_key: Option<Uuid>,
-    ref_key: Option<i64>,
-    op: String,
-    /// When it was captured (committed, for the slot), seconds since the
-    /// epoch.
-    captured_at: f64,
-}
-
-impl Entry {
-    /// A row written: a row column of a parent, or a child row.
-    pub(crate) fn written(
-        column: &str,
-        parent_id: i64,
-        row_key: Option<Uuid>,
-        ref_key: Option<i64>,
-    ) -> Entry {
-        Entry {
-            column: Some(column.to_string()),
-            parent_id: Some(parent_id),
-            row_key,
-            ref_key,
-            op: "w".into(),
-            captured_at: 0.0,
-        }
-    }
-
-    /// A parent row (its row key) deleted.
-    pub(crate) fn deleted_parent(parent_id: Option<i64>, row_key: Uuid) -> Entry {
-        Entry {
-            column: None,
-            parent_id,
-            row_key: Some(row_key),
-            ref_key: None,
-            op: "d".into(),
-            captured_at: 0.0,
-        }
-    }
-
-    /// A child row deleted (or moved away from this address).
-    pub(crate) fn deleted_child(column: &str, parent_id: i64, ref_key: i64) -> Entry {
-        Entry {
-            column: Some(column.to_string()),
-            parent_id: Some(parent_id),
-            row_key: None,
-            ref_key: Some(ref_key),
-            op: "d".into(),
-            captured_at: 0.0,
-        }
-    }
-
-    /// A table truncated: the parent table (`None`) or a child column's.
-    pub(crate) fn truncated(column: Option<&str>) -> Entry {
-        Entry {
-            column: column.map(str::to_string),
-            parent_id: None,
-            row_key: None,
-            ref_key: None,
-            op: "t".into(),
-            captured_at: 0.0,
-        }
-    }
-
-    /// What a caller outside the crate may see of it.
-    pub(crate) fn pending(self) -> super::logical::PendingChange {
-        super::logical::PendingChange {
-            column: self.column,
-            parent_id: self.parent_id,
-            row_key: self.row_key,
-            ref_key: self.ref_key,
-            op: self.op,
-        }
-    }
-
-    /// The same, captured at `at` (seconds since the epoch).
-    pub(crate) fn at(mut self, at: f64) -> Entry {
-        self.captured_at = at;
-        self
     }
 }
 
@@ -245,27 +159,27 @@ impl CaptureDelivery {
             .map_err(Error::postgres(context))?;
         let slot = self
             .slot
-            .get_or_try_init(|| super::logical::slot_name(self.legacy.pool()))
+            .get_or_try_init(|| super::slot::slot_name(self.legacy.pool()))
             .await?
             .clone();
         // No slot (capture not installed yet): nothing to read, and the
         // outbox must not wait on it. `capture status` says why.
-        if !super::logical::try_lock(&mut conn, &slot).await? {
+        if !super::slot::try_lock(&mut conn, &slot).await? {
             return Ok(Captured::default());
         }
         let result = async {
-            let before = super::logical::current_lsn(&mut conn).await?;
+            let before = super::slot::current_lsn(&mut conn).await?;
             // Each read of the slot decodes from its start: read many
             // changes at a time (most of the log may be facade writes,
             // read only to be skipped).
             let max = self.batch.saturating_mul(SLOT_BATCH_FACTOR);
-            let decoded = super::logical::peek(&mut conn, &slot, self.legacy.layout(), max).await?;
+            let decoded = super::slot::peek(&mut conn, &slot, self.legacy.layout(), max).await?;
             let Some(end) = decoded.end_lsn.clone() else {
                 // Nothing of the layout's committed before the read began:
                 // the slot may let go of the WAL up to there, whatever
                 // other tables wrote.
                 if decoded.messages == 0 {
-                    super::logical::advance(&mut conn, &slot, &before).await?;
+                    super::slot::advance(&mut conn, &slot, &before).await?;
                 }
                 return Ok(Captured::default());
             };
@@ -275,14 +189,14 @@ impl CaptureDelivery {
             let mut done = self.deliver_entries(&mut tx, &decoded.entries).await?;
             tx.commit().await.map_err(Error::postgres(context))?;
             // Only now: a crash before this reads the same changes again.
-            super::logical::advance(&mut conn, &slot, &end).await?;
+            super::slot::advance(&mut conn, &slot, &end).await?;
             // More may wait when the slot gave as many changes as asked,
             // whatever became of them.
             done.more = decoded.messages >= max as u64;
             Ok::<_, Error>(done)
         }
         .await;
-        super::logical::unlock(&mut conn).await?;
+        super::slot::unlock(&mut conn).await?;
         result
     }
 
@@ -309,7 +223,7 @@ impl CaptureDelivery {
         let entries = rows
             .iter()
             .map(|row| {
-                Ok(Entry {
+                Ok(Change {
                     column: row.try_get(0)?,
                     parent_id: row.try_get(1)?,
                     row_key: row.try_get(2)?,
@@ -318,7 +232,7 @@ impl CaptureDelivery {
                     captured_at: row.try_get(5)?,
                 })
             })
-            .collect::<Result<Vec<Entry>, sqlx::Error>>()
+            .collect::<Result<Vec<Change>, sqlx::Error>>()
             .map_err(Error::postgres(context))?;
         let mut done = self.deliver_entries(&mut tx, &entries).await?;
         tx.commit().await.map_err(Error::postgres(context))?;
@@ -332,7 +246,7 @@ impl CaptureDelivery {
     async fn deliver_entries(
         &self,
         conn: &mut PgConnection,
-        entries: &[Entry],
+        entries: &[Change],
     ) -> Result<Captured, Error> {
         let context = "delivering captured changes";
         let mut done = Captured {
@@ -428,7 +342,7 @@ impl CaptureDelivery {
     async fn read_current(
         &self,
         conn: &mut PgConnection,
-        entries: &[Entry],
+        entries: &[Change],
     ) -> Result<Current, Error> {
         let layout = self.legacy.layout();
         let mut parents = Vec::new();
@@ -456,7 +370,7 @@ impl CaptureDelivery {
     }
 
     /// What `entry` becomes, adding its cell (if any) to `cells`.
-    fn plan(&self, entry: &Entry, current: &Current, cells: &mut BTreeMap<CellKey, Cell>) -> Plan {
+    fn plan(&self, entry: &Change, current: &Current, cells: &mut BTreeMap<CellKey, Cell>) -> Plan {
         let layout = self.legacy.layout();
         let mut add = |cell: Cell| {
             let key = cell.key.clone();

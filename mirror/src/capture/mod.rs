@@ -34,7 +34,7 @@
 //!   any server, with no restart and nothing retained, and a transaction
 //!   opts out with a setting; they cost a plain SQL write its queue row
 //!   (about 1.2x at saturation on the development machine, `mezzanine
-//!   bench capture`).
+//!   bench capture`) ([`triggers`]).
 //! - `logical`: a `pgoutput` slot decoded by the relay ([`logical`]),
 //!   free on the write path, but it needs `wal_level = logical` (a
 //!   restart), the `REPLICATION` attribute, a replica identity that logs
@@ -45,20 +45,27 @@
 //!
 //! # Layout
 //!
-//! - [`install`]: the triggers, generated from the layout; install and
-//!   uninstall (of either method), coverage;
-//! - [`logical`]: the logical method: publication, slot, replica
-//!   identities, reading and advancing the slot;
+//! - [`triggers`]: the trigger method's functions, generated from the
+//!   layout;
+//! - [`install`]: install and uninstall (of either method), coverage;
+//! - [`logical`]: setting the logical method up: publication, slot,
+//!   replica identities, coverage;
+//! - [`slot`]: reading the logical slot: decoding, the reader lock,
+//!   advancing, what it holds;
 //! - [`pgoutput`]: the messages of PostgreSQL's logical decoding plugin;
-//! - [`deliver`]: the relay's half: changes (queued or decoded) into
-//!   cells;
+//! - `change`: a captured change (which parent, which column), queued or
+//!   decoded;
+//! - [`deliver`]: the relay's half: changes into cells;
 //! - [`status`]: the queue, the slot, what is parked, retries.
 
+mod change;
 pub mod deliver;
 pub mod install;
 pub mod logical;
 pub mod pgoutput;
+pub mod slot;
 pub mod status;
+pub mod triggers;
 
 pub use deliver::{CaptureDelivery, Captured};
 pub use install::{Coverage, Installed, Uninstalled};

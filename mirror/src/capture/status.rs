@@ -24,7 +24,7 @@ pub struct Queue {
     pub parked_by_kind: BTreeMap<String, u64>,
     /// With `capture.method = "logical"`: the slot, which holds the
     /// changes not delivered yet (`oldest_secs` includes its oldest).
-    pub slot: Option<super::logical::Slot>,
+    pub slot: Option<super::slot::Slot>,
 }
 
 /// A parked change.
@@ -71,14 +71,6 @@ pub struct CaptureStatus {
     pub recent_parked: Vec<Parked>,
 }
 
-impl CaptureStatus {
-    /// Whether every table of the layout is captured, as `install` would
-    /// install it now.
-    pub fn installed(&self) -> bool {
-        !self.tables.is_empty() && self.tables.iter().all(Coverage::installed)
-    }
-}
-
 /// The queue's depth and age and the parked entries: cheap enough for
 /// every scrape and gate check.
 pub async fn queue(pool: &PgPool) -> Result<Queue, Error> {
@@ -107,10 +99,10 @@ pub async fn queue(pool: &PgPool) -> Result<Queue, Error> {
     // The slot, if logical capture has one: its oldest change counts as
     // the queue's (reading it needs the REPLICATION attribute; without,
     // the slot's size still shows).
-    let slot = super::logical::slot(pool).await?;
+    let slot = super::slot::slot(pool).await?;
     let mut oldest = oldest;
     if slot.is_some() {
-        match super::logical::oldest_pending(pool).await {
+        match super::slot::oldest_pending(pool).await {
             Ok(Some(age)) => oldest = Some(oldest.map_or(age, |o| o.max(age))),
             Ok(None) => {}
             Err(e) => tracing::debug!("the capture slot's oldest change: {e}"),
@@ -219,10 +211,10 @@ pub async fn holds(pool: &PgPool, layout: &Layout, rows: &[Uuid]) -> Result<bool
     .fetch_one(pool)
     .await
     .map_err(Error::postgres(context))?;
-    if queued || super::logical::slot(pool).await?.is_none() {
+    if queued || super::slot::slot(pool).await?.is_none() {
         return Ok(queued);
     }
-    Ok(super::logical::pending(pool, layout, SLOT_LOOKAHEAD)
+    Ok(super::slot::pending(pool, layout, SLOT_LOOKAHEAD)
         .await?
         .iter()
         .any(|c| {

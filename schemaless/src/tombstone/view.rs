@@ -1,184 +1,20 @@
-//! Deletes in an append-only store: tombstones.
-//!
-//! Cells are immutable, so nothing is ever deleted from Schemaless. A
-//! deletion (a legacy row deleted by a plain SQL writer, captured by the
-//! mirror; or, after the migration, an app's own delete) is recorded as a
-//! **tombstone**: a cell of the same row in the instance's tombstone
-//! column (`capture.tombstone_column`, `DELETED` by default), whose body
-//! names what it hides:
-//!
-//! - `{"row": true}`: every cell of every column of the row, including
-//!   cells written later (a deleted row key is retired);
-//! - `{"column": "NOTES", "ref_key": 3}`: that one cell.
-//!
-//! Each deletion is a cell of its own, so writers never read and rewrite a
-//! shared one. Its ref key is derived from what it deletes
-//! ([`row_ref_key`], [`cell_ref_key`]): every writer of the same deletion
-//! writes the same cell, so deliveries twice over (a relay that died
-//! before its commit) are `AlreadyPresent`. Tombstones are cells like any
-//! other: replicated, buffered, in the change log, where triggers see
-//! deletes.
-//!
-//! Readers that honour deletes go through [`Tombstoned`], a [`CellStore`]
-//! over any other that reads a row's tombstones along with its cells and
-//! leaves hidden cells out: a hidden latest cell falls back to the newest
-//! visible one, index entries of hidden cells are dropped. The facade reads
-//! Schemaless through it, and the verifier compares through it. The raw
-//! store, its change log and [`visible`] on whole-row reads stay available
-//! to tools that must see everything.
+//! [`Tombstoned`]: a store whose reads honour tombstones (see the module
+//! above): a row's tombstones are read with its cells, hidden cells are
+//! left out, a hidden latest cell falls back to the newest visible one,
+//! and index entries of hidden cells are dropped (more are asked for, so
+//! a limit still fills).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::Value;
 
+use super::Tombstones;
 use crate::api::{Answer, CellResult, CellStore, IndexEntry, IndexQuery, ReadFrom, ShardPage};
-use crate::cell::{Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell};
+use crate::cell::{Cell, CellKey, Column, RowKey, StoredCell};
 use crate::error::{Error, Result};
 
-/// What a row's tombstones hide.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Tombstones {
-    /// The whole row is deleted.
-    row: bool,
-    /// Single deleted cells: (column, ref key).
-    cells: BTreeSet<(Column, i64)>,
-}
-
-impl Tombstones {
-    /// The union of what `cells` (tombstone cells of one row) hide. A
-    /// body that is not a tombstone is an error naming the cell: the
-    /// tombstone column holds nothing else.
-    pub fn from_cells<'a>(cells: impl IntoIterator<Item = &'a Cell>) -> Result<Tombstones> {
-        let mut tombstones = Tombstones::default();
-        for cell in cells {
-            tombstones.add(cell)?;
-        }
-        Ok(tombstones)
-    }
-
-    fn add(&mut self, cell: &Cell) -> Result<()> {
-        let unreadable = |reason: &str| {
-            Error::Unreadable {
-            what: format!("tombstone {}", cell.key),
-            reason: format!(
-                "{reason}; a tombstone body is {{\"row\": true}} or {{\"column\": NAME, \"ref_key\": N}}, got {}",
-                cell.body
-            ),
-        }
-        };
-        let fields = cell.body.fields();
-        match (
-            fields.get("row"),
-            fields.get("column"),
-            fields.get("ref_key"),
-        ) {
-            (Some(Value::Bool(true)), None, None) => self.row = true,
-            (None, Some(Value::String(column)), Some(ref_key)) => {
-                let column = Column::new(column).map_err(|_| unreadable("a bad column name"))?;
-                let ref_key = ref_key
-                    .as_i64()
-                    .filter(|r| *r >= 0)
-                    .ok_or_else(|| unreadable("a bad ref key"))?;
-                self.cells.insert((column, ref_key));
-            }
-            _ => return Err(unreadable("not a tombstone")),
-        }
-        Ok(())
-    }
-
-    /// Whether nothing is hidden.
-    pub fn is_empty(&self) -> bool {
-        !self.row && self.cells.is_empty()
-    }
-
-    /// Whether the whole row is deleted.
-    pub fn row_deleted(&self) -> bool {
-        self.row
-    }
-
-    /// Whether the cell at `key` is hidden.
-    pub fn hides(&self, key: &CellKey) -> bool {
-        self.row
-            || self
-                .cells
-                .contains(&(key.column.clone(), key.ref_key.get()))
-    }
-
-    /// Whether any cell of `column` may be hidden.
-    pub fn touches(&self, column: &Column) -> bool {
-        self.row || self.cells.iter().any(|(c, _)| c == column)
-    }
-}
-
-/// The ref key of the tombstone deleting a whole row.
-pub fn row_ref_key() -> RefKey {
-    RefKey::new(0).expect("0 is a ref key")
-}
-
-/// The ref key of the tombstone deleting the cell at (`column`,
-/// `ref_key`): a hash of both, from 1 up (0 is the row's).
-pub fn cell_ref_key(column: &Column, ref_key: i64) -> RefKey {
-    let hash = crate::routing::fnv1a64(format!("{column}\0{ref_key}").as_bytes());
-    RefKey::new(1 + (hash % (i64::MAX as u64 - 1)) as i64).expect("a positive ref key")
-}
-
-/// The tombstone deleting the whole row `row_key`, in `column`.
-pub fn row_tombstone(row_key: RowKey, column: &Column) -> Cell {
-    Cell::new(row_key, column.clone(), row_ref_key(), row_body())
-}
-
-/// The tombstone deleting the cell at (`deleted`, `ref_key`) of `row_key`,
-/// in `column`.
-pub fn cell_tombstone(row_key: RowKey, column: &Column, deleted: &Column, ref_key: i64) -> Cell {
-    Cell::new(
-        row_key,
-        column.clone(),
-        cell_ref_key(deleted, ref_key),
-        cell_body(deleted, ref_key),
-    )
-}
-
-/// The body of a tombstone deleting the whole row.
-pub fn row_body() -> Body {
-    Body::from_value(json!({"row": true})).expect("an object")
-}
-
-/// The body of a tombstone deleting one cell.
-pub fn cell_body(column: &Column, ref_key: i64) -> Body {
-    Body::from_value(json!({"column": column.as_str(), "ref_key": ref_key})).expect("an object")
-}
-
-/// `cells` (whole rows, every version: what
-/// [`crate::MySqlStore::get_rows_all`] returns) without the tombstones of
-/// `column` and without what they hide.
-pub fn visible(cells: Vec<StoredCell>, column: &Column) -> Result<Vec<StoredCell>> {
-    let mut by_row: HashMap<RowKey, Vec<&Cell>> = HashMap::new();
-    for stored in cells.iter().filter(|s| s.cell.key.column == *column) {
-        by_row
-            .entry(stored.cell.key.row_key)
-            .or_default()
-            .push(&stored.cell);
-    }
-    if by_row.is_empty() {
-        return Ok(cells);
-    }
-    let tombstones: HashMap<RowKey, Tombstones> = by_row
-        .into_iter()
-        .map(|(row, cells)| Ok((row, Tombstones::from_cells(cells)?)))
-        .collect::<Result<_>>()?;
-    Ok(cells
-        .into_iter()
-        .filter(|s| {
-            s.cell.key.column != *column
-                && !tombstones
-                    .get(&s.cell.key.row_key)
-                    .is_some_and(|t| t.hides(&s.cell.key))
-        })
-        .collect())
-}
-
-/// A store whose reads honour tombstones; see the module docs.
+/// A store whose reads honour tombstones; see the module docs of [`super`].
 pub struct Tombstoned<S> {
     inner: S,
     /// The tombstone column.
@@ -543,8 +379,11 @@ impl<S: CellStore> CellStore for Tombstoned<S> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{cell_body, row_body, visible};
     use super::*;
+    use crate::cell::{Body, RefKey};
     use crate::memory::MemoryStore;
+    use serde_json::json;
 
     const ROW: &str = "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d";
     const OTHER: &str = "fb6d4a3e-2f11-4c5e-8d7a-9e1f2a3b4c5d";
@@ -797,21 +636,6 @@ fields = ["status"]
         let left = visible(everything, store.column()).unwrap();
         let refs: Vec<i64> = left.iter().map(|s| s.cell.key.ref_key.get()).collect();
         assert_eq!(refs, [2, 3]);
-    }
-
-    #[test]
-    fn a_deletion_has_one_tombstone_address() {
-        let notes = notes();
-        assert_eq!(cell_ref_key(&notes, 3), cell_ref_key(&notes, 3));
-        assert_ne!(cell_ref_key(&notes, 3), cell_ref_key(&notes, 4));
-        assert_ne!(cell_ref_key(&notes, 3), cell_ref_key(&base(), 3));
-        assert_ne!(cell_ref_key(&notes, 0), row_ref_key());
-        let column = Column::new("DELETED").unwrap();
-        let t = cell_tombstone(row(), &column, &notes, 3);
-        assert_eq!(Tombstones::from_cells([&t]).unwrap().cells.len(), 1);
-        assert!(Tombstones::from_cells([&row_tombstone(row(), &column)])
-            .unwrap()
-            .row_deleted());
     }
 
     #[tokio::test]

@@ -90,6 +90,16 @@ pub async fn run(command: BackfillCommand, config_path: &Path) -> anyhow::Result
     backfill::plan::ensure_tables(&pool).await?;
     match command {
         BackfillCommand::Plan(args) => {
+            let size = crate::Overrides::new(&config)
+                .set(
+                    "chunk-size",
+                    "backfill.chunk_size",
+                    args.chunk_size,
+                    |c, v| c.backfill.chunk_size = v,
+                )
+                .check()?
+                .backfill
+                .chunk_size;
             let legacy = legacy::LegacyStore::connect(&config).await?;
             if args.extend {
                 let (plan, added) = backfill::plan::extend(&legacy).await?;
@@ -98,10 +108,6 @@ pub async fn run(command: BackfillCommand, config_path: &Path) -> anyhow::Result
                     plan.low_id, plan.high_id, plan.table, plan.chunks
                 );
             } else {
-                let size = args.chunk_size.unwrap_or(config.backfill.chunk_size);
-                if size == 0 {
-                    return Err(crate::UsageError("--chunk-size must be positive".into()).into());
-                }
                 let plan = backfill::plan::create(&legacy, size, args.replace, &crate::mode::who())
                     .await
                     .map_err(|e| match e {
@@ -148,22 +154,30 @@ async fn run_backfill(
     pool: &sqlx::PgPool,
     args: &RunArgs,
 ) -> anyhow::Result<()> {
-    let mut options = Options::from_config(&config.backfill);
-    if let Some(w) = args.workers {
-        options.workers = w;
-    }
-    if let Some(r) = args.max_rows_per_sec {
-        options.max_rows_per_sec = r;
-    }
-    if let Some(l) = args.max_replication_lag_ms {
-        options.max_replication_lag = Duration::from_millis(l);
-    }
-    if let Some(s) = args.stale_after_ms {
-        options.stale_after = Duration::from_millis(s);
-    }
-    if options.workers == 0 || options.workers > 256 {
-        return Err(crate::UsageError("--workers must be between 1 and 256".into()).into());
-    }
+    let flags = crate::Overrides::new(config)
+        .set("workers", "backfill.workers", args.workers, |c, v| {
+            c.backfill.workers = v
+        })
+        .set(
+            "max-rows-per-sec",
+            "backfill.max_rows_per_sec",
+            args.max_rows_per_sec,
+            |c, v| c.backfill.max_rows_per_sec = v,
+        )
+        .set(
+            "max-replication-lag-ms",
+            "backfill.max_replication_lag_ms",
+            args.max_replication_lag_ms,
+            |c, v| c.backfill.max_replication_lag_ms = v,
+        )
+        .set(
+            "stale-after-ms",
+            "backfill.stale_after_ms",
+            args.stale_after_ms,
+            |c, v| c.backfill.stale_after_ms = v,
+        )
+        .check()?;
+    let options = Options::from_config(&flags.backfill);
     let legacy = legacy::LegacyStore::connect(config).await?;
     let schemaless = MySqlStore::connect(config)?;
     let runner = Arc::new(Backfill::new(

@@ -40,6 +40,7 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
     match command {
         BufferCommand::Status => {
             println!("{:<36} {:>10} {:>12}", "MASTER", "BUFFERED", "OLDEST");
+            let mut unread = 0;
             for (node, backlog) in buffer::backlog(&store).await {
                 match backlog {
                     Ok((count, oldest)) => println!(
@@ -48,8 +49,16 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
                         count,
                         oldest.map_or("-".into(), |us| format!("{:.1}s", us as f64 / 1e6))
                     ),
-                    Err(e) => println!("{node:<36} {:>10} {:>12}  {e}", "?", "?"),
+                    Err(e) => {
+                        unread += 1;
+                        println!("{node:<36} {:>10} {:>12}  {e}", "?", "?")
+                    }
                 }
+            }
+            // A buffer that could not be read may hold cells: a runbook
+            // that checks the exit code must not read "empty" from it.
+            if unread > 0 {
+                anyhow::bail!("{unread} masters' buffers could not be read");
             }
             Ok(())
         }

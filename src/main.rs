@@ -139,6 +139,53 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// Command-line flags that override configuration keys, checked by the
+/// same rules as the file, so that a flag cannot reach a value the key
+/// refuses (a chunk size that wraps to -1, a stale limit of 0).
+pub(crate) struct Overrides {
+    config: config::Config,
+    /// (flag, key) of each flag given.
+    given: Vec<(&'static str, &'static str)>,
+}
+
+impl Overrides {
+    pub(crate) fn new(config: &config::Config) -> Overrides {
+        Overrides {
+            config: config.clone(),
+            given: Vec::new(),
+        }
+    }
+
+    /// Sets `key` through `put` when the flag was given.
+    pub(crate) fn set<T>(
+        mut self,
+        flag: &'static str,
+        key: &'static str,
+        value: Option<T>,
+        put: impl FnOnce(&mut config::Config, T),
+    ) -> Overrides {
+        if let Some(value) = value {
+            put(&mut self.config, value);
+            self.given.push((flag, key));
+        }
+        self
+    }
+
+    /// The configuration with the flags applied, or a usage error naming
+    /// the flag whose value the key's rule refuses.
+    pub(crate) fn check(self) -> Result<config::Config, UsageError> {
+        match self.config.check() {
+            Ok(()) => Ok(self.config),
+            Err(problem) => Err(UsageError(
+                match self.given.iter().find(|(_, key)| *key == problem.key) {
+                    Some((flag, key)) => format!("--{flag}: {} (as {key})", problem.message),
+                    None => format!("{}: {}", problem.key, problem.message),
+                },
+            )),
+        }
+    }
+}
+
 /// Loads the configuration; its errors are usage errors.
 pub fn load_config(path: &std::path::Path) -> anyhow::Result<config::Config> {
     config::Config::load(path).map_err(|e| UsageError(e.to_string()).into())

@@ -141,9 +141,24 @@ async fn sample(
         sample_rate: config.verify.sample_rate,
         max_samples_per_sec: config.verify.max_samples_per_sec,
     });
+    let flags = crate::Overrides::new(config)
+        .set("rate", "verify.sample_rate", args.rate, |c, v| {
+            c.verify.sample_rate = v
+        })
+        .set(
+            "max-per-sec",
+            "verify.max_samples_per_sec",
+            args.max_per_sec,
+            |c, v| c.verify.max_samples_per_sec = v,
+        )
+        .check()?;
     let wanted = Settings {
-        sample_rate: args.rate.unwrap_or(base.sample_rate),
-        max_samples_per_sec: args.max_per_sec.unwrap_or(base.max_samples_per_sec),
+        sample_rate: args
+            .rate
+            .map_or(base.sample_rate, |_| flags.verify.sample_rate),
+        max_samples_per_sec: args.max_per_sec.map_or(base.max_samples_per_sec, |_| {
+            flags.verify.max_samples_per_sec
+        }),
     };
     verifier::store::set_settings(pool, wanted, &crate::mode::who())
         .await
@@ -159,11 +174,18 @@ async fn sample(
 }
 
 async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> anyhow::Result<()> {
-    let chunk_size = args.chunk_size.unwrap_or(config.verify.chunk_size);
-    let workers = args.workers.unwrap_or(config.verify.workers);
-    if chunk_size == 0 || workers == 0 {
-        return Err(crate::UsageError("--chunk-size and --workers must be positive".into()).into());
-    }
+    let flags = crate::Overrides::new(config)
+        .set(
+            "chunk-size",
+            "verify.chunk_size",
+            args.chunk_size,
+            |c, v| c.verify.chunk_size = v,
+        )
+        .set("workers", "verify.workers", args.workers, |c, v| {
+            c.verify.workers = v
+        })
+        .check()?;
+    let (chunk_size, workers) = (flags.verify.chunk_size, flags.verify.workers);
     let legacy = legacy::LegacyStore::connect(config).await?;
     let schemaless = MySqlStore::connect(config)?;
     if !backfill::status::read(pool).await?.complete() {

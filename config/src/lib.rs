@@ -53,6 +53,7 @@ pub use model::{
     Storage, TriggerRead, Triggers, Verify,
 };
 pub use shards::ShardRange;
+pub use validate::Problem;
 
 /// Everything that can be wrong with a configuration file.
 #[derive(Debug, thiserror::Error)]
@@ -115,6 +116,13 @@ impl Config {
             }
         })?;
         Ok(config)
+    }
+
+    /// Checks a configuration again after a program changed it, as a
+    /// command-line flag that overrides a key does: the same rules as
+    /// [`Config::parse`], naming the key that breaks one.
+    pub fn check(&self) -> Result<(), Problem> {
+        validate::validate(self)
     }
 
     /// The cluster whose shard range holds `shard`, if any.

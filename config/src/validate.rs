@@ -5,9 +5,11 @@ use crate::layout::{valid_sql_identifier, ColumnKind, Layout};
 use crate::model::Config;
 
 /// One thing wrong with a parsed configuration, before it is given a line.
-pub(crate) struct Problem {
+#[derive(Debug)]
+pub struct Problem {
     /// Dotted key path with array indexes, `cluster[1].shards`.
     pub key: String,
+    /// What is wrong, and where useful what was expected.
     pub message: String,
 }
 
@@ -247,6 +249,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     let backfill = &config.backfill;
     in_range("backfill.chunk_size", backfill.chunk_size, 1, 1_000_000)?;
     in_range("backfill.workers", backfill.workers as u64, 1, 256)?;
+    in_range(
+        "backfill.max_rows_per_sec",
+        backfill.max_rows_per_sec,
+        0,
+        1_000_000_000,
+    )?;
     in_range(
         "backfill.max_replication_lag_ms",
         backfill.max_replication_lag_ms,

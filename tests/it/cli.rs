@@ -197,3 +197,79 @@ async fn mode_commands_refuse_with_the_reason_and_exit_codes() {
     let out = mezzanine(&["--config", &config, "legacy", "add-uuid", "--batch", "0"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Every flag that overrides a config key obeys the key's range: a usage
+/// error (exit 2) naming the flag, and nothing planned or started.
+#[tokio::test]
+async fn flags_that_override_keys_are_checked_like_the_keys() {
+    let db = LegacyDb::new("", &example_layout()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_for(dir.path(), &db, &db.name);
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["backfill", "plan", "--chunk-size", "18446744073709551615"],
+            "--chunk-size",
+        ),
+        (&["backfill", "plan", "--chunk-size", "0"], "--chunk-size"),
+        (
+            &["backfill", "run", "--stale-after-ms", "0"],
+            "--stale-after-ms",
+        ),
+        (&["backfill", "run", "--workers", "100000"], "--workers"),
+        (
+            &["backfill", "run", "--max-replication-lag-ms", "99999999999"],
+            "--max-replication-lag-ms",
+        ),
+        (
+            &["verify", "full", "--chunk-size", "18446744073709551615"],
+            "--chunk-size",
+        ),
+        (&["verify", "full", "--workers", "0"], "--workers"),
+        (&["verify", "sample", "--rate", "1.5"], "--rate"),
+        (&["verify", "sample", "--max-per-sec", "0"], "--max-per-sec"),
+    ];
+    for (args, flag) in cases {
+        let mut all = vec!["--config", config.as_str()];
+        all.extend_from_slice(args);
+        let out = mezzanine(&all);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(&format!("{flag}: must be")), "{args:?}: {err}");
+    }
+    let out = mezzanine(&["--config", &config, "backfill", "status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        status["planned"], false,
+        "a refused plan was made: {status}"
+    );
+    let out = mezzanine(&["--config", &config, "verify", "sample"]);
+    assert!(
+        text(&out.stdout).contains("([verify] of the config)"),
+        "a refused setting was stored: {}",
+        text(&out.stdout)
+    );
+}
+
+/// `buffer status` exits 1 when a master's buffer cannot be read: it may
+/// hold cells, and a runbook must not read "empty" from it.
+#[test]
+fn buffer_status_fails_when_a_master_does_not_answer() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/examples/local.toml"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("down.toml");
+    // Port 9 (discard) is closed on loopback.
+    let down = example.replace("127.0.0.1:33061", "127.0.0.1:9");
+    std::fs::write(&path, down).unwrap();
+    let out = mezzanine(&["--config", path.to_str().unwrap(), "buffer", "status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("buffers could not be read"),
+        "{}",
+        text(&out.stderr)
+    );
+}

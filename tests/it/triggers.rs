@@ -105,7 +105,7 @@ fn options() -> config::Triggers {
 fn start(
     store: &MySqlStore,
     name: &str,
-    handler: Arc<Recorder>,
+    handler: Arc<dyn Handler>,
     options: config::Triggers,
 ) -> (
     CancellationToken,
@@ -232,6 +232,42 @@ async fn every_cell_is_handled_in_order_and_a_restart_resumes() {
         again.is_empty(),
         "the restarted runner handled old cells again: {again:?}"
     );
+}
+
+/// Handles cells one by one through its recorder, but says of every batch
+/// that a cell past its end failed: a broken handler contract.
+struct OutOfRange(Arc<Recorder>);
+
+#[async_trait]
+impl Handler for OutOfRange {
+    async fn handle(&self, cell: &StoredCell) -> HandlerResult {
+        self.0.handle(cell).await
+    }
+
+    async fn handle_batch(&self, cells: &[StoredCell]) -> Result<(), (usize, String)> {
+        Err((cells.len() + 7, "no such cell".into()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_naming_a_cell_outside_its_batch_is_a_handler_error() {
+    let t = Instance::new(SHARDS).await;
+    let record = Record::default();
+    let handler = Arc::new(OutOfRange(record.handler("a")));
+    let (cancel, run) = start(&t.store, "liar", handler, options());
+    write_load(&t.store, 0, 200).await;
+    let expected = base_cells(&t.store).await;
+    // Every cell is still handled (each on its own), and the runner is
+    // alive: a panic would have ended its task.
+    until("every BASE cell handled one by one", || {
+        expected.keys().all(|k| record.keys().contains(k)) || run.is_finished()
+    })
+    .await;
+    assert!(!run.is_finished(), "the runner ended: {:?}", run.await);
+    cancel.cancel();
+    assert_eq!(run.await.unwrap().unwrap(), Stopped::Cancelled);
+    let status = trigger::status(&t.store, "liar").await.unwrap();
+    assert!(status.iter().all(|s| s.parked == 0), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -490,6 +490,22 @@ impl ShardWorker {
                             break;
                         }
                         Err((i, error)) => {
+                            // A handler that names a cell outside the batch
+                            // broke its contract: nothing of the batch is
+                            // known handled, so its first cell is the one
+                            // to retry on its own (not a panic, which would
+                            // respawn into the same panic).
+                            let i = if i < mine.len() - start {
+                                i
+                            } else {
+                                tracing::error!(
+                                    trigger = %s.name,
+                                    shard = self.shard,
+                                    "the handler said cell {i} of a batch of {} failed; retrying the batch cell by cell",
+                                    mine.len() - start
+                                );
+                                0
+                            };
                             s.stats.handled.fetch_add(i as u64, Ordering::Relaxed);
                             s.stats.failures.fetch_add(1, Ordering::Relaxed);
                             tracing::debug!(trigger = %s.name, shard = self.shard, "batch failed at {}: {error}", mine[start + i].cell.key);

@@ -16,6 +16,7 @@
 //! - [`shards`]: shard ranges such as `"0-31"`;
 //! - [`locate`]: finds the line of a key in the source text, so that errors
 //!   found after parsing still point at the right place;
+//! - [`urls`]: database URLs redacted for messages, their server, TLS;
 //! - [`validate`]: the checks that need more than one key at a time.
 //!
 //! # Example
@@ -43,6 +44,7 @@ pub mod layout;
 pub mod locate;
 pub mod model;
 pub mod shards;
+pub mod urls;
 mod validate;
 
 use std::path::{Path, PathBuf};

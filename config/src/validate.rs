@@ -3,6 +3,7 @@
 
 use crate::layout::{valid_sql_identifier, ColumnKind, Layout};
 use crate::model::Config;
+use crate::urls::redact;
 
 /// One thing wrong with a parsed configuration, before it is given a line.
 #[derive(Debug)]
@@ -99,6 +100,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
             }
         }
     }
+    distinct_nodes(config)?;
     // No overlaps, so the ranges cover everything iff their sizes add up;
     // find the first uncovered shard to say where the gap is.
     let covered: u64 = config.clusters.iter().map(|c| c.shards.len() as u64).sum();
@@ -537,24 +539,57 @@ fn valid_column_name(name: &str) -> bool {
 
 /// The legacy database URL must be `postgres://` or `postgresql://` with a
 /// host and a database.
-fn check_postgres_url(text: &str) -> Result<(), String> {
-    let url = url::Url::parse(text).map_err(|e| format!("{text:?} is not a valid URL: {e}"))?;
-    if !matches!(url.scheme(), "postgres" | "postgresql") {
-        return Err(format!(
-            "{text:?} must start with postgres:// or postgresql://, not {}://",
-            url.scheme()
-        ));
-    }
-    if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{text:?} names no host"));
-    }
-    if url.path().len() <= 1 {
-        return Err(format!("{text:?} names no database: add /DATABASE"));
+/// Every node serves one role in one cluster: a server named twice (as the
+/// master of two clusters, as its own minion, as a minion of two) would
+/// take one cluster's writes as the other's replication, or count one
+/// host as two copies of an acknowledged write.
+fn distinct_nodes(config: &Config) -> Result<(), Problem> {
+    let mut seen: Vec<((String, u16), String)> = Vec::new();
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        let nodes = std::iter::once((format!("cluster[{i}].master"), &cluster.master)).chain(
+            cluster
+                .minions
+                .iter()
+                .enumerate()
+                .map(|(k, m)| (format!("cluster[{i}].minions[{k}]"), m)),
+        );
+        for (key, url) in nodes {
+            let Some(server) = crate::urls::server(url, 3306) else {
+                continue;
+            };
+            if let Some((_, first)) = seen.iter().find(|(s, _)| *s == server) {
+                return Err(problem(
+                    key,
+                    format!(
+                        "{} is the server of {first} too: each node is one master or one minion of one cluster",
+                        redact(url)
+                    ),
+                ));
+            }
+            seen.push((server, key));
+        }
     }
     Ok(())
 }
 
-/// `value` of `key` must lie in `low..=high`.
+fn check_postgres_url(text: &str) -> Result<(), String> {
+    let shown = redact(text);
+    let url = url::Url::parse(text).map_err(|e| format!("{shown} is not a valid URL: {e}"))?;
+    if !matches!(url.scheme(), "postgres" | "postgresql") {
+        return Err(format!(
+            "{shown} must start with postgres:// or postgresql://, not {}://",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{shown} names no host"));
+    }
+    if url.path().len() <= 1 {
+        return Err(format!("{shown} names no database: add /DATABASE"));
+    }
+    crate::urls::check_tls(text)
+}
+
 fn validate_verify(verify: &crate::Verify) -> Result<(), Problem> {
     in_share("verify.sample_rate", verify.sample_rate)?;
     in_range(
@@ -626,6 +661,7 @@ fn in_share(key: &str, value: f64) -> Result<(), Problem> {
     Ok(())
 }
 
+/// `value` of `key` must lie in `low..=high`.
 fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
     if value < low || value > high {
         return Err(problem(
@@ -653,21 +689,22 @@ fn valid_cluster_name(name: &str) -> bool {
 
 /// A storage node URL must be `mysql://` or `mariadb://` with a host.
 fn check_url(text: &str) -> Result<(), String> {
-    let url = url::Url::parse(text).map_err(|e| format!("{text:?} is not a valid URL: {e}"))?;
+    let shown = redact(text);
+    let url = url::Url::parse(text).map_err(|e| format!("{shown} is not a valid URL: {e}"))?;
     if !matches!(url.scheme(), "mysql" | "mariadb") {
         return Err(format!(
-            "{text:?} must start with mysql:// or mariadb://, not {}://",
+            "{shown} must start with mysql:// or mariadb://, not {}://",
             url.scheme()
         ));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{text:?} names no host"));
+        return Err(format!("{shown} names no host"));
     }
     if url.path().len() > 1 {
         return Err(format!(
-            "{text:?} names a database ({}); shard databases are chosen by the store, leave the path empty",
+            "{shown} names a database ({}); shard databases are chosen by the store, leave the path empty",
             url.path()
         ));
     }
-    Ok(())
+    crate::urls::check_tls(text)
 }

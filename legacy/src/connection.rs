@@ -29,7 +29,7 @@ pub fn layout_config(config: &config::Config) -> Result<&config::Layout, Error> 
 /// Connection options for `url` with the toolkit's session settings.
 pub fn options(url: &str, statement_timeout_ms: u64) -> Result<PgConnectOptions, Error> {
     let options = PgConnectOptions::from_str(url)
-        .map_err(|e| Error::Config(format!("legacy.url {url:?}: {e}")))?;
+        .map_err(|e| Error::Config(format!("legacy.url {}: {e}", config::urls::redact(url))))?;
     let timeout = statement_timeout_ms.to_string();
     Ok(options.application_name("mezzanine").options([
         ("TimeZone", "UTC"),

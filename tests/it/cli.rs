@@ -273,3 +273,82 @@ fn buffer_status_fails_when_a_master_does_not_answer() {
         text(&out.stderr)
     );
 }
+
+/// No error shows a password, however the URL spells it; a server named
+/// twice in the topology is refused.
+#[test]
+fn config_errors_never_show_passwords_and_one_server_is_one_node() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/examples/local.toml"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = mezzanine(&["config", "check", path.to_str().unwrap()]);
+        (out.status.code(), text_of(&out))
+    };
+    let leaks = [
+        (
+            "master.toml",
+            "\"mysql://root@127.0.0.1:33061\"",
+            "\"mysql://root:p@ss@127.0.0.1:33061/db\"",
+        ),
+        (
+            "minion.toml",
+            "\"mysql://root@127.0.0.1:33062\"",
+            "\"mysql://root:p@ss@127.0.0.1:33062?ssl-mode=SOMETIMES\"",
+        ),
+        (
+            "legacy.toml",
+            "\"postgres://postgres@127.0.0.1:55432/trips\"",
+            "\"postgres://app:p@ss@127.0.0.1:55432/trips?sslmode=bogus\"",
+        ),
+        (
+            "plain.toml",
+            "\"postgres://postgres@127.0.0.1:55432/trips\"",
+            "\"postgres://app:p@ss@127.0.0.1:55432\"",
+        ),
+    ];
+    for (name, from, to) in leaks {
+        assert!(example.contains(from), "{from}");
+        let (code, out) = check(name, example.replace(from, to));
+        assert_eq!(code, Some(2), "{name}: {out}");
+        assert!(out.contains("app:***@") || out.contains("root:***@"), "{name}: {out}");
+        assert!(!out.contains("p@ss") && !out.contains("ss@127"), "{name}: {out}");
+    }
+
+    for (name, from, to, key) in [
+        (
+            "two-masters.toml",
+            "\"mysql://root@127.0.0.1:33071\"",
+            "\"mysql://other@localhost:33061\"",
+            "cluster[1].master",
+        ),
+        (
+            "own-minion.toml",
+            "\"mysql://root@127.0.0.1:33062\"",
+            "\"mysql://root@127.0.0.1:33061\"",
+            "cluster[0].minions[0]",
+        ),
+        (
+            "shared-minion.toml",
+            "\"mysql://root@127.0.0.1:33072\"",
+            "\"mysql://root@127.0.0.1:33063\"",
+            "cluster[1].minions[0]",
+        ),
+    ] {
+        let (code, out) = check(name, example.replace(from, to));
+        assert_eq!(code, Some(2), "{name}: {out}");
+        assert!(
+            out.contains(key) && out.contains("is the server of cluster["),
+            "{name}: {out}"
+        );
+    }
+}
+
+fn text_of(out: &Output) -> String {
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}

@@ -164,6 +164,34 @@ pub struct PromoteReport {
     pub recorded_on: Vec<String>,
 }
 
+/// Points `node` at `source`, on a connection of its own that never logs
+/// its statements: `CHANGE MASTER TO` carries the password, and sqlx logs
+/// statement text at debug level.
+async fn repoint(node: &Node, source: &Source) -> Result<()> {
+    use sqlx::{ConnectOptions, Connection};
+    let options = (*node.pool.connect_options())
+        .clone()
+        .disable_statement_logging();
+    let call = async {
+        let mut conn = options.connect().await?;
+        let done = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "STOP SLAVE; {}; START SLAVE",
+            source.change_master()
+        )))
+        .execute(&mut conn)
+        .await;
+        let _ = conn.close().await;
+        done.map(|_| ())
+    };
+    match tokio::time::timeout(node.request_timeout, call).await {
+        Ok(result) => result.map_err(|e| node.error(e)),
+        Err(_) => Err(Error::Timeout {
+            node: node.label.clone(),
+            after: node.request_timeout,
+        }),
+    }
+}
+
 /// Where a node's server is, for `CHANGE MASTER TO`.
 struct Source {
     host: String,
@@ -176,17 +204,14 @@ impl Source {
     fn of(url: &str) -> Result<Source> {
         let parsed = url::Url::parse(url)
             .map_err(|e| Error::Schema(format!("{}: not a URL: {e}", redact(url))))?;
-        let decode = |s: &str| {
-            url::form_urlencoded::parse(format!("x={s}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or_default()
-        };
+        // Percent-decoded as the driver decodes the same URL: a `+` is a
+        // plus sign, not a space (form encoding would make it one).
+        let (user, password) = config::urls::credentials(&parsed);
         Ok(Source {
             host: parsed.host_str().unwrap_or("127.0.0.1").to_string(),
             port: parsed.port().unwrap_or(3306),
-            user: decode(parsed.username()),
-            password: decode(parsed.password().unwrap_or("")),
+            user,
+            password,
         })
     }
 
@@ -375,13 +400,7 @@ pub async fn promote(
         .await?;
     let mut repointed = Vec::new();
     for other in reachable {
-        match other
-            .execute(format!(
-                "STOP SLAVE; {}; START SLAVE",
-                source.change_master()
-            ))
-            .await
-        {
+        match repoint(&other, &source).await {
             Ok(()) => repointed.push(other.label.clone()),
             Err(e) => {
                 tracing::warn!(node = %other.label, "could not re-point: {e}");
@@ -473,5 +492,8 @@ mod tests {
         assert_eq!(s.password, "it's");
         assert!(s.change_master().contains("MASTER_PASSWORD='it\\'s'"));
         assert!(s.change_master().contains("MASTER_USE_GTID=slave_pos"));
+        // Percent-decoded as the driver does: `+` is a plus, not a space.
+        let s = Source::of("mysql://re+pl:a+b%2B@127.0.0.1:33062").unwrap();
+        assert_eq!((s.user.as_str(), s.password.as_str()), ("re+pl", "a+b+"));
     }
 }

@@ -32,6 +32,9 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
                     c.clusters.len(),
                     minions
                 );
+                for warning in plain_text_warnings(&c) {
+                    eprintln!("{}: warning: {warning}", file.display());
+                }
             }
             Err(e) => {
                 eprintln!("{e}");
@@ -47,4 +50,34 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// A warning for each server off this machine that the config reaches in
+/// plain text (no TLS mode that refuses it: `prefer` falls back silently).
+pub(crate) fn plain_text_warnings(config: &config::Config) -> Vec<String> {
+    use config::urls::{is_loopback, redact, requires_tls};
+    let mut urls: Vec<(String, &str)> = Vec::new();
+    for (i, cluster) in config.clusters.iter().enumerate() {
+        urls.push((format!("cluster[{i}].master"), &cluster.master));
+        for (k, minion) in cluster.minions.iter().enumerate() {
+            urls.push((format!("cluster[{i}].minions[{k}]"), minion));
+        }
+    }
+    if let Some(legacy) = &config.legacy {
+        urls.push(("legacy.url".into(), &legacy.url));
+    }
+    urls.into_iter()
+        .filter(|(_, url)| !is_loopback(url) && !requires_tls(url))
+        .map(|(key, url)| {
+            let hint = if url.starts_with("postgres") {
+                "sslmode=verify-full&sslrootcert=CA.pem"
+            } else {
+                "ssl-mode=VERIFY_IDENTITY&ssl-ca=CA.pem"
+            };
+            format!(
+                "{key} ({}) is not on this machine and is reached in plain text: add ?{hint}",
+                redact(url)
+            )
+        })
+        .collect()
 }

@@ -290,6 +290,19 @@ impl DevCluster {
         Ok(())
     }
 
+    /// Turns TLS on for every server: each gets `cert` and `key` (PEM, a
+    /// certificate for 127.0.0.1 signed by `ca`) and is restarted with
+    /// them. Plain connections still work; clients choose with
+    /// `sslmode` / `ssl-mode`.
+    pub async fn enable_tls(&self, cert: &str, key: &str, ca: &str) -> Result<(), Error> {
+        for node in &self.nodes {
+            node.install_tls(cert, key, ca)?;
+            node.stop().await?;
+            self.start(&node.spec.name).await?;
+        }
+        Ok(())
+    }
+
     /// Records that `node` is now the master of `cluster` (after
     /// `mezzanine cluster promote` re-pointed replication): later starts
     /// give every node its new role, so the old master comes back as a

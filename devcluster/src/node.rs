@@ -74,6 +74,41 @@ impl Node {
         }
     }
 
+    /// Where the server's TLS certificate, key and CA are, when it has
+    /// them: `server.crt`, `server.key`, `ca.crt` (see
+    /// [`crate::DevCluster::enable_tls`]). Inside the data folder, which
+    /// PostgreSQL's user can reach.
+    pub fn tls_dir(&self) -> PathBuf {
+        self.data_dir().join("tls")
+    }
+
+    /// Whether the server starts with TLS.
+    pub fn has_tls(&self) -> bool {
+        self.tls_dir().join("server.crt").is_file()
+    }
+
+    /// Gives the server a certificate (PEM) signed by `ca`, used from its
+    /// next start on.
+    pub(crate) fn install_tls(&self, cert: &str, key: &str, ca: &str) -> Result<(), Error> {
+        let dir = self.tls_dir();
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        for (name, text) in [("server.crt", cert), ("server.key", key), ("ca.crt", ca)] {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| Error::io(format!("writing {}", path.display()), e))?;
+            // PostgreSQL refuses a key others can read.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| Error::io(format!("protecting {}", path.display()), e))?;
+        }
+        if self.spec.role == Role::Postgres && running_as_root() {
+            let (uid, gid) = postgres_user()?;
+            chown_tree(&dir, uid, gid)?;
+        }
+        Ok(())
+    }
+
     fn pid_file(&self) -> PathBuf {
         match self.spec.role {
             Role::Postgres => self.dir.join("postmaster.pid"),
@@ -266,6 +301,19 @@ impl Node {
                     "-c",
                     "max_wal_senders=16",
                 ]);
+                if self.has_tls() {
+                    let tls = self.tls_dir();
+                    command
+                        .args(["-c", "ssl=on", "-c"])
+                        .arg(format!(
+                            "ssl_cert_file={}",
+                            tls.join("server.crt").display()
+                        ))
+                        .arg("-c")
+                        .arg(format!("ssl_key_file={}", tls.join("server.key").display()))
+                        .arg("-c")
+                        .arg(format!("ssl_ca_file={}", tls.join("ca.crt").display()));
+                }
                 as_postgres_user(&mut command, &data)?;
                 Ok(command)
             }
@@ -308,6 +356,14 @@ impl Node {
                 ]);
                 if matches!(role, Role::Minion { .. }) {
                     command.args(["--read-only=1", "--slave-parallel-threads=4"]);
+                }
+                if self.has_tls() {
+                    let tls = self.tls_dir();
+                    command.args([
+                        format!("--ssl-cert={}", tls.join("server.crt").display()),
+                        format!("--ssl-key={}", tls.join("server.key").display()),
+                        format!("--ssl-ca={}", tls.join("ca.crt").display()),
+                    ]);
                 }
                 Ok(command)
             }

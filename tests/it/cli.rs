@@ -316,8 +316,14 @@ fn config_errors_never_show_passwords_and_one_server_is_one_node() {
         assert!(example.contains(from), "{from}");
         let (code, out) = check(name, example.replace(from, to));
         assert_eq!(code, Some(2), "{name}: {out}");
-        assert!(out.contains("app:***@") || out.contains("root:***@"), "{name}: {out}");
-        assert!(!out.contains("p@ss") && !out.contains("ss@127"), "{name}: {out}");
+        assert!(
+            out.contains("app:***@") || out.contains("root:***@"),
+            "{name}: {out}"
+        );
+        assert!(
+            !out.contains("p@ss") && !out.contains("ss@127"),
+            "{name}: {out}"
+        );
     }
 
     for (name, from, to, key) in [
@@ -351,4 +357,32 @@ fn config_errors_never_show_passwords_and_one_server_is_one_node() {
 
 fn text_of(out: &Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+/// `config check` warns of a server off this machine reached in plain
+/// text, and not of one whose URL requires TLS.
+#[test]
+fn config_check_warns_of_plain_text_to_other_hosts() {
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/examples/local.toml"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("remote.toml");
+    let remote = example
+        .replace("root@127.0.0.1:33061", "root:pw@db1.example:3306")
+        .replace(
+            "postgres@127.0.0.1:55432/trips\"",
+            "postgres@pg.example:5432/trips?sslmode=verify-full\"",
+        );
+    std::fs::write(&path, remote).unwrap();
+    let out = mezzanine(&["config", "check", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text_of(&out));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("warning: cluster[0].master (mysql://root:***@db1.example:3306) is not on this machine and is reached in plain text"),
+        "{err}"
+    );
+    assert_eq!(err.matches("warning:").count(), 1, "{err}");
 }

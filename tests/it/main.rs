@@ -50,6 +50,8 @@
 //!   write with buffered writes (promotion, reconciler), and how many
 //!   without; a frozen master's breaker and read failover; a minion down;
 //!   a reconciler killed mid-replay;
+//! - [`tls`]: verify-full TLS to PostgreSQL and MariaDB, a wrong CA
+//!   refused;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
@@ -71,5 +73,6 @@ mod mode;
 mod model;
 mod schema;
 mod servers;
+mod tls;
 mod triggers;
 mod verify;

@@ -1,0 +1,125 @@
+//! Encrypted connections: both drivers are built with rustls, and the
+//! toolkit reaches PostgreSQL and MariaDB with verify-full, through a CA
+//! the test makes, on a private dev cluster whose servers have TLS on.
+
+use devcluster::{DevCluster, Spec};
+use schemaless::mysql::schema;
+use schemaless::{CellStore, MySqlStore, ReadFrom};
+use serde_json::json;
+use sqlx::{Connection, Row};
+
+use crate::harness::{cell, column, row};
+
+/// (CA certificate, server certificate for 127.0.0.1 and localhost, its
+/// key), in PEM.
+fn certificates() -> (String, String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "mezzanine test CA");
+    ca.key_usages = vec![
+        rcgen::KeyUsagePurpose::KeyCertSign,
+        rcgen::KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut server =
+        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()]).unwrap();
+    server
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "127.0.0.1");
+    server.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = server.signed_by(&key, &issuer).unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_reaches_both_servers_and_a_wrong_ca_is_refused() {
+    let cluster = DevCluster::private(Spec::free_ports(&["t"], 1).unwrap())
+        .await
+        .unwrap();
+    let (ca, cert, key) = certificates();
+    cluster.enable_tls(&cert, &key, &ca).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let (other_ca, _, _) = certificates();
+    let other_ca_file = dir.path().join("other-ca.crt");
+    std::fs::write(&other_ca_file, &other_ca).unwrap();
+    let (ca_file, other_ca_file) = (
+        ca_file.to_str().unwrap().to_string(),
+        other_ca_file.to_str().unwrap().to_string(),
+    );
+
+    // PostgreSQL: the session is encrypted, verified against the CA.
+    let pg = |ca: &str| {
+        format!(
+            "{}?sslmode=verify-full&sslrootcert={ca}",
+            cluster.postgres_url("postgres")
+        )
+    };
+    let mut conn = sqlx::PgConnection::connect(&pg(&ca_file)).await.unwrap();
+    let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(ssl, "the PostgreSQL session is not encrypted");
+    conn.close().await.unwrap();
+    let refused = sqlx::PgConnection::connect(&pg(&other_ca_file)).await;
+    assert!(refused.is_err(), "a certificate of another CA was accepted");
+
+    // MariaDB likewise.
+    let master = cluster.mysql_url("t-master").unwrap();
+    let my = |ca: &str| format!("{master}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca}");
+    let mut conn = sqlx::MySqlConnection::connect(&my(&ca_file)).await.unwrap();
+    let cipher: String = sqlx::query("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .try_get::<String, _>(1)
+        .unwrap();
+    assert!(!cipher.is_empty(), "the MariaDB session is not encrypted");
+    conn.close().await.unwrap();
+    let refused = sqlx::MySqlConnection::connect(&my(&other_ca_file)).await;
+    assert!(refused.is_err(), "a certificate of another CA was accepted");
+
+    // The store through a config whose URLs ask for TLS: written, read
+    // back from the master and the minion, and the config is valid.
+    let minion = cluster.mysql_url("t-minion1").unwrap();
+    let text = format!(
+        "[instance]\nname = \"tls\"\nshard_count = 2\n\n[[cluster]]\nname = \"t\"\n\
+         master = \"{}\"\nminions = [\"{minion}?ssl-mode=VERIFY_IDENTITY&ssl-ca={ca_file}\"]\n\
+         shards = \"0-1\"\n\n[legacy]\nurl = \"{}\"\n",
+        my(&ca_file),
+        pg(&ca_file)
+    );
+    let config = config::Config::parse(&text, "tls.toml").unwrap();
+    let topology = schemaless::mysql::Topology::from_config(&config).unwrap();
+    schema::apply(&topology).await.unwrap();
+    topology.close().await;
+    let store = MySqlStore::connect(&config).unwrap();
+    store
+        .put_cells(vec![cell(7, "BASE", 1, json!({"secret": "over TLS"}))])
+        .await
+        .unwrap();
+    cluster
+        .wait_all_caught_up(std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    for from in [ReadFrom::Master, ReadFrom::Minion] {
+        let got = store
+            .get_cell_latest(&row(7), &column("BASE"), from)
+            .await
+            .unwrap()
+            .expect("the cell");
+        assert_eq!(got.cell.body.fields()["secret"], json!("over TLS"));
+    }
+    let legacy = legacy::connection::pool(config.legacy.as_ref().unwrap()).unwrap();
+    let ssl: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(&legacy)
+        .await
+        .unwrap();
+    assert!(ssl, "the legacy pool is not encrypted");
+}

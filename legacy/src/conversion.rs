@@ -8,14 +8,15 @@
 //! |---|---|
 //! | `smallint`, `integer`, `bigint` | number (integer) |
 //! | `numeric` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`) |
-//! | `real`, `double precision` | number; `"NaN"`, `"Infinity"`, `"-Infinity"` as strings |
+//! | `real`, `double precision` | number, the shortest text of the float (`-0.0` kept); `"NaN"`, `"Infinity"`, `"-Infinity"` as strings. A number written whose value the type cannot hold exactly (`0.30000000000000001` is `0.3`, but `12.345678901234567890123` is not a double) is refused, naming the value it would become |
 //! | `text`, `varchar` | string |
 //! | `boolean` | `true` / `false` |
 //! | `uuid` | string, lowercase with hyphens |
 //! | `timestamptz` | string, UTC, microseconds: `"2015-03-08T07:30:00.000000Z"` |
 //! | `timestamp` | the same without `Z` |
 //! | `date` | `"2015-03-08"` |
-//! | `json`, `jsonb` | the JSON value as is |
+//! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
+//! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //!
@@ -25,7 +26,7 @@
 //! once canonical. A `json`/`jsonb` value that is itself JSON `null` reads
 //! the same as SQL NULL (there is one `null`).
 //!
-//! Values are read as text (`col::text`, timestamps as epoch microseconds,
+//! Values are read as text (`col::text`, timestamps as microseconds since 1970,
 //! arrays through `array_to_json`), which PostgreSQL produces the same way
 //! whatever the session's time zone or date style, and written as text
 //! cast to the column's exact type.
@@ -62,8 +63,10 @@ pub enum Conversion {
     Timestamp,
     /// `date`
     Date,
-    /// `json` and `jsonb`
+    /// `json`: kept as text by PostgreSQL.
     Json,
+    /// `jsonb`: numbers kept as `numeric`.
+    Jsonb,
     /// `text[]`, `varchar[]`
     TextArray,
     /// `smallint[]`
@@ -94,7 +97,8 @@ impl Conversion {
             "timestamptz" => Conversion::Timestamptz,
             "timestamp" => Conversion::Timestamp,
             "date" => Conversion::Date,
-            "json" | "jsonb" => Conversion::Json,
+            "json" => Conversion::Json,
+            "jsonb" => Conversion::Jsonb,
             "_text" | "_varchar" => Conversion::TextArray,
             "_int2" => Conversion::Int2Array,
             "_int4" => Conversion::Int4Array,
@@ -107,9 +111,18 @@ impl Conversion {
     /// qualified) as the text [`Conversion::render`] takes.
     pub fn read_expr(&self, column: &str) -> String {
         match self {
-            Conversion::Timestamptz | Conversion::Timestamp => format!(
-                "CASE WHEN isfinite({column}) THEN (extract(epoch FROM {column}) * 1000000)::int8::text ELSE {column}::text END"
-            ),
+            // Microseconds since 1970 as whole days plus the time of day:
+            // `extract(epoch …)` rounds near the end of the range (year
+            // 294276 reads a microsecond late), days and times are exact.
+            Conversion::Timestamptz | Conversion::Timestamp => {
+                let utc = match self {
+                    Conversion::Timestamptz => format!("({column} AT TIME ZONE 'UTC')"),
+                    _ => column.to_string(),
+                };
+                format!(
+                    "CASE WHEN isfinite({column}) THEN (({utc}::date - DATE '1970-01-01')::numeric * 86400000000                      + extract(epoch FROM {utc}::time) * 1000000)::numeric(40,0)::text ELSE {column}::text END"
+                )
+            }
             Conversion::TextArray
             | Conversion::Int2Array
             | Conversion::Int4Array
@@ -152,13 +165,13 @@ impl Conversion {
                 .map(|u| Value::String(u.hyphenated().to_string()))
                 .map_err(|e| format!("{text:?} is not a UUID: {e}")),
             Conversion::Timestamptz | Conversion::Timestamp => {
-                let micros: i64 = text.parse().map_err(|_| {
+                let micros: i128 = text.parse().map_err(|_| {
                     format!("{text:?} cannot be a cell value: only finite timestamps are")
                 })?;
                 time::format_timestamp(micros, *self == Conversion::Timestamptz).map(Value::String)
             }
             Conversion::Date => time::canonical_date(text).map(Value::String),
-            Conversion::Json => {
+            Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
             Conversion::TextArray
@@ -197,12 +210,12 @@ impl Conversion {
                 let narrowed = widen(x as f32);
                 if x.is_finite() && narrowed != x {
                     return Err(format!(
-                        "{x} is not exactly representable as a real (it would be stored as {narrowed})"
+                        "{value} is not exactly representable as a real (it would be stored as {narrowed})"
                     ));
                 }
-                float_value(narrowed)
+                exactly(value, float_value(narrowed), "a real")?
             }
-            Conversion::Float8 => float_value(float_input(value)?),
+            Conversion::Float8 => exactly(value, float_value(float_input(value)?), "a double")?,
             Conversion::Text => {
                 let s = value.as_str().ok_or_else(|| expected("a string", value))?;
                 if s.contains('\0') {
@@ -239,6 +252,11 @@ impl Conversion {
             }
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));
+            }
+            Conversion::Jsonb => {
+                let canonical = jsonb_numbers(value)?;
+                let text = canonical.to_string();
+                return Ok((canonical, Some(text)));
             }
             Conversion::TextArray => {
                 let items = array(value)?;
@@ -279,6 +297,10 @@ impl Conversion {
     /// The text PostgreSQL casts into the column, from a canonical value.
     fn param(&self, canonical: &Value) -> String {
         match (self, canonical) {
+            (
+                Conversion::Date | Conversion::Timestamp | Conversion::Timestamptz,
+                Value::String(s),
+            ) => time::postgres_text(s),
             (_, Value::String(s)) => s.clone(),
             (
                 Conversion::TextArray
@@ -335,8 +357,50 @@ fn float_input(value: &Value) -> Result<f64, String> {
     }
 }
 
+/// `stored` if it is the number `written` means, to the last digit (`1.50`
+/// is `1.5`); else the refusal that names what the value would become.
+fn exactly(written: &Value, stored: Value, kind: &str) -> Result<Value, String> {
+    if let (Value::Number(w), Value::Number(s)) = (written, &stored) {
+        let same = matches!(
+            (canonical_decimal(w.as_str()), canonical_decimal(s.as_str())),
+            (Ok(a), Ok(b)) if a == b
+        );
+        if !same {
+            return Err(format!(
+                "{w} is not exactly representable as {kind} (it would be stored as {s})"
+            ));
+        }
+    }
+    Ok(stored)
+}
+
+/// A JSON value with every number in the text `numeric` gives it, which
+/// is what a `jsonb` column reads back: the value written and the value
+/// read are then one value, digit for digit.
+fn jsonb_numbers(value: &Value) -> Result<Value, String> {
+    Ok(match value {
+        Value::Number(n) => {
+            let text = schemaless::decimal::numeric_text(n.as_str())?;
+            Value::Number(
+                schemaless::codec::pack::exact_number(&text)
+                    .ok_or_else(|| format!("{n} cannot be kept as a JSON number"))?,
+            )
+        }
+        Value::Array(items) => {
+            Value::Array(items.iter().map(jsonb_numbers).collect::<Result<_, _>>()?)
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), jsonb_numbers(v)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
 /// A float as JSON: a number when finite (always the float kind, so `1`
-/// and `1.0` are one value), else its name as a string.
+/// and `1.0` are one value; `-0.0` stays negative, as PostgreSQL keeps it),
+/// else its name as a string.
 fn float_value(x: f64) -> Value {
     if x.is_nan() {
         Value::String("NaN".into())
@@ -345,8 +409,6 @@ fn float_value(x: f64) -> Value {
     } else if x == f64::NEG_INFINITY {
         Value::String("-Infinity".into())
     } else {
-        // -0.0 and 0.0 are one value.
-        let x = if x == 0.0 { 0.0 } else { x };
         Value::Number(Number::from_f64(x).expect("a finite float"))
     }
 }
@@ -405,6 +467,71 @@ mod tests {
     }
 
     #[test]
+    fn json_numbers_are_exact_in_postgresql_form() {
+        let written: Value = serde_json::from_str(
+            r#"{"big": 98765432109876543210987654321, "tiny": 0.1000000000000000055511151231257827,
+                "x": [12.345678901234567890123, 1.50, 1e5, -0.0, {"deep": 2.5e-3}]}"#,
+        )
+        .unwrap();
+        let (canonical, param) = Conversion::Jsonb.accept(&written).unwrap();
+        let back: Value = serde_json::from_str(&param.unwrap()).unwrap();
+        assert_eq!(back, canonical);
+        let n = |v: &Value| v.as_number().unwrap().as_str().to_string();
+        assert_eq!(n(&canonical["big"]), "98765432109876543210987654321");
+        assert_eq!(
+            n(&canonical["tiny"]),
+            "0.1000000000000000055511151231257827"
+        );
+        assert_eq!(n(&canonical["x"][0]), "12.345678901234567890123");
+        assert_eq!(n(&canonical["x"][1]), "1.50");
+        assert_eq!(n(&canonical["x"][2]), "100000");
+        assert_eq!(n(&canonical["x"][3]), "0.0");
+        assert_eq!(n(&canonical["x"][4]["deep"]), "0.0025");
+        // What PostgreSQL reads back is kept as read.
+        let read = Conversion::Jsonb
+            .render(Some(r#"{"big": 98765432109876543210987654321}"#))
+            .unwrap();
+        assert_eq!(n(&read["big"]), "98765432109876543210987654321");
+        assert!(Conversion::Jsonb
+            .accept(&serde_json::from_str(r#"{"a": 1e5000}"#).unwrap())
+            .is_err());
+        // `json` keeps the text: what is written is what reads back.
+        let (kept, _) = Conversion::Json.accept(&written).unwrap();
+        assert_eq!(kept, written);
+    }
+
+    #[test]
+    fn floats_are_exact_or_refused() {
+        let number = |t: &str| -> Value { serde_json::from_str(t).unwrap() };
+        for ok in [
+            "0.1",
+            "1.50",
+            "12.5",
+            "1e300",
+            "-0.0",
+            "0.30000000000000004",
+        ] {
+            let (v, _) = Conversion::Float8.accept(&number(ok)).unwrap();
+            assert_eq!(
+                canonical_decimal(v.as_number().unwrap().as_str()).unwrap(),
+                canonical_decimal(ok).unwrap()
+            );
+        }
+        let err = Conversion::Float8
+            .accept(&number("12.345678901234567890123"))
+            .unwrap_err();
+        assert!(
+            err.contains("would be stored as 12.345678901234567"),
+            "{err}"
+        );
+        assert!(Conversion::Float8
+            .accept(&number("98765432109876543210987654321"))
+            .is_err());
+        assert!(Conversion::Float4.accept(&number("0.1")).is_ok());
+        assert!(Conversion::Float4.accept(&number("16777217")).is_err());
+    }
+
+    #[test]
     fn floats_read_as_written() {
         let (v, p) = Conversion::Float4.accept(&json!(1.1)).unwrap();
         assert_eq!(v, json!(1.1));
@@ -413,7 +540,8 @@ mod tests {
         // An integral JSON number and its float are one value.
         let (one, _) = Conversion::Float8.accept(&json!(1)).unwrap();
         assert_eq!(one, Conversion::Float8.render(Some("1")).unwrap());
-        assert_eq!(Conversion::Float8.render(Some("-0")).unwrap(), json!(0.0));
+        assert_eq!(Conversion::Float8.render(Some("-0")).unwrap(), json!(-0.0));
+        assert_ne!(json!(-0.0), json!(0.0), "-0 is kept, digit for digit");
         assert_eq!(
             Conversion::Float8.render(Some("NaN")).unwrap(),
             json!("NaN")

@@ -2,8 +2,12 @@
 //!
 //! A `timestamptz` is the instant in UTC with exactly six fraction digits:
 //! `2015-03-08T07:30:00.000000Z`. A `timestamp` (without time zone) is the
-//! same without the `Z`. A `date` is `2015-03-08`. Years 0001–9999 only:
-//! the canonical text then sorts like the time it names.
+//! same without the `Z`. A `date` is `2015-03-08`. Years 0001–9999 are
+//! four digits, and the text sorts like the time it names. PostgreSQL's
+//! whole range is kept too, as ISO 8601 expanded years: `+294276-12-31…`
+//! after 9999 and astronomical years before year 1 (`0000` is 1 BC,
+//! `-4712` is 4713 BC); those texts do not sort with the others (an index
+//! on such a field as a string orders them apart).
 //!
 //! Input may carry any UTC offset (`+05:30`, `-0800`, `Z`), a space instead
 //! of the `T`, and 0–9 fraction digits; digits below the microsecond must
@@ -84,41 +88,114 @@ impl Scanner<'_> {
     }
 }
 
+/// The years PostgreSQL's `date` holds (4713 BC to 5874897 AD).
+const DATE_YEARS: std::ops::RangeInclusive<i64> = -4712..=5_874_897;
+/// The years its `timestamp` and `timestamptz` hold.
+const TIMESTAMP_YEARS: std::ops::RangeInclusive<i64> = -4712..=294_276;
+
 fn parse_date_part(s: &mut Scanner) -> Result<(i64, u32, u32), String> {
-    let year = s.digits(4, "the year")?;
+    // `YYYY`, or a signed expanded year of 4 digits or more.
+    let sign = match s.peek() {
+        Some(b'-') => {
+            s.at += 1;
+            Some(-1)
+        }
+        Some(b'+') => {
+            s.at += 1;
+            Some(1)
+        }
+        _ => None,
+    };
+    let start = s.at;
+    while s.peek().is_some_and(|b| b.is_ascii_digit()) && s.at - start < 8 {
+        s.at += 1;
+    }
+    let digits = &s.text[start..s.at];
+    if digits.len() < 4 {
+        return Err("expected 4 digits of the year".into());
+    }
+    let year: i64 = digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')) * sign.unwrap_or(1);
     s.expect(b'-')?;
     let month = s.digits(2, "the month")?;
     s.expect(b'-')?;
     let day = s.digits(2, "the day")?;
-    if year == 0 {
-        return Err("year 0000 does not exist; years 0001-9999 are accepted".into());
+    if !DATE_YEARS.contains(&year) {
+        return Err(format!(
+            "year {year} is outside PostgreSQL's range (-4712, i.e. 4713 BC, to 5874897)"
+        ));
     }
     if !(1..=12).contains(&month) {
         return Err(format!("month {month} does not exist"));
     }
-    if day == 0 || day > days_in_month(year.into(), month) {
+    if day == 0 || day > days_in_month(year, month) {
         return Err(format!("{year:04}-{month:02} has no day {day}"));
     }
-    Ok((year.into(), month, day))
+    Ok((year, month, day))
 }
 
-/// Checks a `YYYY-MM-DD` date and returns it unchanged.
+/// `YYYY-MM-DD`, with an expanded year outside 0000–9999.
+fn date_text(year: i64, month: u32, day: u32) -> String {
+    match year {
+        0..=9999 => format!("{year:04}-{month:02}-{day:02}"),
+        10_000.. => format!("+{year}-{month:02}-{day:02}"),
+        _ => format!("-{:04}-{month:02}-{day:02}", -year),
+    }
+}
+
+/// The text PostgreSQL takes for a canonical date or timestamp: the same,
+/// except that years before 1 are written as BC (`-4712-01-01` is
+/// `4713-01-01 BC`) and an expanded year loses its `+`.
+pub fn postgres_text(canonical: &str) -> String {
+    if let Some(rest) = canonical.strip_prefix('+') {
+        return rest.to_string();
+    }
+    let (negative, rest) = match canonical.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, canonical),
+    };
+    let Some((year, tail)) = rest.split_once('-') else {
+        return canonical.to_string();
+    };
+    let Ok(year) = year.parse::<i64>() else {
+        return canonical.to_string();
+    };
+    let year = if negative { -year } else { year };
+    if year > 0 {
+        return canonical.to_string();
+    }
+    // A timestamptz's `Z` goes before the era: `… 00:00:00Z BC`.
+    let tail = tail.replace('T', " ");
+    format!("{:04}-{tail} BC", 1 - year)
+}
+
+/// Checks a date and returns its canonical text: `YYYY-MM-DD` (an
+/// expanded year outside 0000–9999), from that form or PostgreSQL's
+/// `YYYY-MM-DD BC`.
 pub fn canonical_date(text: &str) -> Result<String, String> {
+    let (date, bc) = match text.strip_suffix(" BC") {
+        Some(date) => (date, true),
+        None => (text, false),
+    };
     let mut s = Scanner {
-        text: text.as_bytes(),
+        text: date.as_bytes(),
         at: 0,
     };
     let (year, month, day) = parse_date_part(&mut s).map_err(|e| format!("{text:?}: {e}"))?;
     if !s.done() {
         return Err(format!("{text:?} is not a date of the form YYYY-MM-DD"));
     }
-    Ok(format!("{year:04}-{month:02}-{day:02}"))
+    let year = match bc {
+        true if year >= 1 => 1 - year,
+        true => return Err(format!("{text:?}: a BC year starts at 1")),
+        false => year,
+    };
+    Ok(date_text(year, month, day))
 }
 
 /// Parses a timestamp to microseconds since the epoch (UTC). With
 /// `with_zone`, an offset (`Z`, `±HH:MM`, `±HHMM`, `±HH`) is required;
 /// without it, none is allowed and the time is taken as is.
-pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
+pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i128, String> {
     let fail = |e: String| {
         let form = if with_zone {
             "YYYY-MM-DDTHH:MM:SS[.ffffff]Z or ...+HH:MM"
@@ -132,6 +209,11 @@ pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
         at: 0,
     };
     let (year, month, day) = parse_date_part(&mut s).map_err(fail)?;
+    if !TIMESTAMP_YEARS.contains(&year) {
+        return Err(fail(format!(
+            "year {year} is outside the range of PostgreSQL's timestamps (-4712, i.e. 4713 BC, to 294276)"
+        )));
+    }
     match s.peek() {
         Some(b'T' | b't' | b' ') => s.at += 1,
         _ => return Err(fail("expected 'T' after the date".into())),
@@ -212,26 +294,31 @@ pub fn parse_timestamp(text: &str, with_zone: bool) -> Result<i64, String> {
     let seconds = days_from_civil(year, month, day) * SECONDS_PER_DAY
         + i64::from(hour * 3600 + minute * 60 + second)
         - offset_seconds;
-    let micros = seconds * MICROS_PER_SECOND + micros;
+    // Past year 294247 the microseconds since 1970 no longer fit an i64
+    // (PostgreSQL counts from 2000).
+    let micros = i128::from(seconds) * i128::from(MICROS_PER_SECOND) + i128::from(micros);
     // An offset can push a time just inside the range outside of it.
     format_timestamp(micros, with_zone).map_err(fail)?;
     Ok(micros)
 }
 
 /// The canonical text of an instant given in microseconds since the epoch.
-pub fn format_timestamp(micros: i64, with_zone: bool) -> Result<String, String> {
-    let seconds = micros.div_euclid(MICROS_PER_SECOND);
-    let fraction = micros.rem_euclid(MICROS_PER_SECOND);
+pub fn format_timestamp(micros: i128, with_zone: bool) -> Result<String, String> {
+    let per_second = i128::from(MICROS_PER_SECOND);
+    let seconds = i64::try_from(micros.div_euclid(per_second))
+        .map_err(|_| format!("{micros} microseconds is outside every calendar"))?;
+    let fraction = micros.rem_euclid(per_second);
     let days = seconds.div_euclid(SECONDS_PER_DAY);
     let of_day = seconds.rem_euclid(SECONDS_PER_DAY);
     let (year, month, day) = civil_from_days(days);
-    if !(1..=9999).contains(&year) {
+    if !TIMESTAMP_YEARS.contains(&year) {
         return Err(format!(
-            "year {year} is outside 0001-9999, the range of the canonical form"
+            "year {year} is outside the range of PostgreSQL's timestamps (-4712, i.e. 4713 BC, to 294276)"
         ));
     }
     Ok(format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{fraction:06}{}",
+        "{}T{:02}:{:02}:{:02}.{fraction:06}{}",
+        date_text(year, month, day),
         of_day / 3600,
         of_day % 3600 / 60,
         of_day % 60,
@@ -288,8 +375,9 @@ mod tests {
                 true,
                 "finer than a microsecond",
             ),
-            ("0000-01-01T00:00:00Z", true, "year 0000"),
-            ("9999-12-31T23:00:00-02:00", true, "outside 0001-9999"),
+            ("294276-12-31T23:00:00-02:00", true, "outside the range"),
+            ("-4713-01-01T00:00:00Z", true, "outside PostgreSQL's range"),
+            ("123-01-01T00:00:00Z", true, "4 digits of the year"),
             ("yesterday", true, "digits of the year"),
         ] {
             let err = parse_timestamp(text, zone).unwrap_err();
@@ -299,5 +387,35 @@ mod tests {
             .unwrap_err()
             .contains("month 13"));
         assert_eq!(canonical_date("2016-02-29").unwrap(), "2016-02-29");
+    }
+
+    #[test]
+    fn postgresql_s_whole_range_is_kept() {
+        for (pg, canonical) in [
+            ("5874897-12-31", "+5874897-12-31"),
+            ("4713-01-01 BC", "-4712-01-01"),
+            ("0001-01-01 BC", "0000-01-01"),
+            ("0001-01-01", "0001-01-01"),
+            ("10000-01-01", "+10000-01-01"),
+        ] {
+            assert_eq!(canonical_date(pg).unwrap(), canonical, "{pg}");
+            assert_eq!(canonical_date(canonical).unwrap(), canonical, "{canonical}");
+            assert_eq!(postgres_text(canonical), pg, "{canonical}");
+        }
+        let far = parse_timestamp("+294276-12-31T23:59:59.999999Z", true).unwrap();
+        assert_eq!(
+            format_timestamp(far, true).unwrap(),
+            "+294276-12-31T23:59:59.999999Z"
+        );
+        let early = parse_timestamp("-4712-01-01T00:00:00", false).unwrap();
+        let text = format_timestamp(early, false).unwrap();
+        assert_eq!(text, "-4712-01-01T00:00:00.000000");
+        assert_eq!(postgres_text(&text), "4713-01-01 00:00:00.000000 BC");
+        assert_eq!(
+            postgres_text("0000-03-01T12:00:00.000000Z"),
+            "0001-03-01 12:00:00.000000Z BC"
+        );
+        assert!(canonical_date("0000-01-01 BC").is_err());
+        assert!(canonical_date("5874898-01-01").is_err());
     }
 }

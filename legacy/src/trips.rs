@@ -234,7 +234,7 @@ fn escape(out: &mut String, text: &str) {
 }
 
 fn timestamp(micros: i64) -> String {
-    crate::time::format_timestamp(micros, true).expect("seed times are within 0001-9999")
+    crate::time::format_timestamp(micros.into(), true).expect("seed times are within 0001-9999")
 }
 
 fn cents(c: i64) -> String {
@@ -577,7 +577,8 @@ impl TripCells {
         let row_key =
             schemaless::RowKey::from(uuid::Builder::from_random_bytes(rng.random()).into_uuid());
         let requested = EPOCH_2014 + rng.random_range(0..400_000_000_000_000i64);
-        let at = crate::time::format_timestamp(requested, true).expect("a timestamp in range");
+        let at =
+            crate::time::format_timestamp(requested.into(), true).expect("a timestamp in range");
         let body = serde_json::json!({
             // 2000 drivers, so an index by driver has several trips each.
             "driver_uuid": uuid_of(7, 2, rng.random_range(0..2000)).to_string(),

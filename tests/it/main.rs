@@ -16,6 +16,9 @@
 //!   catch-up);
 //! - [`legacy_conversions`]: every SQL type through the layout, by every
 //!   read path and back;
+//! - [`exact_values`]: hard values (huge and tiny numbers, NaN, -0, far
+//!   dates, DST edges, control and combining characters) through both
+//!   stores and back, compared by PostgreSQL's own text;
 //! - [`legacy_bad_input`]: bad layouts, bad cells and bad index queries on
 //!   the legacy model;
 //! - [`legacy_scan`]: chunked scans against the read API, index queries
@@ -62,6 +65,7 @@ mod capture;
 mod cells;
 mod changelog;
 mod cli;
+mod exact_values;
 mod harness;
 mod indexes;
 mod legacy_bad_input;

@@ -118,10 +118,11 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 }
 
 /// The value of a field as compared to tell whether it changed: natively,
-/// but floats and `json` as text.
+/// but floats and `json`/`jsonb` as text (`1.50` and `1.5` are equal
+/// numbers but different values here).
 fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> String {
     match conversion {
-        Some(Conversion::Float4 | Conversion::Float8 | Conversion::Json) => {
+        Some(Conversion::Float4 | Conversion::Float8 | Conversion::Json | Conversion::Jsonb) => {
             format!("{record}.{column}::pg_catalog.text")
         }
         _ => format!("{record}.{column}"),

@@ -1,5 +1,7 @@
 //! The stored form of a body: MessagePack with field names, then zlib.
 //!
+//! Numbers keep their exact text: [`pack`] says how each is stored.
+//!
 //! MessagePack keeps the body self-describing (field names kept, so any
 //! reader can decode a cell without a schema); zlib shrinks the repeated
 //! field names of small bodies. Decoding never trusts its input: inflation
@@ -9,9 +11,10 @@
 use std::cell::RefCell;
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
-use serde_json::Value;
 
 use crate::cell::Body;
+
+pub mod pack;
 
 /// The inflated (MessagePack) size a body may reach, for a given JSON
 /// limit. MessagePack can be larger than JSON (`1.5` is 3 bytes of JSON and
@@ -46,8 +49,8 @@ pub enum CodecError {
 /// Encodes a body for storage. Fails only if the MessagePack form exceeds
 /// `cap` (see [`inflated_cap`]).
 pub fn encode(body: &Body, cap: usize) -> Result<Vec<u8>, CodecError> {
-    let packed = rmp_serde::to_vec_named(body.fields())
-        .map_err(|e| CodecError::MessagePack(e.to_string()))?;
+    let mut packed = Vec::with_capacity(256);
+    pack::encode_map(body.fields(), &mut packed);
     if packed.len() > cap {
         return Err(CodecError::TooLarge { cap });
     }
@@ -134,8 +137,7 @@ fn inflate(input: &[u8], cap: usize) -> Result<Vec<u8>, CodecError> {
 /// Decodes a stored body, inflating at most `cap` bytes.
 pub fn decode(stored: &[u8], cap: usize) -> Result<Body, CodecError> {
     let packed = inflate(stored, cap)?;
-    let value: Value =
-        rmp_serde::from_slice(&packed).map_err(|e| CodecError::MessagePack(e.to_string()))?;
+    let value = pack::decode(&packed).map_err(CodecError::MessagePack)?;
     Body::from_value(value).map_err(|_| CodecError::NotAnObject)
 }
 
@@ -211,17 +213,23 @@ mod tests {
         // read what any writes: the format outlives this code.
         let body = Body::from_value(json!({"a": "b".repeat(5000), "n": 1})).unwrap();
         let mut e = ZlibEncoder::new(Vec::new(), Compression::best());
-        e.write_all(&rmp_serde::to_vec_named(body.fields()).unwrap())
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct Plain {
+            a: String,
+            n: i64,
+        }
+        let plain = Plain {
+            a: "b".repeat(5000),
+            n: 1,
+        };
+        e.write_all(&rmp_serde::to_vec_named(&plain).unwrap())
             .unwrap();
         assert_eq!(decode(&e.finish().unwrap(), CAP).unwrap(), body);
         let mut back = Vec::new();
         ZlibDecoder::new(&encode(&body, CAP).unwrap()[..])
             .read_to_end(&mut back)
             .unwrap();
-        assert_eq!(
-            rmp_serde::from_slice::<Value>(&back).unwrap(),
-            body.to_value()
-        );
+        assert_eq!(rmp_serde::from_slice::<Plain>(&back).unwrap(), plain);
     }
 
     #[test]

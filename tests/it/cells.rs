@@ -262,3 +262,56 @@ async fn reads_agree_when_too_many_shards_per_node_to_prepare() {
     let small = Instance::new(8).await;
     assert!(small.store.topology().prepared_reads());
 }
+
+/// A batch whose statements together exceed the server's
+/// `max_allowed_packet` (1,000 cells of 20 KB of incompressible text,
+/// about 30 MB as hex) is cut into statements that fit, on the fast path
+/// and on the careful path, and nothing is lost.
+#[tokio::test]
+async fn a_batch_larger_than_the_packet_limit_is_written_whole() {
+    use rand::{Rng, SeedableRng};
+    let t = Instance::new(4).await;
+    let packet: u64 = sqlx::query_scalar("SELECT @@max_allowed_packet")
+        .fetch_one(&t.store.topology().cluster(0).unwrap().master().pool)
+        .await
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let cells: Vec<_> = (0..1000u128)
+        .map(|i| {
+            let text: String = (0..20_000)
+                .map(|_| rng.random_range(b'!'..=b'~') as char)
+                .collect();
+            cell(i, "BIG", 1, json!({ "text": text }))
+        })
+        .collect();
+    let wire: usize = cells.iter().map(|c| c.body.json_len() * 2).sum();
+    assert!(
+        wire as u64 > packet,
+        "the test must exceed the packet limit ({wire} <= {packet})"
+    );
+    let results = t.store.put_cells(cells.clone()).await.unwrap();
+    assert!(results
+        .iter()
+        .all(|r| matches!(r, Ok(WriteOutcome::Written))));
+    // Again, with one new cell among them: the careful path.
+    let mut again = cells[..999].to_vec();
+    again.push(cell(5000, "BIG", 1, json!({"text": "new"})));
+    let results = t.store.put_cells(again).await.unwrap();
+    assert_eq!(
+        results
+            .iter()
+            .filter(|r| matches!(r, Ok(WriteOutcome::AlreadyPresent)))
+            .count(),
+        999
+    );
+    assert!(matches!(results[999], Ok(WriteOutcome::Written)));
+    for c in cells.iter().step_by(97) {
+        let got = t
+            .store
+            .get_cell(&c.key, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.cell.body, c.body);
+    }
+}

@@ -77,23 +77,20 @@ fn insert_rows<'a>(
     meta: &str,
     rows: impl IntoIterator<Item = (u32, &'a Pending)>,
     at: i64,
-) -> String {
-    let mut sql = format!(
+    budget: usize,
+) -> Vec<String> {
+    let head = format!(
         "INSERT INTO `{meta}`.`buffer` (row_key, column_name, ref_key, body, buffered_at, shard) VALUES "
     );
-    for (i, (shard, p)) in rows.into_iter().enumerate() {
-        if i > 0 {
-            sql.push(',');
-        }
+    sql::split_values(&head, rows, budget, |sql, (shard, p)| {
         sql.push('(');
-        sql::push_hex(&mut sql, p.cell.key.row_key.as_bytes());
+        sql::push_hex(sql, p.cell.key.row_key.as_bytes());
         sql.push(',');
-        sql::push_column(&mut sql, &p.cell.key.column);
+        sql::push_column(sql, &p.cell.key.column);
         sql.push_str(&format!(",{},", p.cell.key.ref_key.get()));
-        sql::push_hex(&mut sql, &p.encoded);
+        sql::push_hex(sql, &p.encoded);
         sql.push_str(&format!(",{at},{shard})"));
-    }
-    sql
+    })
 }
 
 /// Writes one cluster's groups into the buffers of
@@ -155,7 +152,9 @@ async fn write_to(node: &Node, meta: &str, groups: &[(u32, Vec<Pending>)], at: i
         .flat_map(|(shard, items)| items.iter().map(move |p| (*shard, p)))
         .partition(|(_, p)| sql::needs_bind(&p.encoded));
     if !small.is_empty() {
-        node.execute(insert_rows(meta, small, at)).await?;
+        for statement in insert_rows(meta, small, at, node.packet_budget()) {
+            node.execute(statement).await?;
+        }
     }
     for (shard, p) in large {
         let query = sqlx::query(AssertSqlSafe(format!(

@@ -54,9 +54,10 @@ impl MySqlStore {
         push_column(&mut delete, column);
         delete.push_str(&format!(" AND ref_key >= {from_ref_key}"));
         let mut statements = vec![delete];
+        let master = &topology.cluster(shard)?.master();
         if !cells.is_empty() {
             let created_at = now_micros();
-            statements.push(sql::insert_cells(
+            statements.extend(sql::insert_cells(
                 &database,
                 cells
                     .iter()
@@ -66,6 +67,7 @@ impl MySqlStore {
                         body,
                         created_at,
                     }),
+                master.packet_budget(),
             ));
         }
         for spec in self.indexes().iter().filter(|s| s.column == *column) {
@@ -77,7 +79,6 @@ impl MySqlStore {
                 ));
             }
         }
-        let master = &topology.cluster(shard)?.master();
         transaction(master, &statements).await?;
         self.changes_signal(shard);
         Ok(())

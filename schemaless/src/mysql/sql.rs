@@ -123,26 +123,57 @@ pub struct InsertRow<'a> {
     pub created_at: i64,
 }
 
-/// A multi-row `INSERT` of new cells into one shard. A duplicate address
-/// fails the whole statement (nothing is inserted), which the store turns
-/// into a comparison: duplicates are detected, never ignored.
-pub fn insert_cells<'a>(database: &str, rows: impl IntoIterator<Item = InsertRow<'a>>) -> String {
-    let mut sql = format!(
+/// Multi-row `INSERT`s of new cells into one shard, each at most `budget`
+/// bytes long (a single row longer than that is a statement of its own;
+/// bodies that large go as bound parameters, see [`needs_bind`]). A
+/// duplicate address fails its statement (nothing of it is inserted),
+/// which the store turns into a comparison: duplicates are detected,
+/// never ignored.
+pub fn insert_cells<'a>(
+    database: &str,
+    rows: impl IntoIterator<Item = InsertRow<'a>>,
+    budget: usize,
+) -> Vec<String> {
+    let head = format!(
         "INSERT INTO `{database}`.`entity` (row_key, column_name, ref_key, body, created_at) VALUES "
     );
-    for (i, row) in rows.into_iter().enumerate() {
-        if i > 0 {
+    split_values(&head, rows, budget, |sql, row| {
+        sql.push('(');
+        push_hex(sql, row.key.row_key.as_bytes());
+        sql.push(',');
+        push_column(sql, &row.key.column);
+        let _ = write!(sql, ",{},", row.key.ref_key.get());
+        push_hex(sql, row.body);
+        let _ = write!(sql, ",{})", row.created_at);
+    })
+}
+
+/// `head` followed by `(…)` tuples written by `push`, cut into statements
+/// of at most `budget` bytes.
+pub fn split_values<T>(
+    head: &str,
+    rows: impl IntoIterator<Item = T>,
+    budget: usize,
+    mut push: impl FnMut(&mut String, T),
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sql = String::from(head);
+    let mut tuple = String::new();
+    for row in rows {
+        tuple.clear();
+        push(&mut tuple, row);
+        if sql.len() > head.len() && sql.len() + 1 + tuple.len() > budget {
+            out.push(std::mem::replace(&mut sql, String::from(head)));
+        }
+        if sql.len() > head.len() {
             sql.push(',');
         }
-        sql.push('(');
-        push_hex(&mut sql, row.key.row_key.as_bytes());
-        sql.push(',');
-        push_column(&mut sql, &row.key.column);
-        let _ = write!(sql, ",{},", row.key.ref_key.get());
-        push_hex(&mut sql, row.body);
-        let _ = write!(sql, ",{})", row.created_at);
+        sql.push_str(&tuple);
     }
-    sql
+    if sql.len() > head.len() {
+        out.push(sql);
+    }
+    out
 }
 
 /// Bodies larger than this are inserted as bound parameters rather than
@@ -239,5 +270,33 @@ mod tests {
         let mut s = String::new();
         push_hex(&mut s, &[0x00, 0xab, 0x7f]);
         assert_eq!(s, "X'00ab7f'");
+    }
+
+    #[test]
+    fn values_are_cut_to_the_budget_and_none_is_lost() {
+        let rows: Vec<String> = (0..100).map(|i| format!("{i:0>30}")).collect();
+        let head = "INSERT INTO t VALUES ";
+        let statements = split_values(head, &rows, 200, |sql, r| {
+            sql.push('(');
+            sql.push_str(r);
+            sql.push(')');
+        });
+        assert!(statements.len() > 10);
+        let mut seen = Vec::new();
+        for s in &statements {
+            assert!(s.len() <= 200, "{} bytes", s.len());
+            let values = s.strip_prefix(head).unwrap();
+            seen.extend(
+                values
+                    .split(',')
+                    .map(|v| v.trim_matches(['(', ')']).to_string()),
+            );
+        }
+        assert_eq!(seen, rows);
+        // A row larger than the budget is a statement of its own.
+        let big = ["x".repeat(500), "y".into()];
+        let statements = split_values(head, &big, 200, |sql, r| sql.push_str(r));
+        assert_eq!(statements.len(), 2);
+        assert!(split_values(head, Vec::<String>::new(), 200, |_, _: String| {}).is_empty());
     }
 }

@@ -372,12 +372,14 @@ impl MySqlStore {
         });
         if fast {
             let created_at = now_micros();
+            let budget = node.packet_budget();
             let statements: Vec<String> = groups
                 .iter()
-                .map(|(shard, items)| {
+                .flat_map(|(shard, items)| {
                     sql::insert_cells(
                         &self.inner.topology.database(*shard),
                         items.iter().map(|p| row(p, created_at)),
+                        budget,
                     )
                 })
                 .collect();
@@ -535,26 +537,28 @@ fn row(p: &Pending, created_at: i64) -> sql::InsertRow<'_> {
     }
 }
 
-/// Runs `statements` as one transaction in one round trip. On any error
-/// the transaction is rolled back before the connection goes back to the
-/// pool (or the connection is closed, which rolls back too).
+/// Runs `statements` as one transaction: in one round trip when their text
+/// fits the node's packet budget, else in as few packets as fit, on one
+/// connection. On any error the transaction is rolled back before the
+/// connection goes back to the pool (or the connection is closed, which
+/// rolls back too).
 pub(crate) async fn transaction(node: &Node, statements: &[String]) -> Result<()> {
-    let mut sql = String::with_capacity(statements.iter().map(|s| s.len() + 1).sum::<usize>() + 32);
-    sql.push_str("START TRANSACTION;");
-    for statement in statements {
-        sql.push_str(statement);
-        sql.push(';');
-    }
-    sql.push_str("COMMIT");
+    let packets = packets(statements, node.packet_budget());
     let mut conn = node.acquire().await?;
-    let result = node
-        .run(&mut conn, |c| {
-            Box::pin(async move {
-                sqlx::raw_sql(AssertSqlSafe(sql)).execute(c).await?;
-                Ok(())
+    let mut result = Ok(());
+    for sql in packets {
+        result = node
+            .run(&mut conn, |c| {
+                Box::pin(async move {
+                    sqlx::raw_sql(AssertSqlSafe(sql)).execute(c).await?;
+                    Ok(())
+                })
             })
-        })
-        .await;
+            .await;
+        if result.is_err() {
+            break;
+        }
+    }
     if let Err(Error::Storage { .. }) = result {
         // A statement failed and the rest were skipped: the transaction is
         // still open on this connection.
@@ -566,8 +570,29 @@ pub(crate) async fn transaction(node: &Node, statements: &[String]) -> Result<()
         if rollback.is_err() {
             conn.close_on_drop();
         }
+    } else if result.is_err() {
+        // A timeout: the connection is closed, which rolls back.
+        conn.close_on_drop();
     }
     result
+}
+
+/// `START TRANSACTION`, the statements and `COMMIT`, joined by `;` into
+/// texts of at most `budget` bytes (a statement longer than that alone).
+fn packets(statements: &[String], budget: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut sql = String::from("START TRANSACTION");
+    for statement in statements.iter().map(String::as_str).chain(["COMMIT"]) {
+        if !sql.is_empty() && sql.len() + 1 + statement.len() > budget {
+            out.push(std::mem::take(&mut sql));
+        }
+        if !sql.is_empty() {
+            sql.push(';');
+        }
+        sql.push_str(statement);
+    }
+    out.push(sql);
+    out
 }
 
 /// Inserts rows with autocommit: small rows as one literal multi-row
@@ -581,12 +606,12 @@ async fn insert<'a>(
 ) -> Result<()> {
     let (large, small): (Vec<&Pending>, Vec<&Pending>) =
         items.into_iter().partition(|p| sql::needs_bind(&p.encoded));
-    if !small.is_empty() {
-        node.execute(sql::insert_cells(
-            database,
-            small.iter().map(|p| row(p, created_at)),
-        ))
-        .await?;
+    for statement in sql::insert_cells(
+        database,
+        small.iter().map(|p| row(p, created_at)),
+        node.packet_budget(),
+    ) {
+        node.execute(statement).await?;
     }
     for p in large {
         let query = sqlx::query(AssertSqlSafe(sql::insert_one_bound(database)))
@@ -924,5 +949,21 @@ mod tests {
     #[test]
     fn undecodable_row_keys_are_shown_in_hex() {
         assert_eq!(hex_or_uuid(&[0xab, 0x01]), "ab01");
+    }
+
+    #[test]
+    fn a_transaction_is_one_packet_when_it_fits_and_cut_when_not() {
+        let statements: Vec<String> = (0..10).map(|i| format!("INSERT {i:0>40}")).collect();
+        assert_eq!(
+            packets(&statements, 1 << 20),
+            vec![format!("START TRANSACTION;{};COMMIT", statements.join(";"))]
+        );
+        let cut = packets(&statements, 120);
+        assert!(cut.len() > 3);
+        assert!(cut.iter().all(|p| p.len() <= 120));
+        assert_eq!(
+            cut.join(";"),
+            format!("START TRANSACTION;{};COMMIT", statements.join(";"))
+        );
     }
 }

@@ -37,11 +37,27 @@ pub struct Node {
     pub request_timeout: Duration,
     /// Its circuit breaker.
     pub breaker: Arc<Breaker>,
+    /// The server's `@@max_allowed_packet`, read on every new connection
+    /// (0 until the first).
+    max_packet: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// The statement size assumed before a node's `@@max_allowed_packet` is
+/// known: MySQL's smallest default (4 MiB).
+const ASSUMED_MAX_PACKET: usize = 4 << 20;
+
+/// The largest text sent in one packet: half the server's
+/// `max_allowed_packet`, leaving room for the protocol and for rows
+/// larger than the average.
+pub fn packet_budget(max_allowed_packet: usize) -> usize {
+    (max_allowed_packet / 2).max(64 * 1024)
 }
 
 impl Node {
     fn connect_lazy(url: &str, storage: &config::Storage, statement_cache: usize) -> Result<Node> {
         let label = redact(url);
+        let max_packet = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen_packet = max_packet.clone();
         let options = MySqlConnectOptions::from_str(url)
             .map_err(|source| Error::Storage {
                 node: label.clone(),
@@ -51,8 +67,16 @@ impl Node {
         let pool = MySqlPoolOptions::new()
             .max_connections(storage.max_connections_per_node)
             .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
-            .after_connect(|conn, _| {
+            .after_connect(move |conn, _| {
+                let seen_packet = seen_packet.clone();
                 Box::pin(async move {
+                    // Statements are cut to fit the server's packet limit.
+                    if let Ok(limit) = sqlx::query_scalar::<_, u64>("SELECT @@max_allowed_packet")
+                        .fetch_one(&mut *conn)
+                        .await
+                    {
+                        seen_packet.store(limit as usize, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // MariaDB copies the text of every row-changing
                     // statement into the binlog as an annotation, by
                     // default. Our inserts carry their bodies as hex, so
@@ -78,7 +102,17 @@ impl Node {
             label,
             pool,
             request_timeout: Duration::from_millis(storage.request_timeout_ms),
+            max_packet,
         })
+    }
+
+    /// How many bytes of SQL text one packet to this node may carry
+    /// ([`packet_budget`] of its `max_allowed_packet`).
+    pub fn packet_budget(&self) -> usize {
+        match self.max_packet.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => packet_budget(ASSUMED_MAX_PACKET),
+            known => packet_budget(known),
+        }
     }
 
     /// Wraps a driver error with this node's name.

@@ -90,7 +90,7 @@ pub struct Backfill {
     schemaless: MySqlStore,
     options: Options,
     owner: String,
-    batch: usize,
+    limits: config::Limits,
     progress: Arc<Progress>,
     throttle: Throttle,
     /// The chunks this process's workers are copying now: the only ones
@@ -116,7 +116,7 @@ impl Backfill {
                 uuid::Uuid::new_v4().as_u128() as u16
             ),
             throttle: Throttle::new(options.max_rows_per_sec),
-            batch: config.limits.max_batch_cells,
+            limits: config.limits.clone(),
             legacy,
             schemaless,
             options,
@@ -321,12 +321,18 @@ impl Backfill {
         let scanned = self.legacy.scan(chunk.start..chunk.end).await?;
         let rows = scanned.cells.len() as u64 + scanned.unreadable.len() as u64;
         self.throttle.acquire(rows).await;
-        let mut cells = scanned.cells;
+        // A cell too large for Schemaless cannot be copied however often
+        // the chunk is tried: it is reported with its row, once, and the
+        // rest of the chunk is copied.
+        let (mut cells, oversized): (Vec<Cell>, Vec<Cell>) = scanned
+            .cells
+            .into_iter()
+            .partition(|c| schemaless::cell::check_body(&c.body, &self.limits).is_ok());
         let shard_count = self.schemaless.shard_count();
         cells.sort_by_key(|c| routing::shard_of(&c.key.row_key, shard_count));
         let mut written = 0u64;
         let mut conflicts: Vec<String> = Vec::new();
-        for batch in cells.chunks(self.batch) {
+        for batch in schemaless::cell::batches(&cells, &self.limits) {
             let results = self.schemaless.put_cells(batch.to_vec()).await?;
             for (cell, result) in batch.iter().zip(results) {
                 match result {
@@ -352,6 +358,26 @@ impl Backfill {
             problems.push(format!(
                 "{} rows cannot be converted through the layout: {}",
                 scanned.unreadable.len(),
+                first.join("; ")
+            ));
+        }
+        if !oversized.is_empty() {
+            let first: Vec<String> = oversized
+                .iter()
+                .take(3)
+                .map(|c| {
+                    format!(
+                        "row {} column {} is {} bytes",
+                        c.key.row_key,
+                        c.key.column,
+                        c.body.json_len()
+                    )
+                })
+                .collect();
+            problems.push(format!(
+                "{} cells are over limits.max_body_bytes = {}: {}",
+                oversized.len(),
+                self.limits.max_body_bytes,
                 first.join("; ")
             ));
         }

@@ -517,6 +517,17 @@ pub struct Limits {
     /// 1–100000. Default 1000.
     #[serde(default = "default_max_batch_cells")]
     pub max_batch_cells: usize,
+    /// `limits.max_batch_bytes`: the most bytes of body (compact JSON) one
+    /// `put_cells` call takes, so that a batch of large cells cannot take
+    /// gigabytes of memory at once; the relay and the backfill cut their
+    /// batches to it. At least `max_body_bytes`, at most 1 GiB. Default
+    /// 64 MiB.
+    #[serde(default = "default_max_batch_bytes")]
+    pub max_batch_bytes: usize,
+}
+
+fn default_max_batch_bytes() -> usize {
+    64 * 1024 * 1024
 }
 
 fn default_max_body_bytes() -> usize {
@@ -532,6 +543,7 @@ impl Default for Limits {
         Limits {
             max_body_bytes: default_max_body_bytes(),
             max_batch_cells: default_max_batch_cells(),
+            max_batch_bytes: default_max_batch_bytes(),
         }
     }
 }

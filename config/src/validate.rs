@@ -136,6 +136,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         1,
         100_000,
     )?;
+    in_range(
+        "limits.max_batch_bytes",
+        limits.max_batch_bytes as u64,
+        limits.max_body_bytes as u64,
+        1 << 30,
+    )?;
     let storage = &config.storage;
     in_range(
         "storage.max_connections_per_node",

@@ -76,6 +76,9 @@ pub struct Relay {
     pool: PgPool,
     target: Arc<dyn CellStore>,
     batch: usize,
+    /// Bytes of body one batch may carry (`limits.max_batch_bytes`).
+    batch_bytes: usize,
+    limits: config::Limits,
     settings: config::Mirror,
     /// Captured changes, unless `capture.enabled` is off.
     capture: Option<CaptureDelivery>,
@@ -110,6 +113,8 @@ impl Relay {
             pool: legacy.pool().clone(),
             target,
             batch: settings.mirror.relay_batch,
+            batch_bytes: config.limits.max_batch_bytes,
+            limits: config.limits.clone(),
             settings: config.mirror.clone(),
             capture,
             stats: Arc::default(),
@@ -157,13 +162,20 @@ impl Relay {
         let context = "relaying the outbox";
         let mut tx = self.pool.begin().await.map_err(Error::postgres(context))?;
         // Taken out of the outbox at once; if delivery fails, the rollback
-        // puts them back.
+        // puts them back. At most `batch` entries and, past the first,
+        // `batch_bytes` of bodies: large entries cannot add up to more
+        // memory than a batch may take.
         let rows = sqlx::query(
             "DELETE FROM mezzanine.outbox WHERE id IN (
-                 SELECT id FROM mezzanine.outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                 SELECT id FROM (
+                     SELECT id, sum(octet_length(body)) OVER (ORDER BY id) - octet_length(body) AS before
+                     FROM (SELECT id, body FROM mezzanine.outbox ORDER BY id LIMIT $1
+                           FOR UPDATE SKIP LOCKED) locked) sized
+                 WHERE before < $2)
              RETURNING id, row_key, column_name, ref_key, body, enqueued_at::text",
         )
         .bind(self.batch as i64)
+        .bind(self.batch_bytes as i64)
         .fetch_all(&mut *tx)
         .await
         .map_err(Error::postgres(context))?;
@@ -236,6 +248,14 @@ impl Relay {
     async fn deliver(&self, cells: Vec<Cell>) -> Result<Vec<Delivery>, Error> {
         if cells.is_empty() {
             return Ok(Vec::new());
+        }
+        let cut = schemaless::cell::batches(&cells, &self.limits);
+        if cut.len() > 1 {
+            let mut out = Vec::with_capacity(cells.len());
+            for batch in cut {
+                out.extend(Box::pin(self.deliver(batch.to_vec())).await?);
+            }
+            return Ok(out);
         }
         match self.target.put_cells(cells.clone()).await {
             Ok(results) => {

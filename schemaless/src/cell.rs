@@ -284,10 +284,44 @@ pub fn check_batch(cells: &[Cell], limits: &config::Limits) -> Result<(), Error>
             ),
         ));
     }
+    let mut bytes = 0usize;
     for (i, cell) in cells.iter().enumerate() {
         check_body(&cell.body, limits).map_err(|e| e.in_batch(i))?;
+        bytes += cell.body.json_len();
+    }
+    if bytes > limits.max_batch_bytes {
+        return Err(Error::invalid(
+            "cells",
+            format!(
+                "a batch of {bytes} bytes of bodies exceeds limits.max_batch_bytes = {}",
+                limits.max_batch_bytes
+            ),
+        ));
     }
     Ok(())
+}
+
+/// Cuts `cells` into batches `put_cells` takes: at most
+/// `limits.max_batch_cells` cells and `limits.max_batch_bytes` bytes of
+/// body each (a cell over `max_body_bytes` is a batch of its own, which
+/// `put_cells` refuses naming it).
+pub fn batches<'a>(cells: &'a [Cell], limits: &config::Limits) -> Vec<&'a [Cell]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, cell) in cells.iter().enumerate() {
+        let len = cell.body.json_len();
+        if i > start
+            && (i - start >= limits.max_batch_cells || bytes + len > limits.max_batch_bytes)
+        {
+            out.push(&cells[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    if start < cells.len() {
+        out.push(&cells[start..]);
+    }
+    out
 }
 
 /// Checks that every cell is one of (`row_key`, `column`): a rewrite of one
@@ -381,6 +415,7 @@ mod tests {
         let limits = config::Limits {
             max_body_bytes: 20,
             max_batch_cells: 3,
+            max_batch_bytes: 25,
         };
         let small = Cell::parse(
             "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d",
@@ -397,9 +432,25 @@ mod tests {
             "cells[1].body"
         );
         assert_eq!(
-            field_of(check_batch(&vec![small; 4], &limits).unwrap_err()),
+            field_of(check_batch(&vec![small.clone(); 4], &limits).unwrap_err()),
             "cells"
         );
+        // Three bodies of 7 bytes are 21, four would be 28 > 25.
+        let limits = config::Limits {
+            max_batch_cells: 10,
+            ..limits
+        };
+        assert_eq!(
+            field_of(check_batch(&vec![small.clone(); 4], &limits).unwrap_err()),
+            "cells"
+        );
+        let cells = vec![small; 10];
+        let cut = batches(&cells, &limits);
+        assert_eq!(
+            cut.iter().map(|b| b.len()).collect::<Vec<_>>(),
+            [3, 3, 3, 1]
+        );
+        assert!(cut.iter().all(|b| check_batch(b, &limits).is_ok()));
     }
 
     #[test]

@@ -380,15 +380,34 @@ async fn stale_chunks_are_reclaimed_and_bad_rows_fail_only_their_chunk() {
         .execute(&db.pool)
         .await
         .unwrap();
+    // A note larger than Schemaless takes (limits.max_body_bytes).
+    let (oversized_key, note_count): (uuid::Uuid, i64) = sqlx::query_as(
+        "UPDATE trip_notes SET body = repeat('x', 1100000)
+         WHERE (trip_id, seq) = (SELECT trip_id, seq FROM trip_notes WHERE trip_id BETWEEN 701 AND 800 ORDER BY trip_id, seq LIMIT 1)
+         RETURNING (SELECT uuid FROM trips WHERE id = trip_id), (SELECT count(*) FROM trip_notes)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(note_count > 0);
     let schemaless = MySqlStore::connect(&db.config).unwrap();
     let runner = Backfill::new(legacy.clone(), schemaless.clone(), &db.config, options(2));
-    assert!(runner.run(CancellationToken::new()).await.unwrap());
+    // A chunk that went back to pending on every try would never end.
+    let finished = tokio::time::timeout(
+        Duration::from_secs(120),
+        runner.run(CancellationToken::new()),
+    )
+    .await
+    .expect("the run ends: no chunk loops");
+    assert!(finished.unwrap());
     assert_eq!(
         backfill::Progress::get(&runner.progress().chunks_reclaimed),
         1
     );
+    // Each bad chunk failed once: no chunk was tried again and again.
+    assert_eq!(backfill::Progress::get(&runner.progress().failures), 0);
     let status = backfill::status::read(&db.pool).await.unwrap();
-    assert_eq!((status.done, status.failed), (9, 1), "{status:?}");
+    assert_eq!((status.done, status.failed), (8, 2), "{status:?}");
     let failure = &status.failures[0];
     assert_eq!((failure.start_id, failure.end_id), (501, 601));
     let error = failure.error.as_deref().unwrap();
@@ -396,6 +415,28 @@ async fn stale_chunks_are_reclaimed_and_bad_rows_fail_only_their_chunk() {
         error.contains("1 rows cannot be converted") && error.contains("id 555"),
         "{error}"
     );
+    let failure = &status.failures[1];
+    assert_eq!((failure.start_id, failure.end_id), (701, 801));
+    let error = failure.error.as_deref().unwrap();
+    assert!(
+        error.contains("1 cells are over limits.max_body_bytes")
+            && error.contains(&format!("row {oversized_key} column NOTES")),
+        "{error}"
+    );
+    // The rest of that chunk was copied.
+    let other_trip: uuid::Uuid = sqlx::query_scalar("SELECT uuid FROM trips WHERE id = 790")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(!schemaless
+        .get_cells_for_row(&schemaless::RowKey::from(other_trip), ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_empty());
+    sqlx::query("UPDATE trip_notes SET body = 'short again' WHERE length(body) > 1000000")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let reclaimed: i32 = sqlx::query_scalar(
         "SELECT attempts FROM mezzanine.backfill_chunks WHERE start_id = 201 AND state = 'done'",
     )
@@ -408,12 +449,12 @@ async fn stale_chunks_are_reclaimed_and_bad_rows_fail_only_their_chunk() {
         .await
         .unwrap()
         .unwrap();
-    assert!(err.contains("1 backfill chunks failed"), "{err}");
+    assert!(err.contains("2 backfill chunks failed"), "{err}");
     sqlx::query("UPDATE trips SET requested_at = '2015-01-01T00:00:00Z' WHERE id = 555")
         .execute(&db.pool)
         .await
         .unwrap();
-    assert_eq!(backfill::plan::retry_failed(&db.pool).await.unwrap(), 1);
+    assert_eq!(backfill::plan::retry_failed(&db.pool).await.unwrap(), 2);
     let runner = Backfill::new(legacy.clone(), schemaless.clone(), &db.config, options(2));
     assert!(runner.run(CancellationToken::new()).await.unwrap());
     assert_eq!(

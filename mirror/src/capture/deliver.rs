@@ -109,7 +109,7 @@ pub struct CaptureDelivery {
     target: Arc<dyn CellStore>,
     tombstones: Column,
     batch: usize,
-    max_batch_cells: usize,
+    limits: config::Limits,
     /// `capture.method = "logical"`: the slot is read too.
     logical: bool,
     /// The slot's name, read once.
@@ -129,7 +129,7 @@ impl CaptureDelivery {
             target,
             tombstones: Column::new(&config.capture.tombstone_column)?,
             batch: config.mirror.relay_batch,
-            max_batch_cells: config.limits.max_batch_cells,
+            limits: config.limits.clone(),
             logical: config.capture.method == config::CaptureMethod::Logical,
             slot: tokio::sync::OnceCell::new(),
         })
@@ -479,7 +479,7 @@ impl CaptureDelivery {
         cells: Vec<Cell>,
     ) -> Result<HashMap<CellKey, Result<WriteOutcome, Refusal>>, Error> {
         let mut out = HashMap::with_capacity(cells.len());
-        for batch in cells.chunks(self.max_batch_cells.max(1)) {
+        for batch in schemaless::cell::batches(&cells, &self.limits) {
             self.write_batch(batch.to_vec(), &mut out).await?;
         }
         Ok(out)

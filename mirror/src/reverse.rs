@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use legacy::{LegacyStore, TransactionHook};
+use schemaless::mysql::awaited::Awaited;
 use schemaless::mysql::follow::ShardFollower;
 use schemaless::{Cell, CellResult, CellStore, MySqlStore, ReadFrom, StoredCell, WriteOutcome};
 use sqlx::{PgPool, Row};
@@ -43,7 +44,9 @@ use crate::relay::changed;
 use crate::worker::{Backoff, Heartbeat, WorkerStats};
 
 /// A shard's position: the offset and the ids below it still awaited.
-type Position = (u64, Vec<u64>);
+/// (The awaited ids in their saved text form, see
+/// [`schemaless::mysql::awaited`].)
+type Position = (u64, String);
 
 /// Applies Schemaless's change log to the legacy tables.
 pub struct ReverseMirror {
@@ -197,7 +200,7 @@ impl ReverseMirror {
                     self.schemaless.clone(),
                     shard,
                     offset,
-                    &awaited,
+                    Awaited::parse(&awaited),
                     ReadFrom::Master,
                 )?;
                 Ok(Some(entry.insert(follower)))
@@ -210,7 +213,7 @@ impl ReverseMirror {
     async fn position(&self, shard: u32) -> Result<Option<Position>, Error> {
         let context = "reading a reverse offset";
         let row =
-            sqlx::query("SELECT added_id, awaited FROM mezzanine.reverse_offsets WHERE shard = $1")
+            sqlx::query("SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1")
                 .bind(shard as i32)
                 .fetch_optional(self.legacy.pool())
                 .await
@@ -237,9 +240,9 @@ impl ReverseMirror {
         let Some(follower) = self.follower(shard, followers).await? else {
             return Ok(Applied::default());
         };
-        let before = (follower.offset(), follower.awaited());
+        let before = (follower.offset(), follower.awaited().to_text());
         let cells = follower.next(self.settings.reverse_batch).await?;
-        let after = (follower.offset(), follower.awaited());
+        let after = (follower.offset(), follower.awaited().to_text());
         if cells.is_empty() && after == before {
             return Ok(Applied::default());
         }
@@ -393,13 +396,25 @@ fn count(applied: &mut Applied, results: &[schemaless::CellResult]) {
     }
 }
 
+/// A position from `added_id, awaited, awaited_ranges` (the ids array is
+/// the form of older versions, read while `awaited_ranges` is NULL).
 fn position_of(row: &sqlx::postgres::PgRow) -> Result<Position, sqlx::Error> {
     let offset: i64 = row.try_get(0)?;
-    let awaited: Vec<i64> = row.try_get(1)?;
-    Ok((
-        offset.max(0) as u64,
-        awaited.into_iter().map(|id| id.max(0) as u64).collect(),
-    ))
+    let ranges: Option<String> = row.try_get(2)?;
+    let awaited = match ranges {
+        Some(text) => text,
+        None => {
+            let ids: Vec<i64> = row.try_get(1)?;
+            Awaited::parse(
+                &ids.iter()
+                    .map(|id| id.max(&0).to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+            .to_text()
+        }
+    };
+    Ok((offset.max(0) as u64, awaited))
 }
 
 const FREE: u8 = 0;
@@ -428,7 +443,7 @@ impl TransactionHook for OffsetHook {
 
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> schemaless::Result<()> {
         let row = sqlx::query(
-            "SELECT added_id, awaited FROM mezzanine.reverse_offsets WHERE shard = $1
+            "SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1
              FOR UPDATE SKIP LOCKED",
         )
         .bind(self.shard as i32)
@@ -482,15 +497,15 @@ impl TransactionHook for OffsetHook {
             .await
             .map_err(storage)?;
         }
-        let awaited: Vec<i64> = self.after.1.iter().map(|&id| id as i64).collect();
         sqlx::query(
             "UPDATE mezzanine.reverse_offsets
-             SET added_id = $2, awaited = $3, applied = applied + $4, updated_at = now()
+             SET added_id = $2, awaited = '{}', awaited_ranges = $3, applied = applied + $4,
+                 updated_at = now()
              WHERE shard = $1",
         )
         .bind(self.shard as i32)
         .bind(self.after.0 as i64)
-        .bind(&awaited)
+        .bind(&self.after.1)
         .bind(self.cells)
         .execute(&mut *tx)
         .await

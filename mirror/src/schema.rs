@@ -60,6 +60,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              awaited bigint[] NOT NULL DEFAULT '{}',
              applied bigint NOT NULL DEFAULT 0,
              updated_at timestamptz NOT NULL DEFAULT now());
+         ALTER TABLE mezzanine.reverse_offsets ADD COLUMN IF NOT EXISTS awaited_ranges text;
          CREATE TABLE IF NOT EXISTS mezzanine.reverse_parked (
              shard integer NOT NULL,
              added_id bigint NOT NULL,

@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use schemaless::mysql::trigger::{self, Handler, HandlerResult, Stopped, Trigger};
 use schemaless::{Cell, CellStore, MySqlStore, ReadFrom, StoredCell};
 use serde_json::json;
+use sqlx::AssertSqlSafe;
 use tokio_util::sync::CancellationToken;
 
 use crate::harness::{cell, column, Instance};
@@ -458,4 +459,125 @@ async fn stop_shard_halts_only_the_failing_shard() {
     assert!(status[bad_shard as usize].lag > 0);
     cancel.cancel();
     run.await.unwrap().unwrap();
+}
+
+/// Counts what it handles and the highest added_id seen.
+#[derive(Default)]
+struct Counter {
+    handled: std::sync::atomic::AtomicU64,
+    last: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait]
+impl Handler for Counter {
+    async fn handle(&self, cell: &StoredCell) -> HandlerResult {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        self.last.fetch_max(cell.added_id, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// 100,000 holes in one shard's change log (every other id, as rolled
+/// back inserts leave them): the trigger goes through, its saved position
+/// holds every awaited id as ranges, and a restart resumes from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_holes_are_awaited_saved_and_resumed() {
+    let t = Instance::new(2).await;
+    // Rows of shard 0, the one given holes.
+    let mut mine =
+        (0..).filter(|n| schemaless::routing::shard_of(&crate::harness::row(*n), 2) == 0);
+    let seed = mine.next().unwrap();
+    t.store
+        .put_cells(vec![cell(seed, "SEED", 1, json!({"n": 1}))])
+        .await
+        .unwrap();
+    let db = t.store.topology().database(0);
+    t.execute_on_master(
+        0,
+        format!(
+            "INSERT INTO `{db}`.`entity` (row_key, column_name, ref_key, body, created_at)
+             SELECT UNHEX(MD5(seq)), 'GAPS', 1, (SELECT body FROM `{db}`.`entity` LIMIT 1), 0
+             FROM `{db}`.seq_1_to_200000;
+             DELETE FROM `{db}`.`entity` WHERE column_name = 'GAPS' AND added_id % 2 = 0"
+        ),
+    )
+    .await;
+    let cells = base_count(&t, &db).await;
+    assert_eq!(cells, 100_000);
+
+    let options = config::Triggers {
+        batch: 1000,
+        read_from: config::TriggerRead::Master,
+        ..options()
+    };
+    let start = |handler: Arc<Counter>| {
+        let trigger = Trigger::new(
+            "gaps",
+            column("GAPS"),
+            t.store.clone(),
+            handler,
+            options.clone(),
+        )
+        .unwrap();
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        (
+            cancel,
+            tokio::spawn(async move { trigger.run(token).await }),
+        )
+    };
+    let counter = Arc::new(Counter::default());
+    let (cancel, run) = start(counter.clone());
+    let head: u64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT MAX(added_id) FROM `{db}`.`entity`"
+    )))
+    .fetch_one(&t.store.topology().cluster(0).unwrap().master().pool)
+    .await
+    .unwrap();
+    for _ in 0..3000 {
+        if counter.handled.load(Ordering::Relaxed) >= cells || run.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(counter.handled.load(Ordering::Relaxed), cells);
+    cancel.cancel();
+    assert_eq!(run.await.unwrap().unwrap(), Stopped::Cancelled);
+
+    let (offset, awaited): (u64, String) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT added_id, awaited FROM `{db}`.`trigger_offsets` WHERE name = 'gaps'"
+    )))
+    .fetch_one(&t.store.topology().cluster(0).unwrap().master().pool)
+    .await
+    .unwrap();
+    assert_eq!(offset, head);
+    let saved = schemaless::mysql::awaited::Awaited::parse(&awaited);
+    assert!(saved.ranges() >= 99_999, "{} ranges", saved.ranges());
+    assert!(saved.ids().all(|id| id % 2 == 0), "a present id is awaited");
+
+    // A restart resumes there: nothing is handled again.
+    let again = Arc::new(Counter::default());
+    let (cancel, run) = start(again.clone());
+    t.store
+        .put_cells(vec![cell(mine.next().unwrap(), "GAPS", 1, json!({"n": 7}))])
+        .await
+        .unwrap();
+    until("the new cell", || {
+        again.handled.load(Ordering::Relaxed) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(again.handled.load(Ordering::Relaxed), 1);
+    assert!(again.last.load(Ordering::Relaxed) > head);
+    cancel.cancel();
+    run.await.unwrap().unwrap();
+}
+
+async fn base_count(t: &Instance, db: &str) -> u64 {
+    sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!(
+        "SELECT COUNT(*) FROM `{db}`.`entity` WHERE column_name = 'GAPS'"
+    )))
+    .fetch_one(&t.store.topology().cluster(0).unwrap().master().pool)
+    .await
+    .unwrap() as u64
 }

@@ -9,14 +9,16 @@
 //! fast path does, on a duplicate), so waiting for every hole to fill would
 //! stall for ever.
 //!
-//! At a hole the follower therefore:
+//! At a hole (with every further hole of the page read, settled together)
+//! the follower therefore:
 //! 1. gives in-flight commits a moment ([`HOLE_GRACE`]);
-//! 2. reads the hole's range on the master with `LOCK IN SHARE MODE`,
+//! 2. reads the range from the hole to the page's last cell on the master
+//!    with `LOCK IN SHARE MODE`,
 //!    which waits for every transaction holding an uncommitted row there;
 //! 3. reading from a minion, waits until the minion has applied
 //!    everything the master had (`MASTER_GTID_WAIT`);
-//! 4. delivers what the hole's range holds now, and remembers the ids
-//!    still missing as *awaited*.
+//! 4. delivers what that range holds now, and remembers the ids still
+//!    missing as *awaited* (ranges, bounded: [`super::awaited`]).
 //!
 //! One race is left: a multi-row `INSERT` takes all its ids first and
 //! inserts its rows one by one, so an id may be taken while its row holds
@@ -31,11 +33,11 @@
 //! transaction can still fill a hole, but on MariaDB 10.11 it keeps showing
 //! transactions that have long committed.)
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use sqlx::Row;
 
+use super::awaited::Awaited;
 use super::store::MySqlStore;
 use super::topology::Node;
 use crate::api::ReadFrom;
@@ -52,12 +54,13 @@ pub const RECHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// How long a missing id is awaited before it is taken as rolled back.
 pub const AWAIT_HORIZON: Duration = Duration::from_secs(600);
 
-/// A hole seen in the change log.
+/// Holes seen in the change log, settled together.
 #[derive(Clone, Debug)]
 struct Hole {
     /// The first missing added_id (the offset + 1 when it was seen).
     first: u64,
-    /// The added_id of the first cell after it when it was seen.
+    /// Just past the last cell of the page read when it was seen: every
+    /// hole below is settled at once.
     end: u64,
     /// When it was seen.
     seen: Instant,
@@ -75,7 +78,7 @@ pub struct ShardFollower {
     offset: u64,
     hole: Option<Hole>,
     /// Missing ids below the offset, with when they were given up on.
-    awaited: BTreeMap<u64, Instant>,
+    awaited: Awaited,
     rechecked: Instant,
 }
 
@@ -85,7 +88,7 @@ impl ShardFollower {
         store: MySqlStore,
         shard: u32,
         offset: u64,
-        awaited: &[u64],
+        awaited: Awaited,
         from: ReadFrom,
     ) -> Result<ShardFollower> {
         let cluster = store.topology().cluster(shard)?;
@@ -99,7 +102,7 @@ impl ShardFollower {
             from_minion,
             offset,
             hole: None,
-            awaited: awaited.iter().map(|&id| (id, now)).collect(),
+            awaited,
             rechecked: now,
         })
     }
@@ -110,8 +113,8 @@ impl ShardFollower {
     }
 
     /// Ids below the offset still awaited (save them with the offset).
-    pub fn awaited(&self) -> Vec<u64> {
-        self.awaited.keys().copied().collect()
+    pub fn awaited(&self) -> &Awaited {
+        &self.awaited
     }
 
     /// The shard followed.
@@ -136,14 +139,16 @@ impl ShardFollower {
             }
             return Ok(out);
         }
-        // A hole right after the offset.
+        // A hole right after the offset, and maybe more in the page: all
+        // of them are settled at once, up to the page's last cell (one at
+        // a time, a log with 100,000 holes took as many polls).
         let first = self.offset + 1;
         let hole = match &self.hole {
             Some(h) if h.first == first => h.clone(),
             _ => {
                 self.hole = Some(Hole {
                     first,
-                    end: cells[0].added_id,
+                    end: cells.last().map_or(first, |c| c.added_id + 1),
                     seen: Instant::now(),
                 });
                 return Ok(out);
@@ -163,16 +168,16 @@ impl ShardFollower {
             if cell.added_id >= hole.end && cell.added_id != expected {
                 break;
             }
-            for missing in expected..cell.added_id {
-                self.awaited.insert(missing, now);
+            if expected < cell.added_id {
+                self.awaited.insert(expected, cell.added_id - 1, now);
             }
             expected = cell.added_id + 1;
             self.offset = cell.added_id;
             out.push(cell);
         }
-        for missing in expected..hole.end {
-            self.awaited.insert(missing, now);
-            self.offset = self.offset.max(missing);
+        if expected < hole.end {
+            self.awaited.insert(expected, hole.end - 1, now);
+            self.offset = self.offset.max(hole.end - 1);
         }
         self.hole = None;
         Ok(out)
@@ -222,15 +227,14 @@ impl ShardFollower {
             return Ok(Vec::new());
         }
         self.rechecked = Instant::now();
-        self.awaited
-            .retain(|_, since| since.elapsed() < AWAIT_HORIZON);
-        let ids: Vec<u64> = self.awaited.keys().copied().take(1000).collect();
-        if ids.is_empty() {
+        self.awaited.expire(AWAIT_HORIZON);
+        let ranges = self.awaited.next_page();
+        if ranges.is_empty() {
             return Ok(Vec::new());
         }
         let found = self
             .store
-            .read_changes_by_id(&self.node, self.shard, ids)
+            .read_changes_in(&self.node, self.shard, &ranges)
             .await?;
         for cell in &found {
             tracing::info!(
@@ -239,7 +243,7 @@ impl ShardFollower {
                 cell.cell.key,
                 cell.added_id
             );
-            self.awaited.remove(&cell.added_id);
+            self.awaited.remove(cell.added_id);
         }
         Ok(found)
     }

@@ -18,6 +18,7 @@
 //! - `repair`: the operator's rewrite of a (row, column), for the
 //!   verifier.
 
+pub mod awaited;
 pub mod breaker;
 pub mod buffer;
 pub mod failover;

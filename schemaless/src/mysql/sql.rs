@@ -34,13 +34,13 @@ pub const SHARD_TABLES: [&str; 4] = [
 /// `CREATE TABLE`s of a shard's trigger bookkeeping: per trigger, the last
 /// handled added_id, the lease saying which runner owns the shard, and the
 /// cells parked after failing too often.
-pub fn create_trigger_tables(database: &str) -> [String; 3] {
+pub fn create_trigger_tables(database: &str) -> [String; 4] {
     [
         format!(
             "CREATE TABLE IF NOT EXISTS `{database}`.`trigger_offsets` (
                 name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
                 added_id BIGINT UNSIGNED NOT NULL,
-                awaited TEXT CHARACTER SET ascii NOT NULL,
+                awaited MEDIUMTEXT CHARACTER SET ascii NOT NULL,
                 updated_at BIGINT NOT NULL
             ) ENGINE=InnoDB"
         ),
@@ -64,6 +64,11 @@ pub fn create_trigger_tables(database: &str) -> [String; 3] {
                 retry TINYINT(1) NOT NULL DEFAULT 0,
                 PRIMARY KEY (name, added_id)
             ) ENGINE=InnoDB"
+        ),
+        // Instances made before awaited ids were saved as ranges had a
+        // TEXT column, which thousands of holes outgrew.
+        format!(
+            "ALTER TABLE `{database}`.`trigger_offsets` MODIFY awaited MEDIUMTEXT CHARACTER SET ascii NOT NULL"
         ),
     ]
 }
@@ -245,12 +250,16 @@ pub fn select_row(database: &str, row_key: &RowKey) -> String {
     )
 }
 
-/// The change-log cells with these added_ids (late arrivals).
-pub fn select_changes_by_id(database: &str, ids: impl IntoIterator<Item = u64>) -> String {
-    let list: Vec<String> = ids.into_iter().map(|id| id.to_string()).collect();
+/// The change-log cells whose added_id is in one of these inclusive ranges
+/// (late arrivals).
+pub fn select_changes_in(database: &str, ranges: &[(u64, u64)]) -> String {
+    let list: Vec<String> = ranges
+        .iter()
+        .map(|(first, last)| format!("added_id BETWEEN {first} AND {last}"))
+        .collect();
     format!(
-        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE added_id IN ({}) ORDER BY added_id",
-        list.join(", ")
+        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE {} ORDER BY added_id",
+        list.join(" OR ")
     )
 }
 

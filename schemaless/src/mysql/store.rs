@@ -296,15 +296,15 @@ impl MySqlStore {
         self.fetch(node, shard, sql).await
     }
 
-    /// The change-log cells of `shard` with these added_ids, read from
-    /// `node`.
-    pub async fn read_changes_by_id(
+    /// The change-log cells of `shard` whose added_id lies in one of these
+    /// inclusive ranges, read from `node`.
+    pub async fn read_changes_in(
         &self,
         node: &Node,
         shard: u32,
-        ids: impl IntoIterator<Item = u64>,
+        ranges: &[(u64, u64)],
     ) -> Result<Vec<StoredCell>> {
-        let sql = sql::select_changes_by_id(&self.inner.topology.database(shard), ids);
+        let sql = sql::select_changes_in(&self.inner.topology.database(shard), ranges);
         self.fetch(node, shard, sql).await
     }
 

@@ -31,6 +31,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::awaited::Awaited;
 use super::follow::ShardFollower;
 use super::sql::NOW_MICROS;
 use super::store::MySqlStore;
@@ -410,13 +411,11 @@ impl ShardWorker {
             .try_get::<Option<u64>, _>(0)
             .map_err(|e| master.error(e))?
             .unwrap_or(0);
-        let awaited: Vec<u64> = row
-            .try_get::<Option<String>, _>(1)
-            .map_err(|e| master.error(e))?
-            .unwrap_or_default()
-            .split(',')
-            .filter_map(|id| id.trim().parse().ok())
-            .collect();
+        let awaited = Awaited::parse(
+            &row.try_get::<Option<String>, _>(1)
+                .map_err(|e| master.error(e))?
+                .unwrap_or_default(),
+        );
         let already_parked: u64 = row.try_get(2).map_err(|e| master.error(e))?;
         let mut counted_parked = already_parked;
         let total = s.parked.fetch_add(counted_parked, Ordering::Relaxed) + counted_parked;
@@ -427,10 +426,13 @@ impl ShardWorker {
                 config::TriggerRead::Minion => ReadFrom::Minion,
             };
             let mut follower =
-                ShardFollower::new(s.store.clone(), self.shard, offset, &awaited, from)?;
+                ShardFollower::new(s.store.clone(), self.shard, offset, awaited, from)?;
             let poll = Duration::from_millis(s.options.poll_ms);
             let mut retries_checked: Option<Instant> = None;
-            let mut saved = (offset, awaited.clone());
+            // What was saved last: the offset and the awaited set's
+            // generation (the set is compared by its generation, cheaply).
+            let at = |f: &ShardFollower| (f.offset(), f.awaited().generation());
+            let mut saved = at(&follower);
             let mut last_save = Instant::now();
             loop {
                 let mut signal = std::pin::pin!(s.store.changes().notified(self.shard));
@@ -442,8 +444,8 @@ impl ShardWorker {
                 if self.cancel.is_cancelled() || !s.holds(self.shard) {
                     // Leaving: save what was handled (the save checks the
                     // lease, so a lost shard is not moved).
-                    if saved != (follower.offset(), follower.awaited()) {
-                        self.save_offset(follower.offset(), &follower.awaited()).await?;
+                    if saved != at(&follower) {
+                        self.save_offset(follower.offset(), follower.awaited()).await?;
                     }
                     return Ok(());
                 }
@@ -456,9 +458,9 @@ impl ShardWorker {
                 let cells = follower.next(s.options.batch).await?;
                 if cells.is_empty() {
                     // Idle: a good moment to save where we are.
-                    if saved != (follower.offset(), follower.awaited()) {
-                        self.save_offset(follower.offset(), &follower.awaited()).await?;
-                        saved = (follower.offset(), follower.awaited());
+                    if saved != at(&follower) {
+                        self.save_offset(follower.offset(), follower.awaited()).await?;
+                        saved = at(&follower);
                         last_save = Instant::now();
                     }
                     tokio::select! {
@@ -530,8 +532,8 @@ impl ShardWorker {
                 // Busy: save at most every 100 ms (a crash redelivers what
                 // came after the last save: at least once).
                 if last_save.elapsed() >= Duration::from_millis(100) {
-                    self.save_offset(follower.offset(), &follower.awaited()).await?;
-                    saved = (follower.offset(), follower.awaited());
+                    self.save_offset(follower.offset(), follower.awaited()).await?;
+                    saved = at(&follower);
                     last_save = Instant::now();
                 }
             }
@@ -680,15 +682,11 @@ impl ShardWorker {
 
     /// Saves the position (offset and awaited ids), only while this
     /// runner holds the lease.
-    async fn save_offset(&self, offset: u64, awaited: &[u64]) -> Result<()> {
+    async fn save_offset(&self, offset: u64, awaited: &Awaited) -> Result<()> {
         let s = &self.shared;
         let db = s.database(self.shard);
         let name = literal(&s.name);
-        let awaited = awaited
-            .iter()
-            .map(u64::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let awaited = awaited.to_text();
         s.master(self.shard)?
             .execute(format!(
                 "INSERT INTO `{db}`.`trigger_offsets` (name, added_id, awaited, updated_at)

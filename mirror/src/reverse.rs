@@ -68,8 +68,11 @@ pub struct Applied {
     pub already_there: u64,
     /// Cells of columns outside the layout.
     pub skipped: u64,
-    /// Cells the legacy model refused.
+    /// Cells the legacy model refused, or whose address the legacy tables
+    /// hold with another body (conflicts, counted in `conflicts` too).
     pub parked: u64,
+    /// Of the parked, conflicts: never counted as applied.
+    pub conflicts: u64,
 }
 
 impl Applied {
@@ -78,6 +81,7 @@ impl Applied {
         self.already_there += other.already_there;
         self.skipped += other.skipped;
         self.parked += other.parked;
+        self.conflicts += other.conflicts;
     }
 
     /// Change-log cells handled, whatever became of them.
@@ -269,6 +273,8 @@ impl ReverseMirror {
             before: before.clone(),
             after: after.clone(),
             parked: parked.clone(),
+            added_ids: apply.iter().map(|s| s.added_id).collect(),
+            conflicts: std::sync::Mutex::default(),
             cells: (apply.len() + parked.len()) as i64,
             refused: AtomicU8::new(FREE),
         };
@@ -276,7 +282,10 @@ impl ReverseMirror {
         match self.legacy.put_cells_with(batch, &hook).await {
             Ok(results) => {
                 count(&mut applied, &results);
-                applied.parked += parked.len() as u64;
+                let conflicts = hook.take_conflicts();
+                applied.parked += (parked.len() + conflicts.len()) as u64;
+                applied.conflicts += conflicts.len() as u64;
+                self.record_legacy_bodies(shard, &conflicts).await;
                 Ok(applied)
             }
             Err(_) if hook.refused.load(Ordering::Relaxed) != FREE => {
@@ -310,8 +319,13 @@ impl ReverseMirror {
         after: Position,
         mut applied: Applied,
     ) -> Result<Applied, Error> {
+        let mut conflicts = Vec::new();
         for stored in apply {
             match self.legacy.put_cells(vec![stored.cell.clone()]).await {
+                Ok(results) if results.iter().any(|r| r.is_err()) => {
+                    conflicts.push((stored.added_id, stored.cell.key.clone()));
+                    parked.push((stored, conflict_reason()));
+                }
                 Ok(results) => count(&mut applied, &results),
                 Err(schemaless::Error::InvalidInput { field, message }) => {
                     parked.push((stored, format!("invalid {field}: {message}")))
@@ -324,15 +338,43 @@ impl ReverseMirror {
             before,
             after,
             parked: parked.clone(),
+            added_ids: Vec::new(),
+            conflicts: std::sync::Mutex::default(),
             cells: (applied.applied + parked.len() as u64) as i64,
             refused: AtomicU8::new(FREE),
         };
         match self.legacy.put_cells_with(Vec::new(), &hook).await {
             Ok(_) => {
                 applied.parked += parked.len() as u64;
+                applied.conflicts += conflicts.len() as u64;
+                self.record_legacy_bodies(shard, &conflicts).await;
                 Ok(applied)
             }
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Adds the legacy side's body to parked conflicts (after the commit
+    /// that parked them: the legacy row stays, so a crash before this only
+    /// leaves the column empty; `mirror status` reads both).
+    async fn record_legacy_bodies(&self, shard: u32, conflicts: &[(u64, schemaless::CellKey)]) {
+        for (added_id, key) in conflicts {
+            let body = match self.legacy.get_cell(key, ReadFrom::Master).await {
+                Ok(Some(stored)) => stored.cell.body.to_string(),
+                Ok(None) => "(none: the row is gone)".into(),
+                Err(e) => format!("(unreadable: {e})"),
+            };
+            let stored = sqlx::query(
+                "UPDATE mezzanine.reverse_parked SET legacy_body = $3 WHERE shard = $1 AND added_id = $2",
+            )
+            .bind(shard as i32)
+            .bind(*added_id as i64)
+            .bind(body)
+            .execute(self.legacy.pool())
+            .await;
+            if let Err(e) = stored {
+                tracing::warn!("reverse mirror: recording a conflict's legacy body: {e}");
+            }
         }
     }
 
@@ -384,8 +426,9 @@ impl ReverseMirror {
     }
 }
 
+/// Counts what was applied; a conflict is not (the hook parked it).
 fn count(applied: &mut Applied, results: &[schemaless::CellResult]) {
-    for result in results {
+    for result in results.iter().filter(|r| r.is_ok()) {
         applied.applied += 1;
         if matches!(
             result,
@@ -417,6 +460,19 @@ fn position_of(row: &sqlx::postgres::PgRow) -> Result<Position, sqlx::Error> {
     Ok((offset.max(0) as u64, awaited))
 }
 
+impl OffsetHook {
+    fn take_conflicts(&self) -> Vec<(u64, schemaless::CellKey)> {
+        std::mem::take(&mut *self.conflicts.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// Why a conflict is parked.
+fn conflict_reason() -> String {
+    "conflict: the legacy tables hold another body at this address (legacy_body); \
+     the Schemaless cell (body) was not applied"
+        .into()
+}
+
 const FREE: u8 = 0;
 const BUSY: u8 = 1;
 const MOVED: u8 = 2;
@@ -428,6 +484,11 @@ struct OffsetHook {
     before: Position,
     after: Position,
     parked: Vec<(StoredCell, String)>,
+    /// The added_id of each cell of the batch, in batch order.
+    added_ids: Vec<u64>,
+    /// (added_id, address) of the cells the legacy tables held with
+    /// another body, parked by `before_commit`.
+    conflicts: std::sync::Mutex<Vec<(u64, schemaless::CellKey)>>,
     /// Change-log cells the transaction covers, for the `applied` count.
     cells: i64,
     /// Why `begin` refused, if it did.
@@ -471,9 +532,39 @@ impl TransactionHook for OffsetHook {
     async fn before_commit(
         &self,
         tx: &mut sqlx::PgConnection,
-        _cells: &[Cell],
-        _results: &[CellResult],
+        cells: &[Cell],
+        results: &[CellResult],
     ) -> schemaless::Result<()> {
+        // A conflict is parked with the Schemaless body, in the transaction
+        // that moves the offset past it: never applied, never lost.
+        let mut conflicts = Vec::new();
+        for ((cell, result), added_id) in cells.iter().zip(results).zip(&self.added_ids) {
+            if result.is_err() {
+                conflicts.push((*added_id, cell.key.clone()));
+                tracing::warn!(
+                    "reverse mirror: shard {} added_id {added_id} ({}) parked: {}",
+                    self.shard,
+                    cell.key,
+                    conflict_reason()
+                );
+                sqlx::query(
+                    "INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (shard, added_id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
+                )
+                .bind(self.shard as i32)
+                .bind(*added_id as i64)
+                .bind(cell.key.row_key.uuid())
+                .bind(cell.key.column.as_str())
+                .bind(cell.key.ref_key.get())
+                .bind(cell.body.to_string())
+                .bind(conflict_reason())
+                .execute(&mut *tx)
+                .await
+                .map_err(storage)?;
+            }
+        }
+        *self.conflicts.lock().unwrap_or_else(|p| p.into_inner()) = conflicts;
         for (stored, reason) in &self.parked {
             tracing::warn!(
                 "reverse mirror: shard {} added_id {} ({}) parked: {reason}",
@@ -539,7 +630,14 @@ pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
         let added_id: i64 = row.try_get(1).map_err(Error::postgres(context))?;
         let cell = parked_cell(&row);
         let outcome = match cell {
-            Ok(cell) => legacy.put_cells(vec![cell]).await.map(|_| ()),
+            Ok(cell) => match legacy.put_cells(vec![cell]).await {
+                // Still a conflict: it stays parked.
+                Ok(results) if results.iter().any(|r| r.is_err()) => {
+                    Err(schemaless::Error::invalid("body", conflict_reason()))
+                }
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            },
             Err(reason) => Err(schemaless::Error::invalid("body", reason)),
         };
         match outcome {

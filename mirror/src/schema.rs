@@ -71,6 +71,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              parked_at timestamptz NOT NULL DEFAULT now(),
              error text NOT NULL,
              PRIMARY KEY (shard, added_id));
+         ALTER TABLE mezzanine.reverse_parked ADD COLUMN IF NOT EXISTS legacy_body text;
          CREATE TABLE IF NOT EXISTS mezzanine.mirror_workers (
              name text PRIMARY KEY,
              kind text NOT NULL CHECK (kind IN ('relay', 'reverse')),

@@ -607,6 +607,47 @@ async fn the_reverse_mirror_resumes_after_a_kill_and_ignores_late_older_cells() 
     app.close().await;
     facade.reverse().catch_up().await.unwrap();
     assert_eq!(assert_stores_equal(legacy, schemaless).await, 302);
+
+    // A conflict (the legacy tables hold another body at the address) is
+    // parked with both bodies, never counted as applied, and stays parked
+    // when retried.
+    let note = |text: &str| {
+        Cell::new(
+            trip[0].key.row_key,
+            schemaless::Column::new("NOTES").unwrap(),
+            schemaless::RefKey::new(99).unwrap(),
+            Body::from_value(json!({"author": "ops", "text": text, "at": "2020-01-01T00:00:00Z"}))
+                .unwrap(),
+        )
+    };
+    legacy.put_cell(note("legacy side")).await.unwrap();
+    schemaless.put_cell(note("schemaless side")).await.unwrap();
+    let conflicted = facade.reverse().catch_up().await.unwrap();
+    assert_eq!(
+        (conflicted.applied, conflicted.parked, conflicted.conflicts),
+        (0, 1, 1),
+        "{conflicted:?}"
+    );
+    let (body, legacy_body, error): (String, String, String) = sqlx::query_as(
+        "SELECT body, legacy_body, error FROM mezzanine.reverse_parked WHERE ref_key = 99",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert!(body.contains("schemaless side"), "{body}");
+    assert!(legacy_body.contains("legacy side"), "{legacy_body}");
+    assert!(error.starts_with("conflict"), "{error}");
+    let kept = legacy
+        .get_cell(&note("x").key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.cell.body.fields()["text"], json!("legacy side"));
+    assert_eq!(
+        mirror::reverse::retry_parked(legacy).await.unwrap(),
+        (0, 1),
+        "a conflict retried is still a conflict"
+    );
     facade.close().await;
 }
 

@@ -35,6 +35,9 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
                 for warning in plain_text_warnings(&c) {
                     eprintln!("{}: warning: {warning}", file.display());
                 }
+                if c.storage.durability == config::Durability::OneHost {
+                    eprintln!("{}: warning: {}", file.display(), config::ONE_HOST_WARNING);
+                }
             }
             Err(e) => {
                 eprintln!("{e}");

@@ -114,7 +114,8 @@ async fn print_storage_nodes(config: &config::Config) -> anyhow::Result<()> {
     let probes = topology.clusters.iter().flat_map(|c| {
         let master = c.master();
         c.members.iter().map(move |node| {
-            let role = if node.label == master.label {
+            let is_master = node.label == master.label;
+            let role = if is_master {
                 format!("master of {}", c.name)
             } else {
                 format!("minion of {}", c.name)
@@ -130,29 +131,45 @@ async fn print_storage_nodes(config: &config::Config) -> anyhow::Result<()> {
                     }
                     outcome = node.probe().await;
                 }
-                (node, role, outcome)
+                let semi_sync = match outcome {
+                    Ok(_) => semi_sync_state(&node, is_master).await,
+                    Err(_) => "-".into(),
+                };
+                (node, role, outcome, semi_sync)
             }
         })
     });
     let results = futures::future::join_all(probes).await;
     println!(
-        "{:<36} {:<14} {:<10} {:>9}  LAST ERROR",
-        "STORAGE NODE", "ROLE", "BREAKER", "PING"
+        "{:<36} {:<14} {:<10} {:>9}  {:<16} LAST ERROR",
+        "STORAGE NODE", "ROLE", "BREAKER", "PING", "SEMI-SYNC"
     );
-    for (node, role, outcome) in results {
+    for (node, role, outcome, semi_sync) in results {
         let (ping, error) = match outcome {
             Ok(t) => (format!("{:.1}ms", t.as_secs_f64() * 1000.0), String::new()),
             Err(e) => ("-".into(), e.to_string()),
         };
         println!(
-            "{:<36} {:<14} {:<10} {:>9}  {}",
+            "{:<36} {:<14} {:<10} {:>9}  {:<16} {}",
             node.label,
             role,
             node.breaker.state().to_string(),
             ping,
+            semi_sync,
             error
         );
     }
+    let durability = config.storage.durability;
+    println!(
+        "durability: {}{}",
+        durability.as_str(),
+        match (durability, config.storage.buffer_secondaries) {
+            (config::Durability::OneHost, _) => format!("  WARNING: {}", config::ONE_HOST_WARNING),
+            (_, 0) =>
+                " (by semi-synchronous replication: a master without it is refused writes)".into(),
+            (_, n) => format!(" (by buffered writes on {n} other masters)"),
+        }
+    );
     for c in &topology.clusters {
         if c.epoch() > 0 {
             println!(
@@ -165,6 +182,50 @@ async fn print_storage_nodes(config: &config::Config) -> anyhow::Result<()> {
     }
     store.close().await;
     Ok(())
+}
+
+/// A node's semi-synchronous replication: for a master, whether it is on
+/// and waiting now, with how many minions acknowledge; for a minion,
+/// whether it acknowledges.
+async fn semi_sync_state(node: &schemaless::mysql::topology::Node, master: bool) -> String {
+    let status = |name: &str| {
+        format!(
+            "(SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '{name}')"
+        )
+    };
+    let sql = if master {
+        format!(
+            "SELECT CAST(@@rpl_semi_sync_master_enabled AS CHAR), {}, {}",
+            status("RPL_SEMI_SYNC_MASTER_STATUS"),
+            status("RPL_SEMI_SYNC_MASTER_CLIENTS")
+        )
+    } else {
+        format!(
+            "SELECT CAST(@@rpl_semi_sync_slave_enabled AS CHAR), {}, ''",
+            status("RPL_SEMI_SYNC_SLAVE_STATUS")
+        )
+    };
+    let row = match node.fetch_all(sql).await {
+        Ok(rows) => rows.into_iter().next(),
+        Err(_) => return "unknown".into(),
+    };
+    use sqlx::Row;
+    let get = |i: usize| {
+        row.as_ref()
+            .and_then(|r| r.try_get::<Option<String>, _>(i).ok().flatten())
+            .unwrap_or_default()
+    };
+    match (
+        get(0).as_str(),
+        get(1).to_ascii_uppercase().as_str(),
+        master,
+    ) {
+        ("1", "ON", true) => format!("on, {} acking", get(2)),
+        ("1", _, true) => "on, not waiting".into(),
+        ("1", "ON", false) => "acks".into(),
+        ("1", _, false) => "on, not acking".into(),
+        _ => "off".into(),
+    }
 }
 
 fn node_failures(node: &schemaless::mysql::topology::Node) -> u32 {

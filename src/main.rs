@@ -188,7 +188,11 @@ impl Overrides {
 
 /// Loads the configuration; its errors are usage errors.
 pub fn load_config(path: &std::path::Path) -> anyhow::Result<config::Config> {
-    config::Config::load(path).map_err(|e| UsageError(e.to_string()).into())
+    let config = config::Config::load(path).map_err(|e| UsageError(e.to_string()))?;
+    if config.storage.durability == config::Durability::OneHost {
+        eprintln!("warning: {}", config::ONE_HOST_WARNING);
+    }
+    Ok(config)
 }
 
 fn main() -> ExitCode {

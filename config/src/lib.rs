@@ -51,8 +51,8 @@ use std::path::{Path, PathBuf};
 
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{
-    Backfill, Capture, CaptureMethod, Cluster, Config, Gates, Instance, Limits, Mirror, OnFailure,
-    Storage, TriggerRead, Triggers, Verify,
+    Backfill, Capture, CaptureMethod, Cluster, Config, Durability, Gates, Instance, Limits, Mirror,
+    OnFailure, Storage, TriggerRead, Triggers, Verify, ONE_HOST_WARNING,
 };
 pub use shards::ShardRange;
 pub use validate::Problem;

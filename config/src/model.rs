@@ -605,7 +605,43 @@ pub struct Storage {
     /// `mezzanine buffer reconcile`. Default true.
     #[serde(default = "yes")]
     pub reconcile_in_app: bool,
+    /// `storage.durability`: on how many hosts a write must be before it is
+    /// acknowledged. `"two_hosts"` (the default): the master's semi-
+    /// synchronous replication (`rpl_semi_sync_master_enabled`, with a
+    /// `rpl_semi_sync_master_timeout` longer than `request_timeout_ms`, so
+    /// it cannot fall back to asynchronous before the call gives up) or
+    /// buffered writes (`buffer_secondaries` >= 1) must hold it on a second
+    /// host; a master offering neither is refused writes. `"one_host"`: the
+    /// master's commit is enough, and a promotion after it dies can lose
+    /// what no minion had received; chosen only explicitly, warned of
+    /// everywhere, and the `primary` gate refuses it.
+    #[serde(default)]
+    pub durability: Durability,
 }
+
+/// `storage.durability`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Acknowledged only when a second host holds the write.
+    #[default]
+    TwoHosts,
+    /// Acknowledged when the master has committed it.
+    OneHost,
+}
+
+impl Durability {
+    /// The key's value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Durability::TwoHosts => "two_hosts",
+            Durability::OneHost => "one_host",
+        }
+    }
+}
+
+/// The warning every command shows while `storage.durability = "one_host"`.
+pub const ONE_HOST_WARNING: &str = "storage.durability = \"one_host\": a write is acknowledged once its master has it, and a promotion after that master dies can lose it; the primary gate refuses this setting";
 
 fn default_breaker_failures() -> u32 {
     3
@@ -652,6 +688,7 @@ impl Default for Storage {
             buffer_replay_after_ms: default_buffer_replay_after_ms(),
             topology_refresh_ms: default_topology_refresh_ms(),
             reconcile_in_app: true,
+            durability: Durability::default(),
         }
     }
 }

@@ -353,9 +353,25 @@ impl Node {
                     "--innodb-buffer-pool-size=256M".into(),
                     "--character-set-server=utf8mb4".into(),
                     "--collation-server=utf8mb4_bin".into(),
+                    // Semi-synchronous replication: a master's commit
+                    // returns once a minion has received it (AFTER_SYNC: no
+                    // other session sees it before), so an acknowledged
+                    // write is on two hosts. The timeout is a day, far
+                    // longer than any request: with no minion answering,
+                    // writes wait and time out rather than fall back to
+                    // asynchronous. Every node acknowledges as a minion
+                    // and has the master's settings ready (`cluster
+                    // promote` turns them on), but only the master waits:
+                    // a minion that did would wait for minions of its own
+                    // while applying, and never get an answer.
+                    "--rpl-semi-sync-slave-enabled=1".into(),
+                    "--rpl-semi-sync-master-wait-point=AFTER_SYNC".into(),
+                    "--rpl-semi-sync-master-timeout=86400000".into(),
                 ]);
                 if matches!(role, Role::Minion { .. }) {
                     command.args(["--read-only=1", "--slave-parallel-threads=4"]);
+                } else {
+                    command.arg("--rpl-semi-sync-master-enabled=1");
                 }
                 if self.has_tls() {
                     let tls = self.tls_dir();

@@ -72,6 +72,19 @@ pub enum Error {
         /// The failure that opened the breaker.
         reason: String,
     },
+    /// A write was refused before it was sent: with `storage.durability =
+    /// "two_hosts"` and no buffered writes, its master does not run
+    /// semi-synchronous replication that would put it on a second host.
+    /// Nothing was written; retrying helps once the master does.
+    #[error(
+        "storage node {node}: write refused, it would be acknowledged on one host only: {reason}"
+    )]
+    NotDurable {
+        /// Which master (URL without password).
+        node: String,
+        /// What its replication lacks, and how to fix it.
+        reason: String,
+    },
     /// The store was created outside a Tokio runtime; its connection pools
     /// need one.
     #[error("the MySQL store must be created inside a Tokio runtime")]

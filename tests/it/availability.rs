@@ -1,6 +1,8 @@
 //! Write availability on private clusters with real kills: a master
-//! killed under load loses no acknowledged write (buffered writes, a
-//! promotion and the reconciler), a frozen master's breaker opens and
+//! killed under load loses no acknowledged write, with buffered writes (a
+//! promotion and the reconciler) and with semi-synchronous replication
+//! alone while a minion lags; a master without semi-sync is refused
+//! writes under `durability = "two_hosts"`; a frozen master's breaker opens and
 //! reads fail over, a minion down changes nothing for writes, and a
 //! reconciler killed mid-replay duplicates nothing.
 
@@ -14,6 +16,7 @@ use schemaless::mysql::breaker::BreakerState;
 use schemaless::mysql::{buffer, failover, schema};
 use schemaless::{Cell, CellStore, MySqlStore, ReadFrom, RowKey, WriteOutcome};
 use serde_json::json;
+use sqlx::Connection;
 
 use crate::harness::{config_file, mezzanine};
 
@@ -74,9 +77,11 @@ fn trip(n: usize) -> Cell {
 }
 
 /// Writes `total` cells from 8 writers, kills a-master once `kill_after`
-/// are acknowledged, promotes a-minion1 through the command line, lets
+/// are acknowledged, promotes a minion through the command line, lets
 /// the reconciler drain, and returns (acknowledged, lost, handed off).
-async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
+/// `lagging`: a-minion2's applier is stopped first (it still receives,
+/// and acknowledges, what it does not apply).
+async fn kill_under_load(buffered: bool, lagging: bool) -> (usize, usize, usize) {
     let storage = format!(
         "buffer_secondaries = {}\nrequest_timeout_ms = 2000\nconnect_timeout_ms = 1000\n\
          breaker_failures = 3\nbreaker_open_ms = 300\ntopology_refresh_ms = 200\n\
@@ -84,6 +89,15 @@ async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
         u32::from(buffered)
     );
     let (cluster, config, file, store) = setup(&["a", "b", "c"], 2, &storage).await;
+    if lagging {
+        let mut minion = sqlx::MySqlConnection::connect(&cluster.mysql_url("a-minion2").unwrap())
+            .await
+            .unwrap();
+        sqlx::query("STOP SLAVE SQL_THREAD")
+            .execute(&mut minion)
+            .await
+            .unwrap();
+    }
     const TOTAL: usize = 12_000;
     const KILL_AFTER: usize = 3_000;
     let next = Arc::new(AtomicUsize::new(0));
@@ -128,11 +142,25 @@ async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
         "every write was answered"
     );
 
-    let out = mezzanine(file.path(), &["cluster", "promote", "a", "a-minion1"])
-        .arg("--cluster-dir")
-        .arg(cluster.root())
-        .output()
-        .unwrap();
+    // As a runbook would: promote a-minion1, unless the promotion names
+    // the minion that received more (semi-sync waits for one minion's
+    // acknowledgement, not each's); then that one.
+    let promote = |node: &str| {
+        mezzanine(file.path(), &["cluster", "promote", "a", node])
+            .arg("--cluster-dir")
+            .arg(cluster.root())
+            .output()
+            .unwrap()
+    };
+    let mut promoted = "a-minion1";
+    let mut out = promote(promoted);
+    let other = cluster.mysql_url("a-minion2").unwrap();
+    if !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains(&format!("promote {other} instead"))
+    {
+        promoted = "a-minion2";
+        out = promote(promoted);
+    }
     assert!(
         out.status.success(),
         "promote: {}{}",
@@ -142,7 +170,7 @@ async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
     assert!(String::from_utf8_lossy(&out.stdout).contains("is the master now"));
     // The running store learns of the promotion by itself.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let new_master = cluster.mysql_url("a-minion1").unwrap();
+    let new_master = cluster.mysql_url(promoted).unwrap();
     while store.topology().clusters[0].master().label != new_master {
         assert!(
             Instant::now() < deadline,
@@ -190,7 +218,7 @@ async fn kill_under_load(buffered: bool) -> (usize, usize, usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_master_killed_under_load_loses_no_acknowledged_write_with_buffering() {
-    let (acked, lost, handed_off) = kill_under_load(true).await;
+    let (acked, lost, handed_off) = kill_under_load(true, false).await;
     println!(
         "buffered writes on: {acked} acknowledged ({handed_off} as Buffered), {lost} lost after the promotion"
     );
@@ -202,14 +230,76 @@ async fn a_master_killed_under_load_loses_no_acknowledged_write_with_buffering()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_master_killed_under_load_without_buffering_shows_what_is_lost() {
-    let (acked, lost, handed_off) = kill_under_load(false).await;
-    // Printed, not asserted: how many acknowledged writes the master took
-    // with it, which buffering exists to prevent.
+async fn a_master_killed_under_load_with_a_lagging_minion_loses_no_acknowledged_write() {
+    // No buffering: semi-synchronous replication (the dev cluster's, and
+    // `storage.durability = "two_hosts"`) is what keeps every acknowledged
+    // write on a second host, even with one minion's applier stopped.
+    let (acked, lost, handed_off) = kill_under_load(false, true).await;
     println!(
-        "buffered writes off: {acked} acknowledged, {lost} lost with the killed master (not yet replicated)"
+        "semi-sync, one minion lagging: {acked} acknowledged, {lost} lost after the promotion"
     );
     assert_eq!(handed_off, 0, "nothing is Buffered with buffering off");
+    assert_eq!(lost, 0, "no acknowledged write may be lost");
+}
+
+/// With `storage.durability = "two_hosts"` and no buffering, a master
+/// without semi-synchronous replication is refused writes, naming why;
+/// `"one_host"` writes to it (and says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_without_semi_sync_is_refused_writes_unless_one_host_is_chosen() {
+    let (cluster, config, _file, store) = setup(&["a"], 1, "").await;
+    let mut master = sqlx::MySqlConnection::connect(&cluster.mysql_url("a-master").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.put_cell(trip(1)).await.unwrap(),
+        WriteOutcome::Written,
+        "the dev cluster runs semi-sync"
+    );
+    sqlx::query("SET GLOBAL rpl_semi_sync_master_enabled = 0")
+        .execute(&mut master)
+        .await
+        .unwrap();
+    // A new store reads the settings on its first connection.
+    let refused = MySqlStore::connect(&config).unwrap();
+    let err = refused.put_cell(trip(2)).await.unwrap_err();
+    assert!(
+        matches!(err, schemaless::Error::NotDurable { .. })
+            && err
+                .to_string()
+                .contains("rpl_semi_sync_master_enabled is off"),
+        "{err}"
+    );
+    assert!(refused
+        .get_cell(&trip(2).key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_none());
+    // A timeout shorter than a request could fall back to asynchronous.
+    sqlx::query(
+        "SET GLOBAL rpl_semi_sync_master_enabled = 1, GLOBAL rpl_semi_sync_master_timeout = 500",
+    )
+    .execute(&mut master)
+    .await
+    .unwrap();
+    let short = MySqlStore::connect(&config).unwrap();
+    let err = short.put_cell(trip(2)).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("rpl_semi_sync_master_timeout (500 ms)"),
+        "{err}"
+    );
+    sqlx::query("SET GLOBAL rpl_semi_sync_master_enabled = 0")
+        .execute(&mut master)
+        .await
+        .unwrap();
+    let mut one_host = config.clone();
+    one_host.storage.durability = config::Durability::OneHost;
+    let store = MySqlStore::connect(&one_host).unwrap();
+    assert_eq!(
+        store.put_cell(trip(2)).await.unwrap(),
+        WriteOutcome::Written
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -239,3 +239,35 @@ async fn a_facade_that_misses_the_notification_finds_the_mode_by_polling() {
     assert_eq!(found.cell.key.ref_key.get(), 4);
     a.close().await;
 }
+
+/// `primary` makes Schemaless where writes land first: the gate refuses it
+/// while an acknowledged write may be on one host only.
+#[tokio::test]
+async fn the_primary_gate_refuses_one_host_durability() {
+    use tripstore::mode::Gate;
+    let db = LegacyDb::trips().await;
+    mirror::schema::ensure(&db.pool).await.unwrap();
+    tripstore::mode::ensure_control(&db.pool).await.unwrap();
+    backfill::plan::ensure_tables(&db.pool).await.unwrap();
+    verifier::store::ensure(&db.pool).await.unwrap();
+    let mut config = db.config.clone();
+    config.storage.durability = config::Durability::OneHost;
+    let schemaless = schemaless::MySqlStore::connect(&config).unwrap();
+    let gate = tripstore::gates::MigrationGate::new(db.pool.clone(), schemaless.clone(), &config);
+    let refusal = gate
+        .refusal(Mode::Shadow, Mode::Primary)
+        .await
+        .unwrap()
+        .expect("refused");
+    assert!(
+        refusal.contains("storage.durability = \"one_host\""),
+        "{refusal}"
+    );
+    // With two hosts, whatever else it checks, not that.
+    let two = tripstore::gates::MigrationGate::new(db.pool.clone(), schemaless, &db.config);
+    let other = two.refusal(Mode::Shadow, Mode::Primary).await.unwrap();
+    assert!(
+        other.as_deref().is_none_or(|r| !r.contains("durability")),
+        "{other:?}"
+    );
+}

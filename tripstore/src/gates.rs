@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain); with `capture.required`, capture installed (and current) on every table of the layout | the mirror's tables |
 //! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless); the same of the capture queue | |
-//! | `primary` | the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `primary` | `storage.durability = "two_hosts"` (Schemaless is about to become where writes land first: an acknowledged write must be on two hosts); the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
 //! | `schemaless` | nothing more | |
 //!
 //! Entering `shadow` or `primary` also needs the verifier's word, over
@@ -55,6 +55,8 @@ pub struct MigrationGate {
     capture: config::Capture,
     /// How long a facade may take to see a mode change.
     mode_poll_ms: u64,
+    /// `storage.durability`.
+    durability: config::Durability,
 }
 
 impl MigrationGate {
@@ -68,6 +70,7 @@ impl MigrationGate {
             settings: config.gates.clone(),
             capture: config.capture.clone(),
             mode_poll_ms: config.legacy.as_ref().map_or(1000, |l| l.mode_poll_ms),
+            durability: config.storage.durability,
         }
     }
 
@@ -266,6 +269,11 @@ impl Gate for MigrationGate {
                 self.verified().await
             }
             Mode::Primary => {
+                if self.durability == config::Durability::OneHost {
+                    return Ok(Some(
+                        "storage.durability = \"one_host\": in primary, writes land in Schemaless first, and one that only its master held would be lost with it; use \"two_hosts\" (semi-synchronous replication or buffered writes)".into(),
+                    ));
+                }
                 if let Some(reason) = self.outbox_drained().await? {
                     return Ok(Some(reason));
                 }

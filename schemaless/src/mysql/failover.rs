@@ -345,8 +345,10 @@ pub async fn promote(
             candidate.label, old.label
         ))
     })?;
-    // Apply everything received before taking writes.
+    // Apply everything received before taking writes (its applier may
+    // have been stopped: what it received is acknowledged all the same).
     if !io_pos.is_empty() {
+        candidate.execute("START SLAVE SQL_THREAD".into()).await?;
         let waited: Option<i64> = candidate
             .fetch_all(format!(
                 "SELECT MASTER_GTID_WAIT('{}', {})",
@@ -395,8 +397,20 @@ pub async fn promote(
             .ok_or_else(|| Error::Schema(format!("no URL in the config for {label}")))
     };
     let source = Source::of(url_of(&candidate.label)?)?;
+    // With durability by semi-synchronous replication, the new master
+    // waits for its minions' acknowledgements as the old one did (a minion
+    // must not: applying, it would wait for minions of its own).
+    let semi_sync = config.storage.durability == config::Durability::TwoHosts
+        && config.storage.buffer_secondaries == 0;
     candidate
-        .execute("STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0".into())
+        .execute(format!(
+            "STOP SLAVE; RESET SLAVE ALL; SET GLOBAL read_only = 0{}",
+            if semi_sync {
+                "; SET GLOBAL rpl_semi_sync_master_enabled = 1"
+            } else {
+                ""
+            }
+        ))
         .await?;
     let mut repointed = Vec::new();
     for other in reachable {

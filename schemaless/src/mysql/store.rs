@@ -109,6 +109,8 @@ struct Inner {
     index_versions: super::index::VersionCache,
     /// `storage.buffer_secondaries`.
     buffer_secondaries: usize,
+    /// `storage.durability`.
+    durability: config::Durability,
     /// `storage.buffer_replay_after_ms`.
     buffer_replay_after: Duration,
     /// Stops the maintenance task (on `close`, or when the last clone is
@@ -135,6 +137,11 @@ impl MySqlStore {
     /// use, so a node that is down only fails the requests that need it.
     pub fn connect(config: &config::Config) -> Result<MySqlStore> {
         let stop = tokio_util::sync::CancellationToken::new();
+        let one_host = config.storage.durability == config::Durability::OneHost;
+        if one_host {
+            tracing::warn!("{}", config::ONE_HOST_WARNING);
+        }
+        metrics::gauge!("schemaless_durability_one_host").set(f64::from(u8::from(one_host)));
         let store = MySqlStore {
             inner: Arc::new(Inner {
                 signal: ChangeSignal::new(config.instance.shard_count),
@@ -149,6 +156,7 @@ impl MySqlStore {
                     .collect::<Result<_>>()?,
                 index_versions: super::index::VersionCache::default(),
                 buffer_secondaries: config.storage.buffer_secondaries as usize,
+                durability: config.storage.durability,
                 buffer_replay_after: Duration::from_millis(config.storage.buffer_replay_after_ms),
                 stop: stop.clone(),
             }),
@@ -198,6 +206,9 @@ impl MySqlStore {
         groups: Vec<(u32, Vec<Pending>)>,
     ) -> Result<Vec<(usize, CellResult)>> {
         if self.inner.buffer_secondaries == 0 {
+            if self.inner.durability == config::Durability::TwoHosts {
+                self.check_durable(cluster).await?;
+            }
             return self.write_node(groups).await;
         }
         super::buffer::write(self, cluster, &groups).await?;
@@ -220,6 +231,29 @@ impl MySqlStore {
                     .collect())
             }
             Err(e) => Err(e),
+        }
+    }
+
+    /// With `storage.durability = "two_hosts"` and no buffering, refuses a
+    /// write to a master whose replication would not hold it on a second
+    /// host before the commit returns (see [`super::topology::SemiSync`]).
+    async fn check_durable(&self, cluster: usize) -> Result<()> {
+        let master = self.inner.topology.clusters[cluster].master();
+        let cached = master
+            .semi_sync()
+            .and_then(|settings| settings.gap(master.request_timeout).map(|_| ()));
+        if master.semi_sync().is_some() && cached.is_none() {
+            return Ok(());
+        }
+        // Unknown, or short of durable as last read: read again before
+        // refusing (a promotion turns it on for a node that was a minion).
+        let settings = master.refresh_semi_sync().await?;
+        match settings.gap(master.request_timeout) {
+            None => Ok(()),
+            Some(reason) => Err(Error::NotDurable {
+                node: master.label.clone(),
+                reason,
+            }),
         }
     }
 

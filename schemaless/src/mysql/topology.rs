@@ -40,6 +40,46 @@ pub struct Node {
     /// The server's `@@max_allowed_packet`, read on every new connection
     /// (0 until the first).
     max_packet: Arc<std::sync::atomic::AtomicUsize>,
+    /// Its semi-synchronous replication settings, read on every new
+    /// connection (`None` until the first).
+    semi_sync: Arc<std::sync::Mutex<Option<SemiSync>>>,
+}
+
+/// A master's semi-synchronous replication, as its variables say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SemiSync {
+    /// `@@rpl_semi_sync_master_enabled` (false where the variable does not
+    /// exist: MySQL without the plugin).
+    pub enabled: bool,
+    /// `@@rpl_semi_sync_master_timeout`, in milliseconds: after it a commit
+    /// no minion acknowledged goes ahead asynchronously.
+    pub timeout_ms: u64,
+    /// `@@rpl_semi_sync_master_wait_point`.
+    pub wait_point: String,
+}
+
+impl SemiSync {
+    /// Why a commit on this master may be acknowledged while only it holds
+    /// the write, for calls that give up after `request_timeout`; `None`
+    /// when it cannot.
+    pub fn gap(&self, request_timeout: Duration) -> Option<String> {
+        if !self.enabled {
+            return Some(
+                "rpl_semi_sync_master_enabled is off (turn it on, with rpl_semi_sync_slave_enabled on its minions, \
+                 or turn buffered writes on: storage.buffer_secondaries >= 1)"
+                    .into(),
+            );
+        }
+        if u128::from(self.timeout_ms) <= request_timeout.as_millis() {
+            return Some(format!(
+                "rpl_semi_sync_master_timeout ({} ms) is not longer than storage.request_timeout_ms ({} ms): \
+                 a commit no minion acknowledged would go ahead asynchronously before the call gives up",
+                self.timeout_ms,
+                request_timeout.as_millis()
+            ));
+        }
+        None
+    }
 }
 
 /// The statement size assumed before a node's `@@max_allowed_packet` is
@@ -58,6 +98,8 @@ impl Node {
         let label = redact(url);
         let max_packet = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen_packet = max_packet.clone();
+        let semi_sync: Arc<std::sync::Mutex<Option<SemiSync>>> = Arc::default();
+        let seen_semi_sync = semi_sync.clone();
         let options = MySqlConnectOptions::from_str(url)
             .map_err(|source| Error::Storage {
                 node: label.clone(),
@@ -69,7 +111,27 @@ impl Node {
             .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
             .after_connect(move |conn, _| {
                 let seen_packet = seen_packet.clone();
+                let seen_semi_sync = seen_semi_sync.clone();
                 Box::pin(async move {
+                    // Whether an acknowledged write is on a second host.
+                    let settings = sqlx::query_as::<_, (i64, u64, String)>(
+                        "SELECT CAST(@@rpl_semi_sync_master_enabled AS SIGNED), \
+                         CAST(@@rpl_semi_sync_master_timeout AS UNSIGNED), \
+                         CAST(@@rpl_semi_sync_master_wait_point AS CHAR)",
+                    )
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map(|(enabled, timeout_ms, wait_point)| SemiSync {
+                        enabled: enabled != 0,
+                        timeout_ms,
+                        wait_point,
+                    })
+                    .unwrap_or(SemiSync {
+                        enabled: false,
+                        timeout_ms: 0,
+                        wait_point: String::new(),
+                    });
+                    *seen_semi_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings);
                     // Statements are cut to fit the server's packet limit.
                     if let Ok(limit) = sqlx::query_scalar::<_, u64>("SELECT @@max_allowed_packet")
                         .fetch_one(&mut *conn)
@@ -103,7 +165,54 @@ impl Node {
             pool,
             request_timeout: Duration::from_millis(storage.request_timeout_ms),
             max_packet,
+            semi_sync,
         })
+    }
+
+    /// Reads its semi-synchronous replication settings now (a promotion
+    /// changes them on a node whose pooled connections read them before).
+    pub async fn refresh_semi_sync(&self) -> Result<SemiSync> {
+        let rows = self
+            .fetch_all(
+                "SELECT CAST(@@rpl_semi_sync_master_enabled AS SIGNED), \
+                 CAST(@@rpl_semi_sync_master_timeout AS UNSIGNED), \
+                 CAST(@@rpl_semi_sync_master_wait_point AS CHAR)"
+                    .into(),
+            )
+            .await;
+        let settings = match rows {
+            Ok(rows) => {
+                use sqlx::Row;
+                let row = rows.first();
+                SemiSync {
+                    enabled: row
+                        .and_then(|r| r.try_get::<i64, _>(0).ok())
+                        .is_some_and(|e| e != 0),
+                    timeout_ms: row.and_then(|r| r.try_get::<u64, _>(1).ok()).unwrap_or(0),
+                    wait_point: row
+                        .and_then(|r| r.try_get::<String, _>(2).ok())
+                        .unwrap_or_default(),
+                }
+            }
+            // The variables do not exist (MySQL without the plugin).
+            Err(e @ Error::Storage { .. }) if !e.is_unavailable() => SemiSync {
+                enabled: false,
+                timeout_ms: 0,
+                wait_point: String::new(),
+            },
+            Err(e) => return Err(e),
+        };
+        *self.semi_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings.clone());
+        Ok(settings)
+    }
+
+    /// Its semi-synchronous replication as read on its newest connection;
+    /// `None` before the first.
+    pub fn semi_sync(&self) -> Option<SemiSync> {
+        self.semi_sync
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// How many bytes of SQL text one packet to this node may carry

@@ -315,3 +315,43 @@ async fn a_batch_larger_than_the_packet_limit_is_written_whole() {
         assert_eq!(got.cell.body, c.body);
     }
 }
+
+/// A repair replaces only the ref keys it read: a version written above
+/// them meanwhile (a newer cell relayed while the repair compared) is
+/// kept, not deleted with the cells it did see.
+#[tokio::test]
+async fn a_repair_replaces_only_the_ref_keys_it_read() {
+    let t = Instance::new(4).await;
+    let versions: Vec<_> = (1..=4)
+        .map(|r| cell(42, "BASE", r, json!({ "v": r })))
+        .collect();
+    t.store.put_cells(versions).await.unwrap();
+    let fixed = cell(42, "BASE", 2, json!({"v": "fixed"}));
+    t.store
+        .replace_cells(&row(42), &column("BASE"), 2, 3, vec![fixed.clone()])
+        .await
+        .unwrap();
+    let left: Vec<(i64, serde_json::Value)> = t
+        .store
+        .get_column_cells(&[row(42)], &column("BASE"), ReadFrom::Master)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.cell.key.ref_key.get(), c.cell.body.fields()["v"].clone()))
+        .collect();
+    assert_eq!(
+        left,
+        vec![(1, json!(1)), (2, json!("fixed")), (4, json!(4))],
+        "ref 3 replaced away, ref 4 (above what was read) kept"
+    );
+    let outside = cell(42, "BASE", 7, json!({"v": 7}));
+    let err = t
+        .store
+        .replace_cells(&row(42), &column("BASE"), 2, 3, vec![outside])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("outside the replaced ref keys"),
+        "{err}"
+    );
+}

@@ -93,8 +93,19 @@ impl Repair<'_> {
                     ColumnKind::Row => cells.first().map_or(0, |c| c.key.ref_key.get()),
                     ColumnKind::Child => 0,
                 };
+                // Only up to the highest ref key either side showed: a cell
+                // relayed after the read (a newer version, a new child) is
+                // not the repair's to delete; if it differs, the check
+                // below says so.
+                let to = legacy
+                    .iter()
+                    .chain(&schemaless)
+                    .map(|c| c.key.ref_key.get())
+                    .max()
+                    .unwrap_or(from)
+                    .max(from);
                 self.schemaless
-                    .replace_cells(row_key, column, from, cells)
+                    .replace_cells(row_key, column, from, to, cells)
                     .await?;
             }
             Side::Schemaless => {

@@ -15,26 +15,32 @@ use crate::codec;
 use crate::error::{Error, Result};
 
 impl MySqlStore {
-    /// Makes the cells of (`row_key`, `column`) whose ref key is at least
-    /// `from_ref_key` exactly `cells` (all of that row and column), in one
-    /// transaction on the shard's master: the others are deleted, these
-    /// inserted anew. Cells below `from_ref_key` (older versions of a row
-    /// column) are kept.
+    /// Makes the cells of (`row_key`, `column`) whose ref key lies in
+    /// `from_ref_key..=to_ref_key` exactly `cells` (all of that row and
+    /// column), in one transaction on the shard's master: the others are
+    /// deleted, these inserted anew. Cells outside the range are kept:
+    /// older versions below it, and above it any cell written after the
+    /// caller read what it compared (a newer version relayed meanwhile
+    /// must not be deleted by a repair that never saw it).
     pub async fn replace_cells(
         &self,
         row_key: &RowKey,
         column: &Column,
         from_ref_key: i64,
+        to_ref_key: i64,
         cells: Vec<Cell>,
     ) -> Result<()> {
         check_batch(&cells, self.limits())?;
         check_cells_of(row_key, column, &cells)?;
-        if let Some(low) = cells.iter().find(|c| c.key.ref_key.get() < from_ref_key) {
+        if let Some(out) = cells
+            .iter()
+            .find(|c| !(from_ref_key..=to_ref_key).contains(&c.key.ref_key.get()))
+        {
             return Err(Error::invalid(
                 "cells",
                 format!(
-                    "{} is below the replaced ref keys (from {from_ref_key})",
-                    low.key
+                    "{} is outside the replaced ref keys ({from_ref_key} to {to_ref_key})",
+                    out.key
                 ),
             ));
         }
@@ -52,7 +58,9 @@ impl MySqlStore {
         let mut delete =
             format!("DELETE FROM `{database}`.`entity` WHERE row_key = {key} AND column_name = ");
         push_column(&mut delete, column);
-        delete.push_str(&format!(" AND ref_key >= {from_ref_key}"));
+        delete.push_str(&format!(
+            " AND ref_key >= {from_ref_key} AND ref_key <= {to_ref_key}"
+        ));
         let mut statements = vec![delete];
         let master = &topology.cluster(shard)?.master();
         if !cells.is_empty() {

@@ -271,3 +271,61 @@ async fn the_primary_gate_refuses_one_host_durability() {
         "{other:?}"
     );
 }
+
+/// A facade that has not seen the move to `mirror` yet (no notification,
+/// a poll ten minutes away) still writes as `mirror` does: its write reads
+/// the mode in its own transaction, so the change reaches the outbox.
+/// And `mode set` waits for a legacy-mode write in flight.
+#[tokio::test]
+async fn a_write_routed_by_a_stale_legacy_mode_goes_to_the_outbox() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let text = db
+        .config_text
+        .replace("mode_poll_ms = 200", "mode_poll_ms = 600000");
+    let config = config::Config::parse(&text, "stale.toml").unwrap();
+    let facade = TripStore::connect(&config).await.unwrap();
+    assert_eq!(facade.mode(), Mode::Legacy);
+    mirror::schema::ensure(&db.pool).await.unwrap();
+    sqlx::query("UPDATE mezzanine.mode SET mode = 'mirror', changed_by = 'sql'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(facade.mode(), Mode::Legacy, "the facade has not seen it");
+    let trip = RowKey::random();
+    facade.put_cell(base(trip, 1, "requested")).await.unwrap();
+    let queued: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM mezzanine.outbox WHERE row_key = $1")
+            .bind(trip.uuid())
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(queued, 1, "the write missed the outbox");
+    assert_eq!(facade.mode(), Mode::Mirror, "the facade learned the mode");
+
+    // A legacy-mode write in flight holds the mode row: a change waits.
+    sqlx::query("UPDATE mezzanine.mode SET mode = 'legacy'")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut writer = db.pool.begin().await.unwrap();
+    sqlx::query("SELECT mode FROM mezzanine.mode FOR SHARE")
+        .execute(&mut *writer)
+        .await
+        .unwrap();
+    let pool = db.pool.clone();
+    let change = tokio::spawn(async move {
+        sqlx::query("UPDATE mezzanine.mode SET mode = 'mirror'")
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !change.is_finished(),
+        "the change did not wait for the write"
+    );
+    writer.commit().await.unwrap();
+    change.await.unwrap();
+    facade.close().await;
+}

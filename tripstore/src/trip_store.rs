@@ -404,6 +404,51 @@ async fn watch_mode(
     }
 }
 
+/// The hook of a write in `legacy`: the mode row is read `FOR SHARE` in
+/// the write's own transaction. A write that still routes by `legacy`
+/// after the mode moved on would reach neither the outbox nor a backfill
+/// planned after the move (its commit can come long after the facade's
+/// last poll, with a statement timeout and retries), so it is refused and
+/// sent again in the new mode. The lock also makes `mode set` wait for the
+/// legacy-mode writes in flight: none commits after the change.
+#[derive(Default)]
+struct StillLegacy {
+    moved: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl legacy::TransactionHook for StillLegacy {
+    async fn begin(&self, tx: &mut sqlx::PgConnection) -> Result<()> {
+        let current: Option<String> =
+            sqlx::query_scalar("SELECT mode FROM mezzanine.mode FOR SHARE")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| schemaless::Error::Storage {
+                    node: "postgres (mezzanine.mode)".into(),
+                    source: e,
+                })?;
+        match current.as_deref() {
+            None | Some("legacy") => Ok(()),
+            Some(other) => {
+                self.moved.store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(schemaless::Error::Unsupported {
+                    operation: "a write in mode legacy",
+                    reason: format!("the mode is {other} now"),
+                })
+            }
+        }
+    }
+
+    async fn before_commit(
+        &self,
+        _: &mut sqlx::PgConnection,
+        _: &[Cell],
+        _: &[CellResult],
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
 async fn listen(pool: &PgPool) -> Option<PgListener> {
     let result = async {
         let mut listener = PgListener::connect_with(pool).await?;
@@ -428,7 +473,22 @@ impl CellStore for TripStore {
 
     async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
         match self.mode() {
-            Mode::Legacy => self.legacy.put_cells(cells).await,
+            Mode::Legacy => {
+                let guard = StillLegacy::default();
+                match self.legacy.put_cells_with(cells.clone(), &guard).await {
+                    Err(_) if guard.moved.load(std::sync::atomic::Ordering::Relaxed) => {
+                        // The mode moved on while this facade had not seen
+                        // it yet: nothing was written; again, in the mode
+                        // the control row says.
+                        let state = mode::read(self.legacy.pool())
+                            .await
+                            .map_err(|e| schemaless::Error::Schema(e.to_string()))?;
+                        self.mode_sender.send_replace(state.mode);
+                        Box::pin(self.put_cells(cells)).await
+                    }
+                    other => other,
+                }
+            }
             Mode::Mirror => {
                 let results = self.legacy.put_cells_with(cells, &Outbox).await?;
                 self.relay_wake.notify_one();

@@ -170,6 +170,16 @@ async fn print_storage_nodes(config: &config::Config) -> anyhow::Result<()> {
             (_, n) => format!(" (by buffered writes on {n} other masters)"),
         }
     );
+    for (master, count) in schemaless::mysql::damaged::counts(&store).await {
+        match count {
+            Ok(0) => {}
+            Ok(n) => println!(
+                "{master}: {n} damaged cells set aside (see {}.damaged_cells; repair them with `verify repair`)",
+                schemaless::mysql::schema::meta_database(&config.instance.name)
+            ),
+            Err(e) => println!("{master}: damaged cells unknown: {e}"),
+        }
+    }
     for c in &topology.clusters {
         if c.epoch() > 0 {
             println!(

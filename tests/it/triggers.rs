@@ -581,3 +581,53 @@ async fn base_count(t: &Instance, db: &str) -> u64 {
     .await
     .unwrap() as u64
 }
+
+/// A damaged stored cell does not stop its shard's followers: the trigger
+/// handles every other cell past it, and the cell is set aside where
+/// status shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_cell_is_set_aside_and_the_log_goes_on() {
+    let t = Instance::new(2).await;
+    let cells: Vec<_> = (0..30u128)
+        .map(|n| cell(n, "BASE", 1, json!({ "n": n as u64 })))
+        .collect();
+    t.store.put_cells(cells).await.unwrap();
+    let shard = schemaless::routing::shard_of(&crate::harness::row(10), 2);
+    let db = t.store.topology().database(shard);
+    let hex: String = crate::harness::row(10)
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    t.execute_on_master(
+        shard,
+        format!("UPDATE `{db}`.entity SET body = X'789c0badcafe' WHERE row_key = X'{hex}'"),
+    )
+    .await;
+    let counter = Arc::new(Counter::default());
+    let (cancel, run) = start(&t.store, "past", counter.clone(), options());
+    until("every other cell handled", || {
+        counter.handled.load(Ordering::Relaxed) >= 29
+    })
+    .await;
+    // Later cells too.
+    t.store
+        .put_cells(vec![cell(100, "BASE", 1, json!({"n": 100}))])
+        .await
+        .unwrap();
+    until("the next cell", || {
+        counter.handled.load(Ordering::Relaxed) >= 30
+    })
+    .await;
+    cancel.cancel();
+    assert_eq!(run.await.unwrap().unwrap(), Stopped::Cancelled);
+    let damaged = schemaless::mysql::damaged::counts(&t.store).await;
+    assert_eq!(
+        damaged
+            .iter()
+            .map(|(_, c)| *c.as_ref().unwrap())
+            .sum::<u64>(),
+        1,
+        "{damaged:?}"
+    );
+}

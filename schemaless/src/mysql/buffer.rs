@@ -311,7 +311,17 @@ async fn drain_table(store: &MySqlStore, node: &Node, meta: &str) -> Result<Pass
         let mut done = Vec::new();
         for (i, row) in rows.iter().enumerate() {
             let shard: u32 = row.try_get(6).map_err(|e| node.error(e))?;
-            let stored = decode_row(row, shard, store.inflated_cap())?;
+            // A damaged buffered cell stays in the buffer, set aside; the
+            // rest of the pass goes on.
+            let stored = match decode_row(row, shard, store.inflated_cap()) {
+                Ok(stored) => stored,
+                Err(e @ Error::CorruptCell { .. }) => {
+                    super::damaged::record(store, node, "buffer", &e).await;
+                    pass.pending += 1;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let encoded: Vec<u8> = row.try_get(4).map_err(|e| node.error(e))?;
             let cluster = topology.cluster_index(shard)?;
             by_cluster.entry(cluster).or_default().push(Buffered {
@@ -367,8 +377,9 @@ async fn settle(
     let mut replay_ids: HashMap<usize, u64> = HashMap::new();
     for item in items {
         match on_master.get(&item.pending.cell.key) {
-            Some(body) if *body == item.pending.cell.body => landed.push(item),
-            Some(_) => {
+            Some(Some(body)) if *body == item.pending.cell.body => landed.push(item),
+            Some(None) => pass.pending += 1,
+            Some(Some(_)) => {
                 tracing::warn!(
                     cell = %item.pending.cell.key,
                     "a buffered cell's address holds a different body on its master: the buffered write lost to an earlier one"
@@ -433,7 +444,8 @@ async fn settle(
         match present(store, minion, &landed).await {
             Ok(found) => {
                 for (i, item) in landed.iter().enumerate() {
-                    safe[i] &= found.get(&item.pending.cell.key) == Some(&item.pending.cell.body);
+                    safe[i] &= found.get(&item.pending.cell.key)
+                        == Some(&Some(item.pending.cell.body.clone()));
                 }
             }
             Err(_) => safe.iter_mut().for_each(|s| *s = false),
@@ -450,12 +462,13 @@ async fn settle(
     pass
 }
 
-/// The bodies `node` holds at the addresses of `items`.
+/// The bodies `node` holds at the addresses of `items` (`None`: a damaged
+/// cell, set aside, see [`super::damaged`]).
 async fn present(
     store: &MySqlStore,
     node: &Node,
     items: &[Buffered],
-) -> Result<HashMap<CellKey, Body>> {
+) -> Result<HashMap<CellKey, Option<Body>>> {
     let topology = store.topology();
     let mut by_shard: BTreeMap<u32, Vec<&CellKey>> = BTreeMap::new();
     for item in items {
@@ -475,13 +488,28 @@ async fn present(
         })
         .collect();
     let rows = node.fetch_all(statements.join(" UNION ALL ")).await?;
-    rows.iter()
-        .map(|row| {
-            let shard: i64 = row.try_get(6).map_err(|e| node.error(e))?;
-            let stored = decode_row(row, shard as u32, store.inflated_cap())?;
-            Ok((stored.cell.key, stored.cell.body))
-        })
-        .collect()
+    let master = store
+        .topology()
+        .cluster(items.first().map_or(0, |i| i.shard))?
+        .master();
+    let decoded = super::damaged::decode_rows(store, &master, "entity", &rows, |row| {
+        let shard: i64 = row.try_get(6).map_err(|e| node.error(e))?;
+        Ok(shard as u32)
+    })
+    .await?;
+    // A damaged cell at an address cannot be compared: `None`, so the
+    // buffered copy is kept (not replayed over it, not drained).
+    Ok(decoded
+        .cells
+        .into_iter()
+        .map(|s| (s.cell.key, Some(s.cell.body)))
+        .chain(
+            decoded
+                .damaged
+                .into_iter()
+                .filter_map(|(key, _)| key.map(|k| (k, None))),
+        )
+        .collect())
 }
 
 /// How many cells each master's buffer holds, and the age of the oldest.

@@ -21,6 +21,7 @@
 pub mod awaited;
 pub mod breaker;
 pub mod buffer;
+pub mod damaged;
 pub mod failover;
 pub mod follow;
 mod history;

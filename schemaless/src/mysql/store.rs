@@ -327,7 +327,7 @@ impl MySqlStore {
         limit: usize,
     ) -> Result<Vec<StoredCell>> {
         let sql = sql::select_changes(&self.inner.topology.database(shard), after, limit);
-        self.fetch(node, shard, sql).await
+        Ok(self.fetch_setting_aside(node, shard, sql).await?.cells)
     }
 
     /// The change-log cells of `shard` whose added_id lies in one of these
@@ -339,7 +339,7 @@ impl MySqlStore {
         ranges: &[(u64, u64)],
     ) -> Result<Vec<StoredCell>> {
         let sql = sql::select_changes_in(&self.inner.topology.database(shard), ranges);
-        self.fetch(node, shard, sql).await
+        Ok(self.fetch_setting_aside(node, shard, sql).await?.cells)
     }
 
     /// The newest added_id of every shard's change log (0 for an empty
@@ -453,7 +453,15 @@ impl MySqlStore {
         let database = self.inner.topology.database(shard);
         let mut last_error = None;
         for _ in 0..MAX_INSERT_ATTEMPTS {
-            let existing = self.read_keys(node, shard, &database, &items).await?;
+            let read = self.read_keys(node, shard, &database, &items).await?;
+            let existing = read.cells;
+            // A damaged cell holds its address: a write there is a
+            // conflict for that cell alone (set aside, see `damaged`).
+            let damaged: HashSet<CellKey> = read
+                .damaged
+                .into_iter()
+                .filter_map(|(key, _)| key)
+                .collect();
             // Cells take effect in batch order: the first copy of a new
             // address is written, later copies compare against it.
             let mut effective: HashMap<&CellKey, &Body> = existing
@@ -463,6 +471,15 @@ impl MySqlStore {
             let mut results = Vec::with_capacity(items.len());
             let mut to_insert = Vec::new();
             for p in &items {
+                if damaged.contains(&p.cell.key) {
+                    results.push((
+                        p.index,
+                        Err(Conflict {
+                            key: p.cell.key.clone(),
+                        }),
+                    ));
+                    continue;
+                }
                 let outcome = match effective.get(&p.cell.key) {
                     Some(body) if **body == p.cell.body => Ok(WriteOutcome::AlreadyPresent),
                     Some(_) => Err(Conflict {
@@ -494,10 +511,23 @@ impl MySqlStore {
         shard: u32,
         database: &str,
         items: &[Pending],
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<super::damaged::Decoded> {
         let keys: HashSet<&CellKey> = items.iter().map(|p| &p.cell.key).collect();
         let sql = sql::select_keys(database, keys);
-        self.fetch(node, shard, sql).await
+        self.fetch_setting_aside(node, shard, sql).await
+    }
+
+    /// [`MySqlStore::fetch`], setting damaged cells aside (recorded, see
+    /// [`super::damaged`]) instead of failing on the first.
+    async fn fetch_setting_aside(
+        &self,
+        node: &Node,
+        shard: u32,
+        sql: String,
+    ) -> Result<super::damaged::Decoded> {
+        let rows = node.fetch_all(sql).await?;
+        let master = self.inner.topology.cluster(shard)?.master();
+        super::damaged::decode_rows(self, &master, "entity", &rows, |_| Ok(shard)).await
     }
 
     async fn fetch(&self, node: &Node, shard: u32, sql: String) -> Result<Vec<StoredCell>> {

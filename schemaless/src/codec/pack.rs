@@ -381,16 +381,20 @@ mod tests {
         let mut out = Vec::new();
         encode_map(map, &mut out);
         // Any MessagePack reader gets the same values back.
-        let theirs: std::collections::BTreeMap<String, rmpv_like::Any> =
-            rmp_serde::from_slice(&out).unwrap();
-        assert_eq!(theirs.len(), 5);
+        use rmpv_like::Any;
+        let theirs: std::collections::BTreeMap<String, Any> = rmp_serde::from_slice(&out).unwrap();
+        assert_eq!(theirs["i"], Any::Int(5));
+        assert_eq!(theirs["x"], Any::Float(1.5));
+        assert_eq!(theirs["s"], Any::Text("ü".into()));
+        assert_eq!(theirs["a"], Any::List(vec![Any::Null(()), Any::Bool(true)]));
+        assert_eq!(theirs["o"], Any::Map(Default::default()));
         assert_eq!(round_trip(value.clone()), value);
     }
 
     /// Enough of a MessagePack value for rmp_serde to read any standard
     /// format into without serde_json's number handling.
     mod rmpv_like {
-        #[derive(serde::Deserialize, Debug)]
+        #[derive(serde::Deserialize, Debug, PartialEq)]
         #[serde(untagged)]
         pub enum Any {
             Null(()),

@@ -225,16 +225,14 @@ async fn semi_sync_state(node: &schemaless::mysql::topology::Node, master: bool)
             .and_then(|r| r.try_get::<Option<String>, _>(i).ok().flatten())
             .unwrap_or_default()
     };
-    match (
-        get(0).as_str(),
-        get(1).to_ascii_uppercase().as_str(),
-        master,
-    ) {
-        ("1", "ON", true) => format!("on, {} acking", get(2)),
-        ("1", _, true) => "on, not waiting".into(),
-        ("1", "ON", false) => "acks".into(),
-        ("1", _, false) => "on, not acking".into(),
-        _ => "off".into(),
+    // A boolean variable reads `ON`/`OFF` as text.
+    let enabled = matches!(get(0).to_ascii_uppercase().as_str(), "1" | "ON");
+    match (enabled, get(1).eq_ignore_ascii_case("ON"), master) {
+        (true, true, true) => format!("on, {} acking", get(2)),
+        (true, false, true) => "on, not waiting".into(),
+        (true, true, false) => "acks".into(),
+        (true, false, false) => "on, not acking".into(),
+        (false, ..) => "off".into(),
     }
 }
 

@@ -386,3 +386,19 @@ fn config_check_warns_of_plain_text_to_other_hosts() {
     );
     assert_eq!(err.matches("warning:").count(), 1, "{err}");
 }
+
+/// `cluster status` shows each node's semi-synchronous replication (the
+/// dev cluster's masters wait for their two minions) and the durability.
+#[test]
+fn cluster_status_shows_semi_sync_and_durability() {
+    let file = crate::harness::config_file(&cluster().config_toml("status", 4));
+    let out = crate::harness::mezzanine(file.path(), &["cluster", "status", "--cluster-dir"])
+        .arg(cluster().root())
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}{}", text(&out.stderr));
+    assert_eq!(shown.matches("on, 2 acking").count(), 2, "{shown}");
+    assert_eq!(shown.matches(" acks ").count(), 4, "{shown}");
+    assert!(shown.contains("durability: two_hosts"), "{shown}");
+}

@@ -840,29 +840,22 @@ pub trait TransactionHook: Send + Sync {
 
     /// Runs after every cell was written, before the commit. `cells` are
     /// the batch's cells with canonical bodies, `results` what each write
-    /// did, in batch order; an error rolls the batch back.
+    /// did, in batch order; an error rolls the batch back. Does nothing
+    /// unless overridden.
     async fn before_commit(
         &self,
-        tx: &mut sqlx::PgConnection,
-        cells: &[Cell],
-        results: &[CellResult],
-    ) -> Result<()>;
+        _tx: &mut sqlx::PgConnection,
+        _cells: &[Cell],
+        _results: &[CellResult],
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The hook of a plain `put_cells`.
 struct NoHook;
 
-#[async_trait]
-impl TransactionHook for NoHook {
-    async fn before_commit(
-        &self,
-        _: &mut sqlx::PgConnection,
-        _: &[Cell],
-        _: &[CellResult],
-    ) -> Result<()> {
-        Ok(())
-    }
-}
+impl TransactionHook for NoHook {}
 
 /// A batch that lost a race (two writers creating one parent row: unique
 /// violation) or a deadlock is tried again from the start.

@@ -438,15 +438,6 @@ impl legacy::TransactionHook for StillLegacy {
             }
         }
     }
-
-    async fn before_commit(
-        &self,
-        _: &mut sqlx::PgConnection,
-        _: &[Cell],
-        _: &[CellResult],
-    ) -> Result<()> {
-        Ok(())
-    }
 }
 
 async fn listen(pool: &PgPool) -> Option<PgListener> {

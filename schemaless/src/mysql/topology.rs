@@ -59,6 +59,30 @@ pub struct SemiSync {
 }
 
 impl SemiSync {
+    /// The query of the settings, in [`SemiSync::of`]'s order.
+    const SQL: &'static str = "SELECT CAST(@@rpl_semi_sync_master_enabled AS SIGNED), \
+                               CAST(@@rpl_semi_sync_master_timeout AS UNSIGNED), \
+                               CAST(@@rpl_semi_sync_master_wait_point AS CHAR)";
+
+    /// No semi-synchronous replication (or none that can be read).
+    pub fn off() -> SemiSync {
+        SemiSync {
+            enabled: false,
+            timeout_ms: 0,
+            wait_point: String::new(),
+        }
+    }
+
+    /// The settings from a row of [`SemiSync::SQL`].
+    fn of(row: &MySqlRow) -> SemiSync {
+        use sqlx::Row;
+        SemiSync {
+            enabled: row.try_get::<i64, _>(0).is_ok_and(|e| e != 0),
+            timeout_ms: row.try_get::<u64, _>(1).unwrap_or(0),
+            wait_point: row.try_get::<String, _>(2).unwrap_or_default(),
+        }
+    }
+
     /// Why a commit on this master may be acknowledged while only it holds
     /// the write, for calls that give up after `request_timeout`; `None`
     /// when it cannot.
@@ -114,23 +138,10 @@ impl Node {
                 let seen_semi_sync = seen_semi_sync.clone();
                 Box::pin(async move {
                     // Whether an acknowledged write is on a second host.
-                    let settings = sqlx::query_as::<_, (i64, u64, String)>(
-                        "SELECT CAST(@@rpl_semi_sync_master_enabled AS SIGNED), \
-                         CAST(@@rpl_semi_sync_master_timeout AS UNSIGNED), \
-                         CAST(@@rpl_semi_sync_master_wait_point AS CHAR)",
-                    )
-                    .fetch_one(&mut *conn)
-                    .await
-                    .map(|(enabled, timeout_ms, wait_point)| SemiSync {
-                        enabled: enabled != 0,
-                        timeout_ms,
-                        wait_point,
-                    })
-                    .unwrap_or(SemiSync {
-                        enabled: false,
-                        timeout_ms: 0,
-                        wait_point: String::new(),
-                    });
+                    let settings = sqlx::query(SemiSync::SQL)
+                        .fetch_one(&mut *conn)
+                        .await
+                        .map_or_else(|_| SemiSync::off(), |row| SemiSync::of(&row));
                     *seen_semi_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings);
                     // Statements are cut to fit the server's packet limit.
                     if let Ok(limit) = sqlx::query_scalar::<_, u64>("SELECT @@max_allowed_packet")
@@ -172,34 +183,10 @@ impl Node {
     /// Reads its semi-synchronous replication settings now (a promotion
     /// changes them on a node whose pooled connections read them before).
     pub async fn refresh_semi_sync(&self) -> Result<SemiSync> {
-        let rows = self
-            .fetch_all(
-                "SELECT CAST(@@rpl_semi_sync_master_enabled AS SIGNED), \
-                 CAST(@@rpl_semi_sync_master_timeout AS UNSIGNED), \
-                 CAST(@@rpl_semi_sync_master_wait_point AS CHAR)"
-                    .into(),
-            )
-            .await;
-        let settings = match rows {
-            Ok(rows) => {
-                use sqlx::Row;
-                let row = rows.first();
-                SemiSync {
-                    enabled: row
-                        .and_then(|r| r.try_get::<i64, _>(0).ok())
-                        .is_some_and(|e| e != 0),
-                    timeout_ms: row.and_then(|r| r.try_get::<u64, _>(1).ok()).unwrap_or(0),
-                    wait_point: row
-                        .and_then(|r| r.try_get::<String, _>(2).ok())
-                        .unwrap_or_default(),
-                }
-            }
+        let settings = match self.fetch_all(SemiSync::SQL.into()).await {
+            Ok(rows) => rows.first().map_or_else(SemiSync::off, SemiSync::of),
             // The variables do not exist (MySQL without the plugin).
-            Err(e @ Error::Storage { .. }) if !e.is_unavailable() => SemiSync {
-                enabled: false,
-                timeout_ms: 0,
-                wait_point: String::new(),
-            },
+            Err(e @ Error::Storage { .. }) if !e.is_unavailable() => SemiSync::off(),
             Err(e) => return Err(e),
         };
         *self.semi_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings.clone());

@@ -60,6 +60,11 @@ pub struct FullArgs {
     /// Start a new run over the current id range instead of continuing.
     #[arg(long)]
     restart: bool,
+    /// Also have PostgreSQL read every matching value Schemaless holds,
+    /// cast to its column's type, and compare it with the column
+    /// (verify.strict): finds what a bug in the conversion hides.
+    #[arg(long)]
+    strict: bool,
     /// Progress as plain lines every 5 s even on a terminal.
     #[arg(long)]
     plain: bool,
@@ -174,7 +179,7 @@ async fn sample(
 }
 
 async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> anyhow::Result<()> {
-    let flags = crate::Overrides::new(config)
+    let mut flags = crate::Overrides::new(config)
         .set(
             "chunk-size",
             "verify.chunk_size",
@@ -185,6 +190,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
             c.verify.workers = v
         })
         .check()?;
+    flags.verify.strict |= args.strict;
     let (chunk_size, workers) = (flags.verify.chunk_size, flags.verify.workers);
     let legacy = legacy::LegacyStore::connect(config).await?;
     let schemaless = MySqlStore::connect(config)?;
@@ -196,10 +202,16 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
     let id = verifier::full::plan(pool, &legacy, chunk_size, args.restart).await?;
     let before = verifier::full::status(pool, id).await?;
     eprintln!(
-        "full diff run {id}: {} of {} chunks done before, {workers} workers",
-        before.done, before.chunks
+        "full diff run {id}: {} of {} chunks done before, {workers} workers{}",
+        before.done,
+        before.chunks,
+        if flags.verify.strict {
+            ", strict (every matching value read again through PostgreSQL's casts)"
+        } else {
+            ""
+        }
     );
-    let diff = Arc::new(tripstore::triage::full_diff(&legacy, &schemaless, config));
+    let diff = Arc::new(tripstore::triage::full_diff(&legacy, &schemaless, &flags));
     let progress = Arc::new(Progress::default());
     let cancel = CancellationToken::new();
     let started = Instant::now();
@@ -255,10 +267,11 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
     let parents = progress.parents.load(Ordering::Relaxed);
     let found = progress.mismatches.load(Ordering::Relaxed);
     println!(
-        "run {}: {} of {} chunks, {} parents, {} cells compared, {} mismatches{}",
+        "run {}: {} of {} chunks ({} strict), {} parents, {} cells compared, {} mismatches{}",
         status.id,
         status.done,
         status.chunks,
+        status.strict_chunks,
         status.parents,
         status.cells,
         status.mismatches,
@@ -279,6 +292,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
                 "run": status.id, "chunks": status.chunks, "done": status.done,
                 "parents": status.parents, "cells": status.cells,
                 "mismatches": status.mismatches, "sample_row_keys": status.sample_row_keys,
+                "strict_chunks": status.strict_chunks,
                 "parents_per_s": parents as f64 / secs,
             })
         );
@@ -439,10 +453,11 @@ async fn report(
     }
     if let Some(run) = &last_run {
         println!(
-            "full diff run {}: {} of {} chunks, {} parents, {} mismatches{}",
+            "full diff run {}: {} of {} chunks ({} strict), {} parents, {} mismatches{}",
             run.id,
             run.done,
             run.chunks,
+            run.strict_chunks,
             run.parents,
             run.mismatches,
             if run.finished_at.is_some() {

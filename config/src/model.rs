@@ -200,6 +200,13 @@ pub struct Verify {
     /// by another. 100–3600000. Default 20000.
     #[serde(default = "default_verify_stale_after_ms")]
     pub stale_after_ms: u64,
+    /// `verify.strict`: `verify full` also has PostgreSQL read every value
+    /// Schemaless holds, cast to its column's type, and compares that with
+    /// the column itself, so that a bug in the conversion shows instead of
+    /// agreeing with itself. `verify full --strict` turns it on for a run.
+    /// Default false.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 fn default_verify_stale_after_ms() -> u64 {
@@ -252,6 +259,7 @@ impl Default for Verify {
             chunk_size: default_verify_chunk_size(),
             workers: default_verify_workers(),
             stale_after_ms: default_verify_stale_after_ms(),
+            strict: false,
         }
     }
 }

@@ -36,6 +36,13 @@ pub struct Field {
     /// The column's exact type (`numeric(10,2)`), which written values are
     /// cast to.
     pub sql_type: String,
+    /// The column's type as the catalog names it (`pg_type.typname`:
+    /// `numeric`, `_int4`), whatever [`Field::conversion`] says: the strict
+    /// check of `verify full` decides by it alone.
+    pub typname: String,
+    /// The type without its modifier (`numeric`, `character varying`,
+    /// `integer[]`).
+    pub base_type: String,
     /// The length limit of a `varchar(n)`, checked before writing so the
     /// error can name the field.
     pub max_chars: Option<usize>,
@@ -148,6 +155,8 @@ pub struct Layout {
 struct TableInfo {
     /// name -> (typname, format_type)
     columns: HashMap<String, (String, String)>,
+    /// name -> the type without its modifier
+    base_types: HashMap<String, String>,
     /// name -> atttypmod (type modifier: `varchar(n)` is n + 4)
     modifiers: HashMap<String, i32>,
     /// Column sets of its valid unique indexes (and primary key).
@@ -155,8 +164,9 @@ struct TableInfo {
 }
 
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
-    let rows: Vec<(String, String, String, i32)> = sqlx::query_as(
-        "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), a.atttypmod
+    let rows: Vec<(String, String, String, i32, String)> = sqlx::query_as(
+        "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), a.atttypmod,
+                format_type(a.atttypid, NULL)
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -192,11 +202,15 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
     Ok(TableInfo {
         modifiers: rows
             .iter()
-            .map(|(name, _, _, modifier)| (name.clone(), *modifier))
+            .map(|(name, _, _, modifier, _)| (name.clone(), *modifier))
+            .collect(),
+        base_types: rows
+            .iter()
+            .map(|(name, _, _, _, base)| (name.clone(), base.clone()))
             .collect(),
         columns: rows
             .into_iter()
-            .map(|(name, typname, full, _)| (name, (typname, full)))
+            .map(|(name, typname, full, _, _)| (name, (typname, full)))
             .collect(),
         unique: unique
             .into_iter()
@@ -304,6 +318,12 @@ impl Layout {
                     sql: sql.clone(),
                     conversion,
                     sql_type: full.clone(),
+                    typname: typname.clone(),
+                    base_type: info_ref
+                        .base_types
+                        .get(sql)
+                        .cloned()
+                        .unwrap_or_else(|| full.clone()),
                     max_chars: (typname == "varchar" && modifier > 4)
                         .then(|| (modifier - 4) as usize),
                 });

@@ -85,6 +85,18 @@ impl LegacyStore {
         &self.layout
     }
 
+    /// The same store over another resolved layout: `change` edits a copy
+    /// of this one. A test swaps a field's [`crate::conversion::Conversion`] this way to
+    /// prove that a check which must not trust the conversion does not.
+    pub fn with_layout(&self, change: impl FnOnce(&mut Layout)) -> LegacyStore {
+        let mut layout = Layout::clone(&self.layout);
+        change(&mut layout);
+        LegacyStore {
+            layout: Arc::new(layout),
+            ..self.clone()
+        }
+    }
+
     /// The connection pool (the facade and the mirror share it).
     pub fn pool(&self) -> &PgPool {
         &self.pool

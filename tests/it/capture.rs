@@ -490,9 +490,10 @@ async fn plain_sql_writers(method: config::CaptureMethod) {
     assert!(deleted > 0, "some trips were deleted");
     let out = run_ok(mezzanine(
         file.path(),
-        &["verify", "full", "--plain", "--restart"],
+        &["verify", "full", "--plain", "--restart", "--strict"],
     ));
     assert!(out.contains(" cells compared, 0 mismatches"), "{out}");
+    assert!(!out.contains("(0 strict)"), "{out}");
 
     // Trips and notes Schemaless holds, deleted with plain SQL, then
     // forward to shadow: reads come from Schemaless, through the

@@ -4,6 +4,8 @@
 //! PostgreSQL's own text of every column. Any digit, sign, scale or code
 //! point lost on the way is a difference PostgreSQL itself shows.
 
+use legacy::conversion::Conversion;
+use legacy::LegacyStore;
 use schemaless::{Body, Cell, CellStore, Column, MySqlStore, ReadFrom, RefKey, RowKey};
 use serde_json::Value;
 
@@ -110,12 +112,27 @@ async fn cells(store: &dyn CellStore, row: RowKey) -> Vec<(String, i64, Body)> {
     out
 }
 
+/// The full diff of the test's layout, strict or not.
+fn strict_diff(
+    db: &LegacyDb,
+    legacy: &LegacyStore,
+    schemaless: &MySqlStore,
+    strict: bool,
+) -> verifier::full::FullDiff {
+    let mut config = db.config.clone();
+    config.verify.strict = strict;
+    config.verify.triage_delay_ms = 0;
+    config.verify.triage_wait_ms = 0;
+    tripstore::triage::full_diff(legacy, schemaless, &config)
+}
+
 #[tokio::test]
 async fn hard_values_survive_both_stores_to_the_last_digit() {
     let db = LegacyDb::new(SETUP, LAYOUT).await;
     db.apply_schemaless().await;
     let legacy = db.store().await;
     let schemaless = MySqlStore::connect(&db.config).unwrap();
+    verifier::store::ensure(&db.pool).await.unwrap();
 
     for n in 1..=4u128 {
         let read = cells(&legacy, key(n)).await;
@@ -162,6 +179,15 @@ async fn hard_values_survive_both_stores_to_the_last_digit() {
             "row {n}: the copy reads otherwise"
         );
     }
+
+    // The strict full diff reads every value Schemaless holds through
+    // PostgreSQL's casts: no false alarm on any of the hard values.
+    let checked = strict_diff(&db, &legacy, &schemaless, true)
+        .check(1..5)
+        .await
+        .unwrap();
+    assert_eq!((checked.parents, checked.strict), (4, true));
+    assert!(checked.mismatches.is_empty(), "{:#?}", checked.mismatches);
 
     // PostgreSQL's own text of every column: the copies equal the
     // originals. `json` keeps its input text; both sides as jsonb. The
@@ -234,5 +260,129 @@ async fn hard_values_survive_both_stores_to_the_last_digit() {
         "{err}"
     );
     assert!(cells(&legacy, key(200)).await.is_empty());
+    legacy.close().await;
+}
+
+/// A conversion bug agrees with itself: backfilled through a layout that
+/// reads `numeric` as a double, Schemaless holds the rounded number, and
+/// the plain full diff (both sides through the same conversion) finds
+/// nothing. The strict check reads Schemaless's values through
+/// PostgreSQL's casts and names the field, with PostgreSQL's text.
+#[tokio::test]
+async fn the_strict_full_diff_finds_what_a_broken_conversion_hides() {
+    let db = LegacyDb::new(SETUP, LAYOUT).await;
+    db.apply_schemaless().await;
+    let legacy = db.store().await;
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
+    verifier::store::ensure(&db.pool).await.unwrap();
+    let broken = legacy.with_layout(|layout| {
+        let entry = &mut layout.columns[0];
+        let amount = entry
+            .fields
+            .iter_mut()
+            .find(|f| f.json == "amount")
+            .unwrap();
+        amount.conversion = Conversion::Float8;
+    });
+
+    for n in 1..=4u128 {
+        let batch: Vec<Cell> = cells(&broken, key(n))
+            .await
+            .into_iter()
+            .map(|(column, ref_key, body)| {
+                Cell::new(
+                    key(n),
+                    Column::new(&column).unwrap(),
+                    RefKey::new(ref_key).unwrap(),
+                    body,
+                )
+            })
+            .collect();
+        schemaless.put_cells(batch).await.unwrap();
+    }
+
+    let blind = strict_diff(&db, &broken, &schemaless, false)
+        .check(1..5)
+        .await
+        .unwrap();
+    assert!(blind.mismatches.is_empty(), "{:#?}", blind.mismatches);
+
+    let strict = strict_diff(&db, &broken, &schemaless, true)
+        .check(1..5)
+        .await
+        .unwrap();
+    // Rows 2 (-1e-10) and 3 (0) survive a double exactly; 1 and 4 do not.
+    let found: Vec<(RowKey, String)> = strict
+        .mismatches
+        .iter()
+        .map(|d| (d.row_key, d.column.to_string()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![(key(1), "ENTRY".to_string()), (key(4), "ENTRY".to_string())],
+        "{:#?}",
+        strict.mismatches
+    );
+    let row1 = &strict.mismatches[0];
+    assert_eq!(
+        row1.legacy["strict"][0]["postgres_text"],
+        serde_json::json!({ "amount": "1234567890123456789012345678.1234567890" }),
+        "{row1:#?}"
+    );
+    assert_eq!(
+        row1.schemaless["strict"][0]["fields"]["amount"].as_f64(),
+        Some(1.2345678901234568e27),
+        "{row1:#?}"
+    );
+    let recorded: Vec<(String, String)> = sqlx::query_as(
+        "SELECT row_key::text, read_kind FROM mezzanine.verify_mismatches
+         WHERE resolved_at IS NULL ORDER BY row_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        recorded,
+        vec![
+            (key(1).to_string(), "strict".to_string()),
+            (key(4).to_string(), "strict".to_string())
+        ]
+    );
+
+    // A value PostgreSQL cannot read as its column's type at all is
+    // named with PostgreSQL's error; the others in the same statement are
+    // still judged.
+    let rules = verifier::Rules::from_config(&db.config.verify);
+    let entry = Column::new("ENTRY").unwrap();
+    let mut unreadable = cells(&legacy, key(3)).await[0].2.to_value();
+    unreadable["amount"] = serde_json::json!("twelve");
+    unreadable["day"] = serde_json::json!("1999-02-30");
+    let good = cells(&legacy, key(2)).await[0].2.clone();
+    let found = verifier::strict::check(
+        &legacy,
+        &rules,
+        &[
+            Cell::new(key(2), entry.clone(), RefKey::new(2).unwrap(), good),
+            Cell::new(
+                key(3),
+                entry,
+                RefKey::new(3).unwrap(),
+                Body::from_value(unreadable).unwrap(),
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].row_key, key(3));
+    let errors = &found[0].legacy["strict"][0]["postgres_error"];
+    assert!(
+        errors["amount"].as_str().unwrap().contains("numeric"),
+        "{errors}"
+    );
+    assert!(
+        errors["day"].as_str().unwrap().contains("1999-02-30"),
+        "{errors}"
+    );
     legacy.close().await;
 }

@@ -479,10 +479,21 @@ async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired(
     );
     let (ok, out, err) = run(mezzanine(
         file.path(),
-        &["verify", "full", "--restart", "--json", "--plain"],
+        &[
+            "verify",
+            "full",
+            "--restart",
+            "--strict",
+            "--json",
+            "--plain",
+        ],
     ));
     assert!(ok, "clean after the repair: {out}{err}");
     assert!(out.contains("\"mismatches\":0"), "{out}");
+    // Strict too: PostgreSQL reads every value Schemaless holds as the
+    // column holds it.
+    let figures: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(figures["strict_chunks"], figures["chunks"], "{out}");
 
     // From primary on, Schemaless is the truth: a legacy change is undone.
     walk_to(&facade, &config, Mode::Primary).await;

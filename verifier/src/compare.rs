@@ -91,7 +91,28 @@ impl Rules {
         self.ignored_columns.contains(column.as_str())
     }
 
-    fn prepare(&self, canon: &dyn Canonical, column: &Column, body: &Body) -> Map<String, Value> {
+    /// Whether `field` of `column` is left out of comparisons.
+    pub(crate) fn ignores_field(&self, column: &Column, field: &str) -> bool {
+        self.ignored_fields
+            .get(column.as_str())
+            .is_some_and(|fields| fields.contains(field))
+    }
+
+    /// The tolerance of `field` of `column`, if it has one.
+    pub(crate) fn tolerance(&self, column: &Column, field: &str) -> Option<f64> {
+        self.tolerances
+            .get(column.as_str())
+            .and_then(|fields| fields.get(field))
+            .copied()
+    }
+
+    /// The body's fields in canonical form, less the ignored ones.
+    pub(crate) fn prepare(
+        &self,
+        canon: &dyn Canonical,
+        column: &Column,
+        body: &Body,
+    ) -> Map<String, Value> {
         let mut fields = canon
             .canonical(column, body)
             .unwrap_or_else(|_| body.clone())

@@ -21,13 +21,17 @@
 //!    in-flight writes land, read them again, until they agree or show the
 //!    same difference twice) and recorded in the same mismatch store; what
 //!    matched counts as verified (coverage), and every comparison counts
-//!    as a sample in the gates' figures.
+//!    as a sample in the gates' figures;
+//! 5. with `verify.strict` (`verify full --strict`), what matched is read
+//!    once more through PostgreSQL's own casts ([`crate::strict`]), which
+//!    do not trust the conversion both sides of step 3 went through; what
+//!    PostgreSQL reads otherwise is a mismatch of read kind `strict`.
 //!
 //! `verify full` again continues an unfinished run; `--restart` plans a
 //! new one. Rows only Schemaless has are not found this way (the diff walks
 //! the legacy ids); sampled reads find them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +47,7 @@ use crate::compare::{self, Difference, Rules, Unit};
 use crate::error::Error;
 use crate::sample::{now_secs, Triage};
 use crate::store::{self, Counts, Source, Verified};
+use crate::strict;
 
 /// How many times a difference is read again before it is left
 /// unjudged.
@@ -63,6 +68,8 @@ pub struct RunStatus {
     pub cells: u64,
     /// (row, column)s recorded as mismatches.
     pub mismatches: u64,
+    /// Chunks compared with the strict check (`verify full --strict`).
+    pub strict_chunks: u64,
     /// Row keys of some of them.
     pub sample_row_keys: Vec<String>,
     /// Started, seconds since the epoch.
@@ -97,6 +104,7 @@ pub async fn status(pool: &PgPool, id: i64) -> Result<RunStatus, Error> {
         "SELECT count(*), count(*) FILTER (WHERE c.state = 'done'),
                 COALESCE(sum(c.parents), 0)::int8, COALESCE(sum(c.cells), 0)::int8,
                 COALESCE(sum(c.mismatches), 0)::int8,
+                count(*) FILTER (WHERE c.state = 'done' AND c.strict),
                 (SELECT array_agg(k::text) FROM (SELECT unnest(sample_row_keys) k FROM mezzanine.verify_chunks
                      WHERE run = $1 ORDER BY start_id LIMIT 20) s),
                 extract(epoch FROM r.started_at)::float8, extract(epoch FROM r.finished_at)::float8
@@ -117,12 +125,13 @@ pub async fn status(pool: &PgPool, id: i64) -> Result<RunStatus, Error> {
         parents: get_u(2)?,
         cells: get_u(3)?,
         mismatches: get_u(4)?,
+        strict_chunks: get_u(5)?,
         sample_row_keys: row
-            .try_get::<Option<Vec<String>>, _>(5)
+            .try_get::<Option<Vec<String>>, _>(6)
             .map_err(Error::postgres(context))?
             .unwrap_or_default(),
-        started_at: row.try_get(6).map_err(Error::postgres(context))?,
-        finished_at: row.try_get(7).map_err(Error::postgres(context))?,
+        started_at: row.try_get(7).map_err(Error::postgres(context))?,
+        finished_at: row.try_get(8).map_err(Error::postgres(context))?,
     })
 }
 
@@ -262,7 +271,7 @@ impl FullDiff {
             };
             sqlx::query(
                 "UPDATE mezzanine.verify_chunks SET state = 'done', done_at = now(),
-                     parents = $3, cells = $4, mismatches = $5, sample_row_keys = $6
+                     parents = $3, cells = $4, mismatches = $5, sample_row_keys = $6, strict = $7
                  WHERE run = $1 AND start_id = $2",
             )
             .bind(id)
@@ -278,6 +287,7 @@ impl FullDiff {
                     .map(|d| d.row_key.uuid())
                     .collect::<Vec<Uuid>>(),
             )
+            .bind(checked.strict)
             .execute(&self.pool)
             .await
             .map_err(Error::postgres("marking a chunk compared"))?;
@@ -366,6 +376,9 @@ impl FullDiff {
         let units = self.compare(&legacy_cells, &stored);
         let (mut equal, first): (Vec<Unit>, Vec<Unit>) =
             units.into_iter().partition(|u| u.difference.is_none());
+        // What Schemaless held for each unit found equal: the strict
+        // check reads it through PostgreSQL's own casts.
+        let mut strict_cells = self.compared_cells(&stored, &equal);
         // Triage as for samples: read the differing rows again until they
         // agree or show the same difference twice with nothing in flight.
         let mut previous: Vec<Difference> =
@@ -404,6 +417,7 @@ impl FullDiff {
                 .into_iter()
                 .filter(|u| keys.contains(&(u.row_key, u.column.to_string())))
                 .partition(|u| u.difference.is_none());
+            strict_cells.extend(self.compared_cells(&stored, &now_equal));
             equal.extend(now_equal);
             let now: Vec<Difference> = now_different
                 .into_iter()
@@ -424,6 +438,15 @@ impl FullDiff {
                 previous.len()
             );
         }
+        let mut strict_failed = Vec::new();
+        if self.config.strict {
+            strict_failed = strict::check(&self.legacy, &self.rules, &strict_cells).await?;
+            let failed: BTreeSet<(RowKey, &str)> = strict_failed
+                .iter()
+                .map(|d| (d.row_key, d.column.as_str()))
+                .collect();
+            equal.retain(|u| !failed.contains(&(u.row_key, u.column.as_str())));
+        }
         let at = now_secs();
         let verified: Vec<Verified> = equal
             .iter()
@@ -442,16 +465,19 @@ impl FullDiff {
             c.samples += 1;
             c.matches += 1;
         }
-        for d in &mismatches {
+        for d in mismatches.iter().chain(&strict_failed) {
             let c = counts.entry(d.column.to_string()).or_default();
             c.samples += 1;
             c.mismatches += 1;
         }
         store::record(&self.pool, Source::Full, "full", &mismatches).await?;
+        store::record(&self.pool, Source::Full, "strict", &strict_failed).await?;
         store::flush(&self.pool, &counts, &verified).await?;
+        mismatches.extend(strict_failed);
         Ok(Checked {
             parents: chunk.parents,
             cells: chunk.cells.len() as u64,
+            strict: self.config.strict,
             mismatches,
         })
     }
@@ -472,6 +498,26 @@ impl FullDiff {
                 .push(stored.cell);
         }
         Ok(by_row)
+    }
+
+    /// Schemaless's cells behind `units`: a row column's latest, a child
+    /// column's every cell.
+    fn compared_cells(&self, stored: &BTreeMap<RowKey, Vec<Cell>>, units: &[Unit]) -> Vec<Cell> {
+        let mut cells = Vec::new();
+        for unit in units {
+            let (Some(row), Some((_, layout))) = (
+                stored.get(&unit.row_key),
+                self.legacy.layout().column(unit.column.as_str()),
+            ) else {
+                continue;
+            };
+            let theirs = row.iter().filter(|c| c.key.column == unit.column);
+            match layout.kind {
+                ColumnKind::Row => cells.extend(theirs.max_by_key(|c| c.key.ref_key).cloned()),
+                ColumnKind::Child => cells.extend(theirs.cloned()),
+            }
+        }
+        cells
     }
 
     /// Per row of `legacy` and layout column: a row column's current cell
@@ -527,6 +573,8 @@ pub struct Checked {
     pub parents: u64,
     /// Legacy cells compared.
     pub cells: u64,
+    /// Whether the strict check ran on it.
+    pub strict: bool,
     /// What was recorded.
     pub mismatches: Vec<Difference>,
 }

@@ -12,6 +12,7 @@
 //!   replay with triage;
 //! - [`compare`]: the comparison rules and units;
 //! - [`full`]: the resumable, parallel full diff;
+//! - [`strict`]: the full diff's check through PostgreSQL's own casts;
 //! - [`repair`]: rewriting the side that is not the source of truth;
 //! - [`report`]: samples, rates, the confidence bound, coverage;
 //! - [`store`]: the verifier's PostgreSQL tables;
@@ -25,6 +26,7 @@ pub mod repair;
 pub mod report;
 pub mod sample;
 pub mod store;
+pub mod strict;
 
 pub use compare::{Rules, Side};
 pub use error::Error;

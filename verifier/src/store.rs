@@ -84,7 +84,8 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              mismatches bigint NOT NULL DEFAULT 0,
              sample_row_keys uuid[] NOT NULL DEFAULT '{}',
              done_at timestamptz,
-             PRIMARY KEY (run, start_id));",
+             PRIMARY KEY (run, start_id));
+         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS strict boolean NOT NULL DEFAULT false;",
     )
     .execute(&mut *tx)
     .await

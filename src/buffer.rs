@@ -14,7 +14,10 @@ pub enum BufferCommand {
     /// of their cluster holds. Safe to kill at any point and to run in
     /// several processes.
     Reconcile(ReconcileArgs),
-    /// How many cells each master's buffer holds, and the oldest's age.
+    /// How many cells each master's buffer holds, the oldest's age, and
+    /// the buffered writes found lost to another body at their address.
+    /// Exits 1 when a buffer cannot be read or a lost write is not yet
+    /// taken by the verifier.
     Status,
 }
 
@@ -37,6 +40,10 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
     // This process is the reconciler; its store must not run a second one.
     config.storage.reconcile_in_app = false;
     let store = MySqlStore::connect(&config)?;
+    // Masters promoted since the config was written.
+    for problem in schemaless::mysql::failover::refresh(store.topology()).await {
+        tracing::debug!("reading promotions: {problem}");
+    }
     match command {
         BufferCommand::Status => {
             println!("{:<36} {:>10} {:>12}", "MASTER", "BUFFERED", "OLDEST");
@@ -55,15 +62,51 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
                     }
                 }
             }
+            let (lost, failed) = schemaless::mysql::lost::read(&store, false).await;
+            let untaken: Vec<_> = lost.iter().filter(|l| l.taken_at.is_none()).collect();
+            println!(
+                "\nlost buffered writes (acknowledged, then found beaten by another body): {} recorded, {} not yet taken by the verifier",
+                lost.len(),
+                untaken.len()
+            );
+            for l in untaken.iter().take(20) {
+                println!(
+                    "  {}  buffered {}  lost body {}  stored body {}",
+                    l.key,
+                    format_micros(l.buffered_at),
+                    l.buffered_body,
+                    l.stored_body.as_deref().unwrap_or("(not read)")
+                );
+            }
+            if untaken.len() > 20 {
+                println!("  … and {} more", untaken.len() - 20);
+            }
+            for (node, e) in &failed {
+                println!("  {node}: lost writes not read: {e}");
+            }
             // A buffer that could not be read may hold cells: a runbook
             // that checks the exit code must not read "empty" from it.
-            if unread > 0 {
-                anyhow::bail!("{unread} masters' buffers could not be read");
+            if unread > 0 || !failed.is_empty() {
+                anyhow::bail!(
+                    "{} masters' buffers could not be read",
+                    unread + failed.len()
+                );
+            }
+            if !untaken.is_empty() {
+                anyhow::bail!(
+                    "{} lost buffered writes wait for the verifier: `mezzanine verify report` takes them as mismatches, `verify repair` settles them",
+                    untaken.len()
+                );
             }
             Ok(())
         }
         BufferCommand::Reconcile(args) => reconcile(&store, args).await,
     }
+}
+
+/// Microseconds since the epoch as UTC text.
+fn format_micros(micros: i64) -> String {
+    legacy::time::format_timestamp(i128::from(micros), true).unwrap_or_else(|_| micros.to_string())
 }
 
 async fn reconcile(store: &MySqlStore, args: ReconcileArgs) -> anyhow::Result<()> {

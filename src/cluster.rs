@@ -300,7 +300,7 @@ async fn promote(args: PromoteArgs, config_path: &Path, dir: &Path) -> anyhow::R
     schemaless::mysql::failover::refresh(store.topology()).await;
     let report = schemaless::mysql::failover::promote(
         &config,
-        store.topology(),
+        &store,
         &args.cluster,
         &url,
         args.force,
@@ -322,6 +322,20 @@ async fn promote(args: PromoteArgs, config_path: &Path, dir: &Path) -> anyhow::R
     );
     for m in &report.repointed {
         println!("  {m} now replicates from it");
+    }
+    let replayed = &report.replayed;
+    if replayed.replayed + replayed.conflicts + replayed.later_writes > 0
+        || !replayed.unread.is_empty()
+    {
+        println!(
+            "  buffered writes replayed to it before it took new writes: {} ({} lost to a body it already held, {} later writes to an address an earlier one took; the reconciler records both kinds in buffer_conflicts)",
+            replayed.replayed, replayed.conflicts, replayed.later_writes
+        );
+    }
+    for unread in &replayed.unread {
+        println!(
+            "  a buffer could not be read (the reconciler replays it when it answers): {unread}"
+        );
     }
     for m in &report.unreachable {
         println!("  {m} did not answer: re-point it when it is back");

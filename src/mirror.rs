@@ -276,6 +276,7 @@ async fn status(
             "reverse_lag": status.reverse_lag(),
             "reverse_error": status.reverse_error,
             "reverse_parked": status.reverse_parked,
+            "lost_buffered_writes": status.lost_buffered_writes,
             "reverse": status.reverse.iter().map(|s| serde_json::json!({
                 "shard": s.shard, "offset": s.offset, "head": s.head, "lag": s.lag,
                 "awaited": s.awaited, "applied": s.applied,
@@ -298,6 +299,13 @@ async fn status(
             .unwrap_or_default(),
         status.outbox_parked
     );
+    match status.lost_buffered_writes {
+        Some(0) => {}
+        Some(n) => println!(
+            "lost buffered writes: {n} acknowledged while a master was down, then beaten by another body at their address (`mezzanine buffer status` lists them)"
+        ),
+        None => println!("lost buffered writes: unknown, a master did not answer"),
+    }
     let capture = &status.capture;
     println!(
         "capture queue: {} changes{}, {} parked{}",

@@ -178,6 +178,26 @@ async fn sample(
     Ok(())
 }
 
+/// Takes the buffered writes Schemaless recorded as lost into the mismatch
+/// store (a failure is a warning: the gates take them too).
+async fn take_lost_writes(config: &config::Config, pool: &sqlx::PgPool) {
+    let taken = match MySqlStore::connect(config) {
+        Ok(store) => {
+            let taken = verifier::store::take_buffer_conflicts(pool, &store).await;
+            store.close().await;
+            taken
+        }
+        Err(e) => Err(e.into()),
+    };
+    match taken {
+        Ok(0) => {}
+        Ok(n) => eprintln!(
+            "{n} buffered writes lost to another body at their address are now open mismatches (read kind buffered_write)"
+        ),
+        Err(e) => eprintln!("warning: lost buffered writes not read: {e}"),
+    }
+}
+
 async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> anyhow::Result<()> {
     let mut flags = crate::Overrides::new(config)
         .set(
@@ -199,6 +219,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
             "warning: the backfill is not complete: rows it has not copied yet are recorded as missing from Schemaless"
         );
     }
+    take_lost_writes(config, pool).await;
     let id = verifier::full::plan(pool, &legacy, chunk_size, args.restart).await?;
     let before = verifier::full::status(pool, id).await?;
     eprintln!(
@@ -393,6 +414,7 @@ async fn report(
         tripstore::gates::verification_window(pool).await?
     };
     let legacy = legacy::LegacyStore::connect(config).await?;
+    take_lost_writes(config, pool).await;
     let report = verifier::report::read(pool, Some(&legacy), since).await?;
     let mismatches = verifier::store::mismatches(pool, true, None, args.limit).await?;
     let last_run = verifier::full::latest(pool).await?;

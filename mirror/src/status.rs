@@ -28,6 +28,11 @@ pub struct MirrorStatus {
     pub workers: Vec<Worker>,
     /// The capture queue and its parked changes.
     pub capture: crate::capture::Queue,
+    /// Buffered writes (the relay's or anyone's) acknowledged while a
+    /// master was down and later found beaten by another body at their
+    /// address, recorded by Schemaless's reconciler: the relay counted
+    /// them delivered. `None`: not read.
+    pub lost_buffered_writes: Option<u64>,
 }
 
 impl MirrorStatus {
@@ -127,6 +132,10 @@ pub async fn read(pool: &PgPool, schemaless: &MySqlStore) -> Result<MirrorStatus
         capture: crate::capture::status::queue(pool).await?,
         ..MirrorStatus::default()
     };
+    let (lost, unread) = schemaless::mysql::lost::read(schemaless, false).await;
+    if unread.is_empty() {
+        status.lost_buffered_writes = Some(lost.len() as u64);
+    }
     if !offsets.is_empty() {
         match schemaless.log_heads().await {
             Ok(heads) => {

@@ -127,7 +127,7 @@ pub async fn run(
     eprintln!("promoting a-minion1 ...");
     let report = failover::promote(
         &on_config,
-        on_store.topology(),
+        &on_store,
         "a",
         &cluster.mysql_url("a-minion1")?,
         false,

@@ -520,3 +520,169 @@ async fn a_reconciler_killed_mid_replay_and_restarted_drains_and_duplicates_noth
     }
     assert_eq!(bodies.len(), cells.len());
 }
+
+/// While a master is down, two writes to one address are both answered
+/// `Buffered` (nothing can compare them yet). A promotion replays the
+/// buffers to the new master before it is recorded, so the first
+/// acknowledged write holds the address before any store's new write; the
+/// reconciler records the second as lost (both bodies), `buffer status`
+/// lists it and exits 1 until the verifier takes it as an open mismatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_promotion_the_first_buffered_write_wins_and_the_lost_one_is_recorded() {
+    let (cluster, config, file, store) = setup(
+        &["a", "b", "c"],
+        1,
+        "buffer_secondaries = 1\nrequest_timeout_ms = 2000\nconnect_timeout_ms = 500\n\
+         breaker_failures = 2\nbreaker_open_ms = 300\nbuffer_replay_after_ms = 3600000\nreconcile_in_app = false\n",
+    )
+    .await;
+    cluster.stop("a-master").await.unwrap();
+    let mut n = 0u128;
+    let (contested, other) = (row_on(0, 3, &mut n), row_on(0, 3, &mut n));
+    let cell = |row: RowKey, body: serde_json::Value| {
+        Cell::new(
+            row,
+            schemaless::Column::new("BASE").unwrap(),
+            schemaless::RefKey::new(1).unwrap(),
+            schemaless::Body::parse(&body.to_string()).unwrap(),
+        )
+    };
+    let first = cell(contested, json!({"status": "first"}));
+    let second = cell(contested, json!({"status": "second"}));
+    let unrelated = cell(other, json!({"status": "alone"}));
+    for c in [&first, &second, &unrelated] {
+        assert_eq!(
+            store.put_cell(c.clone()).await.unwrap(),
+            WriteOutcome::Buffered
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let out = mezzanine(file.path(), &["cluster", "promote", "a", "a-minion1"])
+        .arg("--cluster-dir")
+        .arg(cluster.root())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "before it took new writes: 2 (0 lost to a body it already held, 1 later writes"
+        ),
+        "{stdout}"
+    );
+
+    // Another worker, as soon as it knows the new master: the first
+    // acknowledged write holds the address, and a new write there is the
+    // conflict (not the buffered one).
+    let reader = MySqlStore::connect(&config).unwrap();
+    failover::refresh(reader.topology()).await;
+    for c in [&first, &unrelated] {
+        let stored = reader
+            .get_cell(&c.key, ReadFrom::Master)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{} not replayed", c.key));
+        assert_eq!(stored.cell.body, c.body);
+    }
+    let late = reader
+        .put_cell(cell(contested, json!({"status": "after the promotion"})))
+        .await;
+    assert!(
+        matches!(late, Err(schemaless::Error::Conflict { .. })),
+        "{late:?}"
+    );
+
+    // The reconciler records the lost write, with both bodies.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let lost = loop {
+        buffer::reconcile_once(&reader).await.unwrap();
+        let (lost, _) = schemaless::mysql::lost::read(&reader, false).await;
+        if !lost.is_empty() {
+            break lost;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lost write was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].key, second.key);
+    assert!(lost[0].buffered_body.contains("second"), "{lost:?}");
+    assert!(
+        lost[0]
+            .stored_body
+            .as_deref()
+            .unwrap_or("")
+            .contains("first"),
+        "{lost:?}"
+    );
+    // Nothing is left for another pass to drop.
+    for _ in 0..3 {
+        buffer::reconcile_once(&reader).await.unwrap();
+    }
+    assert_eq!(
+        schemaless::mysql::lost::read(&reader, false).await.0.len(),
+        1
+    );
+
+    let status = |file: &std::path::Path| {
+        let out = mezzanine(file, &["buffer", "status"]).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    };
+    let (ok, text) = status(file.path());
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&contested.to_string()) && text.contains("1 not yet taken"),
+        "{text}"
+    );
+
+    // The verifier takes it as an open mismatch, once.
+    let mut pg = sqlx::PgConnection::connect(&cluster.postgres_url("postgres"))
+        .await
+        .unwrap();
+    sqlx::query("DROP SCHEMA IF EXISTS mezzanine CASCADE")
+        .execute(&mut pg)
+        .await
+        .unwrap();
+    let pool = sqlx::PgPool::connect(&cluster.postgres_url("postgres"))
+        .await
+        .unwrap();
+    verifier::store::ensure(&pool).await.unwrap();
+    assert_eq!(
+        verifier::store::take_buffer_conflicts(&pool, &reader)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        verifier::store::take_buffer_conflicts(&pool, &reader)
+            .await
+            .unwrap(),
+        0
+    );
+    let open = verifier::store::mismatches(&pool, true, Some(&contested), 10)
+        .await
+        .unwrap();
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(
+        (open[0].source.as_str(), open[0].read_kind.as_str()),
+        ("buffer", "buffered_write")
+    );
+    assert_eq!(
+        open[0].legacy["lost_buffered_write"]["body"]["status"],
+        "second"
+    );
+    assert_eq!(open[0].schemaless["body"]["status"], "first");
+    let (ok, text) = status(file.path());
+    assert!(ok, "{text}");
+    assert!(text.contains("1 recorded, 0 not yet taken"), "{text}");
+}

@@ -86,6 +86,8 @@ impl MigrationGate {
             .await
             .map_err(|e| Error::Gate(e.to_string()))?;
         verifier::store::ensure(&self.pool).await?;
+        // Buffered writes lost to a conflict are open mismatches too.
+        verifier::store::take_buffer_conflicts(&self.pool, &self.schemaless).await?;
         let since = verification_window(&self.pool).await?;
         let report = verifier::report::read(&self.pool, None, since).await?;
         let settings = &self.settings;

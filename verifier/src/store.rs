@@ -100,6 +100,9 @@ pub enum Source {
     Sample,
     /// `verify full`.
     Full,
+    /// A buffered write the reconciler found lost to another body
+    /// (`<instance>_meta.buffer_conflicts`).
+    Buffer,
 }
 
 impl Source {
@@ -107,8 +110,52 @@ impl Source {
         match self {
             Source::Sample => "sample",
             Source::Full => "full",
+            Source::Buffer => "buffer",
         }
     }
+}
+
+/// Takes the buffered writes Schemaless's reconciler recorded as lost (see
+/// [`schemaless::mysql::lost`]) into the mismatch store, one open mismatch
+/// per (row, column), and marks them taken there. A write acknowledged and
+/// then lost is a difference between what a writer was told and what is
+/// stored: it blocks the gates until `verify repair` (or a person) settles
+/// the (row, column). Masters that do not answer are skipped (their
+/// records are taken on a later call). Returns how many were taken.
+pub async fn take_buffer_conflicts(
+    pool: &PgPool,
+    schemaless: &schemaless::MySqlStore,
+) -> Result<usize, Error> {
+    let (lost, unread) = schemaless::mysql::lost::read(schemaless, true).await;
+    for (node, e) in &unread {
+        tracing::warn!("lost buffered writes on {node} not read: {e}");
+    }
+    if lost.is_empty() {
+        return Ok(0);
+    }
+    let json =
+        |text: &str| serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.into()));
+    let differences: Vec<Difference> = lost
+        .iter()
+        .map(|l| Difference {
+            row_key: l.key.row_key,
+            column: l.key.column.clone(),
+            legacy: serde_json::json!({
+                "lost_buffered_write": {
+                    "ref_key": l.key.ref_key.get(),
+                    "body": json(&l.buffered_body),
+                    "buffered_at_us": l.buffered_at,
+                }
+            }),
+            schemaless: serde_json::json!({
+                "ref_key": l.key.ref_key.get(),
+                "body": l.stored_body.as_deref().map_or(Value::Null, json),
+            }),
+        })
+        .collect();
+    record(pool, Source::Buffer, "buffered_write", &differences).await?;
+    schemaless::mysql::lost::mark_taken(schemaless, &lost).await?;
+    Ok(lost.len())
 }
 
 /// Records differences that survived triage: new ones are inserted, known
@@ -421,7 +468,7 @@ pub struct Mismatch {
     pub row_key: String,
     /// The column.
     pub column: String,
-    /// `sample` or `full`.
+    /// `sample`, `full` or `buffer` (a lost buffered write).
     pub source: String,
     /// The read that found it (`cell`, `latest`, `row`, `index`, `full`).
     pub read_kind: String,

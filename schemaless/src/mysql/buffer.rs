@@ -24,8 +24,10 @@
 //!   primary write never landed, or the master was replaced); deleted on a
 //!   later pass, once replicated;
 //! - the master has a *different* body at that address: the write lost to
-//!   an earlier one (a conflict, never acknowledged as written); it is
-//!   deleted and counted in `schemaless_buffer_conflicts_total`;
+//!   an earlier one. It was acknowledged (`Buffered`), so it is recorded in
+//!   `<instance>_meta.buffer_conflicts` with both bodies (see
+//!   [`super::lost`]) before its buffered copy is deleted, and counted in
+//!   `schemaless_buffer_conflicts_total`;
 //! - the master does not answer: it waits.
 //!
 //! Every step is idempotent — a replayed cell that landed meanwhile comes
@@ -93,6 +95,13 @@ fn insert_rows<'a>(
     })
 }
 
+/// Where a write's buffered copies went: the masters that took them and
+/// the `buffered_at` they share.
+pub(super) struct Held {
+    nodes: Vec<std::sync::Arc<Node>>,
+    at: i64,
+}
+
 /// Writes one cluster's groups into the buffers of
 /// `storage.buffer_secondaries` masters of other clusters. Fails unless
 /// that many took them.
@@ -100,7 +109,7 @@ pub(super) async fn write(
     store: &MySqlStore,
     cluster: usize,
     groups: &[(u32, Vec<Pending>)],
-) -> Result<()> {
+) -> Result<Held> {
     let topology = store.topology();
     let wanted = store.buffer_secondaries();
     let mut candidates: Vec<_> = topology
@@ -117,17 +126,18 @@ pub(super) async fn write(
     candidates.sort_by_key(|n| n.breaker.admit() != Admission::Allowed);
     let meta = meta_database(&topology.instance);
     let at = now_micros();
-    let mut held = 0;
+    let mut took = Vec::new();
     let mut failures = Vec::new();
     for node in candidates {
-        if held == wanted {
+        if took.len() == wanted {
             break;
         }
         match write_to(&node, &meta, groups, at).await {
-            Ok(()) => held += 1,
+            Ok(()) => took.push(node),
             Err(e) => failures.push(e.to_string()),
         }
     }
+    let held = took.len();
     let cells: usize = groups.iter().map(|(_, items)| items.len()).sum();
     if held < wanted {
         return Err(Error::Unavailable {
@@ -142,7 +152,39 @@ pub(super) async fn write(
         });
     }
     metrics::counter!("schemaless_buffered_cells_total").increment((cells * wanted) as u64);
-    Ok(())
+    Ok(Held { nodes: took, at })
+}
+
+/// Deletes the buffered copies of `keys` written as `held`: their master
+/// answered the write a conflict, so the writer was told it did not land,
+/// and the reconciler must not later take the copy for an acknowledged
+/// write that lost. Best effort: a copy left behind is recorded as lost by
+/// the reconciler, which errs on the side of showing it.
+pub(super) async fn forget(store: &MySqlStore, held: &Held, keys: &[&CellKey]) {
+    if keys.is_empty() {
+        return;
+    }
+    let meta = meta_database(&store.topology().instance);
+    let mut sql = format!(
+        "DELETE FROM `{meta}`.`buffer` WHERE buffered_at = {} AND (row_key, column_name, ref_key) IN (",
+        held.at
+    );
+    for (i, key) in keys.iter().enumerate() {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        sql::push_hex(&mut sql, key.row_key.as_bytes());
+        sql.push(',');
+        sql::push_column(&mut sql, &key.column);
+        sql.push_str(&format!(",{})", key.ref_key.get()));
+    }
+    sql.push(')');
+    for node in &held.nodes {
+        if let Err(e) = node.execute(sql.clone()).await {
+            tracing::warn!(node = %node.label, "a conflicting write's buffered copy stays (the reconciler will record it as lost): {e}");
+        }
+    }
 }
 
 async fn write_to(node: &Node, meta: &str, groups: &[(u32, Vec<Pending>)], at: i64) -> Result<()> {
@@ -309,6 +351,7 @@ async fn drain_table(store: &MySqlStore, node: &Node, meta: &str) -> Result<Pass
         after = last.try_get(0).map_err(|e| node.error(e))?;
         let mut by_cluster: BTreeMap<usize, Vec<Buffered>> = BTreeMap::new();
         let mut done = Vec::new();
+        let mut lost = Vec::new();
         for (i, row) in rows.iter().enumerate() {
             let shard: u32 = row.try_get(6).map_err(|e| node.error(e))?;
             // A damaged buffered cell stays in the buffer, set aside; the
@@ -336,9 +379,19 @@ async fn drain_table(store: &MySqlStore, node: &Node, meta: &str) -> Result<Pass
             });
         }
         for (cluster, items) in by_cluster {
-            let step = settle(store, &topology.clusters[cluster], items, &mut done).await;
+            let step = settle(
+                store,
+                &topology.clusters[cluster],
+                items,
+                &mut done,
+                &mut lost,
+            )
+            .await;
             pass.add(&step);
         }
+        // Recorded before the copies go: a pass that cannot record them
+        // keeps them buffered.
+        super::lost::record(node, meta, &lost).await?;
         if !done.is_empty() {
             let ids: Vec<String> = done.iter().map(u64::to_string).collect();
             node.execute(format!(
@@ -351,12 +404,13 @@ async fn drain_table(store: &MySqlStore, node: &Node, meta: &str) -> Result<Pass
 }
 
 /// Decides the fate of one cluster's buffered cells; the ids that may be
-/// deleted go to `done`.
+/// deleted go to `done`, the writes that lost to another body to `lost`.
 async fn settle(
     store: &MySqlStore,
     cluster: &ClusterNodes,
     items: Vec<Buffered>,
     done: &mut Vec<u64>,
+    lost: &mut Vec<super::lost::Found>,
 ) -> Pass {
     let mut pass = Pass::default();
     let master = cluster.master();
@@ -374,21 +428,25 @@ async fn settle(
     let now = now_micros();
     let mut landed = Vec::new();
     let mut replay: BTreeMap<u32, Vec<Pending>> = BTreeMap::new();
-    let mut replay_ids: HashMap<usize, u64> = HashMap::new();
+    let mut replay_ids: HashMap<usize, (u64, u32, i64)> = HashMap::new();
     for item in items {
         match on_master.get(&item.pending.cell.key) {
             Some(Some(body)) if *body == item.pending.cell.body => landed.push(item),
             Some(None) => pass.pending += 1,
-            Some(Some(_)) => {
-                tracing::warn!(
-                    cell = %item.pending.cell.key,
-                    "a buffered cell's address holds a different body on its master: the buffered write lost to an earlier one"
-                );
+            Some(Some(stored)) => {
                 pass.conflicts += 1;
                 done.push(item.id);
+                lost.push(super::lost::Found {
+                    buffer_id: item.id,
+                    shard: item.shard,
+                    key: item.pending.cell.key.clone(),
+                    buffered: item.pending.cell.body.clone(),
+                    stored: Some(stored.clone()),
+                    buffered_at: item.buffered_at,
+                });
             }
             None if now - item.buffered_at >= replay_after => {
-                replay_ids.insert(item.pending.index, item.id);
+                replay_ids.insert(item.pending.index, (item.id, item.shard, item.buffered_at));
                 replay.entry(item.shard).or_default().push(item.pending);
             }
             None => pass.pending += 1,
@@ -396,6 +454,11 @@ async fn settle(
     }
     if !replay.is_empty() {
         let count = replay.values().map(Vec::len).sum::<usize>() as u64;
+        let bodies: HashMap<usize, Body> = replay
+            .values()
+            .flatten()
+            .map(|p| (p.index, p.cell.body.clone()))
+            .collect();
         let groups = replay
             .into_iter()
             .map(|(shard, mut items)| {
@@ -413,9 +476,21 @@ async fn settle(
                         }
                         Ok(_) => pass.pending += 1,
                         Err(conflict) => {
-                            tracing::warn!(cell = %conflict.key, "a replayed buffered cell conflicts with the stored one; dropped");
+                            let (Some(&(id, shard, buffered_at)), Some(body)) =
+                                (replay_ids.get(&index), bodies.get(&index))
+                            else {
+                                continue;
+                            };
                             pass.conflicts += 1;
-                            done.extend(replay_ids.get(&index));
+                            done.push(id);
+                            lost.push(super::lost::Found {
+                                buffer_id: id,
+                                shard,
+                                key: conflict.key,
+                                buffered: body.clone(),
+                                stored: None,
+                                buffered_at,
+                            });
                         }
                     }
                 }
@@ -460,6 +535,119 @@ async fn settle(
         }
     }
     pass
+}
+
+/// What [`replay_cluster`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replayed {
+    /// Buffered cells written (or already there).
+    pub replayed: u64,
+    /// Buffered cells whose address held another body already; the
+    /// reconciler records them as lost (see [`super::lost`]).
+    pub conflicts: u64,
+    /// Later buffered writes to an address an earlier one took.
+    pub later_writes: u64,
+    /// Buffers that could not be read, with why: what they hold is
+    /// replayed by the reconciler once they answer.
+    pub unread: Vec<String>,
+}
+
+/// Writes every buffered cell of cluster `cluster` to its master as this
+/// store's topology names it, oldest first and the first write of each
+/// address alone, so that the first acknowledged write wins. A promotion
+/// runs it after the new master takes writes and before the promotion is
+/// recorded, that is before any other store sends it a write; the copies
+/// stay buffered for the reconciler to drain once replicated.
+pub async fn replay_cluster(store: &MySqlStore, cluster: usize) -> Result<Replayed> {
+    let topology = store.topology();
+    let meta = meta_database(&topology.instance);
+    let mut out = Replayed::default();
+    // (buffered at, table, id) -> the cell.
+    let mut found: BTreeMap<(i64, usize, u64), (u32, Pending)> = BTreeMap::new();
+    for (table, owner) in topology.clusters.iter().enumerate() {
+        if table == cluster {
+            continue;
+        }
+        let node = owner.master();
+        let mut after = 0u64;
+        loop {
+            let rows = match node
+                .fetch_all(format!(
+                    "SELECT buffer_id, row_key, column_name, ref_key, body, buffered_at, shard \
+                     FROM `{meta}`.`buffer` WHERE buffer_id > {after} ORDER BY buffer_id LIMIT {PAGE}"
+                ))
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) if e.is_missing_table() => break,
+                Err(e) => {
+                    out.unread.push(format!("{}: {e}", node.label));
+                    break;
+                }
+            };
+            let Some(last) = rows.last() else { break };
+            after = last.try_get(0).map_err(|e| node.error(e))?;
+            for row in &rows {
+                let shard: u32 = row.try_get(6).map_err(|e| node.error(e))?;
+                if topology.cluster_index(shard)? != cluster {
+                    continue;
+                }
+                // Damaged copies are the reconciler's to set aside.
+                let Ok(stored) = decode_row(row, shard, store.inflated_cap()) else {
+                    continue;
+                };
+                let encoded: Vec<u8> = row.try_get(4).map_err(|e| node.error(e))?;
+                found.insert(
+                    (stored.created_at, table, stored.added_id),
+                    (
+                        shard,
+                        Pending {
+                            index: 0,
+                            cell: stored.cell,
+                            encoded,
+                        },
+                    ),
+                );
+            }
+        }
+    }
+    let mut first: HashMap<CellKey, Body> = HashMap::new();
+    let mut groups: BTreeMap<u32, Vec<Pending>> = BTreeMap::new();
+    for (index, (shard, mut pending)) in found.into_values().enumerate() {
+        match first.get(&pending.cell.key) {
+            Some(body) => {
+                if *body != pending.cell.body {
+                    out.later_writes += 1;
+                }
+                continue;
+            }
+            None => {
+                first.insert(pending.cell.key.clone(), pending.cell.body.clone());
+            }
+        }
+        pending.index = index;
+        groups.entry(shard).or_default().push(pending);
+    }
+    // A few shards' groups per write, so no transaction holds the whole
+    // backlog.
+    let mut batch = Vec::new();
+    let mut cells = 0;
+    let mut groups = groups.into_iter().peekable();
+    while let Some((shard, mut items)) = groups.next() {
+        items.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
+        cells += items.len();
+        batch.push((shard, items));
+        if cells >= PAGE || groups.peek().is_none() {
+            for (_, result) in store.write_master(std::mem::take(&mut batch)).await? {
+                match result {
+                    Ok(_) => out.replayed += 1,
+                    Err(_) => out.conflicts += 1,
+                }
+            }
+            cells = 0;
+        }
+    }
+    Ok(out)
 }
 
 /// The bodies `node` holds at the addresses of `items` (`None`: a damaged

@@ -162,6 +162,8 @@ pub struct PromoteReport {
     pub epoch: u64,
     /// Masters the promotion was recorded on.
     pub recorded_on: Vec<String>,
+    /// The buffered writes replayed to it before it was recorded.
+    pub replayed: super::buffer::Replayed,
 }
 
 /// Points `node` at `source`, on a connection of its own that never logs
@@ -285,16 +287,17 @@ pub fn gtid_covers(have: &str, want: &str) -> bool {
 /// received.
 pub async fn promote(
     config: &config::Config,
-    topology: &Topology,
+    store: &super::MySqlStore,
     cluster_name: &str,
     node: &str,
     force: bool,
     wait: Duration,
 ) -> Result<PromoteReport> {
-    let cluster = topology
+    let topology = store.topology();
+    let cluster_index = topology
         .clusters
         .iter()
-        .find(|c| c.name == cluster_name)
+        .position(|c| c.name == cluster_name)
         .ok_or_else(|| {
             Error::Schema(format!(
                 "no cluster named {cluster_name:?}; the config has {}",
@@ -306,6 +309,7 @@ pub async fn promote(
                     .join(", ")
             ))
         })?;
+    let cluster = &topology.clusters[cluster_index];
     let urls: Vec<&String> = config
         .clusters
         .iter()
@@ -422,8 +426,19 @@ pub async fn promote(
             }
         }
     }
-    let (epoch, recorded_on) = record(topology, cluster, &candidate).await?;
+    // Buffered writes first: this store alone sends the cluster's writes
+    // to the new master until the promotion is recorded, so what the
+    // buffers acknowledged lands before any other store's new write, and
+    // the first acknowledged write of an address wins.
+    let epoch = next_epoch(topology, cluster, &candidate).await;
     cluster.promote(index, epoch);
+    let replayed = super::buffer::replay_cluster(store, cluster_index).await?;
+    for unread in &replayed.unread {
+        tracing::warn!(
+            "promotion: a buffer could not be read; the reconciler replays it later: {unread}"
+        );
+    }
+    let recorded_on = record(topology, cluster, &candidate, epoch).await?;
     Ok(PromoteReport {
         cluster: cluster_name.to_string(),
         old_master: old.label.clone(),
@@ -433,16 +448,36 @@ pub async fn promote(
         unreachable,
         epoch,
         recorded_on,
+        replayed,
     })
 }
 
-/// Records `master` as the master of `cluster` under a new epoch on the
-/// new master and on every other master that answers.
+/// One higher than any epoch of `cluster` recorded on `candidate` and on
+/// the masters that answer (or this store's own).
+async fn next_epoch(topology: &Topology, cluster: &ClusterNodes, candidate: &Node) -> u64 {
+    let meta = meta_database(&topology.instance);
+    let mut epoch = cluster.epoch();
+    let masters: Vec<_> = topology.clusters.iter().map(|c| c.master()).collect();
+    for node in std::iter::once(candidate).chain(masters.iter().map(|m| m.as_ref())) {
+        if let Ok(promotions) = recorded(node, &meta).await {
+            epoch = promotions
+                .iter()
+                .filter(|p| p.cluster == cluster.name)
+                .map(|p| p.epoch)
+                .fold(epoch, u64::max);
+        }
+    }
+    epoch + 1
+}
+
+/// Records `master` as the master of `cluster` under `epoch` on the new
+/// master and on every other master that answers.
 async fn record(
     topology: &Topology,
     cluster: &ClusterNodes,
     master: &std::sync::Arc<Node>,
-) -> Result<(u64, Vec<String>)> {
+    epoch: u64,
+) -> Result<Vec<String>> {
     let meta = meta_database(&topology.instance);
     let mut targets = vec![master.clone()];
     targets.extend(
@@ -452,17 +487,6 @@ async fn record(
             .filter(|c| c.name != cluster.name)
             .map(|c| c.master()),
     );
-    let mut epoch = cluster.epoch();
-    for node in &targets {
-        if let Ok(promotions) = recorded(node, &meta).await {
-            epoch = promotions
-                .iter()
-                .filter(|p| p.cluster == cluster.name)
-                .map(|p| p.epoch)
-                .fold(epoch, u64::max);
-        }
-    }
-    let epoch = epoch + 1;
     let upsert = format!(
         "{}; INSERT INTO `{meta}`.`topology` (cluster, master, epoch, promoted_at) VALUES ('{}', '{}', {epoch}, {}) \
          ON DUPLICATE KEY UPDATE master = IF(VALUES(epoch) > epoch, VALUES(master), master), \
@@ -482,7 +506,7 @@ async fn record(
             Err(e) => tracing::warn!(node = %node.label, "promotion not recorded there: {e}"),
         }
     }
-    Ok((epoch, recorded_on))
+    Ok(recorded_on)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! - [`store`]: the cell API implementation;
 //! - [`breaker`]: a circuit breaker per storage node;
 //! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
+//! - [`lost`]: buffered writes that lost to another body, recorded;
 //! - [`failover`]: promoting a minion, and every store learning of it;
 //! - [`follow`]: reading a shard's change log in order without skipping
 //!   cells still being committed;
@@ -26,6 +27,7 @@ pub mod failover;
 pub mod follow;
 mod history;
 pub mod index;
+pub mod lost;
 mod repair;
 pub mod schema;
 pub mod sql;

@@ -182,6 +182,7 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
         ),
         super::index::create_versions_table(&meta),
         super::buffer::create_buffer_table(&meta),
+        super::lost::create_conflicts_table(&meta),
         super::damaged::create_damaged_table(&meta),
         super::failover::create_topology_table(&meta),
     ] {

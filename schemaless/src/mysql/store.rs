@@ -211,13 +211,25 @@ impl MySqlStore {
             }
             return self.write_node(groups).await;
         }
-        super::buffer::write(self, cluster, &groups).await?;
+        let held = super::buffer::write(self, cluster, &groups).await?;
         let indexes: Vec<usize> = groups
             .iter()
             .flat_map(|(_, items)| items.iter().map(|p| p.index))
             .collect();
+        let keys: HashMap<usize, CellKey> = groups
+            .iter()
+            .flat_map(|(_, items)| items.iter().map(|p| (p.index, p.cell.key.clone())))
+            .collect();
         match self.write_node(groups).await {
-            Ok(results) => Ok(results),
+            Ok(results) => {
+                let refused: Vec<&CellKey> = results
+                    .iter()
+                    .filter(|(_, r)| r.is_err())
+                    .filter_map(|(i, _)| keys.get(i))
+                    .collect();
+                super::buffer::forget(self, &held, &refused).await;
+                Ok(results)
+            }
             Err(e) if e.is_unavailable() => {
                 tracing::debug!(
                     "master unavailable, {} cells handed off: {e}",
@@ -326,7 +338,12 @@ impl MySqlStore {
         after: u64,
         limit: usize,
     ) -> Result<Vec<StoredCell>> {
-        let sql = sql::select_changes(&self.inner.topology.database(shard), after, limit);
+        let sql = sql::select_changes(
+            &self.inner.topology.database(shard),
+            after,
+            limit,
+            self.inner.limits.max_batch_bytes,
+        );
         Ok(self.fetch_setting_aside(node, shard, sql).await?.cells)
     }
 
@@ -914,7 +931,12 @@ impl CellStore for MySqlStore {
                 next: after,
             });
         }
-        let sql = sql::select_changes(&self.inner.topology.database(shard), after, limit);
+        let sql = sql::select_changes(
+            &self.inner.topology.database(shard),
+            after,
+            limit,
+            self.inner.limits.max_batch_bytes,
+        );
         let cells = self.fetch(&node, shard, sql).await?;
         let next = cells.last().map_or(after, |c| c.added_id);
         Ok(ShardPage { cells, next })

@@ -528,8 +528,9 @@ pub struct Limits {
     /// `limits.max_batch_bytes`: the most bytes of body (compact JSON) one
     /// `put_cells` call takes, so that a batch of large cells cannot take
     /// gigabytes of memory at once; the relay and the backfill cut their
-    /// batches to it. At least `max_body_bytes`, at most 1 GiB. Default
-    /// 64 MiB.
+    /// batches to it, and a page of the change log stops once this many
+    /// bytes of stored body are read past its first cell. At least
+    /// `max_body_bytes`, at most 1 GiB. Default 64 MiB.
     #[serde(default = "default_max_batch_bytes")]
     pub max_batch_bytes: usize,
 }

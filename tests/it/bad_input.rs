@@ -242,3 +242,63 @@ async fn an_unapplied_schema_is_a_final_error_and_an_unreachable_node_a_retryabl
         "the error names the node: {err}"
     );
 }
+
+/// A page of the change log carries at most `limits.max_batch_bytes` of
+/// stored body past its first cell, so a page of large cells cannot take
+/// gigabytes at once; following `next` still reads every cell, in order,
+/// once.
+#[tokio::test]
+async fn a_change_log_page_is_cut_by_bytes_and_the_rest_follows() {
+    let t = Instance::with_limits(
+        2,
+        "[limits]\nmax_body_bytes = 300000\nmax_batch_bytes = 300000\n",
+    )
+    .await;
+    // Bodies that do not compress much: pseudo-random hex.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = |len: usize| {
+        (0..len)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from_digit((seed % 16) as u32, 16).unwrap()
+            })
+            .collect::<String>()
+    };
+    let mut cells: Vec<Cell> = (0..10)
+        .map(|i| cell(i + 1, "BASE", 1, json!({ "blob": noise(200_000) })))
+        .collect();
+    for c in &cells {
+        t.store.put_cell(c.clone()).await.unwrap();
+    }
+    // Uncut, each shard is one page of at most 10 cells.
+    let mut pages = 0;
+    let mut seen = Vec::new();
+    for shard in 0..2 {
+        let mut after = 0;
+        loop {
+            let page = t
+                .store
+                .get_cells_for_shard(shard, after, 100, ReadFrom::Master)
+                .await
+                .unwrap();
+            if page.cells.is_empty() {
+                break;
+            }
+            assert!(
+                page.cells.len() <= 4,
+                "{} cells of about 100 KB stored",
+                page.cells.len()
+            );
+            pages += 1;
+            seen.extend(page.cells.into_iter().map(|s| s.cell));
+            after = page.next;
+        }
+    }
+    assert!(pages >= 4, "{pages} pages");
+    let key = |c: &Cell| c.key.clone();
+    seen.sort_by_key(key);
+    cells.sort_by_key(key);
+    assert_eq!(seen, cells);
+}

@@ -163,6 +163,15 @@ impl ShardFollower {
             .read_changes(&self.node, self.shard, self.offset, limit)
             .await?;
         let now = Instant::now();
+        // A page cut short by bytes ends before the hole's end (a cell
+        // was there): the rest is read next time, not taken for missing.
+        let hole = Hole {
+            end: match cells.last() {
+                Some(last) if last.added_id + 1 < hole.end => last.added_id + 1,
+                _ => hole.end,
+            },
+            ..hole
+        };
         let mut expected = self.offset + 1;
         for cell in cells {
             if cell.added_id >= hole.end && cell.added_id != expected {

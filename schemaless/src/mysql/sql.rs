@@ -263,10 +263,19 @@ pub fn select_changes_in(database: &str, ranges: &[(u64, u64)]) -> String {
     )
 }
 
-/// A page of the change log.
-pub fn select_changes(database: &str, after: u64, limit: usize) -> String {
+/// A page of the change log: at most `limit` cells, and no more than
+/// `max_bytes` of stored body past the first cell (which is always
+/// read), so that a page of large cells cannot take gigabytes at once. The
+/// cut is made by the server (a running sum over the page), so what is
+/// left out is not sent; it is only ever a tail of the page, so a short
+/// page has no gap the page itself made.
+pub fn select_changes(database: &str, after: u64, limit: usize, max_bytes: usize) -> String {
     format!(
-        "SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE added_id > {after} ORDER BY added_id LIMIT {limit}"
+        "SELECT {CELL_COLUMNS} FROM (\
+             SELECT {CELL_COLUMNS}, SUM(LENGTH(body)) OVER (ORDER BY added_id) - LENGTH(body) AS before_it \
+             FROM (SELECT {CELL_COLUMNS} FROM `{database}`.`entity` WHERE added_id > {after} \
+                   ORDER BY added_id LIMIT {limit}) page\
+         ) sized WHERE before_it < {max_bytes} ORDER BY added_id"
     )
 }
 

@@ -222,10 +222,18 @@ impl MySqlStore {
             .collect();
         match self.write_node(groups).await {
             Ok(results) => {
+                // An address the batch also wrote (a second copy of it
+                // conflicting with the first) keeps its buffered copies.
+                let landed: HashSet<&CellKey> = results
+                    .iter()
+                    .filter(|(_, r)| r.is_ok())
+                    .filter_map(|(i, _)| keys.get(i))
+                    .collect();
                 let refused: Vec<&CellKey> = results
                     .iter()
                     .filter(|(_, r)| r.is_err())
                     .filter_map(|(i, _)| keys.get(i))
+                    .filter(|key| !landed.contains(key))
                     .collect();
                 super::buffer::forget(self, &held, &refused).await;
                 Ok(results)

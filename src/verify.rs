@@ -178,6 +178,15 @@ async fn sample(
     Ok(())
 }
 
+/// ` (N strict)` after a run's chunk count, when any chunk ran strict.
+fn strict_count(chunks: u64) -> String {
+    if chunks > 0 {
+        format!(" ({chunks} strict)")
+    } else {
+        String::new()
+    }
+}
+
 /// Takes the buffered writes Schemaless recorded as lost into the mismatch
 /// store (a failure is a warning: the gates take them too).
 async fn take_lost_writes(config: &config::Config, pool: &sqlx::PgPool) {
@@ -288,11 +297,11 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
     let parents = progress.parents.load(Ordering::Relaxed);
     let found = progress.mismatches.load(Ordering::Relaxed);
     println!(
-        "run {}: {} of {} chunks ({} strict), {} parents, {} cells compared, {} mismatches{}",
+        "run {}: {} of {} chunks{}, {} parents, {} cells compared, {} mismatches{}",
         status.id,
         status.done,
         status.chunks,
-        status.strict_chunks,
+        strict_count(status.strict_chunks),
         status.parents,
         status.cells,
         status.mismatches,
@@ -475,11 +484,11 @@ async fn report(
     }
     if let Some(run) = &last_run {
         println!(
-            "full diff run {}: {} of {} chunks ({} strict), {} parents, {} mismatches{}",
+            "full diff run {}: {} of {} chunks{}, {} parents, {} mismatches{}",
             run.id,
             run.done,
             run.chunks,
-            run.strict_chunks,
+            strict_count(run.strict_chunks),
             run.parents,
             run.mismatches,
             if run.finished_at.is_some() {

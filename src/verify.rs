@@ -189,16 +189,8 @@ fn strict_count(chunks: u64) -> String {
 
 /// Takes the buffered writes Schemaless recorded as lost into the mismatch
 /// store (a failure is a warning: the gates take them too).
-async fn take_lost_writes(config: &config::Config, pool: &sqlx::PgPool) {
-    let taken = match MySqlStore::connect(config) {
-        Ok(store) => {
-            let taken = verifier::store::take_buffer_conflicts(pool, &store).await;
-            store.close().await;
-            taken
-        }
-        Err(e) => Err(e.into()),
-    };
-    match taken {
+async fn take_lost_writes(pool: &sqlx::PgPool, schemaless: &MySqlStore) {
+    match verifier::store::take_buffer_conflicts(pool, schemaless).await {
         Ok(0) => {}
         Ok(n) => eprintln!(
             "{n} buffered writes lost to another body at their address are now open mismatches (read kind buffered_write)"
@@ -228,7 +220,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
             "warning: the backfill is not complete: rows it has not copied yet are recorded as missing from Schemaless"
         );
     }
-    take_lost_writes(config, pool).await;
+    take_lost_writes(pool, &schemaless).await;
     let id = verifier::full::plan(pool, &legacy, chunk_size, args.restart).await?;
     let before = verifier::full::status(pool, id).await?;
     eprintln!(
@@ -423,7 +415,9 @@ async fn report(
         tripstore::gates::verification_window(pool).await?
     };
     let legacy = legacy::LegacyStore::connect(config).await?;
-    take_lost_writes(config, pool).await;
+    let schemaless = MySqlStore::connect(config)?;
+    take_lost_writes(pool, &schemaless).await;
+    schemaless.close().await;
     let report = verifier::report::read(pool, Some(&legacy), since).await?;
     let mismatches = verifier::store::mismatches(pool, true, None, args.limit).await?;
     let last_run = verifier::full::latest(pool).await?;

@@ -550,12 +550,12 @@ async fn after_a_promotion_the_first_buffered_write_wins_and_the_lost_one_is_rec
     let first = cell(contested, json!({"status": "first"}));
     let second = cell(contested, json!({"status": "second"}));
     let unrelated = cell(other, json!({"status": "alone"}));
+    // One after the other: each is buffered later than the one before.
     for c in [&first, &second, &unrelated] {
         assert_eq!(
             store.put_cell(c.clone()).await.unwrap(),
             WriteOutcome::Buffered
         );
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
     let out = mezzanine(file.path(), &["cluster", "promote", "a", "a-minion1"])

@@ -163,7 +163,7 @@ pub struct PromoteReport {
     /// Masters the promotion was recorded on.
     pub recorded_on: Vec<String>,
     /// The buffered writes replayed to it before it was recorded.
-    pub replayed: super::buffer::Replayed,
+    pub replayed: super::replay::Replayed,
 }
 
 /// Points `node` at `source`, on a connection of its own that never logs
@@ -432,7 +432,7 @@ pub async fn promote(
     // the first acknowledged write of an address wins.
     let epoch = next_epoch(topology, cluster, &candidate).await;
     cluster.promote(index, epoch);
-    let replayed = super::buffer::replay_cluster(store, cluster_index).await?;
+    let replayed = super::replay::replay_cluster(store, cluster_index).await?;
     for unread in &replayed.unread {
         tracing::warn!(
             "promotion: a buffer could not be read; the reconciler replays it later: {unread}"

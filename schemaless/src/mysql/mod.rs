@@ -7,6 +7,7 @@
 //! - [`breaker`]: a circuit breaker per storage node;
 //! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
 //! - [`lost`]: buffered writes that lost to another body, recorded;
+//! - [`replay`]: the buffers replayed to a promoted master;
 //! - [`failover`]: promoting a minion, and every store learning of it;
 //! - [`follow`]: reading a shard's change log in order without skipping
 //!   cells still being committed;
@@ -29,6 +30,7 @@ mod history;
 pub mod index;
 pub mod lost;
 mod repair;
+pub mod replay;
 pub mod schema;
 pub mod sql;
 pub mod store;

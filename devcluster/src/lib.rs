@@ -334,20 +334,23 @@ impl DevCluster {
     }
 
     /// Waits until the minion has applied everything its master had
-    /// written when the call began (by GTID).
-    pub async fn wait_caught_up(&self, minion: &str, timeout: Duration) -> Result<(), Error> {
+    /// written when the call began (by GTID). `stall` is how long the
+    /// minion may apply nothing before this fails; a minion working
+    /// through a backlog is waited for while it moves (up to ten stalls).
+    pub async fn wait_caught_up(&self, minion: &str, stall: Duration) -> Result<(), Error> {
         let node = self.node(minion)?;
         let Role::Minion { master_port, .. } = node.spec.role else {
             return Err(Error::Server(format!("{minion} is not a minion")));
         };
-        replication::wait_caught_up(node, master_port, timeout).await
+        replication::wait_caught_up(node, master_port, stall).await
     }
 
-    /// Waits until every minion has caught up with its master.
-    pub async fn wait_all_caught_up(&self, timeout: Duration) -> Result<(), Error> {
+    /// Waits until every minion has caught up with its master (`stall` as
+    /// in [`DevCluster::wait_caught_up`]).
+    pub async fn wait_all_caught_up(&self, stall: Duration) -> Result<(), Error> {
         for node in &self.nodes {
             if matches!(node.spec.role, Role::Minion { .. }) {
-                self.wait_caught_up(&node.spec.name, timeout).await?;
+                self.wait_caught_up(&node.spec.name, stall).await?;
             }
         }
         Ok(())

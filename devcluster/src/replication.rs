@@ -128,13 +128,9 @@ pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStat
     let row = slave_status(&mut conn)
         .await
         .map_err(|e| sql_error(minion, e))?;
-    let gtid_row = sqlx::raw_sql("SELECT @@GLOBAL.gtid_slave_pos")
-        .fetch_one(&mut conn)
-        .await
-        .map_err(|e| sql_error(minion, e))?;
     let _ = conn.close().await;
     let mut status = MinionStatus {
-        minion_gtid: text(&gtid_row, 0).unwrap_or_default(),
+        minion_gtid: minion_gtid(minion).await?,
         master_gtid: master_gtid(master_port).await,
         ..MinionStatus::default()
     };
@@ -151,10 +147,17 @@ pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStat
 }
 
 /// Waits until the minion has applied the master's position as of now.
+///
+/// `stall` bounds how long the minion may go without applying anything,
+/// not the whole wait: a minion that is busy applying a long backlog (a
+/// machine shared with other heavy writers) keeps its caller waiting as
+/// long as it moves, and one that has stopped fails after `stall`. The
+/// whole wait is still capped at ten stalls, so a minion that crawls
+/// cannot hold its caller for ever.
 pub(crate) async fn wait_caught_up(
     minion: &Node,
     master_port: u16,
-    timeout: Duration,
+    stall: Duration,
 ) -> Result<(), Error> {
     let target = master_gtid(master_port).await.ok_or_else(|| {
         Error::Server(format!(
@@ -165,22 +168,51 @@ pub(crate) async fn wait_caught_up(
     if target.is_empty() {
         return Ok(());
     }
+    let slice = stall
+        .min(Duration::from_secs(5))
+        .max(Duration::from_millis(100));
+    let began = std::time::Instant::now();
+    let mut last_moved = began;
+    let mut applied = minion_gtid(minion).await?;
     let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
-    let waited: i64 = sqlx::query_scalar("SELECT MASTER_GTID_WAIT(?, ?)")
-        .bind(&target)
-        .bind(timeout.as_secs_f64())
+    loop {
+        let waited: i64 = sqlx::query_scalar("SELECT MASTER_GTID_WAIT(?, ?)")
+            .bind(&target)
+            .bind(slice.as_secs_f64())
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| sql_error(minion, e))?;
+        if waited == 0 {
+            let _ = conn.close().await;
+            return Ok(());
+        }
+        let position = minion_gtid(minion).await?;
+        if position != applied {
+            applied = position;
+            last_moved = std::time::Instant::now();
+        }
+        if last_moved.elapsed() >= stall || began.elapsed() >= stall * 10 {
+            let _ = conn.close().await;
+            let state = status(minion, master_port).await.ok();
+            return Err(Error::Server(format!(
+                "{} did not reach its master's position {target} (no progress for {:?}, {:?} in all; replication: {state:?})",
+                minion.spec.name,
+                last_moved.elapsed(),
+                began.elapsed()
+            )));
+        }
+    }
+}
+
+/// The minion's applied position (`gtid_slave_pos`).
+async fn minion_gtid(minion: &Node) -> Result<String, Error> {
+    let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
+    let row = sqlx::raw_sql("SELECT @@GLOBAL.gtid_slave_pos")
         .fetch_one(&mut conn)
         .await
         .map_err(|e| sql_error(minion, e))?;
     let _ = conn.close().await;
-    if waited != 0 {
-        let state = status(minion, master_port).await.ok();
-        return Err(Error::Server(format!(
-            "{} did not reach its master's position {target} within {timeout:?} (replication: {state:?})",
-            minion.spec.name
-        )));
-    }
-    Ok(())
+    Ok(text(&row, 0).unwrap_or_default())
 }
 
 #[cfg(test)]

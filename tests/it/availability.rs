@@ -45,6 +45,12 @@ async fn setup(
     let topology = schemaless::mysql::Topology::from_config(&config).unwrap();
     schema::apply(&topology).await.unwrap();
     topology.close().await;
+    // The minions have the shard databases before any test reads them (a
+    // minion still applying the schema has no table to answer from).
+    cluster
+        .wait_all_caught_up(Duration::from_secs(30))
+        .await
+        .unwrap();
     let file = config_file(&text);
     let store = MySqlStore::connect(&config).unwrap();
     (cluster, config, file, store)

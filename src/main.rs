@@ -24,7 +24,8 @@
 //! - [`index`]: `index create|backfill|switch|run|status`;
 //! - [`demo`]: the end-to-end demo;
 //! - [`bench`]: `bench cells`, figures against the raw limit of the same
-//!   servers.
+//!   servers;
+//! - [`query`]: `query audit|translate`, the app's SQL against the layout.
 
 mod backfill;
 mod bench;
@@ -38,6 +39,7 @@ mod legacy;
 mod metrics;
 mod mirror;
 mod mode;
+mod query;
 mod schema;
 mod serve;
 mod trigger;
@@ -125,6 +127,10 @@ enum Command {
     /// Benchmarks, each against the raw limit of the same servers.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The app's SQL: which statements the cell API answers, and the calls
+    /// each becomes.
+    #[command(subcommand)]
+    Query(query::QueryCommand),
 }
 
 /// An error that means "bad usage or configuration" (exit code 2).
@@ -266,5 +272,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Trigger(c) => trigger::run(c, &cli.config).await,
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,
         Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,
+        Command::Query(c) => query::run(c, &cli.config).await,
     }
 }

@@ -296,6 +296,12 @@ impl Node {
                     // "logical"`) needs it; one slot per database.
                     "-c",
                     "wal_level=logical",
+                    // The live inventory of the app's SQL (`query audit
+                    // --from-pg-stat-statements`).
+                    "-c",
+                    "shared_preload_libraries=pg_stat_statements",
+                    "-c",
+                    "pg_stat_statements.track=top",
                     "-c",
                     "max_replication_slots=64",
                     "-c",

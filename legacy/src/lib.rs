@@ -49,6 +49,7 @@ pub mod index;
 pub mod layout;
 mod repair;
 pub mod scan;
+pub mod statements;
 pub mod store;
 pub mod time;
 pub mod trips;

@@ -127,6 +127,15 @@ pub async fn init(
         .execute(&pool)
         .await
         .map_err(|e| Error::postgres("creating the trips tables", e))?;
+    // The live inventory of the app's statements (`query audit
+    // --from-pg-stat-statements`). Reading it also needs the library in
+    // shared_preload_libraries, which the dev cluster sets.
+    if let Err(e) = sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&pool)
+        .await
+    {
+        tracing::warn!("pg_stat_statements is not available, so `query audit --from-pg-stat-statements` will not work: {e}");
+    }
     pool.close().await;
     Ok(())
 }

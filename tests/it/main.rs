@@ -26,6 +26,9 @@
 //! - [`legacy_model`]: random operations on the legacy model and on the
 //!   in-memory model give the same answers where the legacy model supports
 //!   them;
+//! - [`query`]: the SQL audit from files and live from pg_stat_statements
+//!   (statements run through sqlx and psql), translate's exit codes, bad
+//!   input;
 //! - [`mode`]: the facade's mode, changed through one facade and seen by
 //!   another, and the routing of calls by it;
 //! - [`mirror`]: the outbox survives a writer killed after its commit, a
@@ -75,6 +78,7 @@ mod legacy_scan;
 mod mirror;
 mod mode;
 mod model;
+mod query;
 mod schema;
 mod servers;
 mod tls;

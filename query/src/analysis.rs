@@ -1,0 +1,186 @@
+//! What a statement becomes: its class, the cell API calls, or the reason
+//! it cannot be answered.
+
+use std::ops::ControlFlow;
+
+use serde::Serialize;
+use sqlparser::ast::{visit_relations, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+
+use crate::model::Model;
+use crate::plan::Plan;
+use crate::split;
+
+/// How the cell API can answer a statement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// Row-key reads: every row read belongs to a parent named by UUID.
+    Row,
+    /// An index query on a declared index (then row reads, if needed).
+    Index,
+    /// Cell writes by row key.
+    Write,
+    /// Touches layout tables but the cell API cannot express it.
+    None,
+    /// Touches no layout table.
+    Other,
+    /// Does not parse.
+    Unparsed,
+}
+
+impl Class {
+    pub const ALL: [Class; 6] = [
+        Class::Row,
+        Class::Index,
+        Class::Write,
+        Class::None,
+        Class::Other,
+        Class::Unparsed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Class::Row => "row",
+            Class::Index => "index",
+            Class::Write => "write",
+            Class::None => "none",
+            Class::Other => "other",
+            Class::Unparsed => "unparsed",
+        }
+    }
+
+    /// Whether the cell API answers statements of this class.
+    pub fn translatable(self) -> bool {
+        matches!(self, Class::Row | Class::Index | Class::Write)
+    }
+}
+
+impl std::fmt::Display for Class {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One statement's verdict.
+#[derive(Clone, Debug)]
+pub struct Analysis {
+    /// The statement as written.
+    pub sql: String,
+    pub class: Class,
+    /// The plan, for `row`, `index` and `write`.
+    pub plan: Option<Plan>,
+    /// Why not, for `none` (the construct, and the fix where there is
+    /// one) and `unparsed` (the parser's message).
+    pub reason: Option<String>,
+    /// The tables the statement names, as written, in order.
+    pub tables: Vec<String>,
+}
+
+impl Analysis {
+    /// The cell API calls the statement becomes (empty unless
+    /// translatable).
+    pub fn calls(&self) -> Vec<String> {
+        self.plan.as_ref().map(Plan::calls).unwrap_or_default()
+    }
+}
+
+/// Every statement of `input` (statements separated by `;`), in order.
+/// A statement that does not tokenize or parse is `unparsed` with the
+/// parser's message; the parser's recursion limit makes a deeply nested
+/// one `unparsed` too, never a stack overflow.
+pub fn analyze_text(model: &Model, input: &str) -> Vec<Analysis> {
+    split::statements(input)
+        .into_iter()
+        .map(|piece| match piece.error {
+            Some(error) => Analysis {
+                sql: piece.text,
+                class: Class::Unparsed,
+                plan: None,
+                reason: Some(error),
+                tables: Vec::new(),
+            },
+            None => analyze(model, &piece.text),
+        })
+        .collect()
+}
+
+/// One statement (the text of exactly one; a trailing `;` is allowed).
+pub fn analyze(model: &Model, sql: &str) -> Analysis {
+    let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
+    let statements = match Parser::parse_sql(&PostgreSqlDialect {}, &sql) {
+        Ok(statements) => statements,
+        Err(e) => {
+            return Analysis {
+                sql,
+                class: Class::Unparsed,
+                plan: None,
+                reason: Some(e.to_string()),
+                tables: Vec::new(),
+            }
+        }
+    };
+    let [statement] = statements.as_slice() else {
+        return Analysis {
+            sql,
+            class: Class::Unparsed,
+            plan: None,
+            reason: Some(format!(
+                "{} statements where one was expected; separate them with `;` in a file",
+                statements.len()
+            )),
+            tables: Vec::new(),
+        };
+    };
+    let mut tables = Vec::new();
+    let mut touches_layout = false;
+    let _ = visit_relations(statement, |name| {
+        touches_layout |= model.table(name).is_some();
+        let written = name.to_string();
+        if !tables.contains(&written) {
+            tables.push(written);
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    let (class, plan, reason) = if !touches_layout {
+        (Class::Other, None, None)
+    } else {
+        match classify(model, statement) {
+            Ok(plan) => (plan.class(), Some(plan), None),
+            Err(why) => (Class::None, None, Some(why)),
+        }
+    };
+    Analysis {
+        sql,
+        class,
+        plan,
+        reason,
+        tables,
+    }
+}
+
+/// The plan of a statement that touches the layout, or why there is none.
+fn classify(model: &Model, statement: &Statement) -> Result<Plan, String> {
+    match statement {
+        Statement::Query(query) => crate::read::plan(model, query),
+        Statement::Insert(insert) => crate::write::insert(model, insert),
+        Statement::Update(update) => crate::write::update(model, update),
+        Statement::Delete(_) => Err(format!(
+            "DELETE: cells are append-only, so a row is never removed; mark it deleted \
+             with a field of its row column, or delete through the facade, which writes a \
+             tombstone cell (column {})",
+            model.tombstones
+        )),
+        other => {
+            let text = other.to_string();
+            let keyword = text.split_whitespace().next().unwrap_or("statement");
+            Err(format!(
+                "{} on a layout table: not an app query the cell API answers; run it \
+                 on PostgreSQL while it is the primary, and in Schemaless through config \
+                 and `schema apply`",
+                keyword.to_uppercase()
+            ))
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! An inventory of statements: each one's verdict, with how often it ran
+//! when it comes from `pg_stat_statements`, and the summary a team plans
+//! its rewrite from.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::analysis::{Analysis, Class};
+
+/// The comment Mezzanine's own statements to PostgreSQL start with, so
+/// that an inventory of the app's SQL can leave them out.
+pub const OWN_MARK: &str = "/* mezzanine */";
+
+/// Whether `sql` is one of Mezzanine's own statements.
+pub fn is_own(sql: &str) -> bool {
+    sql.trim_start().starts_with(OWN_MARK)
+}
+
+/// One statement of the inventory.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub analysis: Analysis,
+    /// From pg_stat_statements: how many times it ran, and for how long.
+    pub calls_count: Option<u64>,
+    pub total_ms: Option<f64>,
+}
+
+impl Entry {
+    pub fn new(analysis: Analysis) -> Entry {
+        Entry {
+            analysis,
+            calls_count: None,
+            total_ms: None,
+        }
+    }
+
+    /// Executions it stands for: its calls, or 1 when read from a file.
+    pub fn weight(&self) -> u64 {
+        self.calls_count.unwrap_or(1)
+    }
+
+    /// The `--json` line of this statement.
+    pub fn json(&self) -> Value {
+        let a = &self.analysis;
+        let mut line = json!({
+            "sql": a.sql,
+            "class": a.class.as_str(),
+            "calls": a.calls(),
+            "reason": a.reason,
+            "tables": a.tables,
+        });
+        if let Some(calls) = self.calls_count {
+            line["calls_count"] = json!(calls);
+        }
+        if let Some(ms) = self.total_ms {
+            line["total_ms"] = json!(ms);
+        }
+        line
+    }
+}
+
+/// Counts per class, and how much of what ran the cell API answers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summary {
+    pub statements: usize,
+    pub per_class: BTreeMap<Class, usize>,
+    /// Executions of statements that are not `other` (each statement of a
+    /// file counts once).
+    pub calls: u64,
+    /// Of those, executions of `row`, `index` and `write` statements.
+    pub translatable_calls: u64,
+}
+
+impl Summary {
+    pub fn of(entries: &[Entry]) -> Summary {
+        let mut summary = Summary {
+            statements: entries.len(),
+            ..Summary::default()
+        };
+        for class in Class::ALL {
+            summary.per_class.insert(class, 0);
+        }
+        for entry in entries {
+            let class = entry.analysis.class;
+            *summary.per_class.entry(class).or_default() += 1;
+            if class != Class::Other {
+                summary.calls += entry.weight();
+                if class.translatable() {
+                    summary.translatable_calls += entry.weight();
+                }
+            }
+        }
+        summary
+    }
+
+    /// Translatable executions over all executions touching the layout
+    /// (unparsed ones included), or `None` when there are none.
+    pub fn translatable_share(&self) -> Option<f64> {
+        (self.calls > 0).then(|| self.translatable_calls as f64 / self.calls as f64)
+    }
+
+    /// The last `--json` line.
+    pub fn json(&self) -> Value {
+        let mut summary = json!({
+            "statements": self.statements,
+            "calls": self.calls,
+            "translatable_calls": self.translatable_calls,
+            "translatable_share": self.translatable_share(),
+        });
+        for (class, n) in &self.per_class {
+            summary[class.as_str()] = json!(n);
+        }
+        json!({ "summary": summary })
+    }
+}
+
+/// The human-readable report: each statement with its class and calls or
+/// reason, then the summary.
+pub fn report(entries: &[Entry]) -> String {
+    let mut out = String::new();
+    for entry in entries {
+        let a = &entry.analysis;
+        let mut head = format!("[{}] {}", a.class, one_line(&a.sql, 160));
+        if let (Some(calls), Some(ms)) = (entry.calls_count, entry.total_ms) {
+            let _ = write!(head, "  ({calls} calls, {ms:.1} ms)");
+        }
+        let _ = writeln!(out, "{head}");
+        for call in a.calls() {
+            let _ = writeln!(out, "    {call}");
+        }
+        if let Some(reason) = &a.reason {
+            let _ = writeln!(out, "    why: {reason}");
+        }
+    }
+    let summary = Summary::of(entries);
+    let counts: Vec<String> = summary
+        .per_class
+        .iter()
+        .map(|(class, n)| format!("{class} {n}"))
+        .collect();
+    let _ = write!(
+        out,
+        "{} statements: {}",
+        summary.statements,
+        counts.join(", ")
+    );
+    match summary.translatable_share() {
+        Some(share) => {
+            let _ = writeln!(
+                out,
+                "; {:.1}% of {} calls touching the layout are translatable",
+                share * 100.0,
+                summary.calls
+            );
+        }
+        None => {
+            let _ = writeln!(out, "; none touches the layout");
+        }
+    }
+    out
+}
+
+/// The statement on one line, cut at `max` characters.
+pub fn one_line(sql: &str, max: usize) -> String {
+    let flat: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}...")
+    }
+}

@@ -1,0 +1,29 @@
+//! The app's SQL, read with sqlparser (PostgreSQL dialect): which
+//! statements the cell API can answer, and how.
+//!
+//! Every rule comes from `[layout]` and `[[index]]`: the parent table and
+//! its UUID (the row key), the `row` and `child` columns and the SQL
+//! columns their fields hold, and the indexes' shard fields and fields.
+//! No table or column name is known to the code.
+//!
+//! - [`split`]: input cut into statements at top-level `;`;
+//! - [`model`]: the layout as the rules read it;
+//! - [`expr`]: scopes, column references, conditions;
+//! - [`read`]: SELECT, as row-key reads or an index query;
+//! - [`write`]: INSERT and UPDATE, as `put_cell`s;
+//! - [`plan`]: the translation, and the calls it prints;
+//! - [`analysis`]: a statement's class, plan or reason;
+//! - [`audit`]: many statements, their report and its summary.
+
+pub mod analysis;
+pub mod audit;
+pub mod expr;
+pub mod model;
+pub mod plan;
+pub mod read;
+pub mod split;
+pub mod write;
+
+pub use analysis::{analyze, analyze_text, Analysis, Class};
+pub use model::Model;
+pub use plan::Plan;

@@ -1,0 +1,159 @@
+//! What the layout says about the app's tables: which table is the parent,
+//! which are children, and where each SQL column lives in a cell.
+//!
+//! Everything here comes from `[layout]` and `[[index]]`; no table or
+//! column name is known to the code.
+
+use config::{ColumnKind, Config, Index, Layout, LayoutColumn};
+use sqlparser::ast::{Ident, ObjectName, ObjectNamePart};
+
+/// A layout table a statement names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Table {
+    /// `layout.table`.
+    Parent,
+    /// The child table of `layout.columns[i]`.
+    Child(usize),
+}
+
+/// Where a SQL column of a layout table is found in Schemaless.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The row key (`layout.uuid`).
+    RowKey,
+    /// The ref key of layout column `column` (its `ref_key`).
+    RefKey { column: usize },
+    /// Field `field` of the body of layout column `column`.
+    Field { column: usize, field: String },
+    /// The parent's integer id (`layout.id`, or a child's `parent`): not
+    /// in any cell.
+    IntegerId,
+    /// A column the layout does not map.
+    Unmapped,
+}
+
+/// The layout and the indexes, as the translator reads them.
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub layout: Layout,
+    pub indexes: Vec<Index>,
+    /// `capture.tombstone_column`, named by the reason given for DELETE.
+    pub tombstones: String,
+}
+
+impl Model {
+    /// The model of `config`; `None` when it has no `[layout]`.
+    pub fn from_config(config: &Config) -> Option<Model> {
+        Some(Model {
+            layout: config.layout.clone()?,
+            indexes: config.indexes.clone(),
+            tombstones: config.capture.tombstone_column.clone(),
+        })
+    }
+
+    /// The layout table `name` names (`table`, `schema.table`, quoted or
+    /// not), if any.
+    pub fn table(&self, name: &ObjectName) -> Option<Table> {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .map(|p| match p {
+                ObjectNamePart::Identifier(i) => folded(i),
+                ObjectNamePart::Function(f) => f.name.value.clone(),
+            })
+            .collect();
+        let (schema, table) = match parts.as_slice() {
+            [table] => (None, table),
+            [schema, table] => (Some(schema), table),
+            [_db, schema, table] => (Some(schema), table),
+            _ => return None,
+        };
+        if schema.is_some_and(|s| *s != self.layout.schema) {
+            return None;
+        }
+        if *table == self.layout.table {
+            return Some(Table::Parent);
+        }
+        self.layout
+            .columns
+            .iter()
+            .position(|c| c.kind == ColumnKind::Child && c.table.as_deref() == Some(table))
+            .map(Table::Child)
+    }
+
+    /// The table's name as the config spells it.
+    pub fn table_name(&self, table: Table) -> &str {
+        match table {
+            Table::Parent => &self.layout.table,
+            Table::Child(i) => self.layout.columns[i].table.as_deref().unwrap_or_default(),
+        }
+    }
+
+    pub fn column(&self, i: usize) -> &LayoutColumn {
+        &self.layout.columns[i]
+    }
+
+    /// The layout columns whose cells hold `table`'s rows: the `row`
+    /// columns for the parent, the one `child` column for a child.
+    pub fn columns_of(&self, table: Table) -> Vec<usize> {
+        match table {
+            Table::Parent => (0..self.layout.columns.len())
+                .filter(|&i| self.layout.columns[i].kind == ColumnKind::Row)
+                .collect(),
+            Table::Child(i) => vec![i],
+        }
+    }
+
+    /// Where SQL column `name` of `table` is found.
+    pub fn source(&self, table: Table, name: &str) -> Source {
+        if table == Table::Parent && name == self.layout.uuid {
+            return Source::RowKey;
+        }
+        for i in self.columns_of(table) {
+            let column = &self.layout.columns[i];
+            if let Some((field, _)) = column.fields.0.iter().find(|(_, sql)| *sql == name) {
+                return Source::Field {
+                    column: i,
+                    field: field.clone(),
+                };
+            }
+        }
+        for i in self.columns_of(table) {
+            if self.layout.columns[i].ref_key == name {
+                return Source::RefKey { column: i };
+            }
+        }
+        match table {
+            Table::Parent if name == self.layout.id => Source::IntegerId,
+            Table::Child(i) if self.layout.columns[i].parent.as_deref() == Some(name) => {
+                Source::IntegerId
+            }
+            _ => Source::Unmapped,
+        }
+    }
+
+    /// The SQL column of field `field` of layout column `column`.
+    pub fn sql_column(&self, column: usize, field: &str) -> Option<&str> {
+        self.layout.columns[column]
+            .fields
+            .0
+            .get(field)
+            .map(String::as_str)
+    }
+
+    /// The indexes over layout column `column`.
+    pub fn indexes_on(&self, column: usize) -> impl Iterator<Item = &Index> {
+        let name = &self.layout.columns[column].name;
+        self.indexes.iter().filter(move |i| i.column == *name)
+    }
+}
+
+/// An identifier as PostgreSQL resolves it: folded to lower case unless
+/// quoted.
+pub fn folded(ident: &Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    }
+}

@@ -1,0 +1,245 @@
+//! A translated statement: the cell API calls it becomes, kept as data so
+//! that `query run` can execute them and the audit can print them.
+
+use schemaless::FilterOp;
+use sqlparser::ast::Expr;
+
+use crate::analysis::Class;
+use crate::expr::{op_text, value_text};
+
+/// Which rows a row read names.
+#[derive(Clone, Debug)]
+pub enum Keys {
+    /// `uuid = v`.
+    One(Expr),
+    /// `uuid IN (v, ...)`.
+    List(Vec<Expr>),
+    /// `uuid = ANY(array)`.
+    Array(Expr),
+}
+
+impl Keys {
+    fn text(&self) -> String {
+        match self {
+            Keys::One(v) => format!("row = {}", value_text(v)),
+            Keys::List(vs) => format!(
+                "rows in ({})",
+                vs.iter().map(value_text).collect::<Vec<_>>().join(", ")
+            ),
+            Keys::Array(v) => format!("rows in {}", value_text(v)),
+        }
+    }
+}
+
+/// Where one output column comes from, as the layout maps it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The row key.
+    RowKey,
+    /// The ref key of a cell of layout column `column`.
+    RefKey { column: String },
+    /// Field `field` of a cell of layout column `column`.
+    Field { column: String, field: String },
+    /// A value the statement computes without reading a column.
+    Value(String),
+}
+
+/// One column of the result: its name and where it comes from.
+#[derive(Clone, Debug)]
+pub struct Projected {
+    pub name: String,
+    pub from: Output,
+    /// The SQL expression it is selected by (`t.fare`, `"trips"."uuid"`).
+    pub expr: String,
+}
+
+/// A condition the app checks on the cells it read.
+#[derive(Clone, Debug)]
+pub struct AppStep(pub String);
+
+/// A read answered by row keys.
+#[derive(Clone, Debug)]
+pub struct RowRead {
+    pub keys: Keys,
+    /// `row` columns read at their latest cell.
+    pub latest: Vec<String>,
+    /// `child` columns read whole (every ref key).
+    pub children: Vec<String>,
+    /// Conditions, sorting and limits the app applies to what it read.
+    pub steps: Vec<AppStep>,
+    /// Whether the app filters what it read (a condition besides the key).
+    pub filtered: bool,
+    pub outputs: Vec<Projected>,
+    /// Of `children`, those LEFT JOINed (a parent without such children
+    /// is still a row).
+    pub left: Vec<String>,
+    /// ORDER BY, as columns with their direction (descending when true).
+    pub order: Vec<(Projected, bool)>,
+    pub limit: Option<Expr>,
+    pub offset: Option<Expr>,
+}
+
+/// One filter of an index query.
+#[derive(Clone, Debug)]
+pub struct IndexFilter {
+    pub field: String,
+    pub op: FilterOp,
+    /// One value, or the candidates of `IN`.
+    pub values: Vec<Expr>,
+    /// `= ANY(array)`: `values` holds the one array.
+    pub array: bool,
+}
+
+/// A read answered by an index query.
+#[derive(Clone, Debug)]
+pub struct IndexRead {
+    pub index: String,
+    pub shard_field: String,
+    pub shard_value: Expr,
+    pub filters: Vec<IndexFilter>,
+    pub order_by: Option<String>,
+    pub descending: bool,
+    /// `None`: no LIMIT, so the index's largest page.
+    pub limit: Option<Expr>,
+    /// `row` columns read per entry because the index does not hold what
+    /// the statement selects.
+    pub latest: Vec<String>,
+    /// `child` columns read per entry.
+    pub children: Vec<String>,
+    pub outputs: Vec<Projected>,
+    /// Of `children`, those LEFT JOINed.
+    pub left: Vec<String>,
+    /// ORDER BY, as columns with their direction.
+    pub order: Vec<(Projected, bool)>,
+}
+
+/// One `put_cell` of a write.
+#[derive(Clone, Debug)]
+pub struct Put {
+    /// The row or rows, as the calls name them (`row = $1`).
+    pub row: String,
+    pub column: String,
+    /// The ref key, as an expression of the statement's values (or of the
+    /// latest cell, for `version + 1`).
+    pub ref_key: String,
+    /// The body's fields and their values.
+    pub fields: Vec<(String, String)>,
+    /// Update: the latest cell is read and its body kept where the
+    /// statement sets nothing.
+    pub read_latest: bool,
+    /// Conditions on the latest cell checked before the put.
+    pub checks: Vec<String>,
+}
+
+/// What a statement becomes.
+#[derive(Clone, Debug)]
+pub enum Plan {
+    Rows(Box<RowRead>),
+    Index(Box<IndexRead>),
+    Write(Vec<Put>),
+}
+
+impl Plan {
+    pub fn class(&self) -> Class {
+        match self {
+            Plan::Rows(_) => Class::Row,
+            Plan::Index(_) => Class::Index,
+            Plan::Write(_) => Class::Write,
+        }
+    }
+
+    /// The calls, one per line as the audit prints them.
+    pub fn calls(&self) -> Vec<String> {
+        match self {
+            Plan::Rows(read) => {
+                let keys = read.keys.text();
+                let mut calls: Vec<String> = read
+                    .latest
+                    .iter()
+                    .map(|c| format!("get_cell_latest({keys}, {c})"))
+                    .collect();
+                calls.extend(
+                    read.children
+                        .iter()
+                        .map(|c| format!("get_column_cells({keys}, {c})")),
+                );
+                calls.extend(read.steps.iter().map(|s| s.0.clone()));
+                calls
+            }
+            Plan::Index(read) => {
+                let mut args = vec![
+                    read.index.clone(),
+                    format!("{} = {}", read.shard_field, value_text(&read.shard_value)),
+                ];
+                for f in &read.filters {
+                    args.push(match (f.op, f.array) {
+                        (FilterOp::In, true) => {
+                            format!("{} in {}", f.field, value_text(&f.values[0]))
+                        }
+                        (FilterOp::In, false) => format!(
+                            "{} in ({})",
+                            f.field,
+                            f.values
+                                .iter()
+                                .map(value_text)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        (op, _) => {
+                            format!("{} {} {}", f.field, op_text(op), value_text(&f.values[0]))
+                        }
+                    });
+                }
+                match (&read.order_by, read.descending) {
+                    (Some(field), true) => args.push(format!("order by {field} desc")),
+                    (Some(field), false) => args.push(format!("order by {field}")),
+                    (None, true) => args.push("order by row key desc".to_string()),
+                    (None, false) => {}
+                }
+                args.push(match &read.limit {
+                    Some(limit) => format!("limit {}", value_text(limit)),
+                    None => format!(
+                        "limit {} (no LIMIT: page on the order field)",
+                        schemaless::index::MAX_LIMIT
+                    ),
+                });
+                let mut calls = vec![format!("query_index({})", args.join(", "))];
+                calls.extend(
+                    read.latest
+                        .iter()
+                        .map(|c| format!("get_cell_latest(row, {c}) per entry")),
+                );
+                calls.extend(
+                    read.children
+                        .iter()
+                        .map(|c| format!("get_column_cells(the entries' rows, {c})")),
+                );
+                calls
+            }
+            Plan::Write(puts) => {
+                let mut calls = Vec::new();
+                for put in puts {
+                    if put.read_latest {
+                        calls.push(format!("get_cell_latest({}, {})", put.row, put.column));
+                    }
+                    calls.extend(put.checks.iter().cloned());
+                    let fields: Vec<String> = put
+                        .fields
+                        .iter()
+                        .map(|(f, v)| format!("{f}: {v}"))
+                        .collect();
+                    let body = if put.read_latest {
+                        format!("latest body with {{{}}}", fields.join(", "))
+                    } else {
+                        format!("{{{}}}", fields.join(", "))
+                    };
+                    calls.push(format!(
+                        "put_cell({}, {}, ref_key = {}, {body})",
+                        put.row, put.column, put.ref_key
+                    ));
+                }
+                calls
+            }
+        }
+    }
+}

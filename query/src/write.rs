@@ -1,0 +1,570 @@
+//! INSERT and UPDATE: `put_cell`s by row key, or the reason they are not.
+
+use sqlparser::ast::{
+    AssignmentTarget, Expr, Insert, ObjectName, OnConflictAction, OnInsert, Query, SelectItem,
+    SetExpr, TableObject, Update,
+};
+
+use crate::expr::{cond, conjuncts, is_value, strip, value_text, Col, Cond, Scope};
+use crate::model::{folded, Model, Source, Table};
+use crate::plan::{Plan, Put};
+
+/// The plan of an INSERT.
+pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
+    let TableObject::TableName(name) = &insert.table else {
+        return Err("inserts into a table function".to_string());
+    };
+    let Some(table) = model.table(name) else {
+        return Err(format!(
+            "inserts into {name}, outside the layout, from a layout table: read the cells \
+             in the app and write {name} on its own"
+        ));
+    };
+    if insert.columns.is_empty() {
+        return Err(format!(
+            "INSERT INTO {name} names no columns: list them, so that each value's field is known"
+        ));
+    }
+    let columns: Vec<String> = insert.columns.iter().map(last).collect();
+    match &insert.on {
+        None => {}
+        Some(OnInsert::OnConflict(c)) => match &c.action {
+            OnConflictAction::DoNothing => {}
+            OnConflictAction::DoUpdate(update) => {
+                let sets_ref_key = update.assignments.iter().any(|a| match &a.target {
+                    AssignmentTarget::ColumnName(n) => {
+                        matches!(model.source(table, &last(n)), Source::RefKey { .. })
+                    }
+                    AssignmentTarget::Tuple(_) => false,
+                });
+                if !sets_ref_key {
+                    return Err(format!(
+                        "an upsert (ON CONFLICT DO UPDATE) that changes a row of {name} without \
+                         a new ref key: a cell is never changed; set the ref key column too, \
+                         or write the new version with put_cell"
+                    ));
+                }
+            }
+        },
+        Some(other) => return Err(format!("{other}: not PostgreSQL's ON CONFLICT")),
+    }
+    check_returning(model, table, name, insert.returning.as_deref())?;
+    let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
+    let mut puts = Vec::new();
+    for row in &rows {
+        puts.extend(row_puts(model, table, name, &columns, row)?);
+    }
+    Ok(Plan::Write(puts))
+}
+
+/// One row of values, and the row key found for a child row.
+struct Values<'a> {
+    values: Vec<&'a Expr>,
+    /// A child row's parent, found by UUID: the UUID's expression.
+    parent_uuid: Option<&'a Expr>,
+}
+
+fn source_rows<'a>(
+    model: &Model,
+    table: Table,
+    columns: &[String],
+    source: Option<&'a Query>,
+    name: &ObjectName,
+) -> Result<Vec<Values<'a>>, String> {
+    let Some(source) = source else {
+        return Err(format!(
+            "INSERT INTO {name} DEFAULT VALUES: list the columns and values"
+        ));
+    };
+    match source.body.as_ref() {
+        SetExpr::Values(values) => {
+            let mut rows = Vec::new();
+            for row in &values.rows {
+                if row.len() != columns.len() {
+                    return Err(format!(
+                        "a VALUES row of {} values for {} columns",
+                        row.len(),
+                        columns.len()
+                    ));
+                }
+                rows.push(Values {
+                    values: row.iter().collect(),
+                    parent_uuid: None,
+                });
+            }
+            Ok(rows)
+        }
+        SetExpr::Select(select) if matches!(table, Table::Child(_)) => {
+            // INSERT INTO child (...) SELECT parent.id, $2, ... FROM parent
+            // WHERE parent.uuid = $1.
+            let shape = format!(
+                "INSERT ... SELECT into a child table is translated only as SELECT {}.{}, \
+                 values... FROM {} WHERE {} = value",
+                model.layout.table, model.layout.id, model.layout.table, model.layout.uuid
+            );
+            let mut scope = Scope::default();
+            if select.from.len() != 1 || !select.from[0].joins.is_empty() {
+                return Err(shape);
+            }
+            scope.add(model, &select.from[0].relation)?;
+            if scope.table(0) != Some(Table::Parent) {
+                return Err(shape);
+            }
+            let uuid = select
+                .selection
+                .as_ref()
+                .and_then(|w| match conjuncts(w).as_slice() {
+                    [only] => match cond(&scope, model, only) {
+                        Ok(Cond::Cmp {
+                            col,
+                            op: schemaless::FilterOp::Eq,
+                            value,
+                        }) if col.source == Source::RowKey => Some(value),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .ok_or_else(|| shape.clone())?;
+            let mut values = Vec::new();
+            for item in &select.projection {
+                let (SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) = item
+                else {
+                    return Err(shape);
+                };
+                values.push(e);
+            }
+            if values.len() != columns.len() {
+                return Err(format!(
+                    "a SELECT of {} values for {} columns",
+                    values.len(),
+                    columns.len()
+                ));
+            }
+            Ok(vec![Values {
+                values,
+                parent_uuid: Some(uuid),
+            }])
+        }
+        _ => Err(format!(
+            "INSERT INTO {name} ... SELECT: read the source rows first and write each by its UUID"
+        )),
+    }
+}
+
+fn row_puts(
+    model: &Model,
+    table: Table,
+    name: &ObjectName,
+    columns: &[String],
+    row: &Values,
+) -> Result<Vec<Put>, String> {
+    let value_of = |sql: &str| -> Option<&Expr> {
+        columns.iter().position(|c| c == sql).map(|i| row.values[i])
+    };
+    // Every column written must be kept by the layout.
+    for (i, column) in columns.iter().enumerate() {
+        let value = row.values[i];
+        match model.source(table, column) {
+            Source::Unmapped => {
+                return Err(format!(
+                    "writes {name}.{column}, which the layout does not map: add it to the \
+                     fields of a column, or Schemaless never holds it"
+                ))
+            }
+            Source::IntegerId if matches!(table, Table::Child(_)) => {}
+            _ if !is_value(value) => {
+                return Err(format!(
+                    "writes {name}.{column} = {value}, which reads the database: compute it \
+                     in the app and pass it as a value"
+                ))
+            }
+            _ => {}
+        }
+    }
+    let row_key = match table {
+        Table::Parent => value_of(&model.layout.uuid).ok_or_else(|| {
+            format!(
+                "inserts into {name} without its UUID {}: generate it in the app, since it \
+                 is the row key",
+                model.layout.uuid
+            )
+        })?,
+        Table::Child(c) => {
+            let fk = model.column(c).parent.clone().unwrap_or_default();
+            match row.parent_uuid {
+                Some(uuid) => {
+                    let at = value_of(&fk).ok_or_else(|| {
+                        format!("inserts into {name} without its parent key {fk}")
+                    })?;
+                    if !is_parent_id(model, at) {
+                        return Err(format!(
+                            "{name}.{fk} is given {at}, not {}.{}",
+                            model.layout.table, model.layout.id
+                        ));
+                    }
+                    uuid
+                }
+                None => {
+                    let value = value_of(&fk).ok_or_else(|| {
+                        format!("inserts into {name} without its parent key {fk}")
+                    })?;
+                    parent_by_uuid(model, value).ok_or_else(|| {
+                        format!(
+                            "names its parent by the integer id {name}.{fk}: find the parent \
+                             by UUID, ({fk} = (SELECT {} FROM {} WHERE {} = $n))",
+                            model.layout.id, model.layout.table, model.layout.uuid
+                        )
+                    })?
+                }
+            }
+        }
+    };
+    let mut puts = Vec::new();
+    for c in model.columns_of(table) {
+        let column = model.column(c);
+        let touched = column.fields.0.values().any(|sql| value_of(sql).is_some());
+        if !touched && value_of(&column.ref_key).is_none() {
+            continue;
+        }
+        let ref_key = value_of(&column.ref_key).ok_or_else(|| {
+            format!(
+                "inserts into {name} without the ref key {} of column {}: give it (the \
+                 first version, or the child's sequence number)",
+                column.ref_key, column.name
+            )
+        })?;
+        puts.push(Put {
+            row: format!("row = {}", value_text(row_key)),
+            column: column.name.clone(),
+            ref_key: value_text(ref_key),
+            fields: column
+                .fields
+                .0
+                .iter()
+                .map(|(field, sql)| {
+                    (
+                        field.clone(),
+                        value_of(sql).map_or("null".to_string(), value_text),
+                    )
+                })
+                .collect(),
+            read_latest: false,
+            checks: Vec::new(),
+        });
+    }
+    if puts.is_empty() {
+        return Err(format!(
+            "inserts into {name} no field of any layout column: nothing reaches Schemaless"
+        ));
+    }
+    Ok(puts)
+}
+
+/// `(SELECT id FROM parent WHERE uuid = v)`: `v`.
+fn parent_by_uuid<'a>(model: &Model, value: &'a Expr) -> Option<&'a Expr> {
+    let Expr::Subquery(query) = strip(value) else {
+        return None;
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    if select.from.len() != 1 || !select.from[0].joins.is_empty() {
+        return None;
+    }
+    let mut scope = Scope::default();
+    scope.add(model, &select.from[0].relation).ok()?;
+    if scope.table(0) != Some(Table::Parent) {
+        return None;
+    }
+    let [SelectItem::UnnamedExpr(id) | SelectItem::ExprWithAlias { expr: id, .. }] =
+        select.projection.as_slice()
+    else {
+        return None;
+    };
+    let id = scope.column(model, id).ok()??;
+    if id.source != Source::IntegerId {
+        return None;
+    }
+    let where_ = select.selection.as_ref()?;
+    match conjuncts(where_).as_slice() {
+        [only] => match cond(&scope, model, only).ok()? {
+            Cond::Cmp {
+                col,
+                op: schemaless::FilterOp::Eq,
+                value,
+            } if col.source == Source::RowKey => Some(value),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether `expr` is the parent's id column (in INSERT ... SELECT).
+fn is_parent_id(model: &Model, expr: &Expr) -> bool {
+    match strip(expr) {
+        Expr::Identifier(i) => folded(i) == model.layout.id,
+        Expr::CompoundIdentifier(parts) => {
+            parts.last().is_some_and(|i| folded(i) == model.layout.id)
+        }
+        _ => false,
+    }
+}
+
+/// RETURNING may name only what the cells hold.
+fn check_returning(
+    model: &Model,
+    table: Table,
+    name: &ObjectName,
+    returning: Option<&[SelectItem]>,
+) -> Result<(), String> {
+    for item in returning.unwrap_or_default() {
+        let expr = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            // `RETURNING *` includes the integer id.
+            _ => {
+                return Err(format!(
+                    "RETURNING * includes {name}.{}, which no cell holds: return the fields \
+                     the app needs",
+                    if table == Table::Parent {
+                        model.layout.id.clone()
+                    } else {
+                        "its parent key".to_string()
+                    }
+                ))
+            }
+        };
+        let column = match strip(expr) {
+            Expr::Identifier(i) => folded(i),
+            Expr::CompoundIdentifier(parts) => parts.last().map(folded).unwrap_or_default(),
+            _ if is_value(expr) => continue,
+            other => return Err(format!("RETURNING {other}: compute it in the app")),
+        };
+        match model.source(table, &column) {
+            Source::IntegerId => {
+                return Err(format!(
+                    "RETURNING {name}.{column}, the integer id, which no cell holds: the app \
+                     knows the UUID it wrote; use it instead"
+                ))
+            }
+            Source::Unmapped => {
+                return Err(format!(
+                    "RETURNING {name}.{column}, which the layout does not map"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The plan of an UPDATE.
+pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
+    let mut scope = Scope::default();
+    scope.add(model, &update.table.relation)?;
+    let written = scope.tables[0].written.clone();
+    let table = match scope.table(0) {
+        Some(Table::Parent) => Table::Parent,
+        Some(Table::Child(c)) => {
+            return Err(format!(
+                "updates rows of {written} in place: a child row is one cell of column {}, \
+                 never changed; insert a new child row (the next {}) instead",
+                model.column(c).name,
+                model.column(c).ref_key
+            ))
+        }
+        None => {
+            return Err(format!(
+                "updates {written}, outside the layout, from a layout table: read the cells in \
+                 the app and write {written} on its own"
+            ))
+        }
+    };
+    if !update.table.joins.is_empty() || update.from.is_some() {
+        return Err(
+            "UPDATE ... FROM (a join): find the rows first, then write each by its UUID"
+                .to_string(),
+        );
+    }
+    let Some(selection) = &update.selection else {
+        return Err(format!(
+            "updates every row of {written}: a write by a non-key predicate; find the rows \
+             first (an index query) and write each by its UUID"
+        ));
+    };
+    let mut key = None;
+    let mut others = Vec::new();
+    for e in conjuncts(selection) {
+        if let Some(sub) = crate::expr::subquery_in(e) {
+            return Err(format!("subquery {sub} in an UPDATE's WHERE: run it first"));
+        }
+        let c = cond(&scope, model, e)?;
+        let by_row_key = match &c {
+            Cond::Cmp {
+                col,
+                op: schemaless::FilterOp::Eq,
+                value,
+            } if col.source == Source::RowKey => Some(format!("row = {}", value_text(value))),
+            Cond::InList { col, values } if col.source == Source::RowKey => Some(format!(
+                "rows in ({})",
+                values
+                    .iter()
+                    .map(|v| value_text(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Cond::Any { col, array } if col.source == Source::RowKey => {
+                Some(format!("rows in {}", value_text(array)))
+            }
+            _ => None,
+        };
+        match by_row_key {
+            Some(rows) if key.is_none() => key = Some(rows),
+            _ => others.push((e, c)),
+        }
+    }
+    let Some(row) = key else {
+        let by_id = others.iter().find_map(|(_, c)| {
+            c.cols()
+                .into_iter()
+                .find(|col| col.source == Source::IntegerId)
+                .cloned()
+        });
+        return Err(match by_id {
+            Some(col) => format!(
+                "writes by {}, the integer id: rewrite it to the UUID {} (the row key)",
+                scope.show(&col),
+                model.layout.uuid
+            ),
+            None => format!(
+                "a write by a non-key predicate ({selection}): find the rows first (an index \
+                 query), then write each by its UUID {}",
+                model.layout.uuid
+            ),
+        });
+    };
+    let mut checks = Vec::new();
+    for (e, c) in &others {
+        for col in c.cols() {
+            unreadable(model, &scope, col)?;
+        }
+        checks.push(format!("check in the app: {e}"));
+    }
+    check_returning(
+        model,
+        table,
+        &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
+        update.returning.as_deref(),
+    )?;
+    // What the SET changes, per layout column.
+    let mut sets: Vec<(Col, &Expr)> = Vec::new();
+    for assignment in &update.assignments {
+        let AssignmentTarget::ColumnName(target) = &assignment.target else {
+            return Err("SET (a, b) = (...): set each column on its own".to_string());
+        };
+        let name = last(target);
+        let col = Col {
+            at: 0,
+            source: model.source(table, &name),
+            name,
+        };
+        match &col.source {
+            Source::RowKey => {
+                return Err(format!(
+                    "changes {}, the row key: a row's UUID never changes",
+                    scope.show(&col)
+                ))
+            }
+            Source::IntegerId | Source::Unmapped => unreadable(model, &scope, &col)?,
+            _ => {}
+        }
+        if let Some(sub) = crate::expr::subquery_in(&assignment.value) {
+            return Err(format!(
+                "sets {} from subquery {sub}: run it first",
+                col.name
+            ));
+        }
+        for used in crate::expr::columns_in(&scope, model, &assignment.value)? {
+            unreadable(model, &scope, &used)?;
+        }
+        sets.push((col, &assignment.value));
+    }
+    let mut puts = Vec::new();
+    for c in model.columns_of(Table::Parent) {
+        let column = model.column(c);
+        let fields: Vec<(String, String)> = sets
+            .iter()
+            .filter_map(|(col, value)| match &col.source {
+                Source::Field { column, field } if *column == c => {
+                    Some((field.clone(), shown_value(value)))
+                }
+                _ => None,
+            })
+            .collect();
+        let ref_key = sets
+            .iter()
+            .find(|(col, _)| col.name == column.ref_key)
+            .map(|(_, value)| shown_value(value));
+        match (fields.is_empty(), ref_key) {
+            (true, None) => {}
+            (false, None) => {
+                return Err(format!(
+                    "sets {} of column {} without a new ref key: a cell is never changed; \
+                     also set {} (e.g. {} = {} + 1) so the change is a new version",
+                    fields
+                        .iter()
+                        .map(|(f, _)| f.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    column.name,
+                    column.ref_key,
+                    column.ref_key,
+                    column.ref_key
+                ))
+            }
+            (_, Some(ref_key)) => puts.push(Put {
+                row: row.clone(),
+                column: column.name.clone(),
+                ref_key,
+                fields,
+                read_latest: true,
+                checks: checks.clone(),
+            }),
+        }
+    }
+    if puts.is_empty() {
+        return Err(format!(
+            "sets no field of a layout column of {written}: nothing reaches Schemaless"
+        ));
+    }
+    Ok(Plan::Write(puts))
+}
+
+/// A SET value as the calls show it: a value, or an expression of the
+/// latest cell's fields.
+fn shown_value(value: &Expr) -> String {
+    if is_value(value) {
+        value_text(value)
+    } else {
+        format!("{value} (of the latest cell)")
+    }
+}
+
+/// `Err` for a column no cell holds.
+fn unreadable(model: &Model, scope: &Scope, col: &Col) -> Result<(), String> {
+    match col.source {
+        Source::IntegerId => Err(format!(
+            "uses {}, the integer id, which no cell holds: use the UUID {} (the row key)",
+            scope.show(col),
+            model.layout.uuid
+        )),
+        Source::Unmapped => Err(format!(
+            "uses {}, which the layout does not map: add it to the fields of a column",
+            scope.show(col)
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn last(name: &ObjectName) -> String {
+    crate::expr::last_name(name)
+}

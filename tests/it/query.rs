@@ -1,0 +1,350 @@
+//! `mezzanine query audit|translate`: the app's SQL, from files and live
+//! from pg_stat_statements, classified against the layout.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use crate::harness::{cluster, config_file, example_layout, mezzanine, LegacyDb};
+
+fn psql(db: &LegacyDb, sql: &str) {
+    let binaries = devcluster::Binaries::find().expect("the PostgreSQL binaries");
+    let out = Command::new(binaries.psql)
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d"])
+        .arg(cluster().postgres_url(&db.name))
+        .args(["-c", sql])
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "{sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// The line of the statement whose text contains `piece`.
+fn line<'a>(lines: &'a [Value], piece: &str) -> &'a Value {
+    let found: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["sql"].as_str().is_some_and(|s| s.contains(piece)))
+        .collect();
+    assert_eq!(found.len(), 1, "one statement with {piece:?} in {lines:#?}");
+    found[0]
+}
+
+#[tokio::test]
+async fn the_audit_classifies_what_sqlx_and_psql_ran_from_pg_stat_statements() {
+    // `legacy init` makes the tables and the extension on an empty database.
+    let db = LegacyDb::new("", &example_layout()).await;
+    let config = config_file(&db.config_text);
+    let init = mezzanine(config.path(), &["legacy", "init", "--with-uuid"])
+        .output()
+        .unwrap();
+    assert!(
+        init.status.success(),
+        "{}",
+        String::from_utf8_lossy(&init.stderr)
+    );
+    let trip = uuid::Uuid::new_v4();
+    let driver = uuid::Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO trips (uuid, driver_uuid, rider_uuid, city_id, status, currency, requested_at, version) \
+         VALUES ($1, $2, $2, 7, 'requested', 'EUR', now(), 1)",
+    )
+    .bind(trip)
+    .bind(driver)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        let _: (String,) = sqlx::query_as("SELECT status FROM trips WHERE uuid = $1")
+            .bind(trip)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    }
+    let _: Vec<(uuid::Uuid,)> = sqlx::query_as(
+        "SELECT uuid FROM trips WHERE driver_uuid = $1 ORDER BY requested_at DESC LIMIT 20",
+    )
+    .bind(driver)
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let _: (i64,) = sqlx::query_as("SELECT count(*) FROM trips WHERE driver_uuid = $1")
+        .bind(driver)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    // Mezzanine's own statements carry its mark and are left out.
+    let _: Vec<(String,)> =
+        sqlx::query_as("/* mezzanine */ SELECT status FROM trips WHERE id = $1")
+            .bind(1_i64)
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    psql(&db, "SELECT fare, currency FROM trips WHERE id = 1");
+    psql(
+        &db,
+        &format!("UPDATE trips SET status = 'completed' WHERE uuid = '{trip}'"),
+    );
+    psql(&db, "DELETE FROM trip_notes WHERE trip_id = 1");
+
+    let all = json_lines(
+        &mezzanine(
+            config.path(),
+            &["query", "audit", "--from-pg-stat-statements", "--json"],
+        )
+        .output()
+        .unwrap(),
+    );
+    let (summary, lines) = all.split_last().expect("a summary line");
+    let by_uuid = line(lines, "SELECT status FROM trips WHERE uuid = $1");
+    assert_eq!(by_uuid["class"], "row");
+    assert_eq!(by_uuid["calls_count"], 3);
+    assert!(by_uuid["total_ms"].as_f64().unwrap() >= 0.0);
+    assert_eq!(by_uuid["calls"][0], "get_cell_latest(row = $1, BASE)");
+    let by_driver = line(lines, "ORDER BY requested_at DESC");
+    assert_eq!(by_driver["class"], "index");
+    assert!(by_driver["calls"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("query_index(trips_by_driver, driver_uuid = $1"));
+    assert_eq!(line(lines, "count(*)")["class"], "none");
+    // psql's literals arrive as pg_stat_statements' $n.
+    let by_id = line(lines, "SELECT fare, currency FROM trips WHERE id = $1");
+    assert_eq!(by_id["class"], "none");
+    assert!(by_id["reason"].as_str().unwrap().contains("integer id"));
+    let update = line(lines, "UPDATE trips SET status");
+    assert_eq!(update["class"], "none");
+    assert!(update["reason"]
+        .as_str()
+        .unwrap()
+        .contains("without a new ref key"));
+    assert_eq!(line(lines, "DELETE FROM trip_notes")["class"], "none");
+    assert_eq!(line(lines, "INSERT INTO trips")["class"], "write");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["sql"].as_str().unwrap().contains("/* mezzanine */")),
+        "Mezzanine's own statements are left out"
+    );
+    // The summary adds up over the lines.
+    let summary = &summary["summary"];
+    assert_eq!(
+        summary["statements"].as_u64().unwrap() as usize,
+        lines.len()
+    );
+    let per_class: u64 = ["row", "index", "write", "none", "other", "unparsed"]
+        .iter()
+        .map(|c| summary[*c].as_u64().unwrap())
+        .sum();
+    assert_eq!(per_class as usize, lines.len());
+    let translatable: u64 = lines
+        .iter()
+        .filter(|l| ["row", "index", "write"].contains(&l["class"].as_str().unwrap()))
+        .map(|l| l["calls_count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        summary["translatable_calls"].as_u64().unwrap(),
+        translatable
+    );
+
+    // --include-own shows them; --min-calls leaves out the rarely run.
+    let own = json_lines(
+        &mezzanine(
+            config.path(),
+            &[
+                "query",
+                "audit",
+                "--from-pg-stat-statements",
+                "--json",
+                "--include-own",
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert!(own.iter().any(|l| l["sql"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("/* mezzanine */"))));
+    let frequent = json_lines(
+        &mezzanine(
+            config.path(),
+            &[
+                "query",
+                "audit",
+                "--from-pg-stat-statements",
+                "--json",
+                "--min-calls",
+                "3",
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    let (_, frequent) = frequent.split_last().unwrap();
+    assert!(frequent
+        .iter()
+        .all(|l| l["calls_count"].as_u64().unwrap() >= 3));
+    line(frequent, "SELECT status FROM trips WHERE uuid = $1");
+    // The human report names the classes and the share.
+    let report = mezzanine(
+        config.path(),
+        &["query", "audit", "--from-pg-stat-statements"],
+    )
+    .output()
+    .unwrap();
+    let text = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        text.contains("[row] SELECT status FROM trips WHERE uuid = $1  (3 calls"),
+        "{text}"
+    );
+    assert!(
+        text.contains("calls touching the layout are translatable"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn without_pg_stat_statements_the_audit_says_how_to_get_it() {
+    let db = LegacyDb::trips().await;
+    sqlx::raw_sql("DROP EXTENSION IF EXISTS pg_stat_statements")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let config = config_file(&db.config_text);
+    let out = mezzanine(
+        config.path(),
+        &["query", "audit", "--from-pg-stat-statements"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("CREATE EXTENSION pg_stat_statements"), "{err}");
+}
+
+/// A config with the example layout (no server is contacted).
+fn trips_config() -> tempfile::NamedTempFile {
+    config_file(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/examples/local.toml"
+        ))
+        .unwrap(),
+    )
+}
+
+fn sql_file(text: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
+#[test]
+fn files_keep_input_order_and_report_what_does_not_parse() {
+    let config = trips_config();
+    let file = sql_file(
+        "-- the app's queries\nSELECT * FROM trips WHERE uuid = $1;\n\
+         /* broken */ SELEC * FROM trips;\nSELECT name FROM cities WHERE id = 3;\n\
+         UPDATE trips SET status = $1, version = version + 1 WHERE uuid = $2;\n\
+         SELECT 'unterminated FROM trips",
+    );
+    let lines = json_lines(
+        &mezzanine(config.path(), &["query", "audit", "--json"])
+            .arg(file.path())
+            .output()
+            .unwrap(),
+    );
+    let classes: Vec<&str> = lines[..lines.len() - 1]
+        .iter()
+        .map(|l| l["class"].as_str().unwrap())
+        .collect();
+    assert_eq!(classes, ["row", "unparsed", "other", "write", "unparsed"]);
+    assert!(lines[1]["reason"].as_str().unwrap().contains("SELEC"));
+    assert!(lines[4]["reason"].as_str().unwrap().contains("nterminated"));
+    assert_eq!(lines[2]["tables"], serde_json::json!(["cities"]));
+    assert!(lines[0]["reason"].is_null());
+    // From files each statement counts once: 2 of the 4 touching the
+    // layout (unparsed included) are translatable.
+    let summary = &lines[5]["summary"];
+    assert_eq!(summary["calls"], 4);
+    assert_eq!(summary["translatable_calls"], 2);
+    assert_eq!(summary["translatable_share"].as_f64(), Some(0.5));
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_documented_exit_codes() {
+    let config = trips_config();
+    let run = |args: &[&str]| mezzanine(config.path(), args).output().unwrap();
+    // An empty file: no statements, a summary, exit 0.
+    let empty = sql_file("");
+    let out = run(&["query", "audit", "--json", empty.path().to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"statements\":0"));
+    // No input named, a missing file: usage errors (2).
+    let out = run(&["query", "audit"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--from-pg-stat-statements"));
+    let out = run(&["query", "audit", "no/such/file.sql"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such/file.sql"));
+    // A statement of a megabyte is read and classified.
+    let keys: Vec<String> = (1..=90_000).map(|i| format!("${i}")).collect();
+    let big = sql_file(&format!(
+        "SELECT status FROM trips WHERE uuid IN ({});",
+        keys.join(", ")
+    ));
+    assert!(std::fs::metadata(big.path()).unwrap().len() > 700_000);
+    let lines = json_lines(&run(&[
+        "query",
+        "audit",
+        "--json",
+        big.path().to_str().unwrap(),
+    ]));
+    assert_eq!(lines[0]["class"], "row");
+    // translate: 0 when the cell API answers, 2 when not; never a panic.
+    let out = run(&[
+        "query",
+        "translate",
+        "SELECT status FROM trips WHERE uuid = $1",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("get_cell_latest(row = $1, BASE)"));
+    for sql in [
+        "SELECT count(*) FROM trips",
+        "SELECT * FROM no_such_table WHERE x = 1",
+        "DROP TABLE trips",
+        "SELEC",
+        "",
+        "SELECT 1; SELECT 2",
+    ] {
+        let out = run(&["query", "translate", sql]);
+        assert_eq!(out.status.code(), Some(2), "{sql}");
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+            "{sql}"
+        );
+    }
+    // A config without [layout] cannot classify anything.
+    let text = std::fs::read_to_string(config.path()).unwrap();
+    let bare = config_file(&text[..text.find("\n[layout]").unwrap()]);
+    let out = mezzanine(bare.path(), &["query", "translate", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("[layout]"));
+}

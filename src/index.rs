@@ -19,9 +19,12 @@ pub enum IndexCommand {
     /// Fill a building version from the entity tables (its maintenance
     /// trigger follows every shard's log from the start) until it has
     /// caught up, with progress.
+    // `--version` names the index version here, not the program's.
+    #[command(disable_version_flag = true)]
     Backfill(VersionArgs),
     /// Make a caught-up version the one queries read; the active one is
     /// retired. Queries are never interrupted.
+    #[command(disable_version_flag = true)]
     Switch(SwitchArgs),
     /// Keep every active and building version current (the maintenance
     /// triggers), until Ctrl-C.

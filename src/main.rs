@@ -275,3 +275,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Query(c) => query::run(c, &cli.config).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks the whole command tree (names, flags, conflicts) only
+    /// when a command is used in a debug build; check every one at once.
+    #[test]
+    fn every_command_and_flag_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,5 +1,8 @@
-//! `mezzanine query audit|translate`: which of the app's SQL the cell API
-//! can answer, and the calls each statement becomes.
+//! `mezzanine query audit|translate|run`: which of the app's SQL the cell
+//! API can answer, the calls each statement becomes, and the proof that a
+//! translated read returns the same rows ([`run`]).
+
+mod run;
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,23 @@ pub enum QueryCommand {
     /// Classify one statement and print the calls it becomes. Exit 0 when
     /// the cell API answers it, 2 when it does not.
     Translate(TranslateArgs),
+    /// Run a `row` or `index` read both ways, as SQL on PostgreSQL and as
+    /// its cell API calls on Schemaless, rebuild the rows through the
+    /// layout and compare them. Exit 0 when equal, 1 on a difference, 2
+    /// when the statement cannot be run this way.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The statement (`$1`, `$2`, ... are the --param values in order).
+    sql: String,
+    /// A parameter's value, as PostgreSQL would read it from text.
+    #[arg(long = "param")]
+    params: Vec<String>,
+    /// The verdict as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -63,6 +83,25 @@ pub async fn run(command: QueryCommand, config_path: &Path) -> anyhow::Result<()
     })?;
     match command {
         QueryCommand::Audit(args) => audit(&config, &model, args).await,
+        QueryCommand::Run(args) => {
+            let verdict = match run::run(&config, &model, &args.sql, &args.params).await {
+                Ok(verdict) => verdict,
+                Err(run::RunError::Untranslatable(why)) => {
+                    return Err(crate::UsageError(format!("query run cannot run it: {why}")).into())
+                }
+                Err(run::RunError::Failed(e)) => return Err(e),
+            };
+            if args.json {
+                println!("{}", run::json(&verdict));
+            } else {
+                print!("{}", run::text(&verdict));
+            }
+            if verdict.differences.is_empty() {
+                Ok(())
+            } else {
+                anyhow::bail!("the two answers differ")
+            }
+        }
         QueryCommand::Translate(args) => {
             let entry = Entry::new(query::analyze(&model, &args.sql));
             if args.json {

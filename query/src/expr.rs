@@ -84,9 +84,11 @@ impl Scope {
                 let at = match (known.as_slice(), self.tables.len()) {
                     ([at], _) => *at,
                     (_, 1) => 0,
-                    ([], _) => return Err(format!(
+                    ([], _) => {
+                        return Err(format!(
                         "column {name} is in none of the layout's tables as the layout maps them"
-                    )),
+                    ))
+                    }
                     _ => return Err(format!("column {name} is ambiguous; qualify it")),
                 };
                 Ok(Some(self.col(model, at, name)))

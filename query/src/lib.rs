@@ -27,3 +27,6 @@ pub mod write;
 pub use analysis::{analyze, analyze_text, Analysis, Class};
 pub use model::Model;
 pub use plan::Plan;
+
+/// The parser, for callers that build on its syntax tree.
+pub use sqlparser;

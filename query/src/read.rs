@@ -804,6 +804,13 @@ impl<'a> SelectPlan<'a> {
         let mut holds: Vec<String> = index.fields.clone();
         holds.push(index.shard_field.clone());
         let (latest, children) = self.columns_read(Some((c, &holds)));
+        if let (Some(limit), false) = (limit, children.is_empty()) {
+            return Err(format!(
+                "LIMIT {limit} over child rows joined to the index's rows: query_index \
+                 limits parents, not joined rows; limit the parents (query them alone, \
+                 then read their children) or page in the app"
+            ));
+        }
         Ok(IndexRead {
             index: index.name.clone(),
             shard_field: index.shard_field.clone(),

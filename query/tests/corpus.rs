@@ -98,7 +98,8 @@ const TRIPS: &[Case] = &[
     ("SELECT uuid FROM trips WHERE $1 = driver_uuid AND $2 < requested_at", Class::Index, "requested_at > $2"),
     ("SELECT uuid, city_id FROM trips WHERE driver_uuid = $1 AND status = 'completed' ORDER BY requested_at DESC, uuid DESC LIMIT 50", Class::Index, "status = 'completed', order by requested_at desc, limit 50"),
     ("SELECT uuid FROM trips WHERE driver_uuid = 'd7a0a5e8-1111-2222-3333-444455556666'", Class::Index, "limit 10000 (no LIMIT"),
-    ("SELECT t.uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.driver_uuid = $1 LIMIT 10", Class::Index, "get_column_cells(the entries' rows, NOTES)"),
+    ("SELECT t.uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.driver_uuid = $1 ORDER BY t.requested_at", Class::Index, "get_column_cells(the entries' rows, NOTES)"),
+    ("SELECT t.uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.driver_uuid = $1 LIMIT 10", Class::None, "query_index limits parents, not joined rows"),
     // --- write ---
     ("INSERT INTO trips (uuid, version, driver_uuid, rider_uuid, city_id, status, fare, currency, requested_at) VALUES ($1, 1, $2, $3, $4, 'requested', $5, 'USD', now())", Class::Write, "put_cell(row = $1, BASE, ref_key = 1, {city_id: $4"),
     (r#"INSERT INTO "trips" ("uuid", "version", "status") VALUES ($1::uuid, $2, $3) RETURNING "trips"."uuid""#, Class::Write, "put_cell(row = $1, BASE, ref_key = $2"),

@@ -3,6 +3,7 @@
 
 use std::process::{Command, Output};
 
+use schemaless::CellStore as _;
 use serde_json::Value;
 
 use crate::harness::{cluster, config_file, example_layout, mezzanine, LegacyDb};
@@ -347,4 +348,181 @@ fn bad_input_gets_clear_errors_and_documented_exit_codes() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("[layout]"));
+}
+
+/// Runs `query run` and returns (exit code, JSON verdict or stderr).
+fn query_run(config: &std::path::Path, sql: &str, params: &[&str]) -> (i32, Value, String) {
+    let mut command = mezzanine(config, &["query", "run", "--json", sql]);
+    for p in params {
+        command.arg("--param").arg(p);
+    }
+    let out = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let verdict = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        verdict,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+#[tokio::test]
+async fn query_run_proves_translated_reads_and_names_a_planted_difference() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 300, 11, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let legacy_store = db.store().await;
+    let schemaless = schemaless::MySqlStore::connect(&db.config).unwrap();
+    crate::backfill::backfill_now(&legacy_store, &schemaless, &db.config).await;
+    let config = config_file(&db.config_text);
+    for step in [
+        &["index", "create", "trips_by_driver"][..],
+        &["index", "backfill", "trips_by_driver"],
+        &["index", "switch", "trips_by_driver"],
+    ] {
+        let out = mezzanine(config.path(), step).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{step:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A driver with several trips, trips with notes and billing attempts.
+    let (driver, since): (uuid::Uuid, String) = sqlx::query_as(
+        "SELECT driver_uuid, (min(requested_at) + (max(requested_at) - min(requested_at)) / 2)::text \
+         FROM trips GROUP BY driver_uuid ORDER BY count(*) DESC, driver_uuid LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let noted: uuid::Uuid = sqlx::query_scalar(
+        "SELECT t.uuid FROM trips t JOIN trip_notes n ON n.trip_id = t.id \
+         GROUP BY t.uuid ORDER BY count(*) DESC, t.uuid LIMIT 1",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let some: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT uuid FROM trips ORDER BY id LIMIT 3")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+    let (d, n) = (driver.to_string(), noted.to_string());
+    let (a, b, c) = (
+        some[0].to_string(),
+        some[1].to_string(),
+        some[2].to_string(),
+    );
+    let array = format!("{{{a},{b}}}");
+    let reads: Vec<(&str, Vec<&str>)> = vec![
+        ("SELECT * FROM trips WHERE uuid = $1", vec![&n]),
+        ("SELECT trips.uuid, trips.driver_uuid, trips.status, trips.fare FROM trips WHERE trips.uuid = $1::uuid", vec![&a]),
+        ("SELECT status, requested_at FROM trips WHERE uuid = ANY($1)", vec![&array]),
+        ("SELECT trips.status, trips.version FROM trips WHERE trips.uuid IN ($1, $2, $3)", vec![&a, &b, &c]),
+        ("SELECT n.author, n.body, n.created_at, n.seq FROM trip_notes n JOIN trips t ON n.trip_id = t.id WHERE t.uuid = $1 ORDER BY n.seq", vec![&n]),
+        ("SELECT t.status, b.amount, b.succeeded FROM trips t LEFT JOIN billing_attempts b ON b.trip_id = t.id WHERE t.uuid = $1", vec![&n]),
+        ("SELECT uuid, requested_at FROM trips WHERE driver_uuid = $1 AND requested_at >= $2 ORDER BY requested_at DESC LIMIT 20", vec![&d, &since]),
+        ("SELECT * FROM trips WHERE driver_uuid = $1 ORDER BY requested_at DESC LIMIT 5", vec![&d]),
+        ("SELECT t.uuid, t.fare FROM trips t WHERE t.driver_uuid = $1::uuid AND t.city_id IN (1, 2, 3, 4, 5)", vec![&d]),
+        ("SELECT uuid FROM trips WHERE driver_uuid = $1 AND status = ANY($2)", vec![&d, "{completed,cancelled}"]),
+        ("SELECT uuid, status FROM trips WHERE driver_uuid = $1 AND requested_at BETWEEN $2 AND now()", vec![&d, &since]),
+        ("SELECT t.uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.driver_uuid = $1 ORDER BY t.requested_at", vec![&d]),
+    ];
+    let mut rows_seen = 0;
+    for (sql, params) in &reads {
+        let (code, verdict, err) = query_run(config.path(), sql, params);
+        assert_eq!(code, 0, "{sql}: {err}\n{verdict:#}");
+        assert_eq!(verdict["verdict"], "equal", "{sql}");
+        let (pg, sl) = (
+            verdict["postgres"].as_array().unwrap(),
+            verdict["schemaless"].as_array().unwrap(),
+        );
+        assert_eq!(pg.len(), sl.len(), "{sql}");
+        // The verdict judged the order (ties on the ORDER BY in any order);
+        // here, the same rows on both sides.
+        for row in pg {
+            assert!(sl.contains(row), "{sql}: {row}");
+        }
+        rows_seen += verdict["postgres"].as_array().unwrap().len();
+    }
+    assert!(
+        rows_seen > 20,
+        "the reads returned rows to compare ({rows_seen})"
+    );
+
+    // A difference planted in Schemaless: a newer BASE cell with another
+    // fare. query run names the field and exits 1.
+    let base = schemaless::Column::new("BASE").unwrap();
+    let key = schemaless::RowKey::from(some[0]);
+    let latest = schemaless
+        .get_cell_latest(&key, &base, schemaless::ReadFrom::Master)
+        .await
+        .unwrap()
+        .expect("backfilled");
+    let mut body = latest.cell.body.fields().clone();
+    body.insert("fare".into(), serde_json::json!("99999.99"));
+    schemaless::CellStore::put_cell(
+        &schemaless,
+        schemaless::Cell::new(
+            key,
+            base,
+            schemaless::RefKey::new(latest.cell.key.ref_key.get() + 1).unwrap(),
+            schemaless::Body::from_value(Value::Object(body)).unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+    let (code, verdict, _) = query_run(
+        config.path(),
+        "SELECT uuid, fare, status FROM trips WHERE uuid = $1",
+        &[&a],
+    );
+    assert_eq!(code, 1, "{verdict:#}");
+    assert_eq!(verdict["verdict"], "different");
+    let differences = verdict["differences"].to_string();
+    assert!(differences.contains("fare: PostgreSQL"), "{differences}");
+    assert!(differences.contains("99999.99"), "{differences}");
+    assert!(!differences.contains("status:"), "{differences}");
+    // The human form says so too.
+    let out = mezzanine(
+        config.path(),
+        &[
+            "query",
+            "run",
+            "SELECT uuid, fare FROM trips WHERE uuid = $1",
+            "--param",
+            &a,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("DIFFERENT"));
+
+    // What it cannot run: exit 2 with the reason.
+    for (sql, params, why) in [
+        ("SELECT count(*) FROM trips", vec![], "aggregate"),
+        (
+            "SELECT status FROM trips WHERE uuid = $1 AND status = 'completed'",
+            vec![a.as_str()],
+            "filters what it reads in the app",
+        ),
+        (
+            "SELECT status FROM trips WHERE uuid = $1",
+            vec![],
+            "uses $1, and 0 --param",
+        ),
+        (
+            "UPDATE trips SET status = 'x', version = version + 1 WHERE uuid = $1",
+            vec![a.as_str()],
+            "a write",
+        ),
+    ] {
+        let (code, _, err) = query_run(config.path(), sql, &params);
+        assert_eq!(code, 2, "{sql}: {err}");
+        assert!(err.contains(why), "{sql}: {err}");
+    }
+    legacy_store.close().await;
+    schemaless.close().await;
 }

@@ -262,7 +262,7 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     }
     println!("mode: {}", store.mode());
     let (uuid, driver): (uuid::Uuid, uuid::Uuid) = sqlx::query_as(
-        "SELECT t.uuid, t.driver_uuid FROM trips t JOIN trip_notes n ON n.trip_id = t.id
+        "/* mezzanine */ SELECT t.uuid, t.driver_uuid FROM trips t JOIN trip_notes n ON n.trip_id = t.id
          JOIN billing_attempts b ON b.trip_id = t.id ORDER BY t.id DESC LIMIT 1",
     )
     .fetch_one(&pool)
@@ -305,7 +305,7 @@ async fn legacy_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
         store.put_cell(latest.cell.clone()).await?
     );
     let (status, version): (String, i64) =
-        sqlx::query_as("SELECT status, version FROM trips WHERE uuid = $1")
+        sqlx::query_as("/* mezzanine */ SELECT status, version FROM trips WHERE uuid = $1")
             .bind(uuid)
             .fetch_one(&pool)
             .await?;
@@ -353,7 +353,7 @@ async fn verify_steps(
         max_samples_per_sec: 5000,
     });
     let uuids: Vec<uuid::Uuid> =
-        sqlx::query_scalar("SELECT uuid FROM trips ORDER BY random() LIMIT 300")
+        sqlx::query_scalar("/* mezzanine */ SELECT uuid FROM trips ORDER BY random() LIMIT 300")
             .fetch_all(pool)
             .await?;
     for uuid in &uuids {
@@ -674,7 +674,7 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     );
     anyhow::ensure!(status.failed == 0, "{} chunks failed", status.failed);
     let (seeded,): (uuid::Uuid,) = sqlx::query_as(
-        "SELECT t.uuid FROM trips t JOIN trip_notes n ON n.trip_id = t.id ORDER BY t.id LIMIT 1",
+        "/* mezzanine */ SELECT t.uuid FROM trips t JOIN trip_notes n ON n.trip_id = t.id ORDER BY t.id LIMIT 1",
     )
     .fetch_one(&pool)
     .await
@@ -872,7 +872,7 @@ async fn capture_steps(
 ) -> anyhow::Result<()> {
     step("14. writes that bypass the facade: psql changes trips, PostgreSQL records it, the relay delivers it");
     let row = sample.key.row_key;
-    let (id,): (i64,) = sqlx::query_as("SELECT id FROM trips WHERE uuid = $1")
+    let (id,): (i64,) = sqlx::query_as("/* mezzanine */ SELECT id FROM trips WHERE uuid = $1")
         .bind(row.uuid())
         .fetch_one(pool)
         .await?;

@@ -119,7 +119,7 @@ async fn sample(
     args: SampleArgs,
 ) -> anyhow::Result<()> {
     if args.reset {
-        sqlx::query("DELETE FROM mezzanine.verify_settings")
+        sqlx::query("/* mezzanine */ DELETE FROM mezzanine.verify_settings")
             .execute(pool)
             .await?;
         println!(

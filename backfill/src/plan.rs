@@ -29,7 +29,7 @@ pub async fn ensure_tables(pool: &PgPool) -> Result<(), Error> {
     let context = "creating the backfill's tables";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     sqlx::raw_sql(
-        "SELECT pg_advisory_xact_lock(7415262543);
+        "/* mezzanine */ SELECT pg_advisory_xact_lock(7415262543);
          CREATE SCHEMA IF NOT EXISTS mezzanine;
          CREATE TABLE IF NOT EXISTS mezzanine.backfill_plan (
              id boolean PRIMARY KEY DEFAULT true CHECK (id),
@@ -67,7 +67,7 @@ pub async fn ensure_tables(pool: &PgPool) -> Result<(), Error> {
 pub async fn read(pool: &PgPool) -> Result<Option<Plan>, Error> {
     ensure_tables(pool).await?;
     let row = sqlx::query(
-        "SELECT table_name, chunk_size, low_id, high_id,
+        "/* mezzanine */ SELECT table_name, chunk_size, low_id, high_id,
                 (SELECT count(*) FROM mezzanine.backfill_chunks),
                 to_char(extended_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), paused
          FROM mezzanine.backfill_plan",
@@ -106,21 +106,22 @@ pub async fn create(
     let context = "planning the backfill";
     let range = legacy.id_range().await?;
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
-    sqlx::query("SELECT pg_advisory_xact_lock(7415262544)")
+    sqlx::query("/* mezzanine */ SELECT pg_advisory_xact_lock(7415262544)")
         .execute(&mut *tx)
         .await
         .map_err(Error::postgres(context))?;
-    let existing: Option<(String, i64, i64)> =
-        sqlx::query_as("SELECT table_name, low_id, high_id FROM mezzanine.backfill_plan")
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(Error::postgres(context))?;
+    let existing: Option<(String, i64, i64)> = sqlx::query_as(
+        "/* mezzanine */ SELECT table_name, low_id, high_id FROM mezzanine.backfill_plan",
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(Error::postgres(context))?;
     if let Some((table, low, high)) = existing {
         if !replace {
             return Err(Error::PlanExists(format!("{table}, ids {low}..{high}")));
         }
         sqlx::raw_sql(
-            "DELETE FROM mezzanine.backfill_chunks; DELETE FROM mezzanine.backfill_plan;",
+            "/* mezzanine */ DELETE FROM mezzanine.backfill_chunks; DELETE FROM mezzanine.backfill_plan;",
         )
         .execute(&mut *tx)
         .await
@@ -132,7 +133,7 @@ pub async fn create(
     };
     let layout = legacy.layout();
     sqlx::query(
-        "INSERT INTO mezzanine.backfill_plan (table_name, chunk_size, low_id, high_id, planned_by)
+        "/* mezzanine */ INSERT INTO mezzanine.backfill_plan (table_name, chunk_size, low_id, high_id, planned_by)
          VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(layout.table.clone())
@@ -156,19 +157,22 @@ pub async fn extend(legacy: &LegacyStore) -> Result<(Plan, u64), Error> {
     let context = "extending the backfill plan";
     let range = legacy.id_range().await?;
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
-    let plan: Option<(i64, i64)> =
-        sqlx::query_as("SELECT chunk_size, high_id FROM mezzanine.backfill_plan FOR UPDATE")
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(Error::postgres(context))?;
+    let plan: Option<(i64, i64)> = sqlx::query_as(
+        "/* mezzanine */ SELECT chunk_size, high_id FROM mezzanine.backfill_plan FOR UPDATE",
+    )
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(Error::postgres(context))?;
     let (chunk_size, high) = plan.ok_or(Error::NoPlan)?;
     let new_high = range.map_or(high, |(_, max)| (max + 1).max(high));
     let added = add_chunks(&mut tx, high, new_high, chunk_size as u64).await?;
-    sqlx::query("UPDATE mezzanine.backfill_plan SET high_id = $1, extended_at = now()")
-        .bind(new_high)
-        .execute(&mut *tx)
-        .await
-        .map_err(Error::postgres(context))?;
+    sqlx::query(
+        "/* mezzanine */ UPDATE mezzanine.backfill_plan SET high_id = $1, extended_at = now()",
+    )
+    .bind(new_high)
+    .execute(&mut *tx)
+    .await
+    .map_err(Error::postgres(context))?;
     tx.commit().await.map_err(Error::postgres(context))?;
     Ok((read(pool).await?.ok_or(Error::NoPlan)?, added))
 }
@@ -183,7 +187,7 @@ async fn add_chunks(
         return Ok(0);
     }
     let done = sqlx::query(
-        "INSERT INTO mezzanine.backfill_chunks (start_id, end_id)
+        "/* mezzanine */ INSERT INTO mezzanine.backfill_chunks (start_id, end_id)
          SELECT s, LEAST(s + $3, $2) FROM generate_series($1::int8, $2::int8 - 1, $3::int8) AS s",
     )
     .bind(low)
@@ -199,7 +203,7 @@ async fn add_chunks(
 /// chunks in progress finish.
 pub async fn set_paused(pool: &PgPool, paused: bool) -> Result<(), Error> {
     ensure_tables(pool).await?;
-    let done = sqlx::query("UPDATE mezzanine.backfill_plan SET paused = $1")
+    let done = sqlx::query("/* mezzanine */ UPDATE mezzanine.backfill_plan SET paused = $1")
         .bind(paused)
         .execute(pool)
         .await
@@ -214,7 +218,7 @@ pub async fn set_paused(pool: &PgPool, paused: bool) -> Result<(), Error> {
 pub async fn retry_failed(pool: &PgPool) -> Result<u64, Error> {
     ensure_tables(pool).await?;
     let done = sqlx::query(
-        "UPDATE mezzanine.backfill_chunks SET state = 'pending', owner = NULL WHERE state = 'failed'",
+        "/* mezzanine */ UPDATE mezzanine.backfill_chunks SET state = 'pending', owner = NULL WHERE state = 'failed'",
     )
     .execute(pool)
     .await

@@ -250,7 +250,7 @@ impl Backfill {
             .copied()
             .collect();
         let row = sqlx::query(
-            "UPDATE mezzanine.backfill_chunks c
+            "/* mezzanine */ UPDATE mezzanine.backfill_chunks c
              SET state = 'running', owner = $1, heartbeat_at = now(), attempts = c.attempts + 1
              FROM (SELECT id, state AS was, owner AS was_owner FROM mezzanine.backfill_chunks
                    WHERE (state = 'pending'
@@ -300,7 +300,7 @@ impl Backfill {
 
     async fn remaining(&self) -> Result<Remaining, Error> {
         let (open, paused): (i64, bool) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM mezzanine.backfill_chunks WHERE state IN ('pending', 'running')),
+            "/* mezzanine */ SELECT (SELECT count(*) FROM mezzanine.backfill_chunks WHERE state IN ('pending', 'running')),
                     coalesce((SELECT paused FROM mezzanine.backfill_plan), false)",
         )
         .fetch_one(self.pool())
@@ -408,7 +408,7 @@ impl Backfill {
             ("failed", Some(problems.join("; ")))
         };
         let done = sqlx::query(
-            "UPDATE mezzanine.backfill_chunks
+            "/* mezzanine */ UPDATE mezzanine.backfill_chunks
              SET state = $3, error = $4, parents = $5, cells = $6, written = $7,
                  done_at = now(), heartbeat_at = now()
              WHERE id = $1 AND owner = $2 AND state = 'running'",
@@ -438,7 +438,7 @@ impl Backfill {
     /// Puts a chunk that could not be copied back to pending.
     async fn release(&self, chunk: &Claimed, error: &str) -> Result<(), Error> {
         sqlx::query(
-            "UPDATE mezzanine.backfill_chunks SET state = 'pending', owner = NULL, error = $3
+            "/* mezzanine */ UPDATE mezzanine.backfill_chunks SET state = 'pending', owner = NULL, error = $3
              WHERE id = $1 AND owner = $2 AND state = 'running'",
         )
         .bind(chunk.id)
@@ -471,7 +471,7 @@ impl Backfill {
                 continue;
             }
             let result = sqlx::query(
-                "UPDATE mezzanine.backfill_chunks SET heartbeat_at = now()
+                "/* mezzanine */ UPDATE mezzanine.backfill_chunks SET heartbeat_at = now()
                  WHERE owner = $1 AND state = 'running' AND id = ANY($2)",
             )
             .bind(&self.owner)

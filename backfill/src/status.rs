@@ -68,7 +68,7 @@ pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
     let plan = crate::plan::read(pool).await?;
     let context = "reading the backfill's state";
     let row = sqlx::query(
-        "SELECT count(*) FILTER (WHERE state = 'pending'),
+        "/* mezzanine */ SELECT count(*) FILTER (WHERE state = 'pending'),
                 count(*) FILTER (WHERE state = 'running'),
                 count(*) FILTER (WHERE state = 'done'),
                 count(*) FILTER (WHERE state = 'failed'),
@@ -102,7 +102,7 @@ pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
         ..PlanStatus::default()
     };
     let rows = sqlx::query(
-        "(SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
+        "/* mezzanine */ (SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
           FROM mezzanine.backfill_chunks WHERE state = 'failed' ORDER BY start_id LIMIT 20)
          UNION ALL
          (SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
@@ -160,12 +160,13 @@ pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<
         )));
     }
     if let Some(since) = mirror_since {
-        let (before,): (bool,) =
-            sqlx::query_as("SELECT extended_at <= to_timestamp($1) FROM mezzanine.backfill_plan")
-                .bind(since)
-                .fetch_one(pool)
-                .await
-                .map_err(Error::postgres("reading the backfill plan"))?;
+        let (before,): (bool,) = sqlx::query_as(
+            "/* mezzanine */ SELECT extended_at <= to_timestamp($1) FROM mezzanine.backfill_plan",
+        )
+        .bind(since)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::postgres("reading the backfill plan"))?;
         if before {
             return Ok(Some(format!(
                 "the backfill plan's range was set at {}, before the mode entered mirror: rows created in between are in no chunk; run `mezzanine backfill plan --extend` and `backfill run`",

@@ -349,6 +349,14 @@ pub struct Gates {
     /// column. 0.0–1.0. Default 0.0 (not checked).
     #[serde(default)]
     pub min_coverage: f64,
+    /// `gates.max_direct_writes`: entering `primary` needs at most this
+    /// many writes to layout tables, since the current mode began, by
+    /// statements Mezzanine did not send (counted from
+    /// `pg_stat_statements`; Mezzanine's own start with `/* mezzanine */`).
+    /// In `primary` such a write would land where Schemaless no longer
+    /// reads from. Default 0.
+    #[serde(default)]
+    pub max_direct_writes: u64,
 }
 
 fn default_max_mismatch_upper_bound() -> f64 {
@@ -370,6 +378,7 @@ impl Default for Gates {
             max_mismatch_upper_bound: default_max_mismatch_upper_bound(),
             min_samples: default_min_samples(),
             min_coverage: 0.0,
+            max_direct_writes: 0,
         }
     }
 }

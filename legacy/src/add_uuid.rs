@@ -143,7 +143,7 @@ pub async fn run(
 
     // 1. The column, its default, and the trigger for updated rows.
     let column: Option<(bool,)> = sqlx::query_as(
-        "SELECT a.attnotnull FROM pg_attribute a
+        "/* mezzanine */ SELECT a.attnotnull FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = $1 AND c.relname = $2 AND a.attname = $3 AND NOT a.attisdropped",
     )
@@ -212,7 +212,7 @@ pub async fn run(
     // 3. The unique index, concurrently. CONCURRENTLY cannot run in a
     // transaction, and may take longer than the statement timeout.
     let index: Option<(bool,)> = sqlx::query_as(
-        "SELECT i.indisvalid FROM pg_index i
+        "/* mezzanine */ SELECT i.indisvalid FROM pg_index i
          JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = $1 AND c.relname = $2",
     )
@@ -257,7 +257,7 @@ pub async fn run(
     // 4. NOT NULL without a scan under an exclusive lock.
     if !finished {
         let has_check: Option<(i32,)> = sqlx::query_as(
-            "SELECT 1 FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
+            "/* mezzanine */ SELECT 1 FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace
              WHERE n.nspname = $1 AND c.conname = $2",
         )
         .bind(&names.schema)
@@ -311,18 +311,19 @@ pub async fn run(
         report.set_not_null = true;
     }
     // The session goes back to the pool: give it its timeout back.
-    let timeout: (String,) =
-        sqlx::query_as("SELECT reset_val FROM pg_settings WHERE name = 'statement_timeout'")
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| Error::postgres("restoring the statement timeout", e))?;
-    sqlx::query("SELECT set_config('statement_timeout', $1, false)")
+    let timeout: (String,) = sqlx::query_as(
+        "/* mezzanine */ SELECT reset_val FROM pg_settings WHERE name = 'statement_timeout'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| Error::postgres("restoring the statement timeout", e))?;
+    sqlx::query("/* mezzanine */ SELECT set_config('statement_timeout', $1, false)")
         .bind(&timeout.0)
         .execute(&mut *conn)
         .await
         .map_err(|e| Error::postgres("restoring the statement timeout", e))?;
     drop(conn);
-    sqlx::query("UPDATE mezzanine.add_uuid_progress SET finished_at = now() WHERE table_name = $1 AND finished_at IS NULL")
+    sqlx::query("/* mezzanine */ UPDATE mezzanine.add_uuid_progress SET finished_at = now() WHERE table_name = $1 AND finished_at IS NULL")
         .bind(&names.key)
         .execute(pool)
         .await
@@ -338,7 +339,7 @@ async fn fill(
     progress: &mut impl FnMut(Progress),
 ) -> Result<u64, Error> {
     let (low, high): (Option<i64>, Option<i64>) = sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT min({id})::int8, max({id})::int8 FROM {t}",
+        "/* mezzanine */ SELECT min({id})::int8, max({id})::int8 FROM {t}",
         id = names.id,
         t = names.table
     )))
@@ -349,7 +350,7 @@ async fn fill(
         return Ok(0);
     };
     sqlx::query(
-        "INSERT INTO mezzanine.add_uuid_progress (table_name, next_id, last_id) VALUES ($1, $2, $3)
+        "/* mezzanine */ INSERT INTO mezzanine.add_uuid_progress (table_name, next_id, last_id) VALUES ($1, $2, $3)
          ON CONFLICT (table_name) DO NOTHING",
     )
     .bind(&names.key)
@@ -359,14 +360,14 @@ async fn fill(
     .await
     .map_err(|e| Error::postgres("recording the start of add-uuid", e))?;
     let (mut next, last, mut filled): (i64, i64, i64) = sqlx::query_as(
-        "SELECT next_id, last_id, filled FROM mezzanine.add_uuid_progress WHERE table_name = $1",
+        "/* mezzanine */ SELECT next_id, last_id, filled FROM mezzanine.add_uuid_progress WHERE table_name = $1",
     )
     .bind(&names.key)
     .fetch_one(pool)
     .await
     .map_err(|e| Error::postgres("reading add-uuid progress", e))?;
     let update = format!(
-        "UPDATE {t} SET {u} = gen_random_uuid() WHERE {id} >= $1 AND {id} < $2 AND {u} IS NULL",
+        "/* mezzanine */ UPDATE {t} SET {u} = gen_random_uuid() WHERE {id} >= $1 AND {id} < $2 AND {u} IS NULL",
         t = names.table,
         u = names.uuid,
         id = names.id
@@ -386,7 +387,7 @@ async fn fill(
             .map_err(|e| Error::postgres(format!("filling uuids of ids {next}..{end}"), e))?
             .rows_affected();
         sqlx::query(
-            "UPDATE mezzanine.add_uuid_progress SET next_id = $2, filled = filled + $3 WHERE table_name = $1",
+            "/* mezzanine */ UPDATE mezzanine.add_uuid_progress SET next_id = $2, filled = filled + $3 WHERE table_name = $1",
         )
         .bind(&names.key)
         .bind(end)
@@ -412,7 +413,7 @@ async fn fill(
     // Rows the ranges could not see (inserted with an id below the start
     // before the trigger existed) are swept up here.
     let sweep = format!(
-        "UPDATE {t} SET {u} = gen_random_uuid() WHERE {id} IN (SELECT {id} FROM {t} WHERE {u} IS NULL LIMIT {n})",
+        "/* mezzanine */ UPDATE {t} SET {u} = gen_random_uuid() WHERE {id} IN (SELECT {id} FROM {t} WHERE {u} IS NULL LIMIT {n})",
         t = names.table,
         u = names.uuid,
         id = names.id,

@@ -177,7 +177,7 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
         }
     };
     let sql = format!(
-        "SELECT p.{uuid}, {exprs} {from} AND {conditions} ORDER BY {order} LIMIT {limit}",
+        "/* mezzanine */ SELECT p.{uuid}, {exprs} {from} AND {conditions} ORDER BY {order} LIMIT {limit}",
         uuid = layout.uuid_sql,
         conditions = conditions.join(" AND "),
         order = order.join(", "),

@@ -165,7 +165,7 @@ struct TableInfo {
 
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
     let rows: Vec<(String, String, String, i32, String)> = sqlx::query_as(
-        "SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), a.atttypmod,
+        "/* mezzanine */ SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), a.atttypmod,
                 format_type(a.atttypid, NULL)
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
@@ -185,7 +185,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
         )));
     }
     let unique: Vec<(Vec<String>,)> = sqlx::query_as(
-        "SELECT array_agg(a.attname::text)
+        "/* mezzanine */ SELECT array_agg(a.attname::text)
          FROM pg_index i
          JOIN pg_class c ON c.oid = i.indrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace

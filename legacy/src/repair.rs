@@ -43,14 +43,14 @@ impl LegacyStore {
         let layout = &*self.layout;
         let sql = match column.kind {
             ColumnKind::Row => format!(
-                "SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 AND p.{v} IS NOT NULL",
+                "/* mezzanine */ SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 AND p.{v} IS NOT NULL",
                 v = column.ref_key_sql,
                 exprs = column.read_exprs("p"),
                 table = layout.table_sql,
                 uuid = layout.uuid_sql,
             ),
             ColumnKind::Child => format!(
-                "SELECT c.{s}::int8, {exprs} FROM {table} c JOIN {parent_table} p ON p.{id} = c.{parent}
+                "/* mezzanine */ SELECT c.{s}::int8, {exprs} FROM {table} c JOIN {parent_table} p ON p.{id} = c.{parent}
                  WHERE p.{uuid} = $1 ORDER BY c.{s}",
                 s = column.ref_key_sql,
                 exprs = column.read_exprs("c"),
@@ -89,13 +89,13 @@ impl LegacyStore {
         let (_, c) = self.layout.column(column.as_str())?;
         Some(match c.kind {
             ColumnKind::Row => format!(
-                "SELECT p.{uuid} AS row_key, COALESCE(p.{v}::int8, -1) AS ref_key FROM {table} p WHERE p.{uuid} IS NOT NULL",
+                "/* mezzanine */ SELECT p.{uuid} AS row_key, COALESCE(p.{v}::int8, -1) AS ref_key FROM {table} p WHERE p.{uuid} IS NOT NULL",
                 uuid = layout.uuid_sql,
                 v = c.ref_key_sql,
                 table = layout.table_sql,
             ),
             ColumnKind::Child => format!(
-                "SELECT p.{uuid} AS row_key, COALESCE((SELECT max(c.{s})::int8 FROM {child} c WHERE c.{parent} = p.{id}), -1) AS ref_key
+                "/* mezzanine */ SELECT p.{uuid} AS row_key, COALESCE((SELECT max(c.{s})::int8 FROM {child} c WHERE c.{parent} = p.{id}), -1) AS ref_key
                  FROM {table} p WHERE p.{uuid} IS NOT NULL",
                 uuid = layout.uuid_sql,
                 s = c.ref_key_sql,
@@ -143,7 +143,7 @@ impl LegacyStore {
                 };
                 MakeRoom {
                     sql: format!(
-                        "UPDATE {table} AS p SET {v} = $2 - 1 WHERE p.{uuid} = $1 AND p.{v} >= $2",
+                        "/* mezzanine */ UPDATE {table} AS p SET {v} = $2 - 1 WHERE p.{uuid} = $1 AND p.{v} >= $2",
                         table = layout.table_sql,
                         v = layout_column.ref_key_sql,
                         uuid = layout.uuid_sql,
@@ -154,7 +154,7 @@ impl LegacyStore {
             }
             ColumnKind::Child => MakeRoom {
                 sql: format!(
-                    "DELETE FROM {table} c USING {parent_table} p WHERE p.{id} = c.{parent} AND p.{uuid} = $1",
+                    "/* mezzanine */ DELETE FROM {table} c USING {parent_table} p WHERE p.{id} = c.{parent} AND p.{uuid} = $1",
                     table = layout_column.table_sql,
                     parent_table = layout.table_sql,
                     id = layout.id_sql,

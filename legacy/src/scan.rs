@@ -66,7 +66,7 @@ impl LegacyStore {
     /// The smallest and largest parent id, if there are parents.
     pub async fn id_range(&self) -> std::result::Result<Option<(i64, i64)>, crate::Error> {
         let sql = format!(
-            "SELECT min({id})::int8, max({id})::int8 FROM {table}",
+            "/* mezzanine */ SELECT min({id})::int8, max({id})::int8 FROM {table}",
             id = self.layout.id_sql(),
             table = self.layout.table_sql()
         );
@@ -309,7 +309,7 @@ fn parent_key(column: &ColumnLayout) -> &str {
 /// then the ref key and fields of each row column.
 fn parent_select(layout: &Layout, filter: &str) -> String {
     let mut select = format!(
-        "SELECT p.{id}::int8, p.{uuid}",
+        "/* mezzanine */ SELECT p.{id}::int8, p.{uuid}",
         id = layout.id_sql(),
         uuid = layout.uuid_sql()
     );
@@ -331,7 +331,7 @@ fn parent_select(layout: &Layout, filter: &str) -> String {
 /// and/or a `WHERE`: parent id, ref key, fields.
 fn child_select(column: &ColumnLayout, tail: &str) -> String {
     format!(
-        "SELECT c.{parent}::int8, c.{ref_key}::int8, {exprs} FROM {table} c {tail}",
+        "/* mezzanine */ SELECT c.{parent}::int8, c.{ref_key}::int8, {exprs} FROM {table} c {tail}",
         parent = parent_key(column),
         ref_key = column.ref_key_sql(),
         exprs = column.read_exprs("c"),

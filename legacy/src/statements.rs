@@ -19,11 +19,12 @@ pub struct Statement {
 /// calls, most called first. Statements of every user are read, which
 /// needs the `pg_read_all_stats` role (or a superuser) to see their text.
 pub async fn read(pool: &PgPool, min_calls: u64) -> Result<Vec<Statement>, Error> {
-    let installed: Option<(String,)> =
-        sqlx::query_as("SELECT extversion FROM pg_extension WHERE extname = 'pg_stat_statements'")
-            .fetch_optional(pool)
-            .await
-            .map_err(|e| Error::postgres("looking for pg_stat_statements", e))?;
+    let installed: Option<(String,)> = sqlx::query_as(
+        "/* mezzanine */ SELECT extversion FROM pg_extension WHERE extname = 'pg_stat_statements'",
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(|e| Error::postgres("looking for pg_stat_statements", e))?;
     if installed.is_none() {
         return Err(Error::Config(
             "pg_stat_statements is not installed in the legacy database: add it to \

@@ -172,7 +172,7 @@ impl LegacyStore {
         let with_copy = |statement: String| match copy_to {
             None => statement,
             Some(table) => format!(
-                "WITH w AS ({statement}),
+                "/* mezzanine */ WITH w AS ({statement}),
                  c AS (INSERT INTO {table} (row_key, column_name, ref_key, body)
                        SELECT $1, ${}, $2, ${} FROM w)
                  SELECT * FROM w",
@@ -192,7 +192,7 @@ impl LegacyStore {
         match column.kind {
             ColumnKind::Row => {
                 let select = format!(
-                    "SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 FOR UPDATE",
+                    "/* mezzanine */ SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 FOR UPDATE",
                     v = column.ref_key_sql,
                     exprs = column.read_exprs("p"),
                     table = layout.table_sql,
@@ -205,7 +205,7 @@ impl LegacyStore {
                     .map_err(|e| self.write_error(column, e))?;
                 let statement = match &current {
                     None => format!(
-                        "INSERT INTO {table} AS p ({uuid}, {v}, {cols}) VALUES ($1, $2, {casts}) RETURNING {exprs}",
+                        "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}, {cols}) VALUES ($1, $2, {casts}) RETURNING {exprs}",
                         table = layout.table_sql,
                         uuid = layout.uuid_sql,
                         v = column.ref_key_sql,
@@ -223,7 +223,7 @@ impl LegacyStore {
                                 return Ok(same_or_conflict(&stored, &cell.canonical, key()));
                             }
                             _ => format!(
-                                "UPDATE {table} AS p SET {v} = $2, {sets} WHERE p.{uuid} = $1 RETURNING {exprs}",
+                                "/* mezzanine */ UPDATE {table} AS p SET {v} = $2, {sets} WHERE p.{uuid} = $1 RETURNING {exprs}",
                                 table = layout.table_sql,
                                 v = column.ref_key_sql,
                                 sets = column
@@ -258,7 +258,7 @@ impl LegacyStore {
                     .as_deref()
                     .expect("a child has a parent key");
                 let insert = format!(
-                    "INSERT INTO {table} AS c ({parent}, {s}, {cols})
+                    "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}, {cols})
                      SELECT p.{id}, $2, {casts} FROM {parent_table} p WHERE p.{uuid} = $1
                      ON CONFLICT ({parent}, {s}) DO NOTHING RETURNING {exprs}",
                     table = column.table_sql,
@@ -375,7 +375,7 @@ impl LegacyStore {
             format!("ORDER BY c.{} DESC LIMIT 1", column.ref_key_sql)
         };
         let sql = format!(
-            "SELECT c.{s}::int8, {exprs} FROM {table} c JOIN {parent_table} p ON p.{id} = c.{parent}
+            "/* mezzanine */ SELECT c.{s}::int8, {exprs} FROM {table} c JOIN {parent_table} p ON p.{id} = c.{parent}
              WHERE p.{uuid} = $1 {filter}",
             s = column.ref_key_sql,
             exprs = column.read_exprs("c"),
@@ -409,7 +409,7 @@ impl LegacyStore {
     async fn row_cell(&self, column: &ColumnLayout, row_key: Uuid) -> Result<Option<(i64, Body)>> {
         let layout = &*self.layout;
         let sql = format!(
-            "SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1",
+            "/* mezzanine */ SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1",
             v = column.ref_key_sql,
             exprs = column.read_exprs("p"),
             table = layout.table_sql,
@@ -675,7 +675,7 @@ impl CellStore for LegacyStore {
         let uuids: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();
         let sql = match column.kind {
             ColumnKind::Row => format!(
-                "SELECT p.{uuid}, p.{v}::int8, {exprs} FROM {table} p
+                "/* mezzanine */ SELECT p.{uuid}, p.{v}::int8, {exprs} FROM {table} p
                  WHERE p.{uuid} = ANY($1) AND p.{v} IS NOT NULL",
                 uuid = layout.uuid_sql,
                 v = column.ref_key_sql,
@@ -683,7 +683,7 @@ impl CellStore for LegacyStore {
                 table = layout.table_sql,
             ),
             ColumnKind::Child => format!(
-                "SELECT p.{uuid}, c.{s}::int8, {exprs} FROM {table} c
+                "/* mezzanine */ SELECT p.{uuid}, c.{s}::int8, {exprs} FROM {table} c
                  JOIN {parent_table} p ON p.{id} = c.{parent} WHERE p.{uuid} = ANY($1)",
                 uuid = layout.uuid_sql,
                 s = column.ref_key_sql,

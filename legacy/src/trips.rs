@@ -105,11 +105,12 @@ pub async fn init(
                 e,
             )
         })?;
-    let exists: Option<(i32,)> = sqlx::query_as("SELECT 1 FROM pg_database WHERE datname = $1")
-        .bind(&database)
-        .fetch_optional(&admin)
-        .await
-        .map_err(|e| Error::postgres("looking for the legacy database", e))?;
+    let exists: Option<(i32,)> =
+        sqlx::query_as("/* mezzanine */ SELECT 1 FROM pg_database WHERE datname = $1")
+            .bind(&database)
+            .fetch_optional(&admin)
+            .await
+            .map_err(|e| Error::postgres("looking for the legacy database", e))?;
     if exists.is_none() {
         sqlx::raw_sql(AssertSqlSafe(format!(
             "CREATE DATABASE {}",
@@ -437,7 +438,7 @@ pub async fn seed(
 ) -> Result<SeedCounts, Error> {
     let s = quote(schema);
     let with_uuid: Option<(i32,)> = sqlx::query_as(
-        "SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'trips' AND column_name = $2",
+        "/* mezzanine */ SELECT 1 FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'trips' AND column_name = $2",
     )
     .bind(schema)
     .bind(uuid_column)
@@ -445,16 +446,17 @@ pub async fn seed(
     .await
     .map_err(|e| Error::postgres("looking at the trips table", e))?;
     let with_uuid = with_uuid.is_some();
-    let (max_id,): (Option<i64>,) =
-        sqlx::query_as(AssertSqlSafe(format!("SELECT max(id) FROM {s}.trips")))
-            .fetch_one(pool)
-            .await
-            .map_err(|e| {
-                Error::postgres(
-                    format!("reading {schema}.trips (run `mezzanine legacy init` first?)"),
-                    e,
-                )
-            })?;
+    let (max_id,): (Option<i64>,) = sqlx::query_as(AssertSqlSafe(format!(
+        "/* mezzanine */ SELECT max(id) FROM {s}.trips"
+    )))
+    .fetch_one(pool)
+    .await
+    .map_err(|e| {
+        Error::postgres(
+            format!("reading {schema}.trips (run `mezzanine legacy init` first?)"),
+            e,
+        )
+    })?;
     let first = max_id.unwrap_or(0) as u64 + 1;
     let end = first + trips;
     let generator = Generator::new(seed, trips, with_uuid);
@@ -484,7 +486,7 @@ pub async fn seed(
         }
         copy(
             pool,
-            format!("COPY {s}.trips ({trips_columns}) FROM STDIN"),
+            format!("/* mezzanine */ COPY {s}.trips ({trips_columns}) FROM STDIN"),
             chunk.trips,
         )
         .await?;
@@ -498,17 +500,17 @@ pub async fn seed(
             tokio::try_join!(
                 copy(
                     &pool,
-                    format!("COPY {s}.trip_notes (trip_id, seq, author, body, created_at) FROM STDIN"),
+                    format!("/* mezzanine */ COPY {s}.trip_notes (trip_id, seq, author, body, created_at) FROM STDIN"),
                     chunk.notes
                 ),
                 copy(
                     &pool,
-                    format!("COPY {s}.billing_attempts (trip_id, seq, amount, currency, succeeded, processor_response, attempted_at) FROM STDIN"),
+                    format!("/* mezzanine */ COPY {s}.billing_attempts (trip_id, seq, amount, currency, succeeded, processor_response, attempted_at) FROM STDIN"),
                     chunk.billing
                 ),
                 copy(
                     &pool,
-                    format!("COPY {s}.fare_adjustments (trip_id, seq, amount, reason, codes, created_at) FROM STDIN"),
+                    format!("/* mezzanine */ COPY {s}.fare_adjustments (trip_id, seq, amount, reason, codes, created_at) FROM STDIN"),
                     chunk.adjustments
                 ),
             )?;
@@ -524,7 +526,7 @@ pub async fn seed(
     }
     // The identity continues after the seeded ids.
     sqlx::raw_sql(AssertSqlSafe(format!(
-        "SELECT setval(pg_get_serial_sequence('{schema}.trips', 'id'), (SELECT max(id) FROM {s}.trips)); ANALYZE {s}.trips"
+        "/* mezzanine */ SELECT setval(pg_get_serial_sequence('{schema}.trips', 'id'), (SELECT max(id) FROM {s}.trips)); ANALYZE {s}.trips"
     )))
     .execute(pool)
     .await

@@ -50,7 +50,7 @@ impl TransactionHook for Outbox {
             return Ok(());
         }
         sqlx::query(
-            "INSERT INTO mezzanine.outbox (row_key, column_name, ref_key, body)
+            "/* mezzanine */ INSERT INTO mezzanine.outbox (row_key, column_name, ref_key, body)
              SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[])",
         )
         .bind(&row_keys)

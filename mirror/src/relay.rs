@@ -166,7 +166,7 @@ impl Relay {
         // `batch_bytes` of bodies: large entries cannot add up to more
         // memory than a batch may take.
         let rows = sqlx::query(
-            "DELETE FROM mezzanine.outbox WHERE id IN (
+            "/* mezzanine */ DELETE FROM mezzanine.outbox WHERE id IN (
                  SELECT id FROM (
                      SELECT id, sum(octet_length(body)) OVER (ORDER BY id) - octet_length(body) AS before
                      FROM (SELECT id, body FROM mezzanine.outbox ORDER BY id LIMIT $1
@@ -219,7 +219,7 @@ impl Relay {
         moved.parked = parked.len() as u64;
         for (row, id, reason) in parked {
             sqlx::query(
-                "INSERT INTO mezzanine.outbox_parked (id, row_key, column_name, ref_key, body, enqueued_at, error)
+                "/* mezzanine */ INSERT INTO mezzanine.outbox_parked (id, row_key, column_name, ref_key, body, enqueued_at, error)
                  VALUES ($1, $2, $3, $4, $5, $6::text::timestamptz, $7)
                  ON CONFLICT (id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
             )

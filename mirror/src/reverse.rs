@@ -103,7 +103,7 @@ pub async fn start_offsets(pool: &PgPool, schemaless: &MySqlStore) -> Result<u64
     let shards: Vec<i32> = (0..heads.len() as i32).collect();
     let heads: Vec<i64> = heads.iter().map(|&h| h as i64).collect();
     let done = sqlx::query(
-        "INSERT INTO mezzanine.reverse_offsets (shard, added_id)
+        "/* mezzanine */ INSERT INTO mezzanine.reverse_offsets (shard, added_id)
          SELECT * FROM UNNEST($1::int4[], $2::int8[]) ON CONFLICT (shard) DO NOTHING",
     )
     .bind(&shards)
@@ -217,7 +217,7 @@ impl ReverseMirror {
     async fn position(&self, shard: u32) -> Result<Option<Position>, Error> {
         let context = "reading a reverse offset";
         let row =
-            sqlx::query("SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1")
+            sqlx::query("/* mezzanine */ SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1")
                 .bind(shard as i32)
                 .fetch_optional(self.legacy.pool())
                 .await
@@ -228,11 +228,12 @@ impl ReverseMirror {
 
     /// Whether the reverse mirror was started (offsets exist).
     pub async fn started(&self) -> Result<bool, Error> {
-        let (started,): (bool,) =
-            sqlx::query_as("SELECT EXISTS (SELECT 1 FROM mezzanine.reverse_offsets)")
-                .fetch_one(self.legacy.pool())
-                .await
-                .map_err(Error::postgres("reading the reverse offsets"))?;
+        let (started,): (bool,) = sqlx::query_as(
+            "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM mezzanine.reverse_offsets)",
+        )
+        .fetch_one(self.legacy.pool())
+        .await
+        .map_err(Error::postgres("reading the reverse offsets"))?;
         Ok(started)
     }
 
@@ -365,7 +366,7 @@ impl ReverseMirror {
                 Err(e) => format!("(unreadable: {e})"),
             };
             let stored = sqlx::query(
-                "UPDATE mezzanine.reverse_parked SET legacy_body = $3 WHERE shard = $1 AND added_id = $2",
+                "/* mezzanine */ UPDATE mezzanine.reverse_parked SET legacy_body = $3 WHERE shard = $1 AND added_id = $2",
             )
             .bind(shard as i32)
             .bind(*added_id as i64)
@@ -504,7 +505,7 @@ impl TransactionHook for OffsetHook {
 
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> schemaless::Result<()> {
         let row = sqlx::query(
-            "SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1
+            "/* mezzanine */ SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1
              FOR UPDATE SKIP LOCKED",
         )
         .bind(self.shard as i32)
@@ -548,7 +549,7 @@ impl TransactionHook for OffsetHook {
                     conflict_reason()
                 );
                 sqlx::query(
-                    "INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
+                    "/* mezzanine */ INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
                      VALUES ($1, $2, $3, $4, $5, $6, $7)
                      ON CONFLICT (shard, added_id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
                 )
@@ -573,7 +574,7 @@ impl TransactionHook for OffsetHook {
                 stored.cell.key
             );
             sqlx::query(
-                "INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
+                "/* mezzanine */ INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (shard, added_id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
             )
@@ -589,7 +590,7 @@ impl TransactionHook for OffsetHook {
             .map_err(storage)?;
         }
         sqlx::query(
-            "UPDATE mezzanine.reverse_offsets
+            "/* mezzanine */ UPDATE mezzanine.reverse_offsets
              SET added_id = $2, awaited = '{}', awaited_ranges = $3, applied = applied + $4,
                  updated_at = now()
              WHERE shard = $1",
@@ -618,7 +619,7 @@ fn storage(source: sqlx::Error) -> schemaless::Error {
 pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
     let context = "retrying parked reverse cells";
     let rows = sqlx::query(
-        "SELECT shard, added_id, row_key, column_name, ref_key, body FROM mezzanine.reverse_parked
+        "/* mezzanine */ SELECT shard, added_id, row_key, column_name, ref_key, body FROM mezzanine.reverse_parked
          ORDER BY shard, added_id",
     )
     .fetch_all(legacy.pool())
@@ -643,7 +644,7 @@ pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
         match outcome {
             Ok(()) => {
                 sqlx::query(
-                    "DELETE FROM mezzanine.reverse_parked WHERE shard = $1 AND added_id = $2",
+                    "/* mezzanine */ DELETE FROM mezzanine.reverse_parked WHERE shard = $1 AND added_id = $2",
                 )
                 .bind(shard)
                 .bind(added_id)
@@ -655,7 +656,7 @@ pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
             Err(e) if e.is_retryable() => return Err(e.into()),
             Err(e) => {
                 sqlx::query(
-                    "UPDATE mezzanine.reverse_parked SET error = $3, parked_at = now()
+                    "/* mezzanine */ UPDATE mezzanine.reverse_parked SET error = $3, parked_at = now()
                      WHERE shard = $1 AND added_id = $2",
                 )
                 .bind(shard)

@@ -36,7 +36,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
     let context = "creating the mirror's tables";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     sqlx::raw_sql(
-        "SELECT pg_advisory_xact_lock(7415262542);
+        "/* mezzanine */ SELECT pg_advisory_xact_lock(7415262542);
          CREATE SCHEMA IF NOT EXISTS mezzanine;
          CREATE TABLE IF NOT EXISTS mezzanine.outbox (
              id bigserial PRIMARY KEY,

@@ -91,7 +91,7 @@ impl Worker {
 /// Depth and age of the outbox, and its parked entries.
 pub async fn outbox(pool: &PgPool) -> Result<(u64, Option<f64>, u64), Error> {
     let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM mezzanine.outbox),
+        "/* mezzanine */ SELECT (SELECT count(*) FROM mezzanine.outbox),
                 (SELECT extract(epoch FROM clock_timestamp() - min(enqueued_at))::float8 FROM mezzanine.outbox),
                 (SELECT count(*) FROM mezzanine.outbox_parked)",
     )
@@ -115,15 +115,16 @@ pub async fn read(pool: &PgPool, schemaless: &MySqlStore) -> Result<MirrorStatus
     let (outbox_depth, outbox_oldest_secs, outbox_parked) = outbox(pool).await?;
     let context = "reading the reverse offsets";
     let offsets = sqlx::query(
-        "SELECT shard, added_id, cardinality(awaited), applied FROM mezzanine.reverse_offsets ORDER BY shard",
+        "/* mezzanine */ SELECT shard, added_id, cardinality(awaited), applied FROM mezzanine.reverse_offsets ORDER BY shard",
     )
     .fetch_all(pool)
     .await
     .map_err(Error::postgres(context))?;
-    let reverse_parked: i64 = sqlx::query_scalar("SELECT count(*) FROM mezzanine.reverse_parked")
-        .fetch_one(pool)
-        .await
-        .map_err(Error::postgres(context))?;
+    let reverse_parked: i64 =
+        sqlx::query_scalar("/* mezzanine */ SELECT count(*) FROM mezzanine.reverse_parked")
+            .fetch_one(pool)
+            .await
+            .map_err(Error::postgres(context))?;
     let mut status = MirrorStatus {
         outbox_depth,
         outbox_oldest_secs,
@@ -160,7 +161,7 @@ pub async fn read(pool: &PgPool, schemaless: &MySqlStore) -> Result<MirrorStatus
     }
     let context = "reading the mirror's workers";
     let rows = sqlx::query(
-        "SELECT name, kind, extract(epoch FROM now() - heartbeat_at)::float8, cells, rate, failures, parked, last_error
+        "/* mezzanine */ SELECT name, kind, extract(epoch FROM now() - heartbeat_at)::float8, cells, rate, failures, parked, last_error
          FROM mezzanine.mirror_workers ORDER BY kind, name",
     )
     .fetch_all(pool)
@@ -188,7 +189,7 @@ pub async fn retry_parked_outbox(pool: &PgPool) -> Result<u64, Error> {
     let context = "retrying parked outbox entries";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     let moved = sqlx::query(
-        "WITH parked AS (DELETE FROM mezzanine.outbox_parked RETURNING row_key, column_name, ref_key, body, enqueued_at, id)
+        "/* mezzanine */ WITH parked AS (DELETE FROM mezzanine.outbox_parked RETURNING row_key, column_name, ref_key, body, enqueued_at, id)
          INSERT INTO mezzanine.outbox (row_key, column_name, ref_key, body, enqueued_at)
          SELECT row_key, column_name, ref_key, body, enqueued_at FROM parked ORDER BY id",
     )

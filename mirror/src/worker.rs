@@ -105,7 +105,7 @@ impl Heartbeat {
             }
             None => {
                 let forget = format!(
-                    "DELETE FROM mezzanine.mirror_workers WHERE heartbeat_at < now() - interval '{FORGET_AFTER}'"
+                    "/* mezzanine */ DELETE FROM mezzanine.mirror_workers WHERE heartbeat_at < now() - interval '{FORGET_AFTER}'"
                 );
                 let _ = sqlx::query(sqlx::AssertSqlSafe(forget)).execute(pool).await;
                 0.0
@@ -113,7 +113,7 @@ impl Heartbeat {
         };
         self.last = Some((now, cells));
         let result = sqlx::query(
-            "INSERT INTO mezzanine.mirror_workers (name, kind, cells, rate, failures, parked, last_error)
+            "/* mezzanine */ INSERT INTO mezzanine.mirror_workers (name, kind, cells, rate, failures, parked, last_error)
              VALUES ($1, $2, $3, $4, $5, $6, $7)
              ON CONFLICT (name) DO UPDATE SET heartbeat_at = now(), cells = $3, rate = $4,
                  failures = $5, parked = $6, last_error = $7",
@@ -134,7 +134,7 @@ impl Heartbeat {
 
     /// Removes the row of a worker that stops cleanly.
     pub(crate) async fn retire(&self, pool: &PgPool) {
-        let _ = sqlx::query("DELETE FROM mezzanine.mirror_workers WHERE name = $1")
+        let _ = sqlx::query("/* mezzanine */ DELETE FROM mezzanine.mirror_workers WHERE name = $1")
             .bind(&self.name)
             .execute(pool)
             .await;

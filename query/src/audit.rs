@@ -18,6 +18,58 @@ pub fn is_own(sql: &str) -> bool {
     sql.trim_start().starts_with(OWN_MARK)
 }
 
+/// The layout table `sql` writes (INSERT, UPDATE, DELETE, MERGE, TRUNCATE
+/// or COPY FROM), unless it is one of Mezzanine's own statements. A
+/// statement that does not parse writes nothing this can tell.
+pub fn direct_write(model: &crate::Model, sql: &str) -> Option<String> {
+    use sqlparser::ast::{CopySource, Statement, TableObject};
+    if is_own(sql) {
+        return None;
+    }
+    let statements =
+        sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, sql)
+            .ok()?;
+    statements.iter().find_map(|statement| {
+        let names: Vec<&sqlparser::ast::ObjectName> = match statement {
+            Statement::Insert(insert) => match &insert.table {
+                TableObject::TableName(name) => vec![name],
+                _ => Vec::new(),
+            },
+            Statement::Update(update) => match &update.table.relation {
+                sqlparser::ast::TableFactor::Table { name, .. } => vec![name],
+                _ => Vec::new(),
+            },
+            Statement::Delete(delete) => {
+                let from = match &delete.from {
+                    sqlparser::ast::FromTable::WithFromKeyword(t)
+                    | sqlparser::ast::FromTable::WithoutKeyword(t) => t,
+                };
+                from.iter()
+                    .filter_map(|t| match &t.relation {
+                        sqlparser::ast::TableFactor::Table { name, .. } => Some(name),
+                        _ => None,
+                    })
+                    .chain(delete.tables.iter())
+                    .collect()
+            }
+            Statement::Merge(merge) => match &merge.table {
+                sqlparser::ast::TableFactor::Table { name, .. } => vec![name],
+                _ => Vec::new(),
+            },
+            Statement::Truncate(truncate) => truncate.table_names.iter().map(|t| &t.name).collect(),
+            Statement::Copy {
+                source: CopySource::Table { table_name, .. },
+                to: false,
+                ..
+            } => vec![table_name],
+            _ => Vec::new(),
+        };
+        names
+            .into_iter()
+            .find_map(|name| model.table(name).map(|t| model.table_name(t).to_string()))
+    })
+}
+
 /// One statement of the inventory.
 #[derive(Clone, Debug)]
 pub struct Entry {

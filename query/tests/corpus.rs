@@ -291,3 +291,25 @@ fn a_statement_of_a_megabyte_is_classified() {
     let a = analyze(&trips(), &sql);
     assert_eq!(a.class, Class::Row);
 }
+
+#[test]
+fn direct_writes_are_writes_to_layout_tables_not_sent_by_mezzanine() {
+    use query::audit::direct_write;
+    let model = trips();
+    for (sql, table) in [
+        ("UPDATE trips SET status = $1 WHERE id = $2", Some("trips")),
+        ("INSERT INTO public.trip_notes (trip_id, seq, body) VALUES ($1, $2, $3)", Some("trip_notes")),
+        ("DELETE FROM billing_attempts WHERE trip_id = $1", Some("billing_attempts")),
+        ("TRUNCATE fare_adjustments", Some("fare_adjustments")),
+        ("COPY trips (id) FROM STDIN", Some("trips")),
+        ("MERGE INTO trips t USING staging s ON t.id = s.id WHEN MATCHED THEN UPDATE SET status = s.status", Some("trips")),
+        ("/* mezzanine */ UPDATE trips SET status = $1 WHERE uuid = $2", None),
+        ("SELECT * FROM trips WHERE id = $1", None),
+        ("COPY trips TO STDOUT", None),
+        ("UPDATE cities SET name = $1", None),
+        ("INSERT INTO archive.trips (id) VALUES (1)", None),
+        ("UPDATE trips SET oops", None),
+    ] {
+        assert_eq!(direct_write(&model, sql).as_deref(), table, "{sql}");
+    }
+}

@@ -526,3 +526,87 @@ async fn query_run_proves_translated_reads_and_names_a_planted_difference() {
     legacy_store.close().await;
     schemaless.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_primary_gate_refuses_direct_writes_and_names_them() {
+    use tripstore::{Mode, TripStore};
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::mirror::walk_to(&facade, &db.config, Mode::Shadow).await;
+    // The facade's writes are Mezzanine's own, and are not counted.
+    let mut source = legacy::trips::TripCells::new(9);
+    for _ in 0..20 {
+        facade.put_cells(source.new_trip()).await.unwrap();
+    }
+    let model = query::Model::from_config(&db.config).unwrap();
+    assert_eq!(
+        tripstore::direct_writes::since_snapshot(&db.pool, &model)
+            .await
+            .unwrap(),
+        vec![]
+    );
+    // Plain SQL writes are, by statement; reads and other tables are not.
+    psql(
+        &db,
+        "UPDATE trips SET status = 'cancelled', version = version + 1 WHERE id = (SELECT min(id) FROM trips)",
+    );
+    psql(&db, "SELECT count(*) FROM trips");
+    psql(
+        &db,
+        "CREATE TABLE IF NOT EXISTS cities (id int); INSERT INTO cities VALUES (1)",
+    );
+    let found = tripstore::direct_writes::since_snapshot(&db.pool, &model)
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].table, "trips");
+    assert_eq!(found[0].calls, 1);
+    let config = config_file(&db.config_text);
+    // Everything the toolkit sent (the facade, the backfill, the mode
+    // steps) carries the mark: what the audit lists on the layout is the
+    // test's own SQL (the harness's DDL, the psql statements) alone.
+    let audit = json_lines(
+        &mezzanine(
+            config.path(),
+            &["query", "audit", "--from-pg-stat-statements", "--json"],
+        )
+        .output()
+        .unwrap(),
+    );
+    let unmarked: Vec<&str> = audit[..audit.len() - 1]
+        .iter()
+        .filter(|l| l["class"] != "other")
+        .map(|l| l["sql"].as_str().unwrap())
+        .filter(|sql| !sql.trim_start().starts_with("CREATE"))
+        .collect();
+    assert_eq!(unmarked.len(), 2, "{unmarked:#?}");
+    assert!(unmarked
+        .iter()
+        .any(|s| s.starts_with("UPDATE trips SET status")));
+    assert!(unmarked
+        .iter()
+        .any(|s| s.starts_with("SELECT count(*) FROM trips")));
+    let out = mezzanine(config.path(), &["mode", "set", "primary"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 writes to layout tables"), "{err}");
+    assert!(err.contains("1 x UPDATE trips SET status = $1"), "{err}");
+    assert!(err.contains("gates.max_direct_writes = 0"), "{err}");
+    // A budget of one lets the step through.
+    let relaxed = config_file(&db.config_text.replace(
+        crate::harness::TEST_GATES,
+        &format!("{}max_direct_writes = 1\n", crate::harness::TEST_GATES),
+    ));
+    let out = mezzanine(relaxed.path(), &["mode", "set", "primary"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    facade.close().await;
+}

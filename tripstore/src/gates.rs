@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain); with `capture.required`, capture installed (and current) on every table of the layout | the mirror's tables |
 //! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless); the same of the capture queue | |
-//! | `primary` | `storage.durability = "two_hosts"` (Schemaless is about to become where writes land first: an acknowledged write must be on two hosts); the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `primary` | `storage.durability = "two_hosts"` (Schemaless is about to become where writes land first: an acknowledged write must be on two hosts); at most `gates.max_direct_writes` writes to layout tables by statements Mezzanine did not send since the current mode began ([`crate::direct_writes`]); the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
 //! | `schemaless` | nothing more | |
 //!
 //! Entering `shadow` or `primary` also needs the verifier's word, over
@@ -34,7 +34,8 @@
 //! before every facade mirrored, and after the plan was made, would be in
 //! neither the mirror nor any chunk.
 //! `--force` overrides a refusal and is recorded; the preparation runs
-//! either way.
+//! either way. Every step's preparation also snapshots pg_stat_statements,
+//! where the next direct-writes count starts.
 
 use async_trait::async_trait;
 use schemaless::mysql::schema;
@@ -57,6 +58,8 @@ pub struct MigrationGate {
     mode_poll_ms: u64,
     /// `storage.durability`.
     durability: config::Durability,
+    /// The layout as the SQL reader sees it, for the direct-writes count.
+    model: Option<query::Model>,
 }
 
 impl MigrationGate {
@@ -71,6 +74,7 @@ impl MigrationGate {
             capture: config.capture.clone(),
             mode_poll_ms: config.legacy.as_ref().map_or(1000, |l| l.mode_poll_ms),
             durability: config.storage.durability,
+            model: query::Model::from_config(config),
         }
     }
 
@@ -143,7 +147,7 @@ impl MigrationGate {
 
     async fn backfilled(&self) -> Result<Option<String>, Error> {
         let since: Option<f64> = sqlx::query_scalar(
-            "SELECT extract(epoch FROM max(at))::float8 FROM mezzanine.mode_history WHERE to_mode = 'mirror'",
+            "/* mezzanine */ SELECT extract(epoch FROM max(at))::float8 FROM mezzanine.mode_history WHERE to_mode = 'mirror'",
         )
         .fetch_one(&self.pool)
         .await
@@ -197,6 +201,16 @@ impl MigrationGate {
             "capture is not installed as the layout needs on {}: plain SQL writes there would never reach Schemaless; run `mezzanine capture install` (or set capture.required = false)",
             missing.join("; ")
         )))
+    }
+
+    /// Writes to layout tables by statements Mezzanine did not send, since
+    /// the current mode began, at most `gates.max_direct_writes`.
+    async fn direct_writes(&self) -> Option<String> {
+        let model = self.model.as_ref()?;
+        match crate::direct_writes::since_snapshot(&self.pool, model).await {
+            Ok(writes) => crate::direct_writes::refusal(&writes, self.settings.max_direct_writes),
+            Err(why) => Some(why),
+        }
     }
 
     /// With `capture.enabled`: the capture queue keeps up as the outbox
@@ -276,6 +290,9 @@ impl Gate for MigrationGate {
                         "storage.durability = \"one_host\": in primary, writes land in Schemaless first, and one that only its master held would be lost with it; use \"two_hosts\" (semi-synchronous replication or buffered writes)".into(),
                     ));
                 }
+                if let Some(reason) = self.direct_writes().await {
+                    return Ok(Some(reason));
+                }
                 if let Some(reason) = self.outbox_drained().await? {
                     return Ok(Some(reason));
                 }
@@ -290,6 +307,8 @@ impl Gate for MigrationGate {
     async fn prepare(&self, _from: Mode, to: Mode) -> Result<(), Error> {
         if to != Mode::Legacy {
             mirror::schema::ensure(&self.pool).await?;
+            // Where the next direct-writes count starts.
+            crate::direct_writes::snapshot(&self.pool).await?;
         }
         if to == Mode::Primary {
             let started = mirror::reverse::start_offsets(&self.pool, &self.schemaless).await?;
@@ -312,7 +331,7 @@ impl Gate for MigrationGate {
 /// `backfill::plan::ensure_tables`): the dashboard asks every few seconds.
 pub async fn verification_window(pool: &PgPool) -> Result<Option<f64>, Error> {
     sqlx::query_scalar(
-        "SELECT greatest(
+        "/* mezzanine */ SELECT greatest(
              (SELECT extract(epoch FROM max(h.at))::float8 FROM mezzanine.mode_history h
               WHERE h.to_mode = (SELECT mode FROM mezzanine.mode)),
              (SELECT extract(epoch FROM max(done_at))::float8 FROM mezzanine.backfill_chunks))",

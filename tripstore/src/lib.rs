@@ -37,6 +37,7 @@
 //! # }
 //! ```
 
+pub mod direct_writes;
 pub mod error;
 pub mod gates;
 pub mod mode;

@@ -256,7 +256,7 @@ pub async fn ensure_control(pool: &PgPool) -> Result<(), Error> {
         .await
         .map_err(|e| Error::postgres(context, e))?;
     sqlx::raw_sql(
-        "SELECT pg_advisory_xact_lock(7415262541);
+        "/* mezzanine */ SELECT pg_advisory_xact_lock(7415262541);
          CREATE SCHEMA IF NOT EXISTS mezzanine;
          CREATE TABLE IF NOT EXISTS mezzanine.mode (
              id boolean PRIMARY KEY DEFAULT true CHECK (id),
@@ -285,7 +285,7 @@ pub async fn ensure_control(pool: &PgPool) -> Result<(), Error> {
 /// The current mode.
 pub async fn read(pool: &PgPool) -> Result<ModeState, Error> {
     let sql = format!(
-        "SELECT mode, {}, changed_by, forced, reason FROM mezzanine.mode",
+        "/* mezzanine */ SELECT mode, {}, changed_by, forced, reason FROM mezzanine.mode",
         timestamp_sql("changed_at")
     );
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -316,10 +316,11 @@ pub async fn set(
         .begin()
         .await
         .map_err(|e| Error::postgres(context, e))?;
-    let (current,): (String,) = sqlx::query_as("SELECT mode FROM mezzanine.mode FOR UPDATE")
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| Error::postgres(context, e))?;
+    let (current,): (String,) =
+        sqlx::query_as("/* mezzanine */ SELECT mode FROM mezzanine.mode FOR UPDATE")
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| Error::postgres(context, e))?;
     let from: Mode = current.parse()?;
     if from == to {
         return Ok(ModeChange {
@@ -347,7 +348,7 @@ pub async fn set(
     }
     gate.prepare(from, to).await?;
     sqlx::query(
-        "UPDATE mezzanine.mode SET mode = $1, changed_at = now(), changed_by = $2, forced = $3, reason = $4",
+        "/* mezzanine */ UPDATE mezzanine.mode SET mode = $1, changed_at = now(), changed_by = $2, forced = $3, reason = $4",
     )
     .bind(to.as_str())
     .bind(&request.by)
@@ -357,7 +358,7 @@ pub async fn set(
     .await
     .map_err(|e| Error::postgres(context, e))?;
     sqlx::query(
-        "INSERT INTO mezzanine.mode_history (from_mode, to_mode, changed_by, overridden, reason)
+        "/* mezzanine */ INSERT INTO mezzanine.mode_history (from_mode, to_mode, changed_by, overridden, reason)
          VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(from.as_str())
@@ -369,7 +370,7 @@ pub async fn set(
     .await
     .map_err(|e| Error::postgres(context, e))?;
     // Delivered when the transaction commits, never before.
-    sqlx::query("SELECT pg_notify($1, $2)")
+    sqlx::query("/* mezzanine */ SELECT pg_notify($1, $2)")
         .bind(CHANNEL)
         .bind(to.as_str())
         .execute(&mut *tx)
@@ -387,7 +388,7 @@ pub async fn set(
 /// The latest `limit` mode changes, newest first.
 pub async fn history(pool: &PgPool, limit: i64) -> Result<Vec<HistoryEntry>, Error> {
     let sql = format!(
-        "SELECT {}, from_mode, to_mode, changed_by, overridden, reason
+        "/* mezzanine */ SELECT {}, from_mode, to_mode, changed_by, overridden, reason
          FROM mezzanine.mode_history ORDER BY id DESC LIMIT $1",
         timestamp_sql("at")
     );

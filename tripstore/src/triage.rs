@@ -39,7 +39,7 @@ impl MirrorTriage {
     /// of `rows`.
     async fn outbox_holds(&self, rows: &[Uuid]) -> Result<bool, String> {
         let outbox: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))",
+            "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))",
         )
         .bind(rows)
         .fetch_one(&self.pool)
@@ -65,7 +65,7 @@ impl MirrorTriage {
     /// The reverse offsets of these shards, if the reverse mirror has any.
     async fn reverse_offsets(&self, shards: &[i32]) -> Result<Vec<(i32, i64)>, sqlx::Error> {
         sqlx::query_as(
-            "SELECT shard, added_id FROM mezzanine.reverse_offsets WHERE shard = ANY($1)",
+            "/* mezzanine */ SELECT shard, added_id FROM mezzanine.reverse_offsets WHERE shard = ANY($1)",
         )
         .bind(shards)
         .fetch_all(&self.pool)

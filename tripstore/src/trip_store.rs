@@ -420,7 +420,7 @@ struct StillLegacy {
 impl legacy::TransactionHook for StillLegacy {
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> Result<()> {
         let current: Option<String> =
-            sqlx::query_scalar("SELECT mode FROM mezzanine.mode FOR SHARE")
+            sqlx::query_scalar("/* mezzanine */ SELECT mode FROM mezzanine.mode FOR SHARE")
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| schemaless::Error::Storage {

@@ -87,10 +87,11 @@ impl RunStatus {
 
 /// The newest run, if any.
 pub async fn latest(pool: &PgPool) -> Result<Option<RunStatus>, Error> {
-    let id: Option<i64> = sqlx::query_scalar("SELECT max(id) FROM mezzanine.verify_runs")
-        .fetch_one(pool)
-        .await
-        .map_err(Error::postgres("reading the full diff's runs"))?;
+    let id: Option<i64> =
+        sqlx::query_scalar("/* mezzanine */ SELECT max(id) FROM mezzanine.verify_runs")
+            .fetch_one(pool)
+            .await
+            .map_err(Error::postgres("reading the full diff's runs"))?;
     match id {
         Some(id) => status(pool, id).await.map(Some),
         None => Ok(None),
@@ -101,7 +102,7 @@ pub async fn latest(pool: &PgPool) -> Result<Option<RunStatus>, Error> {
 pub async fn status(pool: &PgPool, id: i64) -> Result<RunStatus, Error> {
     let context = "reading a full diff run";
     let row = sqlx::query(
-        "SELECT count(*), count(*) FILTER (WHERE c.state = 'done'),
+        "/* mezzanine */ SELECT count(*), count(*) FILTER (WHERE c.state = 'done'),
                 COALESCE(sum(c.parents), 0)::int8, COALESCE(sum(c.cells), 0)::int8,
                 COALESCE(sum(c.mismatches), 0)::int8,
                 count(*) FILTER (WHERE c.state = 'done' AND c.strict),
@@ -156,7 +157,7 @@ pub async fn plan(
     let context = "planning a full diff";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO mezzanine.verify_runs (chunk_size, low_id, high_id) VALUES ($1, $2, $3) RETURNING id",
+        "/* mezzanine */ INSERT INTO mezzanine.verify_runs (chunk_size, low_id, high_id) VALUES ($1, $2, $3) RETURNING id",
     )
     .bind(chunk_size as i64)
     .bind(low)
@@ -165,7 +166,7 @@ pub async fn plan(
     .await
     .map_err(Error::postgres(context))?;
     sqlx::query(
-        "INSERT INTO mezzanine.verify_chunks (run, start_id, end_id)
+        "/* mezzanine */ INSERT INTO mezzanine.verify_chunks (run, start_id, end_id)
          SELECT $1, s, least(s + $4, $3) FROM generate_series($2::int8, $3::int8 - 1, $4::int8) s",
     )
     .bind(id)
@@ -176,7 +177,7 @@ pub async fn plan(
     .await
     .map_err(Error::postgres(context))?;
     // Runs before this one are finished or abandoned: only one is worked.
-    sqlx::query("UPDATE mezzanine.verify_runs SET finished_at = now() WHERE id < $1 AND finished_at IS NULL")
+    sqlx::query("/* mezzanine */ UPDATE mezzanine.verify_runs SET finished_at = now() WHERE id < $1 AND finished_at IS NULL")
         .bind(id)
         .execute(&mut *tx)
         .await
@@ -231,7 +232,7 @@ impl FullDiff {
         let work = (0..workers.max(1)).map(|_| self.worker(id, progress, cancel));
         futures::future::try_join_all(work).await?;
         sqlx::query(
-            "UPDATE mezzanine.verify_runs SET finished_at = now() WHERE id = $1 AND finished_at IS NULL
+            "/* mezzanine */ UPDATE mezzanine.verify_runs SET finished_at = now() WHERE id = $1 AND finished_at IS NULL
                AND NOT EXISTS (SELECT 1 FROM mezzanine.verify_chunks WHERE run = $1 AND state <> 'done')",
         )
         .bind(id)
@@ -270,7 +271,7 @@ impl FullDiff {
                 }
             };
             sqlx::query(
-                "UPDATE mezzanine.verify_chunks SET state = 'done', done_at = now(),
+                "/* mezzanine */ UPDATE mezzanine.verify_chunks SET state = 'done', done_at = now(),
                      parents = $3, cells = $4, mismatches = $5, sample_row_keys = $6, strict = $7
                  WHERE run = $1 AND start_id = $2",
             )
@@ -306,7 +307,7 @@ impl FullDiff {
     /// Chunks of the run not done yet.
     async fn unfinished(&self, id: i64) -> Result<i64, Error> {
         sqlx::query_scalar(
-            "SELECT count(*) FROM mezzanine.verify_chunks WHERE run = $1 AND state <> 'done'",
+            "/* mezzanine */ SELECT count(*) FROM mezzanine.verify_chunks WHERE run = $1 AND state <> 'done'",
         )
         .bind(id)
         .fetch_one(&self.pool)
@@ -321,7 +322,7 @@ impl FullDiff {
         loop {
             tokio::time::sleep(every).await;
             if let Err(e) = sqlx::query(
-                "UPDATE mezzanine.verify_chunks SET claimed_at = now()
+                "/* mezzanine */ UPDATE mezzanine.verify_chunks SET claimed_at = now()
                  WHERE run = $1 AND start_id = $2 AND state = 'running'",
             )
             .bind(id)
@@ -336,7 +337,7 @@ impl FullDiff {
 
     async fn claim(&self, id: i64) -> Result<Option<(i64, i64)>, Error> {
         let row = sqlx::query(
-            "UPDATE mezzanine.verify_chunks SET state = 'running', claimed_at = now()
+            "/* mezzanine */ UPDATE mezzanine.verify_chunks SET state = 'running', claimed_at = now()
              WHERE (run, start_id) = (
                  SELECT run, start_id FROM mezzanine.verify_chunks
                  WHERE run = $1 AND (state = 'pending' OR (state = 'running' AND claimed_at < now() - make_interval(secs => $2)))

@@ -100,7 +100,7 @@ pub async fn read(
 ) -> Result<Report, Error> {
     let context = "reading the verifier's counts";
     let rows = sqlx::query(
-        "SELECT column_name, sum(samples)::int8, sum(matches)::int8, sum(mismatches)::int8, sum(transient)::int8,
+        "/* mezzanine */ SELECT column_name, sum(samples)::int8, sum(matches)::int8, sum(mismatches)::int8, sum(transient)::int8,
                 sum(unsettled)::int8, sum(pending_backfill)::int8, sum(replay_errors)::int8, sum(dropped)::int8,
                 sum(replays)::int8, sum(replay_micros)::int8
          FROM mezzanine.verify_stats
@@ -136,14 +136,14 @@ pub async fn read(
         });
     }
     let open: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT column_name, count(*) FROM mezzanine.verify_mismatches WHERE resolved_at IS NULL
+        "/* mezzanine */ SELECT column_name, count(*) FROM mezzanine.verify_mismatches WHERE resolved_at IS NULL
          GROUP BY column_name ORDER BY column_name",
     )
     .fetch_all(pool)
     .await
     .map_err(Error::postgres(context))?;
     let series: Vec<(f64, i64, i64)> = sqlx::query_as(
-        "SELECT (floor(extract(epoch FROM bucket) / 10) * 10)::float8 AS at, sum(samples)::int8, sum(mismatches)::int8
+        "/* mezzanine */ SELECT (floor(extract(epoch FROM bucket) / 10) * 10)::float8 AS at, sum(samples)::int8, sum(mismatches)::int8
          FROM mezzanine.verify_stats WHERE bucket > now() - interval '1 hour'
          GROUP BY at ORDER BY at",
     )
@@ -201,7 +201,7 @@ pub async fn coverage(pool: &PgPool, legacy: &LegacyStore) -> Result<Vec<Coverag
             continue;
         };
         let sql = format!(
-            "SELECT count(v.row_key), count(*) FROM ({current}) l
+            "/* mezzanine */ SELECT count(v.row_key), count(*) FROM ({current}) l
              LEFT JOIN mezzanine.verify_coverage v
                ON v.row_key = l.row_key AND v.column_name = $1 AND v.ref_key = l.ref_key
                   AND NOT EXISTS (SELECT 1 FROM mezzanine.verify_mismatches m

@@ -23,7 +23,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
     let context = "creating the verifier's tables";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     sqlx::raw_sql(
-        "SELECT pg_advisory_xact_lock(7415262544);
+        "/* mezzanine */ SELECT pg_advisory_xact_lock(7415262544);
          CREATE SCHEMA IF NOT EXISTS mezzanine;
          CREATE TABLE IF NOT EXISTS mezzanine.verify_mismatches (
              row_key uuid NOT NULL,
@@ -178,7 +178,7 @@ pub async fn record(
         .map(|d| d.schemaless.to_string())
         .collect();
     sqlx::query(
-        "INSERT INTO mezzanine.verify_mismatches
+        "/* mezzanine */ INSERT INTO mezzanine.verify_mismatches
              (row_key, column_name, source, read_kind, legacy_value, schemaless_value)
          SELECT DISTINCT ON (r, c) r, c, $3, $4, l::jsonb, s::jsonb
          FROM unnest($1::uuid[], $2::text[], $5::text[], $6::text[]) AS d(r, c, l, s)
@@ -305,7 +305,7 @@ async fn flush_once(
     ordered.sort_by_key(|(column, _)| *column);
     for (column, c) in ordered {
         sqlx::query(
-            "INSERT INTO mezzanine.verify_stats AS s (bucket, column_name, samples, matches, mismatches,
+            "/* mezzanine */ INSERT INTO mezzanine.verify_stats AS s (bucket, column_name, samples, matches, mismatches,
                  transient, unsettled, pending_backfill, replay_errors, dropped, replays, replay_micros)
              VALUES (date_trunc('second', now()), $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
              ON CONFLICT (bucket, column_name) DO UPDATE SET
@@ -353,7 +353,7 @@ async fn flush_once(
         let ref_keys: Vec<i64> = newest.values().map(|v| v.ref_key).collect();
         let at: Vec<f64> = newest.values().map(|v| v.at).collect();
         sqlx::query(
-            "INSERT INTO mezzanine.verify_coverage AS v (row_key, column_name, ref_key, verified_at)
+            "/* mezzanine */ INSERT INTO mezzanine.verify_coverage AS v (row_key, column_name, ref_key, verified_at)
              SELECT r, c, k, to_timestamp(t) FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::float8[]) AS x(r, c, k, t)
              ON CONFLICT (row_key, column_name) DO UPDATE SET
                  ref_key = excluded.ref_key, verified_at = excluded.verified_at
@@ -367,7 +367,7 @@ async fn flush_once(
         .await
         .map_err(Error::postgres(context))?;
         sqlx::query(
-            "UPDATE mezzanine.verify_mismatches m SET resolved_at = now(), resolution = 'verified equal'
+            "/* mezzanine */ UPDATE mezzanine.verify_mismatches m SET resolved_at = now(), resolution = 'verified equal'
              FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS x(r, c, t)
              WHERE m.row_key = x.r AND m.column_name = x.c AND m.resolved_at IS NULL
                AND m.last_seen < to_timestamp(x.t)",
@@ -390,7 +390,7 @@ pub async fn resolve(
     resolution: &str,
 ) -> Result<(), Error> {
     sqlx::query(
-        "UPDATE mezzanine.verify_mismatches SET resolved_at = now(), resolution = $3
+        "/* mezzanine */ UPDATE mezzanine.verify_mismatches SET resolved_at = now(), resolution = $3
          WHERE row_key = $1 AND column_name = $2 AND resolved_at IS NULL",
     )
     .bind(row_key.uuid())
@@ -413,10 +413,12 @@ pub struct Settings {
 
 /// The stored settings, if `verify sample` ever set them.
 pub async fn settings(pool: &PgPool) -> Result<Option<Settings>, Error> {
-    let row = sqlx::query("SELECT sample_rate, max_samples_per_sec FROM mezzanine.verify_settings")
-        .fetch_optional(pool)
-        .await
-        .map_err(Error::postgres("reading the sampling settings"))?;
+    let row = sqlx::query(
+        "/* mezzanine */ SELECT sample_rate, max_samples_per_sec FROM mezzanine.verify_settings",
+    )
+    .fetch_optional(pool)
+    .await
+    .map_err(Error::postgres("reading the sampling settings"))?;
     row.map(|r| {
         Ok(Settings {
             sample_rate: r
@@ -446,7 +448,7 @@ pub async fn set_settings(pool: &PgPool, settings: Settings, by: &str) -> Result
         )));
     }
     sqlx::query(
-        "INSERT INTO mezzanine.verify_settings (id, sample_rate, max_samples_per_sec, updated_by)
+        "/* mezzanine */ INSERT INTO mezzanine.verify_settings (id, sample_rate, max_samples_per_sec, updated_by)
          VALUES (true, $1, $2, $3)
          ON CONFLICT (id) DO UPDATE SET sample_rate = excluded.sample_rate,
              max_samples_per_sec = excluded.max_samples_per_sec,
@@ -498,7 +500,7 @@ pub async fn mismatches(
 ) -> Result<Vec<Mismatch>, Error> {
     let context = "reading mismatches";
     let rows = sqlx::query(
-        "SELECT row_key::text, column_name, source, read_kind, legacy_value::text, schemaless_value::text,
+        "/* mezzanine */ SELECT row_key::text, column_name, source, read_kind, legacy_value::text, schemaless_value::text,
                 extract(epoch FROM first_seen)::float8, extract(epoch FROM last_seen)::float8, occurrences,
                 extract(epoch FROM resolved_at)::float8, resolution
          FROM mezzanine.verify_mismatches

@@ -275,7 +275,7 @@ fn statement(
         texts.push(format!("{column}::text"));
     }
     format!(
-        "SELECT s.n, ARRAY[{}]::bool[], ARRAY[{}]::text[]
+        "/* mezzanine */ SELECT s.n, ARRAY[{}]::bool[], ARRAY[{}]::text[]
          FROM json_array_elements($1::text::json) WITH ORDINALITY AS s(e, n)
          {rows}",
         equal.join(", "),

@@ -211,7 +211,7 @@ impl CaptureDelivery {
             .await
             .map_err(Error::postgres(context))?;
         let rows = sqlx::query(
-            "DELETE FROM mezzanine.capture_queue WHERE ctid = ANY(ARRAY(
+            "/* mezzanine */ DELETE FROM mezzanine.capture_queue WHERE ctid = ANY(ARRAY(
                  SELECT ctid FROM mezzanine.capture_queue LIMIT $1 FOR UPDATE SKIP LOCKED))
              RETURNING column_name, parent_id, row_key, ref_key, op::text,
                        extract(epoch FROM captured_at)::float8",
@@ -305,7 +305,7 @@ impl CaptureDelivery {
             // The same change parked again (delivered twice) updates its
             // row.
             sqlx::query(
-                "INSERT INTO mezzanine.capture_parked
+                "/* mezzanine */ INSERT INTO mezzanine.capture_parked
                      (column_name, parent_id, row_key, ref_key, op, captured_at, kind, reason, legacy_body, schemaless_body)
                  VALUES ($1, $2, $3, $4, $5::\"char\", to_timestamp($6), $7, $8, $9, $10)
                  ON CONFLICT (coalesce(column_name, ''), coalesce(parent_id, -1),

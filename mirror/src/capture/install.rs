@@ -113,19 +113,20 @@ pub async fn install(
 /// schema `mezzanine`; otherwise an error naming what is missing.
 async fn check_privileges(pool: &PgPool, tables: &[TablePlan]) -> Result<(), Error> {
     let context = "checking the privileges capture needs";
-    let user: String = sqlx::query_scalar("SELECT current_user::text")
+    let user: String = sqlx::query_scalar("/* mezzanine */ SELECT current_user::text")
         .fetch_one(pool)
         .await
         .map_err(Error::postgres(context))?;
     // Tables that get no trigger (logical capture without the version
     // bump) are checked by the logical method, which needs their owner.
     for table in tables.iter().filter(|t| !t.triggers.is_empty()) {
-        let allowed: bool =
-            sqlx::query_scalar("SELECT has_table_privilege($1::regclass, 'TRIGGER')")
-                .bind(&table.table_sql)
-                .fetch_one(pool)
-                .await
-                .map_err(Error::postgres(context))?;
+        let allowed: bool = sqlx::query_scalar(
+            "/* mezzanine */ SELECT has_table_privilege($1::regclass, 'TRIGGER')",
+        )
+        .bind(&table.table_sql)
+        .fetch_one(pool)
+        .await
+        .map_err(Error::postgres(context))?;
         if !allowed {
             return Err(Error::Capture(format!(
                 "role {user} may not create triggers on {}: it must own the table or hold TRIGGER on it (GRANT TRIGGER ON {} TO {}); nothing was installed",
@@ -138,7 +139,7 @@ async fn check_privileges(pool: &PgPool, tables: &[TablePlan]) -> Result<(), Err
     // The queue and the functions live in schema mezzanine: the role
     // creates them there, or the schema itself.
     let (exists, allowed): (bool, bool) = sqlx::query_as(
-        "SELECT to_regnamespace('mezzanine') IS NOT NULL,
+        "/* mezzanine */ SELECT to_regnamespace('mezzanine') IS NOT NULL,
                 CASE WHEN to_regnamespace('mezzanine') IS NOT NULL
                      THEN has_schema_privilege('mezzanine', 'CREATE')
                      ELSE has_database_privilege(current_database(), 'CREATE') END",
@@ -197,7 +198,7 @@ pub struct Uninstalled {
 pub async fn uninstall(pool: &PgPool, lock_timeout: Duration) -> Result<Uninstalled, Error> {
     let installed = installed_triggers(pool).await?;
     let functions: Vec<String> = sqlx::query_scalar(
-        "SELECT format('%I.%I()', n.nspname, p.proname) FROM pg_proc p
+        "/* mezzanine */ SELECT format('%I.%I()', n.nspname, p.proname) FROM pg_proc p
          JOIN pg_namespace n ON n.oid = p.pronamespace
          WHERE n.nspname = 'mezzanine' AND (p.proname LIKE 'capture\\_%' OR p.proname LIKE 'bump\\_%')",
     )
@@ -250,7 +251,7 @@ pub struct InstalledTrigger {
 /// Every capture trigger in the database.
 pub async fn installed_triggers(pool: &PgPool) -> Result<Vec<InstalledTrigger>, Error> {
     let rows = sqlx::query(
-        "SELECT n.nspname::text, c.relname::text, format('%I.%I', n.nspname, c.relname), t.tgname::text,
+        "/* mezzanine */ SELECT n.nspname::text, c.relname::text, format('%I.%I', n.nspname, c.relname), t.tgname::text,
                 t.tgenabled <> 'D', obj_description(t.tgfoid, 'pg_proc')
          FROM pg_trigger t
          JOIN pg_class c ON c.oid = t.tgrelid

@@ -106,7 +106,7 @@ async fn current_identity(
 ) -> Result<(String, Vec<String>, Option<String>), Error> {
     let context = "reading a table's replica identity";
     let row = sqlx::query(
-        "SELECT c.relreplident::text,
+        "/* mezzanine */ SELECT c.relreplident::text,
                 (SELECT format('%I.%I', n.nspname, i.relname) FROM pg_index x
                    JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_namespace n ON n.oid = i.relnamespace
                   WHERE x.indrelid = c.oid AND x.indisreplident),
@@ -137,7 +137,7 @@ fn logs(kind: &str, columns: &[String], keys: &[String]) -> bool {
 /// NULL, else `FULL`.
 async fn identity_change(pool: &PgPool, identity: &Identity) -> Result<String, Error> {
     let index: Option<String> = sqlx::query_scalar(
-        "SELECT format('%I', i.relname) FROM pg_index x
+        "/* mezzanine */ SELECT format('%I', i.relname) FROM pg_index x
            JOIN pg_class i ON i.oid = x.indexrelid
           WHERE x.indrelid = $1::regclass AND x.indisunique AND x.indisvalid AND x.indimmediate
             AND x.indpred IS NULL AND x.indexprs IS NULL
@@ -167,17 +167,18 @@ async fn identity_change(pool: &PgPool, identity: &Identity) -> Result<String, E
 /// error says what is missing.
 pub async fn check(pool: &PgPool, layout: &Layout) -> Result<(), Error> {
     let context = "checking what logical capture needs";
-    let wal_level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
-        .fetch_one(pool)
-        .await
-        .map_err(Error::postgres(context))?;
+    let wal_level: String =
+        sqlx::query_scalar("/* mezzanine */ SELECT current_setting('wal_level')")
+            .fetch_one(pool)
+            .await
+            .map_err(Error::postgres(context))?;
     if wal_level != "logical" {
         return Err(Error::Capture(format!(
             "capture.method = \"logical\" needs wal_level = logical, and this server has {wal_level}: set it in postgresql.conf and restart PostgreSQL, or use capture.method = \"triggers\"; nothing was installed"
         )));
     }
     let (user, replication): (String, bool) = sqlx::query_as(
-        "SELECT current_user::text, rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user",
+        "/* mezzanine */ SELECT current_user::text, rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user",
     )
     .fetch_one(pool)
     .await
@@ -191,7 +192,7 @@ pub async fn check(pool: &PgPool, layout: &Layout) -> Result<(), Error> {
     let tables = identities(layout);
     for table in &tables {
         let owner: bool = sqlx::query_scalar(
-            "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass",
+            "/* mezzanine */ SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass",
         )
         .bind(&table.table_sql)
         .fetch_one(pool)
@@ -227,7 +228,7 @@ pub async fn install(
             continue;
         }
         sqlx::query(
-            "INSERT INTO mezzanine.capture_replica_identity (table_sql, identity, index_sql)
+            "/* mezzanine */ INSERT INTO mezzanine.capture_replica_identity (table_sql, identity, index_sql)
              VALUES ($1, $2, $3) ON CONFLICT (table_sql) DO NOTHING",
         )
         .bind(&table.table_sql)
@@ -244,12 +245,13 @@ pub async fn install(
         .map(|t| t.table_sql.clone())
         .chain(std::iter::once("mezzanine.outbox".to_string()))
         .collect();
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)")
-            .bind(PUBLICATION)
-            .fetch_one(pool)
-            .await
-            .map_err(Error::postgres(context))?;
+    let exists: bool = sqlx::query_scalar(
+        "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+    )
+    .bind(PUBLICATION)
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres(context))?;
     sql.push_str(&format!(
         "{} PUBLICATION {PUBLICATION} {} TABLE {};\n{extra_ddl}",
         if exists { "ALTER" } else { "CREATE" },
@@ -267,7 +269,7 @@ pub async fn install(
     // transactions running now, and decodes what commits after.
     let slot = slot_name(pool).await?;
     sqlx::query(
-        "SELECT pg_create_logical_replication_slot($1, 'pgoutput')
+        "/* mezzanine */ SELECT pg_create_logical_replication_slot($1, 'pgoutput')
          WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
     )
     .bind(&slot)
@@ -287,38 +289,40 @@ pub async fn uninstall(pool: &PgPool, lock_timeout: Duration) -> Result<bool, Er
         .await
         .map_err(Error::postgres("uninstalling logical capture"))?;
     let context = "dropping the capture slot";
-    sqlx::query("SELECT pg_advisory_lock($1)")
+    sqlx::query("/* mezzanine */ SELECT pg_advisory_lock($1)")
         .bind(SLOT_LOCK)
         .execute(&mut *conn)
         .await
         .map_err(Error::postgres(context))?;
     let dropped = sqlx::query(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+        "/* mezzanine */ SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
     )
     .bind(&slot)
     .execute(&mut *conn)
     .await;
-    let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
+    let _ = sqlx::query("/* mezzanine */ SELECT pg_advisory_unlock($1)")
         .bind(SLOT_LOCK)
         .execute(&mut *conn)
         .await;
     let slot_dropped = dropped.map_err(Error::postgres(context))?.rows_affected() > 0;
     drop(conn);
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)")
-            .bind(PUBLICATION)
-            .fetch_one(pool)
-            .await
-            .map_err(Error::postgres("reading the publications"))?;
+    let exists: bool = sqlx::query_scalar(
+        "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)",
+    )
+    .bind(PUBLICATION)
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres("reading the publications"))?;
     let context = "reading the recorded replica identities";
-    let recorded_table: bool =
-        sqlx::query_scalar("SELECT to_regclass('mezzanine.capture_replica_identity') IS NOT NULL")
-            .fetch_one(pool)
-            .await
-            .map_err(Error::postgres(context))?;
+    let recorded_table: bool = sqlx::query_scalar(
+        "/* mezzanine */ SELECT to_regclass('mezzanine.capture_replica_identity') IS NOT NULL",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres(context))?;
     let recorded: Vec<(String, String, Option<String>)> = if recorded_table {
         sqlx::query_as(
-            "SELECT table_sql, identity, index_sql FROM mezzanine.capture_replica_identity
+            "/* mezzanine */ SELECT table_sql, identity, index_sql FROM mezzanine.capture_replica_identity
              WHERE to_regclass(table_sql) IS NOT NULL",
         )
         .fetch_all(pool)
@@ -357,13 +361,14 @@ pub async fn uninstall(pool: &PgPool, lock_timeout: Duration) -> Result<bool, Er
 /// and not lost, and `wal_level = logical`.
 pub async fn coverage(pool: &PgPool, layout: &Layout) -> Result<Vec<Coverage>, Error> {
     let context = "reading logical capture's state";
-    let wal_level: String = sqlx::query_scalar("SELECT current_setting('wal_level')")
-        .fetch_one(pool)
-        .await
-        .map_err(Error::postgres(context))?;
+    let wal_level: String =
+        sqlx::query_scalar("/* mezzanine */ SELECT current_setting('wal_level')")
+            .fetch_one(pool)
+            .await
+            .map_err(Error::postgres(context))?;
     let slot = slot(pool).await?;
     let published: Vec<String> = sqlx::query_scalar(
-        "SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1",
+        "/* mezzanine */ SELECT schemaname::text || '.' || tablename::text FROM pg_publication_tables WHERE pubname = $1",
     )
     .bind(PUBLICATION)
     .fetch_all(pool)

@@ -29,7 +29,7 @@ pub(crate) const SLOT_LOCK: i64 = 7_415_262_543;
 /// names are unique across the server), hashed when it would be too long
 /// or holds other characters.
 pub async fn slot_name(executor: impl sqlx::PgExecutor<'_>) -> Result<String, Error> {
-    let database: String = sqlx::query_scalar("SELECT current_database()::text")
+    let database: String = sqlx::query_scalar("/* mezzanine */ SELECT current_database()::text")
         .fetch_one(executor)
         .await
         .map_err(Error::postgres("reading the database's name"))?;
@@ -68,7 +68,7 @@ pub struct Slot {
 pub async fn slot(pool: &PgPool) -> Result<Option<Slot>, Error> {
     let name = slot_name(pool).await?;
     let row: Option<(bool, Option<String>, Option<i64>)> = sqlx::query_as(
-        "SELECT active, wal_status,
+        "/* mezzanine */ SELECT active, wal_status,
                 pg_wal_lsn_diff(pg_current_wal_lsn(), coalesce(confirmed_flush_lsn, restart_lsn))::int8
          FROM pg_replication_slots WHERE slot_name = $1",
     )
@@ -234,7 +234,7 @@ pub async fn peek(
 ) -> Result<Decoded, Error> {
     let context = "reading the capture slot";
     let rows = sqlx::query(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2,
+        "/* mezzanine */ SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes($1, NULL, $2,
              'proto_version', '1', 'publication_names', $3, 'messages', 'true')",
     )
     .bind(slot)
@@ -314,7 +314,7 @@ pub async fn peek(
 pub async fn try_lock(conn: &mut PgConnection, slot: &str) -> Result<bool, Error> {
     let context = "locking the capture slot";
     let exists: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+        "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
     )
     .bind(slot)
     .fetch_one(&mut *conn)
@@ -323,7 +323,7 @@ pub async fn try_lock(conn: &mut PgConnection, slot: &str) -> Result<bool, Error
     if !exists {
         return Ok(false);
     }
-    sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+    sqlx::query_scalar("/* mezzanine */ SELECT pg_try_advisory_lock($1)")
         .bind(SLOT_LOCK)
         .fetch_one(conn)
         .await
@@ -332,7 +332,7 @@ pub async fn try_lock(conn: &mut PgConnection, slot: &str) -> Result<bool, Error
 
 /// Releases it.
 pub async fn unlock(conn: &mut PgConnection) -> Result<(), Error> {
-    sqlx::query("SELECT pg_advisory_unlock($1)")
+    sqlx::query("/* mezzanine */ SELECT pg_advisory_unlock($1)")
         .bind(SLOT_LOCK)
         .execute(conn)
         .await
@@ -342,7 +342,7 @@ pub async fn unlock(conn: &mut PgConnection) -> Result<(), Error> {
 
 /// The server's current WAL position.
 pub async fn current_lsn(conn: &mut PgConnection) -> Result<String, Error> {
-    sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+    sqlx::query_scalar("/* mezzanine */ SELECT pg_current_wal_lsn()::text")
         .fetch_one(conn)
         .await
         .map_err(Error::postgres("reading the WAL position"))
@@ -352,7 +352,7 @@ pub async fn current_lsn(conn: &mut PgConnection) -> Result<String, Error> {
 /// again. A position behind the slot's leaves it where it is.
 pub async fn advance(conn: &mut PgConnection, slot: &str, lsn: &str) -> Result<(), Error> {
     sqlx::query(
-        "SELECT pg_replication_slot_advance(slot_name, greatest($2::pg_lsn, confirmed_flush_lsn))
+        "/* mezzanine */ SELECT pg_replication_slot_advance(slot_name, greatest($2::pg_lsn, confirmed_flush_lsn))
          FROM pg_replication_slots WHERE slot_name = $1",
     )
     .bind(slot)
@@ -377,13 +377,13 @@ pub async fn oldest_pending(pool: &PgPool) -> Result<Option<f64>, Error> {
         .execute(&mut *tx)
         .await
         .map_err(Error::postgres(context))?;
-    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+    sqlx::query("/* mezzanine */ SELECT pg_advisory_xact_lock($1)")
         .bind(SLOT_LOCK)
         .execute(&mut *tx)
         .await
         .map_err(Error::postgres(context))?;
     let first: Option<Vec<u8>> = sqlx::query_scalar(
-        "SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, 1,
+        "/* mezzanine */ SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, 1,
              'proto_version', '1', 'publication_names', $2) LIMIT 1",
     )
     .bind(&slot)
@@ -434,7 +434,7 @@ pub async fn pending(
 ) -> Result<Vec<PendingChange>, Error> {
     let context = "reading the capture slot";
     let mut conn = pool.acquire().await.map_err(Error::postgres(context))?;
-    sqlx::query("SELECT pg_advisory_lock($1)")
+    sqlx::query("/* mezzanine */ SELECT pg_advisory_lock($1)")
         .bind(SLOT_LOCK)
         .execute(&mut *conn)
         .await

@@ -76,7 +76,7 @@ pub struct CaptureStatus {
 pub async fn queue(pool: &PgPool) -> Result<Queue, Error> {
     let context = "reading the capture queue";
     let row = sqlx::query(
-        "SELECT (SELECT count(*) FROM mezzanine.capture_queue),
+        "/* mezzanine */ SELECT (SELECT count(*) FROM mezzanine.capture_queue),
                 (SELECT extract(epoch FROM clock_timestamp() - min(captured_at))::float8 FROM mezzanine.capture_queue),
                 (SELECT count(*) FROM mezzanine.capture_parked)",
     )
@@ -89,7 +89,7 @@ pub async fn queue(pool: &PgPool) -> Result<Queue, Error> {
     let mut parked_by_kind = BTreeMap::new();
     if parked > 0 {
         let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT kind, count(*) FROM mezzanine.capture_parked GROUP BY kind ORDER BY kind",
+            "/* mezzanine */ SELECT kind, count(*) FROM mezzanine.capture_parked GROUP BY kind ORDER BY kind",
         )
         .fetch_all(pool)
         .await
@@ -121,7 +121,7 @@ pub async fn queue(pool: &PgPool) -> Result<Queue, Error> {
 pub async fn parked(pool: &PgPool, limit: i64) -> Result<Vec<Parked>, Error> {
     let context = "reading parked captured changes";
     let rows = sqlx::query(
-        "SELECT id, column_name, parent_id, row_key::text, ref_key, op::text, kind, reason,
+        "/* mezzanine */ SELECT id, column_name, parent_id, row_key::text, ref_key, op::text, kind, reason,
                 legacy_body, schemaless_body, extract(epoch FROM parked_at)::float8
          FROM mezzanine.capture_parked ORDER BY parked_at DESC, id DESC LIMIT $1",
     )
@@ -175,7 +175,7 @@ pub async fn read(
 pub async fn retry_parked(pool: &PgPool) -> Result<u64, Error> {
     let context = "retrying parked captured changes";
     let moved = sqlx::query(
-        "WITH parked AS (DELETE FROM mezzanine.capture_parked
+        "/* mezzanine */ WITH parked AS (DELETE FROM mezzanine.capture_parked
                          RETURNING column_name, parent_id, row_key, ref_key, op, captured_at)
          INSERT INTO mezzanine.capture_queue (column_name, parent_id, row_key, ref_key, op, captured_at)
          SELECT * FROM parked",
@@ -193,7 +193,7 @@ pub async fn retry_parked(pool: &PgPool) -> Result<u64, Error> {
 pub async fn holds(pool: &PgPool, layout: &Layout, rows: &[Uuid]) -> Result<bool, Error> {
     let context = "looking for captured changes of rows";
     let parents: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT p.{id}::int8 FROM {table} p WHERE p.{uuid} = ANY($1)",
+        "/* mezzanine */ SELECT p.{id}::int8 FROM {table} p WHERE p.{uuid} = ANY($1)",
         id = layout.id_sql(),
         table = layout.table_sql(),
         uuid = layout.uuid_sql(),
@@ -203,7 +203,7 @@ pub async fn holds(pool: &PgPool, layout: &Layout, rows: &[Uuid]) -> Result<bool
     .await
     .map_err(Error::postgres(context))?;
     let queued: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM mezzanine.capture_queue
+        "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM mezzanine.capture_queue
              WHERE row_key = ANY($1) OR parent_id = ANY($2))",
     )
     .bind(rows)

@@ -156,7 +156,7 @@ fn key(column: &str) -> (String, Option<Conversion>) {
 /// One queue row: `column` is a quoted literal or `NULL`.
 fn enqueue(column: &str, parent_id: &str, row_key: &str, ref_key: &str, op: char) -> String {
     format!(
-        "INSERT INTO mezzanine.capture_queue (column_name, parent_id, row_key, ref_key, op)
+        "/* mezzanine */ INSERT INTO mezzanine.capture_queue (column_name, parent_id, row_key, ref_key, op)
       VALUES ({column}, {parent_id}::pg_catalog.int8, {row_key}, {ref_key}::pg_catalog.int8, '{op}');"
     )
 }

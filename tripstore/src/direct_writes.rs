@@ -1,0 +1,154 @@
+//! The `primary` gate's count of direct writes: writes to layout tables by
+//! statements Mezzanine did not send, since the current mode began.
+//!
+//! `pg_stat_statements` counts calls per statement since its last reset;
+//! a snapshot of those counts is taken whenever a mode is entered (the
+//! gates' `prepare`), and the gate counts the calls since. Mezzanine's own
+//! statements start with `/* mezzanine */` ([`query::audit::OWN_MARK`]):
+//! the facade's writes, the reverse mirror's and repair's are not direct.
+//! A statement is a write to a layout table when it parses as INSERT,
+//! UPDATE, DELETE, MERGE, TRUNCATE or COPY FROM into one
+//! ([`query::audit::direct_write`]).
+
+use sqlx::PgPool;
+
+use crate::error::Error;
+
+/// Statements shown in a refusal.
+const SHOWN: usize = 5;
+
+/// Takes the snapshot the next count starts from. Creates the extension
+/// if the server offers it; without it (or without the right to read
+/// it), the snapshot is skipped with a warning and the gate says why.
+pub async fn snapshot(pool: &PgPool) -> Result<(), Error> {
+    sqlx::raw_sql(
+        "/* mezzanine */ CREATE TABLE IF NOT EXISTS mezzanine.statement_baseline (
+             userid oid NOT NULL,
+             queryid bigint NOT NULL,
+             toplevel boolean NOT NULL,
+             calls bigint NOT NULL,
+             taken_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (userid, queryid, toplevel)
+         )",
+    )
+    .execute(pool)
+    .await
+    .map_err(|e| Error::postgres("creating mezzanine.statement_baseline", e))?;
+    if let Err(e) =
+        sqlx::raw_sql("/* mezzanine */ CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            .execute(pool)
+            .await
+    {
+        tracing::warn!("pg_stat_statements cannot be created, so the primary gate cannot count direct writes: {e}");
+        return Ok(());
+    }
+    let mut tx = pool
+        .begin()
+        .await
+        .map_err(|e| Error::postgres("snapshotting pg_stat_statements", e))?;
+    let taken = async {
+        sqlx::query("/* mezzanine */ DELETE FROM mezzanine.statement_baseline")
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "/* mezzanine */ INSERT INTO mezzanine.statement_baseline (userid, queryid, toplevel, calls)
+             SELECT s.userid, s.queryid, s.toplevel, s.calls FROM pg_stat_statements s
+             JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = current_database() AND s.queryid IS NOT NULL
+             ON CONFLICT DO NOTHING",
+        )
+        .execute(&mut *tx)
+        .await
+    }
+    .await;
+    match taken {
+        Ok(_) => tx
+            .commit()
+            .await
+            .map_err(|e| Error::postgres("snapshotting pg_stat_statements", e)),
+        Err(e) => {
+            tracing::warn!("pg_stat_statements cannot be read, so the primary gate cannot count direct writes: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// One statement's direct writes since the snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DirectWrite {
+    pub table: String,
+    pub sql: String,
+    pub calls: u64,
+}
+
+/// The direct writes since the snapshot, most first; `Err` when they
+/// cannot be counted.
+pub async fn since_snapshot(
+    pool: &PgPool,
+    model: &query::Model,
+) -> Result<Vec<DirectWrite>, String> {
+    let rows: Vec<(Option<String>, i64, Option<i64>)> = sqlx::query_as(
+        "/* mezzanine */ SELECT s.query, s.calls, b.calls FROM pg_stat_statements s
+         JOIN pg_database d ON d.oid = s.dbid
+         LEFT JOIN mezzanine.statement_baseline b
+           ON b.userid = s.userid AND b.queryid = s.queryid AND b.toplevel = s.toplevel
+         WHERE d.datname = current_database()",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(|e| {
+        format!(
+            "direct writes to the layout's tables cannot be counted ({e}): gates.max_direct_writes \
+             needs pg_stat_statements (in shared_preload_libraries, and CREATE EXTENSION \
+             pg_stat_statements, which entering a mode tries)"
+        )
+    })?;
+    let mut found: Vec<DirectWrite> = Vec::new();
+    for (sql, calls, before) in rows {
+        let Some(sql) = sql else { continue };
+        // A reset of the statistics since the snapshot: all of it is new.
+        let calls = match before {
+            Some(before) if calls >= before => calls - before,
+            _ => calls,
+        };
+        if calls <= 0 {
+            continue;
+        }
+        if let Some(table) = query::audit::direct_write(model, &sql) {
+            found.push(DirectWrite {
+                table,
+                sql,
+                calls: calls as u64,
+            });
+        }
+    }
+    found.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.sql.cmp(&b.sql)));
+    Ok(found)
+}
+
+/// The refusal for `writes` over `max`, or `None`.
+pub fn refusal(writes: &[DirectWrite], max: u64) -> Option<String> {
+    let total: u64 = writes.iter().map(|w| w.calls).sum();
+    if total <= max {
+        return None;
+    }
+    let shown: Vec<String> = writes
+        .iter()
+        .take(SHOWN)
+        .map(|w| format!("{} x {}", w.calls, query::audit::one_line(&w.sql, 120)))
+        .collect();
+    let more = writes.len().saturating_sub(SHOWN);
+    Some(format!(
+        "{total} writes to layout tables since this mode began came from statements Mezzanine did \
+         not send (gates.max_direct_writes = {max}); in primary they would land where reads no \
+         longer come from: move them to the facade, then step again. {}{}",
+        shown.join("; "),
+        if more > 0 {
+            format!(
+                "; and {more} more statements (`mezzanine query audit --from-pg-stat-statements`)"
+            )
+        } else {
+            String::new()
+        }
+    ))
+}

@@ -3,7 +3,7 @@
 //! | path | what |
 //! |---|---|
 //! | `/` | the dashboard (one HTML page; it fetches `/api/status` every few seconds) |
-//! | `/api/status` | the figures as JSON: mode, outbox, backfill, the verifier's report, the latest mismatches, the last full diff |
+//! | `/api/status` | the figures as JSON: mode, outbox, backfill, the verifier's report, the latest mismatches, the last full diff, the inventory of the app's SQL |
 //! | `/metrics` | Prometheus text, rendered by `metrics-exporter-prometheus` from the gauges below, set from PostgreSQL at each scrape |
 //!
 //! Metrics (besides those of the verifier's facades, see
@@ -68,6 +68,19 @@ struct Dashboard {
     /// Coverage is a scan of the parent table: computed at most every
     /// 30 s.
     coverage: Mutex<(Option<std::time::Instant>, Value)>,
+    /// The layout as the SQL reader sees it, for the inventory.
+    model: Option<query::Model>,
+    /// The inventory of the app's SQL, and the (instant, calls touching
+    /// the layout) readings its calls per minute come from.
+    inventory: Mutex<Inventory>,
+}
+
+/// The statements panel: read from pg_stat_statements at most every 10 s.
+#[derive(Default)]
+struct Inventory {
+    at: Option<std::time::Instant>,
+    value: Value,
+    readings: std::collections::VecDeque<(std::time::Instant, u64)>,
 }
 
 pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
@@ -88,6 +101,8 @@ pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
         prometheus,
         refresh_ms: args.refresh_ms.max(200),
         coverage: Mutex::new((None, Value::Null)),
+        model: query::Model::from_config(&config),
+        inventory: Mutex::new(Inventory::default()),
     });
     let cancel = CancellationToken::new();
     let handler = {
@@ -164,6 +179,7 @@ impl Dashboard {
             }
             cached.1.clone()
         };
+        let inventory = self.inventory().await;
         Ok(json!({
             "generated_at": verifier_now(),
             "mode": {"mode": mode.mode.as_str(), "since": mode.changed_at, "by": mode.changed_by, "forced": mode.forced},
@@ -180,7 +196,83 @@ impl Dashboard {
             "mismatches": mismatches,
             "full_diff": full,
             "capture": capture,
+            "inventory": inventory,
         }))
+    }
+
+    /// The app's statements on the layout tables, from pg_stat_statements:
+    /// how many, calls per minute (between readings at least a minute
+    /// apart when there are), the translatable share of calls, and the
+    /// untranslated statements most called, with their reasons.
+    async fn inventory(&self) -> Value {
+        let Some(model) = &self.model else {
+            return json!({"available": false, "error": "the config has no [layout]"});
+        };
+        let mut inventory = self.inventory.lock().await;
+        if inventory
+            .at
+            .is_some_and(|at| at.elapsed() < Duration::from_secs(10))
+        {
+            return inventory.value.clone();
+        }
+        let now = std::time::Instant::now();
+        let value = match legacy::statements::read(&self.pool, 1).await {
+            Err(e) => json!({"available": false, "error": e.to_string()}),
+            Ok(statements) => {
+                let entries: Vec<query::audit::Entry> = statements
+                    .into_iter()
+                    .filter(|s| !query::audit::is_own(&s.query))
+                    .map(|s| query::audit::Entry {
+                        analysis: query::analyze(model, &s.query),
+                        calls_count: Some(s.calls),
+                        total_ms: Some(s.total_ms),
+                    })
+                    .filter(|e| e.analysis.class != query::Class::Other)
+                    .collect();
+                let summary = query::audit::Summary::of(&entries);
+                inventory.readings.push_back((now, summary.calls));
+                while inventory.readings.len() > 2
+                    && now.duration_since(inventory.readings[1].0) >= Duration::from_secs(60)
+                {
+                    inventory.readings.pop_front();
+                }
+                let per_minute = match inventory.readings.front() {
+                    Some((at, calls)) if now.duration_since(*at) >= Duration::from_secs(1) => {
+                        let minutes = now.duration_since(*at).as_secs_f64() / 60.0;
+                        Some(summary.calls.saturating_sub(*calls) as f64 / minutes)
+                    }
+                    _ => None,
+                };
+                let mut untranslated: Vec<&query::audit::Entry> = entries
+                    .iter()
+                    .filter(|e| {
+                        matches!(
+                            e.analysis.class,
+                            query::Class::None | query::Class::Unparsed
+                        )
+                    })
+                    .collect();
+                untranslated.sort_by_key(|e| std::cmp::Reverse(e.weight()));
+                json!({
+                    "available": true,
+                    "statements": entries.len(),
+                    "calls": summary.calls,
+                    "calls_per_minute": per_minute,
+                    "translatable_calls": summary.translatable_calls,
+                    "translatable_share": summary.translatable_share(),
+                    "per_class": summary.json()["summary"].clone(),
+                    "top_untranslated": untranslated.iter().take(10).map(|e| json!({
+                        "sql": query::audit::one_line(&e.analysis.sql, 200),
+                        "class": e.analysis.class.as_str(),
+                        "calls": e.weight(),
+                        "reason": e.analysis.reason,
+                    })).collect::<Vec<_>>(),
+                })
+            }
+        };
+        inventory.at = Some(now);
+        inventory.value = value.clone();
+        value
     }
 }
 

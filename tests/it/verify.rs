@@ -798,6 +798,31 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
 
     let (mut serve, url, addr) = serve(file.path());
 
+    let status: serde_json::Value = serde_json::from_str(
+        http_get(&addr, "/api/status")
+            .split("\r\n\r\n")
+            .last()
+            .unwrap(),
+    )
+    .unwrap();
+    let inventory = &status["inventory"];
+    assert_eq!(inventory["available"], true, "{inventory}");
+    assert!(
+        inventory["statements"].as_u64().unwrap() >= 1,
+        "{inventory}"
+    );
+    assert!(
+        inventory["top_untranslated"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|u| u["sql"]
+                .as_str()
+                .unwrap()
+                .starts_with("UPDATE trips SET city_id")),
+        "{inventory}"
+    );
+
     let metrics = http_get(&addr, "/metrics");
     for expected in [
         "mezzanine_verify_open_mismatches 1",
@@ -826,6 +851,12 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
         "of 1 chunks",
         // Coverage leaves out the row with the open mismatch.
         "98.3% of 60",
+        // The inventory lists the planted UPDATE, which the cell API
+        // cannot answer, with its reason.
+        "statements touch layout tables",
+        "class=\"untranslated\"",
+        "UPDATE trips SET city_id",
+        "without a new ref key",
     ] {
         assert!(
             dom.contains(expected),

@@ -390,14 +390,21 @@ async fn read_cells<S: CellStore>(
 
 /// The result rows of one parent row: one per combination of its child
 /// cells (a parent without cells of an inner-joined child has none).
-fn rows_of(
-    key: &RowKey,
-    cells: &RowCells,
-    outputs: &[Projected],
-    order: &[(Projected, bool)],
-    children: &[String],
-    left: &[String],
-) -> Vec<Row> {
+/// What a read's result rows are made of.
+struct Shape<'a> {
+    outputs: &'a [Projected],
+    order: &'a [(Projected, bool)],
+    children: &'a [String],
+    left: &'a [String],
+}
+
+fn rows_of(key: &RowKey, cells: &RowCells, shape: &Shape) -> Vec<Row> {
+    let Shape {
+        outputs,
+        order,
+        children,
+        left,
+    } = *shape;
     // Each combination: child column -> its cell (None: a LEFT JOIN's
     // missing child).
     let mut combos: Vec<BTreeMap<&str, Option<&StoredCell>>> = vec![BTreeMap::new()];
@@ -477,6 +484,12 @@ async fn row_reads<S: CellStore>(
     }
     let keys = eval.keys(&read.keys).await?;
     let cells = read_cells(store, &keys, &read.latest, &read.children).await?;
+    let shape = Shape {
+        outputs: &read.outputs,
+        order: &read.order,
+        children: &read.children,
+        left: &read.left,
+    };
     let mut rows = Vec::new();
     for (key, cells) in &cells {
         // A parent read at its latest cell exists only if it has one.
@@ -486,14 +499,7 @@ async fn row_reads<S: CellStore>(
         if read.latest.is_empty() && cells.children.is_empty() && read.left.is_empty() {
             continue;
         }
-        rows.extend(rows_of(
-            key,
-            cells,
-            &read.outputs,
-            &read.order,
-            &read.children,
-            &read.left,
-        ));
+        rows.extend(rows_of(key, cells, &shape));
     }
     let offset = match &read.offset {
         Some(e) => eval.count(e).await?,
@@ -564,17 +570,16 @@ async fn index_reads<S: CellStore>(
     };
     let keys: Vec<RowKey> = entries.iter().map(|e| e.row_key).collect();
     let mut cells = read_cells(store, &keys, &read.latest, &read.children).await?;
+    let shape = Shape {
+        outputs: &read.outputs,
+        order: &read.order,
+        children: &read.children,
+        left: &read.left,
+    };
     let mut rows = Vec::new();
     for (entry, (key, cells)) in entries.iter().zip(cells.iter_mut()) {
         cells.entry = Some((column.name.to_string(), entry.fields.to_value()));
-        rows.extend(rows_of(
-            key,
-            cells,
-            &read.outputs,
-            &read.order,
-            &read.children,
-            &read.left,
-        ));
+        rows.extend(rows_of(key, cells, &shape));
     }
     Ok(rows)
 }

@@ -7,6 +7,7 @@ use schemaless::CellStore as _;
 use serde_json::Value;
 
 use crate::harness::{cluster, config_file, example_layout, mezzanine, LegacyDb};
+use crate::mirror::run_ok;
 
 fn psql(db: &LegacyDb, sql: &str) {
     let binaries = devcluster::Binaries::find().expect("the PostgreSQL binaries");
@@ -51,14 +52,7 @@ async fn the_audit_classifies_what_sqlx_and_psql_ran_from_pg_stat_statements() {
     // `legacy init` makes the tables and the extension on an empty database.
     let db = LegacyDb::new("", &example_layout()).await;
     let config = config_file(&db.config_text);
-    let init = mezzanine(config.path(), &["legacy", "init", "--with-uuid"])
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    run_ok(mezzanine(config.path(), &["legacy", "init", "--with-uuid"]));
     let trip = uuid::Uuid::new_v4();
     let driver = uuid::Uuid::new_v4();
     sqlx::query(
@@ -382,12 +376,7 @@ async fn query_run_proves_translated_reads_and_names_a_planted_difference() {
         &["index", "backfill", "trips_by_driver"],
         &["index", "switch", "trips_by_driver"],
     ] {
-        let out = mezzanine(config.path(), step).output().unwrap();
-        assert!(
-            out.status.success(),
-            "{step:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_ok(mezzanine(config.path(), step));
     }
     // A driver with several trips, trips with notes and billing attempts.
     let (driver, since): (uuid::Uuid, String) = sqlx::query_as(
@@ -600,13 +589,6 @@ async fn the_primary_gate_refuses_direct_writes_and_names_them() {
         crate::harness::TEST_GATES,
         &format!("{}max_direct_writes = 1\n", crate::harness::TEST_GATES),
     ));
-    let out = mezzanine(relaxed.path(), &["mode", "set", "primary"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(mezzanine(relaxed.path(), &["mode", "set", "primary"]));
     facade.close().await;
 }

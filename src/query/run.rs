@@ -474,7 +474,7 @@ async fn row_reads<S: CellStore>(
 ) -> Result<Vec<Row>, RunError> {
     if read.filtered {
         return Err(untranslatable(
-            "it filters what it reads in the app (a condition besides the UUID), which query              run does not evaluate; run it without that condition",
+            "it filters what it reads in the app (a condition besides the UUID), which query run does not evaluate; run it without that condition",
         ));
     }
     if !read.order.is_empty() && (read.limit.is_some() || read.offset.is_some()) {
@@ -509,7 +509,7 @@ async fn row_reads<S: CellStore>(
         let limit = eval.count(limit).await?;
         if rows.len() > offset + limit {
             return Err(untranslatable(
-                "its LIMIT without ORDER BY picks any of more rows than it keeps, so no                  answer is the one to compare",
+                "its LIMIT without ORDER BY picks any of more rows than it keeps, so no answer is the one to compare",
             ));
         }
     }
@@ -707,50 +707,26 @@ pub fn text(verdict: &Verdict) -> String {
         ("PostgreSQL", &verdict.postgres),
         ("Schemaless", &verdict.schemaless),
     ] {
-        out.push_str(&format!(
-            "{name}: {} rows
-",
-            rows.len()
-        ));
-        out.push_str(&format!(
-            "  {}
-",
-            verdict.columns.join(" | ")
-        ));
+        out.push_str(&format!("{name}: {} rows\n", rows.len()));
+        out.push_str(&format!("  {}\n", verdict.columns.join(" | ")));
         for row in rows.iter().take(50) {
             let cells: Vec<String> = row.values.iter().map(Value::to_string).collect();
-            out.push_str(&format!(
-                "  {}
-",
-                cells.join(" | ")
-            ));
+            out.push_str(&format!("  {}\n", cells.join(" | ")));
         }
         if rows.len() > 50 {
-            out.push_str(&format!(
-                "  ... {} more
-",
-                rows.len() - 50
-            ));
+            out.push_str(&format!("  ... {} more\n", rows.len() - 50));
         }
     }
     if verdict.differences.is_empty() {
         out.push_str(&format!(
-            "equal: {} rows, compared {}
-",
+            "equal: {} rows, compared {}\n",
             verdict.postgres.len(),
             verdict.compared
         ));
     } else {
-        out.push_str(&format!(
-            "DIFFERENT (compared {}):
-",
-            verdict.compared
-        ));
+        out.push_str(&format!("DIFFERENT (compared {}):\n", verdict.compared));
         for d in &verdict.differences {
-            out.push_str(&format!(
-                "  {d}
-"
-            ));
+            out.push_str(&format!("  {d}\n"));
         }
     }
     out

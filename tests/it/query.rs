@@ -9,6 +9,9 @@ use serde_json::Value;
 use crate::harness::{cluster, config_file, example_layout, mezzanine, LegacyDb};
 use crate::mirror::run_ok;
 
+#[path = "../../query/tests/data/trips_corpus.rs"]
+mod trips_corpus;
+
 fn psql(db: &LegacyDb, sql: &str) {
     let binaries = devcluster::Binaries::find().expect("the PostgreSQL binaries");
     let out = Command::new(binaries.psql)
@@ -440,6 +443,45 @@ async fn query_run_proves_translated_reads_and_names_a_planted_difference() {
         "the reads returned rows to compare ({rows_seen})"
     );
 
+    // Every translatable read of the corpus that query run can run: its
+    // parameters chosen by what the plan compares them with.
+    let model = query::Model::from_config(&db.config).unwrap();
+    let trips = [n.as_str(), &a, &b, &c];
+    let (mut ran, mut skipped) = (0, Vec::new());
+    for (sql, class, _) in trips_corpus::TRIPS {
+        if !matches!(class, query::Class::Row | query::Class::Index) {
+            continue;
+        }
+        let params = corpus_params(&model, sql, &trips, &d, &since);
+        let refs: Vec<&str> = params.iter().map(String::as_str).collect();
+        let (code, verdict, err) = query_run(config.path(), sql, &refs);
+        match code {
+            0 => {
+                assert_eq!(verdict["verdict"], "equal", "{sql}");
+                ran += 1;
+            }
+            2 => skipped.push(format!("{sql}: {err}")),
+            _ => panic!("{sql} {params:?}: exit {code}: {err}\n{verdict:#}"),
+        }
+    }
+    assert!(
+        ran >= 20,
+        "only {ran} corpus reads ran; skipped:\n{}",
+        skipped.join("\n")
+    );
+    eprintln!(
+        "{ran} corpus reads ran both ways; {} skipped:\n{}",
+        skipped.len(),
+        skipped.join("\n")
+    );
+    // What is skipped is what the app filters or sorts itself.
+    for why in &skipped {
+        assert!(
+            why.contains("in the app") || why.contains("LIMIT without ORDER BY"),
+            "{why}"
+        );
+    }
+
     // A difference planted in Schemaless: a newer BASE cell with another
     // fare. query run names the field and exits 1.
     let base = schemaless::Column::new("BASE").unwrap();
@@ -591,4 +633,59 @@ async fn the_primary_gate_refuses_direct_writes_and_names_them() {
     ));
     run_ok(mezzanine(relaxed.path(), &["mode", "set", "primary"]));
     facade.close().await;
+}
+
+/// Parameters for a corpus statement, by what its plan compares each `$n`
+/// with: row keys get trips, an index's shard value the driver, its
+/// filters values of their field, anything else (a LIMIT) a small number.
+fn corpus_params(
+    model: &query::Model,
+    sql: &str,
+    trips: &[&str],
+    driver: &str,
+    since: &str,
+) -> Vec<String> {
+    use query::expr::value_text;
+    use query::plan::{Keys, Plan};
+    let count = (1..=20).filter(|n| sql.contains(&format!("${n}"))).count();
+    let mut params = vec!["5".to_string(); count];
+    let mut set = |e: &query::sqlparser::ast::Expr, value: String| {
+        if let Some(n) = value_text(e)
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            params[n - 1] = value;
+        }
+    };
+    match query::analyze(model, sql).plan {
+        Some(Plan::Rows(read)) => match &read.keys {
+            Keys::One(e) => set(e, trips[0].to_string()),
+            Keys::List(list) => {
+                for (i, e) in list.iter().enumerate() {
+                    set(e, trips[i % trips.len()].to_string());
+                }
+            }
+            Keys::Array(e) => set(e, format!("{{{}}}", trips.join(","))),
+        },
+        Some(Plan::Index(read)) => {
+            set(&read.shard_value, driver.to_string());
+            for f in &read.filters {
+                let value = match (f.field.as_str(), f.array) {
+                    ("status", true) => "{completed,cancelled}".to_string(),
+                    ("status", false) => "completed".to_string(),
+                    ("city_id", true) => "{1,2,3}".to_string(),
+                    ("city_id", false) => "2".to_string(),
+                    _ => since.to_string(),
+                };
+                for e in &f.values {
+                    set(e, value.clone());
+                }
+            }
+            if let Some(limit) = &read.limit {
+                set(limit, "20".to_string());
+            }
+        }
+        _ => {}
+    }
+    params
 }

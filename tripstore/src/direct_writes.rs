@@ -21,19 +21,7 @@ const SHOWN: usize = 5;
 /// if the server offers it; without it (or without the right to read
 /// it), the snapshot is skipped with a warning and the gate says why.
 pub async fn snapshot(pool: &PgPool) -> Result<(), Error> {
-    sqlx::raw_sql(
-        "/* mezzanine */ CREATE TABLE IF NOT EXISTS mezzanine.statement_baseline (
-             userid oid NOT NULL,
-             queryid bigint NOT NULL,
-             toplevel boolean NOT NULL,
-             calls bigint NOT NULL,
-             taken_at timestamptz NOT NULL DEFAULT now(),
-             PRIMARY KEY (userid, queryid, toplevel)
-         )",
-    )
-    .execute(pool)
-    .await
-    .map_err(|e| Error::postgres("creating mezzanine.statement_baseline", e))?;
+    ensure_table(pool).await?;
     if let Err(e) =
         sqlx::raw_sql("/* mezzanine */ CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             .execute(pool)
@@ -73,6 +61,24 @@ pub async fn snapshot(pool: &PgPool) -> Result<(), Error> {
     }
 }
 
+/// The snapshot's table.
+async fn ensure_table(pool: &PgPool) -> Result<(), Error> {
+    sqlx::raw_sql(
+        "/* mezzanine */ CREATE TABLE IF NOT EXISTS mezzanine.statement_baseline (
+             userid oid NOT NULL,
+             queryid bigint NOT NULL,
+             toplevel boolean NOT NULL,
+             calls bigint NOT NULL,
+             taken_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (userid, queryid, toplevel)
+         )",
+    )
+    .execute(pool)
+    .await
+    .map_err(|e| Error::postgres("creating mezzanine.statement_baseline", e))?;
+    Ok(())
+}
+
 /// One statement's direct writes since the snapshot.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DirectWrite {
@@ -87,6 +93,9 @@ pub async fn since_snapshot(
     pool: &PgPool,
     model: &query::Model,
 ) -> Result<Vec<DirectWrite>, String> {
+    // A mode entered before this check existed has no snapshot: every
+    // call since the statistics' last reset counts.
+    ensure_table(pool).await.map_err(|e| e.to_string())?;
     let rows: Vec<(Option<String>, i64, Option<i64>)> = sqlx::query_as(
         "/* mezzanine */ SELECT s.query, s.calls, b.calls FROM pg_stat_statements s
          JOIN pg_database d ON d.oid = s.dbid

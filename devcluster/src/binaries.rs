@@ -22,6 +22,22 @@ pub struct Binaries {
 }
 
 impl Binaries {
+    /// Whether the PostgreSQL server has the loadable module `name`
+    /// (`lib/NAME.so` beside its `bin/`, as Debian lays it out, or
+    /// `lib/postgresql/NAME.so` under a prefix install).
+    pub fn has_pg_module(&self, name: &str) -> bool {
+        let Some(prefix) = self.postgres.parent().and_then(|bin| bin.parent()) else {
+            return false;
+        };
+        let file = format!("{name}.so");
+        [
+            prefix.join("lib").join(&file),
+            prefix.join("lib/postgresql").join(&file),
+        ]
+        .iter()
+        .any(|p| p.exists())
+    }
+
     /// Looks for every program; the error names each missing one and the
     /// package that provides it.
     pub fn find() -> Result<Binaries, Error> {
@@ -114,5 +130,23 @@ mod tests {
             }
             other => panic!("expected a missing-binaries error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_module_is_found_beside_the_server_or_not_at_all() {
+        let prefix = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(prefix.path().join("bin")).unwrap();
+        std::fs::create_dir_all(prefix.path().join("lib")).unwrap();
+        std::fs::write(prefix.path().join("lib/pg_stat_statements.so"), b"").unwrap();
+        let bin = |name: &str| prefix.path().join("bin").join(name);
+        let binaries = Binaries {
+            mariadbd: bin("mariadbd"),
+            mariadb_install_db: bin("mariadb-install-db"),
+            initdb: bin("initdb"),
+            postgres: bin("postgres"),
+            psql: bin("psql"),
+        };
+        assert!(binaries.has_pg_module("pg_stat_statements"));
+        assert!(!binaries.has_pg_module("no_such_module"));
     }
 }

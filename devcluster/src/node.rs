@@ -296,17 +296,27 @@ impl Node {
                     // "logical"`) needs it; one slot per database.
                     "-c",
                     "wal_level=logical",
-                    // The live inventory of the app's SQL (`query audit
-                    // --from-pg-stat-statements`).
-                    "-c",
-                    "shared_preload_libraries=pg_stat_statements",
-                    "-c",
-                    "pg_stat_statements.track=top",
                     "-c",
                     "max_replication_slots=64",
                     "-c",
                     "max_wal_senders=16",
                 ]);
+                // The live inventory of the app's SQL (`query audit
+                // --from-pg-stat-statements`) and the primary gate's count
+                // of direct writes. Preloaded only where the server has
+                // the module: a missing library would stop it starting.
+                if self.binaries.has_pg_module("pg_stat_statements") {
+                    command.args([
+                        "-c",
+                        "shared_preload_libraries=pg_stat_statements",
+                        "-c",
+                        "pg_stat_statements.track=top",
+                    ]);
+                } else {
+                    tracing::warn!(
+                        "this PostgreSQL has no pg_stat_statements module: the dev cluster starts without it"
+                    );
+                }
                 if self.has_tls() {
                     let tls = self.tls_dir();
                     command

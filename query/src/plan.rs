@@ -124,9 +124,11 @@ pub struct Put {
     pub ref_key: String,
     /// The body's fields and their values.
     pub fields: Vec<(String, String)>,
-    /// Update: the latest cell is read and its body kept where the
-    /// statement sets nothing.
+    /// The latest cell is read first.
     pub read_latest: bool,
+    /// The body is the latest cell's, with `fields` set (an update);
+    /// otherwise `fields` are the whole body.
+    pub merge: bool,
     /// Conditions on the latest cell checked before the put.
     pub checks: Vec<String>,
 }
@@ -228,7 +230,7 @@ impl Plan {
                         .iter()
                         .map(|(f, v)| format!("{f}: {v}"))
                         .collect();
-                    let body = if put.read_latest {
+                    let body = if put.merge {
                         format!("latest body with {{{}}}", fields.join(", "))
                     } else {
                         format!("{{{}}}", fields.join(", "))

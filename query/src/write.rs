@@ -52,9 +52,119 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
     let mut puts = Vec::new();
     for row in &rows {
-        puts.extend(row_puts(model, table, name, &columns, row)?);
+        let inserted = row_puts(model, table, name, &columns, row)?;
+        match &insert.on {
+            Some(OnInsert::OnConflict(c)) => match &c.action {
+                OnConflictAction::DoUpdate(update) => puts.extend(upserted(
+                    model, table, name, &columns, row, inserted, update,
+                )?),
+                OnConflictAction::DoNothing => puts.extend(inserted),
+            },
+            _ => puts.extend(inserted),
+        }
     }
     Ok(Plan::Write(puts))
+}
+
+/// An upsert that sets the ref key: the latest cell decides between the
+/// first version (the inserted row) and the next one (the DO UPDATE's
+/// assignments on the latest body; `EXCLUDED.x` is the inserted value).
+fn upserted(
+    model: &Model,
+    table: Table,
+    name: &ObjectName,
+    columns: &[String],
+    row: &Values,
+    inserted: Vec<Put>,
+    update: &sqlparser::ast::DoUpdate,
+) -> Result<Vec<Put>, String> {
+    if table != Table::Parent {
+        return Err(format!(
+            "an upsert of a row of {name}: a child row is one cell, never changed; insert the \
+             next child row instead"
+        ));
+    }
+    if update.selection.is_some() {
+        return Err(
+            "ON CONFLICT DO UPDATE ... WHERE: check the condition in the app on the \
+                    latest cell, then write"
+                .to_string(),
+        );
+    }
+    let shown = |e: &Expr| -> Result<String, String> {
+        if let Expr::CompoundIdentifier(parts) = strip(e) {
+            if let [table, column] = parts.as_slice() {
+                if folded(table) == "excluded" {
+                    let column = folded(column);
+                    return match columns.iter().position(|c| *c == column) {
+                        Some(i) => Ok(value_text(row.values[i])),
+                        None => Ok("null".to_string()),
+                    };
+                }
+            }
+        }
+        if crate::expr::subquery_in(e).is_some() {
+            return Err(format!(
+                "the upsert sets a value from a subquery ({e}): run it first"
+            ));
+        }
+        Ok(shown_value(e))
+    };
+    let mut out = Vec::new();
+    for mut first in inserted {
+        let c = model
+            .columns_of(Table::Parent)
+            .into_iter()
+            .find(|&c| model.column(c).name == first.column)
+            .expect("a put names a layout column");
+        let column = model.column(c);
+        let mut ref_key = None;
+        let mut fields = Vec::new();
+        for a in &update.assignments {
+            let AssignmentTarget::ColumnName(target) = &a.target else {
+                return Err("SET (a, b) = (...): set each column on its own".to_string());
+            };
+            let target = last(target);
+            match model.source(table, &target) {
+                Source::RefKey { .. } if target == column.ref_key => {
+                    ref_key = Some(shown(&a.value)?)
+                }
+                Source::Field { column: fc, field } if fc == c => {
+                    fields.push((field, shown(&a.value)?))
+                }
+                Source::Field { .. } | Source::RefKey { .. } => {}
+                Source::RowKey => {
+                    return Err(format!("the upsert changes {name}.{target}, the row key"))
+                }
+                Source::IntegerId | Source::Unmapped => {
+                    return Err(format!(
+                        "the upsert sets {name}.{target}, which the layout does not map"
+                    ))
+                }
+            }
+        }
+        let Some(ref_key) = ref_key else {
+            return Err(format!(
+                "an upsert (ON CONFLICT DO UPDATE) that changes column {} of {name} without a \
+                 new ref key: also set {} (e.g. {} = {name}.{} + 1)",
+                column.name, column.ref_key, column.ref_key, column.ref_key
+            ));
+        };
+        let next = Put {
+            row: first.row.clone(),
+            column: first.column.clone(),
+            ref_key,
+            fields,
+            read_latest: false,
+            merge: true,
+            checks: vec!["otherwise (a cell exists):".to_string()],
+        };
+        first.read_latest = true;
+        first.checks = vec![format!("if the row has no {} cell:", first.column)];
+        out.push(first);
+        out.push(next);
+    }
+    Ok(out)
 }
 
 /// One row of values, and the row key found for a child row.
@@ -249,6 +359,7 @@ fn row_puts(
                 })
                 .collect(),
             read_latest: false,
+            merge: false,
             checks: Vec::new(),
         });
     }
@@ -527,6 +638,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 ref_key,
                 fields,
                 read_latest: true,
+                merge: true,
                 checks: checks.clone(),
             }),
         }

@@ -45,6 +45,7 @@ pub const TRIPS: &[Case] = &[
     (r#"INSERT INTO "trips" ("uuid", "version", "status") VALUES ($1::uuid, $2, $3) RETURNING "trips"."uuid""#, Class::Write, "put_cell(row = $1, BASE, ref_key = $2"),
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, 'a'), ($2, 1, 'b')", Class::Write, "put_cell(row = $2, BASE, ref_key = 1"),
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT DO NOTHING", Class::Write, "put_cell(row = $1"),
+    ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1", Class::Write, "otherwise (a cell exists):\nput_cell(row = $1, BASE, ref_key = trips.version + 1 (of the latest cell), latest body with {status: $2})"),
     ("UPDATE trips SET status = $1, version = version + 1 WHERE uuid = $2", Class::Write, "put_cell(row = $2, BASE, ref_key = version + 1 (of the latest cell), latest body with {status: $1})"),
     ("UPDATE trips SET status = $1, version = $2 WHERE uuid = $3 AND version = $4", Class::Write, "check in the app: version = $4"),
     (r#"UPDATE "trips" SET "fare" = $1, "version" = ("trips"."version" + 1) WHERE "trips"."uuid" = $2::uuid"#, Class::Write, "get_cell_latest(row = $2, BASE)"),

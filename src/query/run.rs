@@ -118,9 +118,13 @@ pub async fn run(
 fn bind(sql: &str, params: &[String]) -> Result<Statement, RunError> {
     let mut statements =
         Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| untranslatable(e.to_string()))?;
-    let mut statement = statements
-        .pop()
-        .ok_or_else(|| untranslatable("no statement"))?;
+    if statements.len() != 1 {
+        return Err(untranslatable(format!(
+            "{} statements where one was expected",
+            statements.len()
+        )));
+    }
+    let mut statement = statements.remove(0);
     let mut missing = None;
     let _ = visit_expressions_mut(&mut statement, |e| {
         if let Expr::Value(v) = e {

@@ -549,6 +549,11 @@ async fn query_run_proves_translated_reads_and_names_a_planted_difference() {
             vec![a.as_str()],
             "a write",
         ),
+        (
+            "SELECT status FROM trips WHERE uuid = $1; SELECT 1",
+            vec![a.as_str()],
+            "2 statements where one was expected",
+        ),
     ] {
         let (code, _, err) = query_run(config.path(), sql, &params);
         assert_eq!(code, 2, "{sql}: {err}");

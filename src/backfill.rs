@@ -125,7 +125,8 @@ pub async fn run(command: BackfillCommand, config_path: &Path) -> anyhow::Result
         BackfillCommand::Status(args) => {
             let status = backfill::status::read(&pool).await?;
             if args.prometheus {
-                print!("{}", metrics::render_backfill(&status, None));
+                metrics::record_backfill(&status, None);
+                print!("{}", metrics::render());
             } else if args.json {
                 println!("{}", status_json(&status));
             } else {
@@ -192,15 +193,15 @@ async fn run_backfill(
         let (pool, progress) = (pool.clone(), progress.clone());
         metrics::serve(
             addr,
-            move || {
+            worker::metrics::refresh(move || {
                 let (pool, progress) = (pool.clone(), progress.clone());
                 async move {
                     match backfill::status::read(&pool).await {
-                        Ok(status) => metrics::render_backfill(&status, Some(&progress)),
-                        Err(e) => format!("# backfill status unavailable: {e}\n"),
+                        Ok(status) => metrics::record_backfill(&status, Some(&progress)),
+                        Err(e) => tracing::warn!("reading the backfill's status for /metrics: {e}"),
                     }
                 }
-            },
+            }),
             cancel.clone(),
         )
         .await?;

@@ -25,12 +25,16 @@
 //! - [`demo`]: the end-to-end demo;
 //! - [`bench`]: `bench cells`, figures against the raw limit of the same
 //!   servers;
-//! - [`query`]: `query audit|translate`, the app's SQL against the layout.
+//! - [`query`]: `query audit|translate|run`, the app's SQL against the
+//!   layout;
+//! - [`worker`]: `worker`, the facade over HTTP;
+//! - [`cell`]: `cell get|row|put|index`, cells through the facade.
 
 mod backfill;
 mod bench;
 mod buffer;
 mod capture;
+mod cell;
 mod check;
 mod cluster;
 mod demo;
@@ -44,6 +48,7 @@ mod schema;
 mod serve;
 mod trigger;
 mod verify;
+mod worker;
 mod workload;
 
 use std::path::PathBuf;
@@ -131,6 +136,13 @@ enum Command {
     /// each becomes.
     #[command(subcommand)]
     Query(query::QueryCommand),
+    /// Serve the facade over HTTP/JSON to apps in any language, until
+    /// SIGTERM (in-flight requests are drained).
+    Worker(worker::WorkerArgs),
+    /// Read and write cells through the facade, for ad-hoc work during a
+    /// cutover.
+    #[command(subcommand)]
+    Cell(cell::CellCommand),
 }
 
 /// An error that means "bad usage or configuration" (exit code 2).
@@ -218,6 +230,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // One recorder for the whole process, so that breakers, buffers,
+    // relays and the verifier record into what `/metrics` renders.
+    ::worker::metrics::install();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -273,6 +288,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Demo(args) => demo::run(args, &cli.config, &cli.cluster_dir).await,
         Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,
         Command::Query(c) => query::run(c, &cli.config).await,
+        Command::Worker(args) => worker::run(args, &cli.config).await,
+        Command::Cell(c) => cell::run(c, &cli.config).await,
     }
 }
 

@@ -1,5 +1,10 @@
-//! Prometheus metrics: the text exposition format, and a minimal HTTP
-//! endpoint (`GET /metrics`) for the long-running commands.
+//! The figures of the mirror and the backfill, recorded through the
+//! `metrics` crate so that `/metrics` (rendered by
+//! `metrics-exporter-prometheus`, see [`worker::metrics`]) shows them
+//! beside every other metric of the process: breakers, buffers, the
+//! verifier's facades, a worker's requests. Gauges read from PostgreSQL
+//! are set just before each scrape; counters of this process's workers
+//! are copied from their running totals.
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -21,15 +26,20 @@
 //! | `mezzanine_capture_tombstones_total` | counter | tombstones this process's relay wrote for deleted rows |
 //! | `mezzanine_reverse_cells_total` | counter | cells this process's reverse mirror applied |
 //! | `mezzanine_reverse_failures_total` | counter | failed reverse attempts in this process |
+//! | `mezzanine_backfill_chunks{state}` | gauge | chunks pending, running, done, failed |
+//! | `mezzanine_backfill_cells_done` | gauge | cells of done chunks (whole plan) |
+//! | `mezzanine_backfill_cells_per_second` | gauge | over chunks finished in the last minute (whole plan) |
+//! | `mezzanine_backfill_rows_total` | counter | legacy rows this process read |
+//! | `mezzanine_backfill_cells_total` | counter | cells this process wrote |
+//! | `mezzanine_backfill_failures_total` | counter | attempts that failed on a server in this process |
+//! | `mezzanine_backfill_lag_pauses_total` | counter | pauses for replication lag in this process |
 
-use std::fmt::Write as _;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mirror::{MirrorStatus, WorkerStats};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+use worker::metrics::Refresh;
 
 /// Every kind a captured change is parked as (see
 /// [`mirror::capture::deliver`]), each exported even at 0.
@@ -49,108 +59,31 @@ pub struct Local {
     pub reverse: Option<Arc<WorkerStats>>,
 }
 
-fn metric(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+/// Sets the mode gauge.
+pub fn record_mode(mode: tripstore::Mode) {
+    for m in tripstore::Mode::ALL {
+        metrics::gauge!("mezzanine_mode", "mode" => m.as_str()).set(f64::from(u8::from(m == mode)));
+    }
 }
 
-/// The exposition text.
-pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Local) -> String {
-    let mut out = String::new();
-    if let Some(current) = mode {
-        metric(
-            &mut out,
-            "mezzanine_mode",
-            "gauge",
-            "1 for the mode the facades route by",
-        );
-        for m in tripstore::Mode::ALL {
-            let _ = writeln!(
-                out,
-                "mezzanine_mode{{mode=\"{m}\"}} {}",
-                u8::from(m == current)
-            );
-        }
+/// Records the mirror's figures and this process's workers' counters.
+pub fn record_mirror(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Local) {
+    if let Some(mode) = mode {
+        record_mode(mode);
     }
-    metric(
-        &mut out,
-        "mezzanine_outbox_depth",
-        "gauge",
-        "Entries waiting in the outbox",
-    );
-    let _ = writeln!(out, "mezzanine_outbox_depth {}", status.outbox_depth);
-    metric(
-        &mut out,
-        "mezzanine_outbox_oldest_age_seconds",
-        "gauge",
-        "Age of the oldest outbox entry (0 when empty)",
-    );
-    let _ = writeln!(
-        out,
-        "mezzanine_outbox_oldest_age_seconds {:.3}",
-        status.outbox_oldest_secs.unwrap_or(0.0)
-    );
-    metric(
-        &mut out,
-        "mezzanine_outbox_parked",
-        "gauge",
-        "Outbox entries set aside",
-    );
-    let _ = writeln!(out, "mezzanine_outbox_parked {}", status.outbox_parked);
+    metrics::gauge!("mezzanine_outbox_depth").set(status.outbox_depth as f64);
+    metrics::gauge!("mezzanine_outbox_oldest_age_seconds")
+        .set(status.outbox_oldest_secs.unwrap_or(0.0));
+    metrics::gauge!("mezzanine_outbox_parked").set(status.outbox_parked as f64);
     let capture = &status.capture;
-    metric(
-        &mut out,
-        "mezzanine_capture_queue_depth",
-        "gauge",
-        "Captured changes waiting for the relay",
-    );
-    let _ = writeln!(out, "mezzanine_capture_queue_depth {}", capture.depth);
-    metric(
-        &mut out,
-        "mezzanine_capture_oldest_age_seconds",
-        "gauge",
-        "Age of the oldest captured change waiting (0 when empty)",
-    );
-    let _ = writeln!(
-        out,
-        "mezzanine_capture_oldest_age_seconds {:.3}",
-        capture.oldest_secs.unwrap_or(0.0)
-    );
-    metric(
-        &mut out,
-        "mezzanine_capture_slot_retained_bytes",
-        "gauge",
-        "WAL bytes the logical capture slot holds for the relay (0 without a slot)",
-    );
-    let _ = writeln!(
-        out,
-        "mezzanine_capture_slot_retained_bytes {}",
-        capture.slot.as_ref().map_or(0, |s| s.retained_bytes)
-    );
-    metric(
-        &mut out,
-        "mezzanine_capture_parked",
-        "gauge",
-        "Captured changes set aside, by kind",
-    );
+    metrics::gauge!("mezzanine_capture_queue_depth").set(capture.depth as f64);
+    metrics::gauge!("mezzanine_capture_oldest_age_seconds").set(capture.oldest_secs.unwrap_or(0.0));
+    metrics::gauge!("mezzanine_capture_slot_retained_bytes")
+        .set(capture.slot.as_ref().map_or(0, |s| s.retained_bytes) as f64);
     for kind in CAPTURE_PARKED_KINDS {
-        let _ = writeln!(
-            out,
-            "mezzanine_capture_parked{{kind=\"{kind}\"}} {}",
-            capture.parked_by_kind.get(kind).copied().unwrap_or(0)
-        );
+        metrics::gauge!("mezzanine_capture_parked", "kind" => kind)
+            .set(capture.parked_by_kind.get(kind).copied().unwrap_or(0) as f64);
     }
-    metric(
-        &mut out,
-        "mezzanine_mirror_workers",
-        "gauge",
-        "Live relays and reverse mirrors (heartbeat within 10 s)",
-    );
-    metric(
-        &mut out,
-        "mezzanine_mirror_rate_cells_per_second",
-        "gauge",
-        "Cells per second over all live workers of a kind",
-    );
     for kind in ["relay", "reverse"] {
         let live: Vec<_> = status
             .workers
@@ -158,279 +91,69 @@ pub fn render(status: &MirrorStatus, mode: Option<tripstore::Mode>, local: &Loca
             .filter(|w| w.kind == kind && !w.stale())
             .collect();
         let rate: f64 = live.iter().map(|w| w.rate).sum();
-        let _ = writeln!(
-            out,
-            "mezzanine_mirror_workers{{kind=\"{kind}\"}} {}",
-            live.len()
-        );
-        let _ = writeln!(
-            out,
-            "mezzanine_mirror_rate_cells_per_second{{kind=\"{kind}\"}} {rate:.1}"
-        );
+        metrics::gauge!("mezzanine_mirror_workers", "kind" => kind).set(live.len() as f64);
+        metrics::gauge!("mezzanine_mirror_rate_cells_per_second", "kind" => kind).set(rate);
     }
-    metric(
-        &mut out,
-        "mezzanine_reverse_lag_cells",
-        "gauge",
-        "Change-log cells not yet applied to the legacy tables",
-    );
     for shard in &status.reverse {
-        let _ = writeln!(
-            out,
-            "mezzanine_reverse_lag_cells{{shard=\"{}\"}} {}",
-            shard.shard, shard.lag
-        );
+        metrics::gauge!("mezzanine_reverse_lag_cells", "shard" => shard.shard.to_string())
+            .set(shard.lag as f64);
     }
-    metric(
-        &mut out,
-        "mezzanine_reverse_parked",
-        "gauge",
-        "Change-log cells the legacy model refused",
-    );
-    let _ = writeln!(out, "mezzanine_reverse_parked {}", status.reverse_parked);
+    metrics::gauge!("mezzanine_reverse_parked").set(status.reverse_parked as f64);
     if let Some(stats) = &local.relay {
-        for (name, help, value) in [
-            (
-                "mezzanine_capture_changes_total",
-                "Captured changes this process's relay took from the queue",
-                &stats.captured,
-            ),
-            (
-                "mezzanine_capture_tombstones_total",
-                "Tombstones this process's relay wrote for deleted legacy rows",
-                &stats.tombstones,
-            ),
-        ] {
-            metric(&mut out, name, "counter", help);
-            let _ = writeln!(out, "{name} {}", WorkerStats::get(value));
-        }
+        metrics::counter!("mezzanine_capture_changes_total")
+            .absolute(WorkerStats::get(&stats.captured));
+        metrics::counter!("mezzanine_capture_tombstones_total")
+            .absolute(WorkerStats::get(&stats.tombstones));
     }
     for (kind, stats) in [("relay", &local.relay), ("reverse", &local.reverse)] {
         let Some(stats) = stats else { continue };
-        let cells = format!("mezzanine_{kind}_cells_total");
-        metric(&mut out, &cells, "counter", "Cells this process moved");
-        let _ = writeln!(out, "{cells} {}", WorkerStats::get(&stats.cells));
-        let failures = format!("mezzanine_{kind}_failures_total");
-        metric(
-            &mut out,
-            &failures,
-            "counter",
-            "Failed attempts in this process",
-        );
-        let _ = writeln!(out, "{failures} {}", WorkerStats::get(&stats.failures));
+        metrics::counter!(format!("mezzanine_{kind}_cells_total"))
+            .absolute(WorkerStats::get(&stats.cells));
+        metrics::counter!(format!("mezzanine_{kind}_failures_total"))
+            .absolute(WorkerStats::get(&stats.failures));
     }
-    out
 }
 
-/// The backfill's metrics: the plan's state from PostgreSQL, and this
-/// process's counters when it runs workers.
-///
-/// | metric | type | meaning |
-/// |---|---|---|
-/// | `mezzanine_backfill_chunks{state}` | gauge | chunks pending, running, done, failed |
-/// | `mezzanine_backfill_cells_done` | gauge | cells of done chunks (whole plan) |
-/// | `mezzanine_backfill_cells_per_second` | gauge | over chunks finished in the last minute (whole plan) |
-/// | `mezzanine_backfill_rows_total` | counter | legacy rows this process read |
-/// | `mezzanine_backfill_cells_total` | counter | cells this process wrote |
-/// | `mezzanine_backfill_failures_total` | counter | attempts that failed on a server in this process |
-/// | `mezzanine_backfill_lag_pauses_total` | counter | pauses for replication lag in this process |
-pub fn render_backfill(
-    status: &backfill::PlanStatus,
-    local: Option<&backfill::Progress>,
-) -> String {
+/// Records the backfill's figures: the plan's state, and this process's
+/// counters when it runs workers.
+pub fn record_backfill(status: &backfill::PlanStatus, local: Option<&backfill::Progress>) {
     use backfill::Progress;
-    let mut out = String::new();
-    metric(
-        &mut out,
-        "mezzanine_backfill_chunks",
-        "gauge",
-        "Backfill chunks by state",
-    );
     for (state, n) in [
         ("pending", status.pending),
         ("running", status.running),
         ("done", status.done),
         ("failed", status.failed),
     ] {
-        let _ = writeln!(out, "mezzanine_backfill_chunks{{state=\"{state}\"}} {n}");
+        metrics::gauge!("mezzanine_backfill_chunks", "state" => state).set(n as f64);
     }
-    metric(
-        &mut out,
-        "mezzanine_backfill_cells_done",
-        "gauge",
-        "Cells of done chunks",
-    );
-    let _ = writeln!(out, "mezzanine_backfill_cells_done {}", status.cells_done);
-    metric(
-        &mut out,
-        "mezzanine_backfill_cells_per_second",
-        "gauge",
-        "Cells per second over the chunks finished in the last minute",
-    );
-    let _ = writeln!(
-        out,
-        "mezzanine_backfill_cells_per_second {:.1}",
-        status.recent_cells_per_sec
-    );
+    metrics::gauge!("mezzanine_backfill_cells_done").set(status.cells_done as f64);
+    metrics::gauge!("mezzanine_backfill_cells_per_second").set(status.recent_cells_per_sec);
     if let Some(p) = local {
-        for (name, help, value) in [
-            (
-                "rows_total",
-                "Legacy rows this process read",
-                Progress::get(&p.rows),
-            ),
-            (
-                "cells_total",
-                "Cells this process wrote",
-                Progress::get(&p.cells),
-            ),
-            (
-                "failures_total",
-                "Attempts that failed on a server",
-                Progress::get(&p.failures),
-            ),
-            (
-                "lag_pauses_total",
-                "Pauses for replication lag",
-                Progress::get(&p.lag_pauses),
-            ),
+        for (name, value) in [
+            ("rows_total", &p.rows),
+            ("cells_total", &p.cells),
+            ("failures_total", &p.failures),
+            ("lag_pauses_total", &p.lag_pauses),
         ] {
-            let name = format!("mezzanine_backfill_{name}");
-            metric(&mut out, &name, "counter", help);
-            let _ = writeln!(out, "{name} {value}");
+            metrics::counter!(format!("mezzanine_backfill_{name}")).absolute(Progress::get(value));
         }
     }
-    out
 }
 
-/// Serves `GET /metrics` on `addr` until `cancel`, each scrape rendered
-/// fresh by `scrape`.
-pub async fn serve<F, Fut>(
+/// Everything the process has recorded, as Prometheus text.
+pub fn render() -> String {
+    worker::metrics::install().render()
+}
+
+/// Serves `GET /metrics` on `addr` until `cancel`, `refresh` setting the
+/// gauges read from the databases before each scrape.
+pub async fn serve(
     addr: SocketAddr,
-    scrape: F,
+    refresh: Refresh,
     cancel: CancellationToken,
-) -> anyhow::Result<()>
-where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = String> + Send,
-{
-    let scrape = Arc::new(scrape);
-    serve_http(
-        addr,
-        move |path| {
-            let scrape = scrape.clone();
-            async move {
-                if path == "/metrics" {
-                    Response::ok(PROMETHEUS_TEXT, scrape().await)
-                } else {
-                    Response::not_found("GET /metrics\n")
-                }
-            }
-        },
-        cancel,
-    )
-    .await?;
-    eprintln!("metrics on http://{addr}/metrics");
+) -> anyhow::Result<()> {
+    let router = worker::metrics::router(Some(refresh));
+    let served = worker::stack::serve(router, &worker::Listen::plain(addr), cancel).await?;
+    eprintln!("metrics on http://{}/metrics", served.addr);
     Ok(())
-}
-
-/// The content type of the Prometheus text format.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
-
-/// An HTTP response of [`serve_http`].
-pub struct Response {
-    /// Status line text, e.g. `200 OK`.
-    pub status: &'static str,
-    /// Content-Type.
-    pub content_type: &'static str,
-    /// The body.
-    pub body: String,
-}
-
-impl Response {
-    /// 200 with `body`.
-    pub fn ok(content_type: &'static str, body: String) -> Response {
-        Response {
-            status: "200 OK",
-            content_type,
-            body,
-        }
-    }
-
-    /// 404 with `body`.
-    pub fn not_found(body: &str) -> Response {
-        Response {
-            status: "404 Not Found",
-            content_type: "text/plain",
-            body: body.to_string(),
-        }
-    }
-}
-
-/// A minimal HTTP/1.1 server for GET requests on `addr`, until `cancel`:
-/// `handle` gets the path (without the query) and answers; every
-/// connection is closed after its one response.
-pub async fn serve_http<F, Fut>(
-    addr: SocketAddr,
-    handle: F,
-    cancel: CancellationToken,
-) -> anyhow::Result<SocketAddr>
-where
-    F: Fn(String) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Response> + Send,
-{
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("serving on {addr}: {e}"))?;
-    let bound = listener.local_addr()?;
-    let handle = Arc::new(handle);
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = tokio::select! {
-                _ = cancel.cancelled() => return,
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!("http endpoint: {e}");
-                        continue;
-                    }
-                },
-            };
-            let handle = handle.clone();
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
-                    match socket.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let line = String::from_utf8_lossy(&request);
-                let response = match line
-                    .strip_prefix("GET ")
-                    .and_then(|rest| rest.split(' ').next())
-                {
-                    Some(target) => {
-                        let path = target.split('?').next().unwrap_or(target).to_string();
-                        handle(path).await
-                    }
-                    None => Response {
-                        status: "405 Method Not Allowed",
-                        content_type: "text/plain",
-                        body: "only GET\n".into(),
-                    },
-                };
-                let head = format!(
-                    "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
-                    response.status,
-                    response.content_type,
-                    response.body.len()
-                );
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(response.body.as_bytes()).await;
-            });
-        }
-    });
-    Ok(bound)
 }

@@ -208,10 +208,10 @@ where
         let (pool, schemaless) = (pool.clone(), schemaless.clone());
         metrics::serve(
             addr,
-            move || {
+            worker::metrics::refresh(move || {
                 let (pool, schemaless, local) = (pool.clone(), schemaless.clone(), local.clone());
-                async move { scrape(&pool, &schemaless, &local).await }
-            },
+                async move { record(&pool, &schemaless, &local).await }
+            }),
             cancel.clone(),
         )
         .await?;
@@ -244,11 +244,12 @@ where
     Ok(())
 }
 
-async fn scrape(pool: &sqlx::PgPool, schemaless: &MySqlStore, local: &metrics::Local) -> String {
+/// Sets the mirror's gauges before a scrape.
+async fn record(pool: &sqlx::PgPool, schemaless: &MySqlStore, local: &metrics::Local) {
     let mode = tripstore::mode::read(pool).await.ok().map(|s| s.mode);
     match mirror::status::read(pool, schemaless).await {
-        Ok(status) => metrics::render(&status, mode, local),
-        Err(e) => format!("# mirror status unavailable: {e}\n"),
+        Ok(status) => metrics::record_mirror(&status, mode, local),
+        Err(e) => tracing::warn!("reading the mirror's status for /metrics: {e}"),
     }
 }
 
@@ -260,10 +261,8 @@ async fn status(
     let mode = tripstore::mode::read(pool).await?.mode;
     let status = mirror::status::read(pool, schemaless).await?;
     if args.prometheus {
-        print!(
-            "{}",
-            metrics::render(&status, Some(mode), &metrics::Local::default())
-        );
+        metrics::record_mirror(&status, Some(mode), &metrics::Local::default());
+        print!("{}", metrics::render());
         return Ok(());
     }
     if args.json {

@@ -36,14 +36,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::StatusCode;
+use axum::response::Html;
+use axum::routing::get;
+use axum::{Json, Router};
 use clap::Args;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
-
-use crate::metrics::{serve_http, Response, PROMETHEUS_TEXT};
 
 const PAGE: &str = include_str!("dashboard.html");
 
@@ -63,7 +64,6 @@ struct Dashboard {
     legacy: legacy::LegacyStore,
     /// `[capture]`, for the tables it should cover.
     capture: config::Capture,
-    prometheus: PrometheusHandle,
     refresh_ms: u64,
     /// Coverage is a scan of the parent table: computed at most every
     /// 30 s.
@@ -91,65 +91,81 @@ pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
     mirror::schema::ensure(&pool).await?;
     backfill::plan::ensure_tables(&pool).await?;
     verifier::store::ensure(&pool).await?;
-    let prometheus = PrometheusBuilder::new()
-        .install_recorder()
-        .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     let dashboard = Arc::new(Dashboard {
         pool,
         legacy,
         capture: config.capture.clone(),
-        prometheus,
         refresh_ms: args.refresh_ms.max(200),
         coverage: Mutex::new((None, Value::Null)),
         model: query::Model::from_config(&config),
         inventory: Mutex::new(Inventory::default()),
     });
     let cancel = CancellationToken::new();
-    let handler = {
-        let dashboard = dashboard.clone();
-        move |path: String| {
-            let dashboard = dashboard.clone();
-            async move { dashboard.answer(&path).await }
-        }
-    };
-    let bound = serve_http(args.listen, handler, cancel.clone()).await?;
+    let served = worker::stack::serve(
+        router(dashboard),
+        &worker::Listen::plain(args.listen),
+        cancel.clone(),
+    )
+    .await?;
+    let bound = served.addr;
     // Tests and scripts read this line for the port.
     println!("dashboard on http://{bound}/ (metrics on http://{bound}/metrics)");
     crate::mirror::stopped().await;
     cancel.cancel();
+    served.done.await?;
     Ok(())
 }
 
-impl Dashboard {
-    async fn answer(&self, path: &str) -> Response {
-        match path {
-            "/" | "/index.html" => Response::ok(
-                "text/html; charset=utf-8",
-                PAGE.replace("__REFRESH_MS__", &self.refresh_ms.to_string()),
-            ),
-            "/api/status" => match self.status().await {
-                Ok(v) => Response::ok("application/json", v.to_string()),
-                Err(e) => Response {
-                    status: "503 Service Unavailable",
-                    content_type: "application/json",
-                    body: json!({ "error": format!("{e:#}") }).to_string(),
-                },
-            },
-            "/metrics" => match self.status().await {
-                Ok(v) => {
-                    set_gauges(&v);
-                    Response::ok(PROMETHEUS_TEXT, self.prometheus.render())
+/// The dashboard's routes: the page, its JSON, and `/metrics` with the
+/// gauges set from the same status first.
+fn router(dashboard: Arc<Dashboard>) -> Router {
+    let page = PAGE.replace("__REFRESH_MS__", &dashboard.refresh_ms.to_string());
+    let metrics = {
+        let dashboard = dashboard.clone();
+        worker::metrics::refresh(move || {
+            let dashboard = dashboard.clone();
+            async move {
+                match dashboard.status().await {
+                    Ok(v) => set_gauges(&v),
+                    Err(e) => tracing::warn!("reading the status for /metrics: {e:#}"),
                 }
-                Err(e) => Response {
-                    status: "503 Service Unavailable",
-                    content_type: "text/plain",
-                    body: format!("# status unavailable: {e:#}\n"),
-                },
-            },
-            _ => Response::not_found("GET / (dashboard), /api/status, /metrics\n"),
-        }
-    }
+            }
+        })
+    };
+    Router::new()
+        .route(
+            "/",
+            get(move || {
+                let page = page.clone();
+                async move { Html(page) }
+            }),
+        )
+        .route(
+            "/api/status",
+            get(move || {
+                let dashboard = dashboard.clone();
+                async move {
+                    match dashboard.status().await {
+                        Ok(v) => (StatusCode::OK, Json(v)),
+                        Err(e) => (
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            Json(json!({ "error": format!("{e:#}") })),
+                        ),
+                    }
+                }
+            }),
+        )
+        .merge(worker::metrics::router(Some(metrics)))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                "GET / (dashboard), /api/status, /metrics\n",
+            )
+        })
+        .layer(axum::middleware::from_fn(worker::guard::record))
+}
 
+impl Dashboard {
     /// Every figure of the page.
     async fn status(&self) -> anyhow::Result<Value> {
         let pool = &self.pool;

@@ -17,7 +17,8 @@
 //! - [`locate`]: finds the line of a key in the source text, so that errors
 //!   found after parsing still point at the right place;
 //! - [`urls`]: database URLs redacted for messages, their server, TLS;
-//! - [`validate`]: the checks that need more than one key at a time.
+//! - [`validate`]: the checks that need more than one key at a time;
+//! - [`worker`]: `[worker]`, the HTTP workers and their tokens.
 //!
 //! # Example
 //!
@@ -46,6 +47,7 @@ pub mod model;
 pub mod shards;
 pub mod urls;
 mod validate;
+pub mod worker;
 
 use std::path::{Path, PathBuf};
 
@@ -56,6 +58,7 @@ pub use model::{
 };
 pub use shards::ShardRange;
 pub use validate::Problem;
+pub use worker::{Scope, Token, Worker};
 
 /// Everything that can be wrong with a configuration file.
 #[derive(Debug, thiserror::Error)]

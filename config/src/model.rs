@@ -49,6 +49,9 @@ pub struct Config {
     /// than the facade (plain SQL), recorded by PostgreSQL itself.
     #[serde(default)]
     pub capture: Capture,
+    /// `[worker]`: the HTTP workers serving the cell API.
+    #[serde(default)]
+    pub worker: crate::worker::Worker,
 }
 
 /// `[capture]`: database-side capture of writes that bypass the facade.

@@ -291,7 +291,8 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         validate_layout(layout)?;
     }
     validate_indexes(config)?;
-    validate_capture(config)
+    validate_capture(config)?;
+    crate::worker::validate(&config.worker)
 }
 
 fn validate_capture(config: &Config) -> Result<(), Problem> {

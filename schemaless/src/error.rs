@@ -101,6 +101,20 @@ pub enum Error {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// A remote store (a worker, called over HTTP by the client crate)
+    /// answered with an error that has no variant of its own here, or
+    /// could not be reached by any attempt.
+    #[error("{node}: {code}: {message}")]
+    Remote {
+        /// The worker (its URL), or `workers` when every one was tried.
+        node: String,
+        /// The worker's error code (`internal`, `unavailable`, …).
+        code: String,
+        /// What it said.
+        message: String,
+        /// Whether the same call may succeed if tried again.
+        retryable: bool,
+    },
     /// A stored value cannot be turned into a cell (a legacy row whose
     /// value the layout's conversion refuses). Other rows are unaffected.
     #[error("cannot read {what} as a cell: {reason}")]
@@ -140,6 +154,7 @@ impl Error {
         match self {
             Error::Storage { source, .. } => driver_error_is_retryable(source),
             Error::Timeout { .. } | Error::Unavailable { .. } => true,
+            Error::Remote { retryable, .. } => *retryable,
             _ => false,
         }
     }

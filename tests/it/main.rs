@@ -58,6 +58,9 @@
 //!   a reconciler killed mid-replay;
 //! - [`tls`]: verify-full TLS to PostgreSQL and MariaDB, a wrong CA
 //!   refused;
+//! - [`worker`]: the facade over HTTP: every endpoint in every mode
+//!   against the linked facade, bad input, auth, saturation, drain on
+//!   SIGTERM, TLS, and a worker killed under the client's write load;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
@@ -84,3 +87,4 @@ mod servers;
 mod tls;
 mod triggers;
 mod verify;
+mod worker;

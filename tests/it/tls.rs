@@ -12,7 +12,7 @@ use crate::harness::{cell, column, row};
 
 /// (CA certificate, server certificate for 127.0.0.1 and localhost, its
 /// key), in PEM.
-fn certificates() -> (String, String, String) {
+pub(crate) fn certificates() -> (String, String, String) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);

@@ -15,6 +15,7 @@
 //!   watcher;
 //! - [`mode`]: the modes, the ladder, the control table;
 //! - [`gates`]: what each step forward waits for;
+//! - [`readiness`]: whether the stores the mode uses answer;
 //! - [`triage`]: the verifier's questions to the mirror;
 //! - [`error`]: the crate's error type.
 //!
@@ -41,9 +42,11 @@ pub mod direct_writes;
 pub mod error;
 pub mod gates;
 pub mod mode;
+pub mod readiness;
 pub mod triage;
 pub mod trip_store;
 
 pub use error::Error;
 pub use mode::{Mode, ModeChange, ModeRequest, ModeState};
+pub use readiness::Readiness;
 pub use trip_store::TripStore;

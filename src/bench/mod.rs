@@ -27,6 +27,7 @@ mod index;
 mod mirror;
 mod stats;
 mod verify;
+mod worker;
 
 use std::path::Path;
 
@@ -64,6 +65,11 @@ pub enum BenchCommand {
     /// after promoting its minion. Starts private servers of its own on
     /// free loopback ports: it kills one.
     Availability(availability::AvailabilityArgs),
+    /// The cell API through a worker over HTTP (the Rust client,
+    /// keep-alive, loopback) against a linked facade, same run, same
+    /// concurrency: get_cell_latest p50/p99 and put throughput, on the
+    /// dev cluster.
+    Worker(worker::WorkerArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -75,6 +81,7 @@ pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Verify(args) => verify::run(args, config, cluster_dir).await,
         BenchCommand::Availability(args) => availability::run(args, config, cluster_dir).await,
         BenchCommand::Capture(args) => capture::run(args, config, cluster_dir).await,
+        BenchCommand::Worker(args) => worker::run(args, config, cluster_dir).await,
     }
 }
 

@@ -665,6 +665,16 @@ async fn bad_input_gets_a_json_4xx_writes_nothing_and_the_worker_keeps_serving()
             404,
         ),
         (
+            "a row key in a form other than the canonical one",
+            http.get(format!("{url}/v1/rows/{}", row.replace('-', ""))),
+            400,
+        ),
+        (
+            "a negative change-log position",
+            http.get(format!("{url}/v1/shards/0/changes?after=-1")),
+            400,
+        ),
+        (
             "a change-log limit of 0",
             http.get(format!("{url}/v1/shards/0/changes?limit=0")),
             400,
@@ -673,7 +683,7 @@ async fn bad_input_gets_a_json_4xx_writes_nothing_and_the_worker_keeps_serving()
             "an index that does not exist",
             http.post(format!("{url}/v1/indexes/nope/query"))
                 .json(&json!({"shard_value": "x"})),
-            400,
+            404,
         ),
         (
             "an enormous header",

@@ -7,17 +7,38 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+/// The pattern of a row key: a UUID in its canonical hyphenated form,
+/// the only form the API takes.
+pub const ROW_KEY_PATTERN: &str =
+    "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+
+/// The pattern of a column name.
+pub const COLUMN_PATTERN: &str = "^[A-Za-z0-9_]{1,64}$";
+
+/// Whether `text` is a UUID in canonical hyphenated form (the uuid crate
+/// also takes braces, URNs and bare hex; the API's document promises
+/// one form, and takes only it).
+pub fn is_canonical_uuid(text: &str) -> bool {
+    text.len() == 36
+        && text.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
 /// A cell to write.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CellIn {
     /// The entity: a UUID.
-    #[schema(format = Uuid)]
+    #[schema(format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
     pub row_key: String,
     /// The column: 1–64 characters of `[A-Za-z0-9_]`.
+    #[schema(pattern = "^[A-Za-z0-9_]{1,64}$")]
     pub column: String,
     /// The version; the latest cell of a (row, column) has the highest.
     #[schema(minimum = 0)]
+    #[serde(deserialize_with = "integer")]
     pub ref_key: i64,
     /// The cell's immutable value: a JSON object.
     #[schema(value_type = Object)]
@@ -145,6 +166,7 @@ pub struct CellsAnswer {
 #[serde(deny_unknown_fields)]
 pub struct ColumnCellsRequest {
     /// The rows (UUIDs), at most `limits.max_batch_cells`.
+    #[schema(value_type = Vec<RowKeyText>)]
     pub rows: Vec<String>,
     /// `master` (default) or `minion`.
     #[serde(default)]
@@ -193,6 +215,11 @@ pub struct ReadParams {
     pub from: Source,
 }
 
+/// A row key in the canonical form of a UUID.
+#[derive(ToSchema)]
+#[schema(format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")]
+pub struct RowKeyText(pub String);
+
 /// `?after=&limit=&from=` of a change-log read.
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -201,7 +228,7 @@ pub struct ChangesParams {
     /// Cells with a higher added_id than this (0: from the start).
     #[serde(default)]
     #[param(minimum = 0)]
-    pub after: u64,
+    pub after: i64,
     /// At most this many cells, 1–10000. Default 100.
     #[serde(default = "default_limit")]
     #[param(minimum = 1, maximum = 10000)]
@@ -213,6 +240,31 @@ pub struct ChangesParams {
 
 fn default_limit() -> usize {
     100
+}
+
+/// An integer, also when written with a zero fraction (`823.0`): JSON
+/// Schema counts that an integer, so a client may send it.
+fn integer<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i128>,
+{
+    use serde::de::Error;
+    let number = serde_json::Number::deserialize(deserializer)?;
+    let text = number.to_string();
+    let whole = match text.split_once('.') {
+        Some((whole, fraction)) if fraction.bytes().all(|b| b == b'0') => whole,
+        Some(_) => return Err(D::Error::custom(format!("{text} is not an integer"))),
+        None if text.contains(['e', 'E']) => {
+            return Err(D::Error::custom(format!("{text} is not an integer")))
+        }
+        None => &text,
+    };
+    whole
+        .parse::<i128>()
+        .ok()
+        .and_then(|n| T::try_from(n).ok())
+        .ok_or_else(|| D::Error::custom(format!("{text} is out of range")))
 }
 
 /// The most entries or cells one page returns.
@@ -290,7 +342,7 @@ pub struct IndexQueryIn {
     #[serde(default)]
     pub descending: bool,
     /// At most this many entries, 1–10000. Default 100.
-    #[serde(default = "default_limit")]
+    #[serde(default = "default_limit", deserialize_with = "integer")]
     #[schema(minimum = 1, maximum = 10000)]
     pub limit: usize,
     /// `master` (default) or `minion`.

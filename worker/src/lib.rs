@@ -122,6 +122,7 @@ pub fn router(
         store,
         limits: config.limits.clone(),
         instance: config.instance.name.clone(),
+        indexes: config.indexes.iter().map(|i| i.name.clone()).collect(),
     });
     let scoped = |scope: Scope, router: Router<Arc<routes::App>>| {
         router.route_layer(axum::middleware::from_fn_with_state(

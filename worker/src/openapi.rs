@@ -56,7 +56,7 @@ impl utoipa::IntoResponses for Errors {
             ("400", "Bad input: malformed JSON, a bad row key, column or ref key, an unknown field; nothing was written"),
             ("401", "No valid bearer token"),
             ("403", "The token's scope is too small"),
-            ("404", "No such shard, or no such endpoint"),
+            ("404", "No such shard, index or endpoint"),
             ("405", "The endpoint does not take this method"),
             ("409", "The cell exists with a different body"),
             ("413", "A body, a batch or a cell over [limits]"),

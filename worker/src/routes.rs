@@ -26,6 +26,8 @@ pub struct App {
     pub limits: config::Limits,
     /// `instance.name`.
     pub instance: String,
+    /// The names of `[[index]]`: a query of another is a 404.
+    pub indexes: Vec<String>,
 }
 
 type Shared = State<Arc<App>>;
@@ -42,6 +44,11 @@ fn with_stale<T: serde::Serialize>(stale: bool, body: T) -> Response {
 }
 
 fn row_key(text: &str) -> Result<RowKey, ApiError> {
+    if !is_canonical_uuid(text) {
+        return Err(ApiError::invalid(format!(
+            "invalid row_key: {text:?} is not a UUID in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+        )));
+    }
     RowKey::parse(text).map_err(ApiError::from)
 }
 
@@ -79,6 +86,12 @@ pub async fn put_cells(
     }
     let mut cells = Vec::with_capacity(request.cells.len());
     for (i, c) in request.cells.into_iter().enumerate() {
+        if !is_canonical_uuid(&c.row_key) {
+            return Err(ApiError::invalid(format!(
+                "invalid cells[{i}].row_key: {:?} is not a UUID in the form xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+                c.row_key
+            )));
+        }
         let cell = Cell::parse(&c.row_key, &c.column, c.ref_key, c.body)
             .map_err(|e| ApiError::from(e.in_batch(i)))?;
         let bytes = cell.body.json_len();
@@ -107,8 +120,8 @@ pub async fn put_cells(
 #[utoipa::path(
     get, path = "/v1/rows/{row_key}/columns/{column}/refs/{ref_key}", tag = "cells",
     params(
-        ("row_key" = String, Path, description = "The row key (a UUID)"),
-        ("column" = String, Path, description = "The column"),
+        ("row_key" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The row key (a UUID)"),
+        ("column" = String, Path, pattern = "^[A-Za-z0-9_]{1,64}$", description = "The column"),
         ("ref_key" = i64, Path, minimum = 0, description = "The ref key"),
         ReadParams
     ),
@@ -143,8 +156,8 @@ pub async fn get_cell(
 #[utoipa::path(
     get, path = "/v1/rows/{row_key}/columns/{column}/latest", tag = "cells",
     params(
-        ("row_key" = String, Path, description = "The row key (a UUID)"),
-        ("column" = String, Path, description = "The column"),
+        ("row_key" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The row key (a UUID)"),
+        ("column" = String, Path, pattern = "^[A-Za-z0-9_]{1,64}$", description = "The column"),
         ReadParams
     ),
     responses((status = 200, description = "The cell with the highest ref key, or null", body = CellAnswer,
@@ -173,7 +186,7 @@ pub async fn get_latest(
 /// The latest cell of every column of a row.
 #[utoipa::path(
     get, path = "/v1/rows/{row_key}", tag = "cells",
-    params(("row_key" = String, Path, description = "The row key (a UUID)"), ReadParams),
+    params(("row_key" = String, Path, format = Uuid, pattern = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", description = "The row key (a UUID)"), ReadParams),
     responses((status = 200, description = "The row's latest cells, by column name", body = CellsAnswer,
         headers(("mezzanine-stale" = String, description = "`true` when a minion answered for a master that is down"))), Errors),
     security(("bearer" = []))
@@ -200,7 +213,7 @@ pub async fn get_row(
 /// Every stored version of a column in some rows.
 #[utoipa::path(
     post, path = "/v1/columns/{column}/cells", tag = "cells",
-    params(("column" = String, Path, description = "The column")),
+    params(("column" = String, Path, pattern = "^[A-Za-z0-9_]{1,64}$", description = "The column")),
     request_body = ColumnCellsRequest,
     responses((status = 200, description = "Every cell of the column in those rows, in address order", body = CellsAnswer,
         headers(("mezzanine-stale" = String, description = "`true` when a minion answered for a master that is down"))), Errors),
@@ -251,6 +264,12 @@ pub async fn query_index(
     Path(index): Path<String>,
     Json(q): Json<IndexQueryIn>,
 ) -> Result<Response, ApiError> {
+    if !app.indexes.contains(&index) {
+        return Err(ApiError::not_found(format!(
+            "no index is called {index:?} (declared: {})",
+            app.indexes.join(", ")
+        )));
+    }
     let query = IndexQuery {
         index,
         shard_value: q.shard_value,
@@ -301,9 +320,11 @@ pub async fn get_changes(
     Query(params): Query<ChangesParams>,
 ) -> Result<Response, ApiError> {
     let limit = page(params.limit)?;
+    let after = u64::try_from(params.after)
+        .map_err(|_| ApiError::invalid(format!("invalid after: {} is negative", params.after)))?;
     let page = app
         .store
-        .get_cells_for_shard(shard, params.after, limit, params.from.read_from())
+        .get_cells_for_shard(shard, after, limit, params.from.read_from())
         .await?;
     // The change log is read from the node asked; it is never answered by
     // another one, so it is never stale for a master read.

@@ -179,17 +179,21 @@ impl Builder {
             .map_err(|e| BuildError::Tls(e.to_string()))?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .timeout(self.request_timeout)
-            .connect_timeout(self.request_timeout.min(Duration::from_secs(2)))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| BuildError::Tls(e.to_string()))?;
+        let http = |idle: Duration| {
+            reqwest::Client::builder()
+                .use_preconfigured_tls(tls.clone())
+                .timeout(self.request_timeout)
+                .connect_timeout(self.request_timeout.min(Duration::from_secs(2)))
+                .pool_idle_timeout(idle)
+                .tcp_nodelay(true)
+                .build()
+                .map_err(|e| BuildError::Tls(e.to_string()))
+        };
+        // Until the workers say how long they keep an idle connection,
+        // a pooled one is not reused after a second.
         let mut client = Client {
             inner: Arc::new(Inner {
-                http,
+                http: http(Duration::from_secs(1))?,
                 workers: self.workers,
                 token: self.token,
                 next: AtomicUsize::new(0),
@@ -199,9 +203,15 @@ impl Builder {
             }),
         };
         let info: wire::Info = client.call(Method::GET, "/v1/info", None).await?.json()?;
-        Arc::get_mut(&mut client.inner)
-            .expect("the client is not shared yet")
-            .info = info;
+        let inner = Arc::get_mut(&mut client.inner).expect("the client is not shared yet");
+        // A worker closes a connection idle for its header read timeout;
+        // one reused at that moment fails. Dropping pooled connections at
+        // half that time avoids the race (a failed send would be retried
+        // anyway, but costs a backoff).
+        if info.idle_timeout_ms > 0 {
+            inner.http = http(Duration::from_millis(info.idle_timeout_ms / 2))?;
+        }
+        inner.info = info;
         Ok(client)
     }
 }

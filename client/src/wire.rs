@@ -90,6 +90,9 @@ pub(crate) struct Info {
     pub shard_count: u32,
     pub mode: String,
     pub max_batch_cells: usize,
+    /// Absent from a worker older than the field: 0, keep the default.
+    #[serde(default)]
+    pub idle_timeout_ms: u64,
 }
 
 /// A stored cell as the workers send it.

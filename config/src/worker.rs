@@ -28,7 +28,9 @@ pub struct Worker {
     pub request_timeout_ms: u64,
     /// `worker.header_read_timeout_ms`: how long a connection may take to
     /// send a request's headers, so slow clients (slowloris) cannot hold
-    /// connections open. 100–600000. Default 5000.
+    /// connections open. hyper starts the wait when the previous answer
+    /// is sent, so this is also how long an idle keep-alive connection
+    /// stays open. 100–600000. Default 5000.
     #[serde(default = "default_header_read_timeout_ms")]
     pub header_read_timeout_ms: u64,
     /// `worker.max_header_bytes`: the most bytes of request headers

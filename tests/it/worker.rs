@@ -18,9 +18,15 @@ use crate::harness::{config_file, mezzanine, LegacyDb};
 
 /// A plain reqwest client (the client crate's TLS features leave reqwest
 /// without a default crypto provider: install ring's).
+/// Its pooled connections are dropped well before a worker's idle
+/// timeout (its header read timeout, 500 ms in some tests), as the
+/// project's clients do.
 fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap()
 }
 
 /// A worker on a free loopback port, in this process.
@@ -483,7 +489,7 @@ async fn a_saturated_worker_sheds_with_retry_after_recovers_and_drains_on_sigter
     let facade = TripStore::connect(&db.config).await.unwrap();
     forced(&facade, Mode::Schemaless).await;
     let file = config_file(&format!(
-        "{}\n[worker]\nmax_in_flight = 1\nrequest_timeout_ms = 30000\n{}",
+        "{}\n[worker]\nmax_in_flight = 1\nrequest_timeout_ms = 30000\nheader_read_timeout_ms = 500\n{}",
         db.config_text, TOKENS
     ));
     let worker = WorkerProcess::start(file.path(), &[]);
@@ -495,18 +501,40 @@ async fn a_saturated_worker_sheds_with_retry_after_recovers_and_drains_on_sigter
             .bearer_auth("read-secret-0123456789abcdef")
             .send()
     };
+    // A client that trickles its headers (slowloris) is cut off after
+    // worker.header_read_timeout_ms, holding nothing.
+    let mut slow = std::net::TcpStream::connect(worker.addr).unwrap();
+    write!(slow, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut rest = Vec::new();
+    let closed = slow.read_to_end(&mut rest);
+    assert!(
+        closed.is_ok() && started.elapsed() < Duration::from_secs(5),
+        "the connection was not closed: {closed:?} after {:?}",
+        started.elapsed()
+    );
+
     // One request holds the only permit: the next is shed at once.
     let hanging = hanging_put(worker.addr, &body);
     let mut shed = None;
+    let mut seen = Vec::new();
     for _ in 0..100 {
         let r = read().await.unwrap();
         if r.status().as_u16() == 503 {
             shed = Some(r);
             break;
         }
+        seen.push(r.status().as_u16());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let shed = shed.expect("a saturated worker answers 503");
+    let shed = shed.unwrap_or_else(|| {
+        panic!(
+            "a saturated worker answers 503; got {seen:?}; worker: {}",
+            worker.stderr.lock().unwrap()
+        )
+    });
     assert_eq!(shed.headers()["retry-after"], "1");
     let error: Value = shed.json().await.unwrap();
     assert_eq!(error["code"], "saturated");
@@ -738,6 +766,10 @@ async fn bad_input_gets_a_json_4xx_writes_nothing_and_the_worker_keeps_serving()
         .await
         .unwrap();
     assert_eq!(info["mode"], "primary");
+    assert_eq!(
+        info["idle_timeout_ms"], config.worker.header_read_timeout_ms,
+        "{info}"
+    );
     shutdown.cancel();
     served.done.await.unwrap();
     facade.close().await;
@@ -944,4 +976,98 @@ async fn the_cell_commands_read_and_write_through_the_facade() {
         let (code, _, err) = run(&args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_answer_says_so_and_readiness_follows_the_stores_the_mode_uses() {
+    use devcluster::{DevCluster, Spec};
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
+        .await
+        .unwrap();
+    let (config, _pool) = crate::harness::private_trips(
+        &cluster,
+        "wstale",
+        "[storage]\nrequest_timeout_ms = 400\nconnect_timeout_ms = 400\nbreaker_failures = 2\nbreaker_open_ms = 300\n",
+    )
+    .await;
+    cluster
+        .wait_all_caught_up(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let facade = Arc::new(TripStore::connect(&config).await.unwrap());
+    forced(&facade, Mode::Schemaless).await;
+    let cell = legacy::trips::TripCells::new(77).new_trip().remove(0);
+    facade.put_cell(cell.clone()).await.unwrap();
+    cluster
+        .wait_all_caught_up(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let (served, shutdown) = worker_in_process(facade.clone(), &config).await;
+    let url = served.url();
+    let http = http_client();
+    let ready = || async {
+        let r = http.get(format!("{url}/readyz")).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap())
+    };
+    let (status, body) = ready().await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["mode"], "schemaless");
+    assert_eq!(body["checks"][0]["store"], "schemaless:a", "{body}");
+
+    // PostgreSQL is not a store of mode schemaless: still ready.
+    cluster.pause("postgres").unwrap();
+    let (status, body) = ready().await;
+    cluster.resume("postgres").unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["store"] != "legacy"),
+        "{body}"
+    );
+
+    // The master down: master reads are answered by the minion, and say
+    // so in the body and a header; readiness says the cluster is degraded.
+    cluster.pause("a-master").unwrap();
+    let latest = format!(
+        "{url}/v1/rows/{}/columns/{}/latest",
+        cell.key.row_key, cell.key.column
+    );
+    let mut stale = None;
+    for _ in 0..50 {
+        let r = http.get(&latest).send().await.unwrap();
+        if r.status().as_u16() == 200
+            && r.headers()
+                .get("mezzanine-stale")
+                .is_some_and(|v| v == "true")
+        {
+            stale = Some(r.json::<Value>().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stale = stale.expect("a stale answer while the master is down");
+    assert_eq!(stale["stale"], true);
+    assert_eq!(stale["cell"]["body"], cell.body.to_value());
+    let (status, body) = ready().await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["checks"][0]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("minion")),
+        "{body}"
+    );
+    // No node of the cluster answers: not ready.
+    cluster.pause("a-minion1").unwrap();
+    let (status, body) = ready().await;
+    cluster.resume("a-minion1").unwrap();
+    cluster.resume("a-master").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["ready"], false);
+    shutdown.cancel();
+    served.done.await.unwrap();
+    facade.close().await;
 }

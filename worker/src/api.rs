@@ -383,6 +383,11 @@ pub struct Info {
     pub max_batch_cells: usize,
     /// `limits.max_body_bytes`.
     pub max_body_bytes: usize,
+    /// How long the worker keeps an idle keep-alive connection open
+    /// (`worker.header_read_timeout_ms`: the wait for a request's headers
+    /// starts when the previous answer is sent). A client drops a pooled
+    /// connection before then, so it never sends on one being closed.
+    pub idle_timeout_ms: u64,
     /// The worker's version.
     pub version: String,
 }

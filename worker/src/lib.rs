@@ -123,6 +123,7 @@ pub fn router(
         limits: config.limits.clone(),
         instance: config.instance.name.clone(),
         indexes: config.indexes.iter().map(|i| i.name.clone()).collect(),
+        idle_timeout_ms: config.worker.header_read_timeout_ms,
     });
     let scoped = |scope: Scope, router: Router<Arc<routes::App>>| {
         router.route_layer(axum::middleware::from_fn_with_state(

@@ -28,6 +28,9 @@ pub struct App {
     pub instance: String,
     /// The names of `[[index]]`: a query of another is a 404.
     pub indexes: Vec<String>,
+    /// `worker.header_read_timeout_ms`, which also closes an idle
+    /// keep-alive connection: clients drop pooled connections sooner.
+    pub idle_timeout_ms: u64,
 }
 
 type Shared = State<Arc<App>>;
@@ -351,6 +354,7 @@ pub async fn info(State(app): Shared) -> axum::Json<Info> {
         mode: app.store.mode(),
         max_batch_cells: app.limits.max_batch_cells,
         max_body_bytes: app.limits.max_body_bytes,
+        idle_timeout_ms: app.idle_timeout_ms,
         version: env!("CARGO_PKG_VERSION").to_string(),
     })
 }

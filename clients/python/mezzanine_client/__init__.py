@@ -137,11 +137,19 @@ class Client:
         self._ssl = ssl_context
         self._next = itertools.count()
         self._info: Optional[dict] = None
+        # A worker closes a connection idle for its header read timeout;
+        # one reused at that moment fails. A connection idle for longer
+        # than this is reopened instead: a second until ``info()`` says
+        # the worker's timeout, then half of it.
+        self._idle = 1.0
 
     # -- transport -------------------------------------------------------
 
     def _connection(self, worker: _Worker) -> http.client.HTTPConnection:
         conn = getattr(worker.local, "conn", None)
+        if conn is not None and time.monotonic() - worker.local.used > self._idle:
+            self._drop(worker)
+            conn = None
         if conn is None:
             host, port = worker.url.hostname, worker.url.port
             if worker.url.scheme == "https":
@@ -151,6 +159,7 @@ class Client:
             else:
                 conn = http.client.HTTPConnection(host, port or 80, timeout=self._timeout)
             worker.local.conn = conn
+            worker.local.used = time.monotonic()
         return conn
 
     def _drop(self, worker: _Worker) -> None:
@@ -183,6 +192,7 @@ class Client:
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
                 data = response.read()
+                worker.local.used = time.monotonic()
                 status = response.status
                 if response.getheader("Connection", "").lower() == "close":
                     self._drop(worker)
@@ -220,6 +230,8 @@ class Client:
         """The instance: ``shard_count``, ``mode``, limits."""
         value, _ = self.call("GET", "/v1/info")
         self._info = value
+        if value.get("idle_timeout_ms"):
+            self._idle = value["idle_timeout_ms"] / 2000
         return value
 
     def put_cells(self, cells: list[dict]) -> list[str]:

@@ -5,6 +5,7 @@ one that answers 503, one killed under load)."""
 import decimal
 import http.server
 import threading
+import time
 import uuid
 
 import pytest
@@ -37,6 +38,22 @@ def test_json_numbers_are_exact_both_ways():
     assert dumps(value) == '{"a":123456789012345678901234567890,"b":0.1000000000000000055511151231257827,"c":-0.0}'
     with pytest.raises(ValueError):
         dumps({"x": decimal.Decimal("NaN")})
+
+
+def test_a_connection_idle_for_half_the_workers_idle_timeout_is_reopened(workers, tokens):
+    # The worker closes a keep-alive connection idle for its header read
+    # timeout; reusing one at that moment would fail the send.
+    (w,) = workers(1)
+    store = Client([w.url], token=tokens["read"])
+    info = store.info()
+    assert info["idle_timeout_ms"] > 0
+    assert store._idle == info["idle_timeout_ms"] / 2000
+    first = store._workers[0].local.conn
+    store.info()
+    assert store._workers[0].local.conn is first, "a busy connection is kept"
+    time.sleep(store._idle + 0.05)
+    store.info()
+    assert store._workers[0].local.conn is not first
 
 
 def test_every_operation_reads_back_what_was_written(workers, tokens):

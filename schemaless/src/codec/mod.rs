@@ -4,7 +4,9 @@
 //!
 //! MessagePack keeps the body self-describing (field names kept, so any
 //! reader can decode a cell without a schema); zlib shrinks the repeated
-//! field names of small bodies. Decoding never trusts its input: inflation
+//! field names of small bodies. Bodies up to [`small::MAX_INPUT`] bytes of
+//! MessagePack are compressed by [`small`], larger ones by zlib-rs: both
+//! write standard zlib streams. Decoding never trusts its input: inflation
 //! stops at a cap, so a damaged or hostile blob cannot exhaust memory, and
 //! every failure is an error, never a panic.
 
@@ -15,6 +17,7 @@ use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, 
 use crate::cell::Body;
 
 pub mod pack;
+pub mod small;
 
 /// The inflated (MessagePack) size a body may reach, for a given JSON
 /// limit. MessagePack can be larger than JSON (`1.5` is 3 bytes of JSON and
@@ -49,26 +52,41 @@ pub enum CodecError {
 /// Encodes a body for storage. Fails only if the MessagePack form exceeds
 /// `cap` (see [`inflated_cap`]).
 pub fn encode(body: &Body, cap: usize) -> Result<Vec<u8>, CodecError> {
-    let mut packed = Vec::with_capacity(256);
-    pack::encode_map(body.fields(), &mut packed);
-    if packed.len() > cap {
-        return Err(CodecError::TooLarge { cap });
-    }
-    deflate(&packed)
+    PACKED.with(|packed| {
+        let mut fresh = Vec::new();
+        let mut kept = packed.try_borrow_mut();
+        let packed = match kept.as_deref_mut() {
+            Ok(buffer) => buffer,
+            Err(_) => &mut fresh,
+        };
+        packed.clear();
+        pack::encode_map(body.fields(), packed);
+        if packed.len() > cap {
+            return Err(CodecError::TooLarge { cap });
+        }
+        if packed.len() <= small::MAX_INPUT {
+            let mut out = Vec::with_capacity(packed.len() + packed.len() / 8 + 16);
+            small::compress(packed, &mut out);
+            return Ok(out);
+        }
+        let out = deflate(packed);
+        // A large body's buffer is not kept.
+        if packed.capacity() > 4 * small::MAX_INPUT {
+            *packed = Vec::new();
+        }
+        out
+    })
 }
 
 thread_local! {
+    // The MessagePack of the body being encoded, reused.
+    static PACKED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     // One compressor and one decompressor per thread, reset between
-    // bodies: setting up zlib state costs more than compressing a 300-byte
-    // body, and it was most of the write path's CPU.
-    //
-    // Level 1: most of zlib's gain on small JSON-like bodies at a fraction
-    // of the CPU.
-    // A 512-byte window (9 bits) covers any back-reference in a body of a
-    // few hundred bytes and makes each reset clear far less memory; any
-    // zlib reader decodes it (the header records the window size).
-    static DEFLATE: RefCell<Compress> =
-        RefCell::new(Compress::new_with_window_bits(Compression::fast(), true, 9));
+    // bodies: setting up zlib state costs more than compressing a body.
+    // The compressor only sees bodies larger than `small::MAX_INPUT`, so
+    // it keeps zlib's full window; level 1 keeps most of zlib's gain on
+    // JSON-like bodies at a fraction of the CPU.
+    static DEFLATE: RefCell<Compress> = RefCell::new(Compress::new(Compression::fast(), true));
     static INFLATE: RefCell<Decompress> = RefCell::new(Decompress::new(true));
 }
 
@@ -103,7 +121,7 @@ fn inflate(input: &[u8], cap: usize) -> Result<Vec<u8>, CodecError> {
             let (in_before, out_before) = (z.total_in(), out.len());
             let consumed = (in_before as usize).min(input.len());
             let status = z
-                .decompress_vec(&input[consumed..], &mut out, FlushDecompress::None)
+                .decompress_vec(&input[consumed..], &mut out, FlushDecompress::Finish)
                 .map_err(|e| {
                     CodecError::Zlib(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
                 })?;

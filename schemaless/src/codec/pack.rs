@@ -82,30 +82,64 @@ fn string(out: &mut Vec<u8>, s: &str) {
 
 fn number(n: &Number, out: &mut Vec<u8>) {
     let text = n.as_str();
-    if let Some(u) = n.as_u64().filter(|u| text == u.to_string()) {
-        unsigned(out, u);
-    } else if let Some(i) = n.as_i64().filter(|i| text == i.to_string()) {
-        signed(out, i);
-    } else if let Some(x) = n
-        .as_f64()
-        .filter(|x| Number::from_f64(*x).is_some_and(|back| back.as_str() == text))
-    {
-        out.push(0xcb);
-        out.extend_from_slice(&x.to_be_bytes());
-    } else {
-        let len = text.len();
-        if len <= u8::MAX as usize {
-            out.extend_from_slice(&[0xc7, len as u8]);
-        } else if len <= u16::MAX as usize {
-            out.push(0xc8);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        } else {
-            out.push(0xc9);
-            out.extend_from_slice(&(len as u32).to_be_bytes());
+    match plain_integer(text) {
+        Some(Integer::Unsigned(u)) => unsigned(out, u),
+        Some(Integer::Signed(i)) => signed(out, i),
+        // The shortest text of a double, as serde_json writes it (the same
+        // formatter, into a stack buffer).
+        None if n
+            .as_f64()
+            .is_some_and(|x| x.is_finite() && zmij::Buffer::new().format_finite(x) == text) =>
+        {
+            let x = n.as_f64().expect("just read");
+            out.push(0xcb);
+            out.extend_from_slice(&x.to_be_bytes());
         }
-        out.push(EXACT_NUMBER_EXT as u8);
-        out.extend_from_slice(text.as_bytes());
+        None => {
+            let len = text.len();
+            if len <= u8::MAX as usize {
+                out.extend_from_slice(&[0xc7, len as u8]);
+            } else if len <= u16::MAX as usize {
+                out.push(0xc8);
+                out.extend_from_slice(&(len as u16).to_be_bytes());
+            } else {
+                out.push(0xc9);
+                out.extend_from_slice(&(len as u32).to_be_bytes());
+            }
+            out.push(EXACT_NUMBER_EXT as u8);
+            out.extend_from_slice(text.as_bytes());
+        }
     }
+}
+
+/// An integer written plainly.
+enum Integer {
+    Unsigned(u64),
+    Signed(i64),
+}
+
+/// The integer whose text is `text` exactly as Rust prints it (no sign on
+/// zero, no leading zeros, no `+`) and that fits `u64`, or if negative
+/// `i64`.
+fn plain_integer(text: &str) -> Option<Integer> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let plain = !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+        && !(negative && digits == "0");
+    if !plain {
+        return None;
+    }
+    let magnitude: u64 = digits.parse().ok()?;
+    if !negative {
+        return Some(Integer::Unsigned(magnitude));
+    }
+    // -9223372036854775808 is the one magnitude past i64::MAX.
+    let signed = 0i64.checked_sub_unsigned(magnitude)?;
+    Some(Integer::Signed(signed))
 }
 
 fn unsigned(out: &mut Vec<u8>, u: u64) {
@@ -425,5 +459,65 @@ mod tests {
         }
         let deep = [0x91u8; 10_000];
         assert!(decode(&deep).unwrap_err().contains("deeper"));
+    }
+
+    /// The rule before `plain_integer`: an integer when the number's text
+    /// is what `u64`'s or `i64`'s `to_string` gives back.
+    fn integer_by_round_trip(text: &str) -> Option<i128> {
+        let n: Number = serde_json::from_str(text).ok()?;
+        if let Some(u) = n.as_u64().filter(|u| text == u.to_string()) {
+            return Some(u.into());
+        }
+        n.as_i64().filter(|i| text == i.to_string()).map(i128::from)
+    }
+
+    fn integer_now(text: &str) -> Option<i128> {
+        match plain_integer(text)? {
+            Integer::Unsigned(u) => Some(u.into()),
+            Integer::Signed(i) => Some(i.into()),
+        }
+    }
+
+    #[test]
+    fn integers_are_told_apart_as_before() {
+        for text in [
+            "0",
+            "-0",
+            "00",
+            "01",
+            "-01",
+            "1",
+            "-1",
+            "+1",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1.0",
+            "1e2",
+            "",
+            "-",
+        ] {
+            assert_eq!(integer_now(text), integer_by_round_trip(text), "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn integer_texts_are_classified_as_before(text in "-?[0-9]{1,21}") {
+            proptest::prop_assert_eq!(integer_now(&text), integer_by_round_trip(&text));
+        }
+
+        #[test]
+        fn doubles_are_stored_as_doubles_exactly_when_before(x in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            let n = Number::from_f64(x).expect("finite");
+            let before = n.as_f64().filter(|x| Number::from_f64(*x).is_some_and(|back| back.as_str() == n.as_str())).is_some()
+                && integer_by_round_trip(n.as_str()).is_none();
+            let mut out = Vec::new();
+            number(&n, &mut out);
+            proptest::prop_assert_eq!(out[0] == 0xcb, before, "{}", n.as_str());
+        }
     }
 }

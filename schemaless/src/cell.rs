@@ -166,22 +166,49 @@ impl Body {
     }
 
     /// Length of the compact JSON text, which is what `limits.max_body_bytes`
-    /// limits.
+    /// limits. Counted by walking the value, as serde_json would write it,
+    /// without writing it: every write checks it.
     pub fn json_len(&self) -> usize {
-        struct Counter(usize);
-        impl std::io::Write for Counter {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0 += buf.len();
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut counter = Counter(0);
-        serde_json::to_writer(&mut counter, &self.0).expect("a JSON map always serializes");
-        counter.0
+        object_len(&self.0)
     }
+}
+
+fn object_len(map: &Map<String, Value>) -> usize {
+    // Braces, then per field its key, a colon and its value, and the
+    // commas between fields.
+    2 + map.len().saturating_sub(1)
+        + map
+            .iter()
+            .map(|(key, value)| string_len(key) + 1 + value_len(value))
+            .sum::<usize>()
+}
+
+fn value_len(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(true) => 4,
+        Value::Bool(false) => 5,
+        // With `arbitrary_precision` a number is written as its own text.
+        Value::Number(n) => n.as_str().len(),
+        Value::String(s) => string_len(s),
+        Value::Array(items) => {
+            2 + items.len().saturating_sub(1) + items.iter().map(value_len).sum::<usize>()
+        }
+        Value::Object(map) => object_len(map),
+    }
+}
+
+/// A JSON string's length quoted and escaped as serde_json escapes: `"`
+/// and `\` by a backslash, control characters as `\n`-style pairs or
+/// `\u00XX`, everything else as it is.
+fn string_len(s: &str) -> usize {
+    2 + s.len()
+        + s.bytes()
+            .map(|b| match b {
+                b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 1,
+                0x00..=0x1f => 5,
+                _ => 0,
+            })
+            .sum::<usize>()
 }
 
 impl From<Map<String, Value>> for Body {
@@ -286,8 +313,9 @@ pub fn check_batch(cells: &[Cell], limits: &config::Limits) -> Result<(), Error>
     }
     let mut bytes = 0usize;
     for (i, cell) in cells.iter().enumerate() {
-        check_body(&cell.body, limits).map_err(|e| e.in_batch(i))?;
-        bytes += cell.body.json_len();
+        let len = cell.body.json_len();
+        check_body_len(len, limits).map_err(|e| e.in_batch(i))?;
+        bytes += len;
     }
     if bytes > limits.max_batch_bytes {
         return Err(Error::invalid(
@@ -344,7 +372,10 @@ pub fn check_cells_of(row_key: &RowKey, column: &Column, cells: &[Cell]) -> Resu
 
 /// Checks one body against `limits.max_body_bytes`.
 pub fn check_body(body: &Body, limits: &config::Limits) -> Result<(), Error> {
-    let len = body.json_len();
+    check_body_len(body.json_len(), limits)
+}
+
+fn check_body_len(len: usize, limits: &config::Limits) -> Result<(), Error> {
     if len > limits.max_body_bytes {
         return Err(Error::invalid(
             "body",
@@ -367,6 +398,7 @@ pub fn now_micros() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
     use serde_json::json;
 
     fn field_of(err: Error) -> String {
@@ -457,5 +489,31 @@ mod tests {
     fn json_len_is_the_compact_text_length() {
         let body = Body::from_value(json!({"a": [1, 2], "b": "é"})).unwrap();
         assert_eq!(body.json_len(), body.to_string().len());
+        let hard = Body::parse(
+            r#"{"":"","q\"\\":"\u0000\u001f\b\t\n\f\r\u007f/","n":[-0,1.50,1e300,123456789012345678901234567890],"o":{"x":{},"y":[],"z":[null,true,false]},"u":"ümlaut ✓ \ud83d\ude00"}"#,
+        )
+        .unwrap();
+        assert_eq!(hard.json_len(), hard.to_string().len());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn json_len_agrees_with_serde_json(
+            fields in proptest::collection::btree_map(
+                "\\PC{0,6}",
+                proptest::prop_oneof![
+                    "\\PC{0,12}".prop_map(Value::String),
+                    proptest::prelude::any::<i64>().prop_map(Value::from),
+                    proptest::prelude::any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(Value::from),
+                    proptest::prelude::any::<bool>().prop_map(Value::Bool),
+                    proptest::collection::vec("[\\x00-\\x7f]{0,5}", 0..4)
+                        .prop_map(|v| Value::Array(v.into_iter().map(Value::String).collect())),
+                ],
+                0..8,
+            )
+        ) {
+            let body = Body::from(fields.into_iter().collect::<Map<String, Value>>());
+            proptest::prop_assert_eq!(body.json_len(), body.to_string().len());
+        }
     }
 }

@@ -224,14 +224,14 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     eprintln!("LOAD DATA of {raw_cells} cells ...");
     let started = Instant::now();
-    futures::stream::iter(
-        files
-            .iter()
-            .map(|(shard, path)| load_file(&topology, *shard, path)),
-    )
-    .buffer_unordered(args.workers)
-    .try_collect::<Vec<()>>()
-    .await?;
+    let loads: Vec<_> = files
+        .iter()
+        .map(|(shard, path)| load_file(&topology, *shard, path))
+        .collect();
+    futures::stream::iter(loads)
+        .buffer_unordered(args.workers)
+        .try_collect::<Vec<()>>()
+        .await?;
     let raw_acknowledged = started.elapsed();
     cluster
         .wait_all_caught_up(Duration::from_secs(1800))

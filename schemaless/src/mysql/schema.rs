@@ -204,18 +204,24 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
         .iter()
         .filter(|s| !existing.contains(s))
         .collect();
-    futures::stream::iter(missing.iter().map(|&shard| async move {
-        let database = topology.database(shard);
-        execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;
-        execute(node, sql::create_entity_table(&database)).await?;
-        for statement in sql::create_trigger_tables(&database) {
-            execute(node, statement).await?;
-        }
-        Ok::<(), Error>(())
-    }))
-    .buffer_unordered(DDL_PARALLELISM)
-    .try_collect::<Vec<()>>()
-    .await?;
+    // Collected first: a stream over a borrowing closure makes the future
+    // not `Send` (a compiler limitation with higher-ranked lifetimes).
+    let creates: Vec<_> = missing
+        .iter()
+        .map(|&shard| async move {
+            let database = topology.database(shard);
+            execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;
+            execute(node, sql::create_entity_table(&database)).await?;
+            for statement in sql::create_trigger_tables(&database) {
+                execute(node, statement).await?;
+            }
+            Ok::<(), Error>(())
+        })
+        .collect();
+    futures::stream::iter(creates)
+        .buffer_unordered(DDL_PARALLELISM)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(ClusterReport {
         cluster: cluster.name.clone(),
         master: node.label.clone(),

@@ -591,6 +591,15 @@ pub struct Storage {
     /// compared and written at the same time. 1–256. Default 8.
     #[serde(default = "default_write_parallelism")]
     pub write_parallelism: usize,
+    /// `storage.write_lanes`: how many write transactions one master runs
+    /// at a time for the `put_cells` calls of this process. Calls that
+    /// arrive while every lane is busy are combined into the next
+    /// transaction (one multi-row `INSERT` per shard for all of them, one
+    /// commit): fewer, larger statements cost the master and its minions
+    /// far less per cell. More lanes let one master use more cores for a
+    /// single process's writes. 1–64. Default 2.
+    #[serde(default = "default_write_lanes")]
+    pub write_lanes: usize,
     /// `storage.breaker_failures`: consecutive failures or timeouts of one
     /// storage node after which its circuit breaker opens: requests to it
     /// fail at once (master reads fail over to a minion, writes go to the
@@ -696,6 +705,10 @@ fn default_write_parallelism() -> usize {
     8
 }
 
+fn default_write_lanes() -> usize {
+    2
+}
+
 impl Default for Storage {
     fn default() -> Self {
         Storage {
@@ -703,6 +716,7 @@ impl Default for Storage {
             connect_timeout_ms: default_connect_timeout_ms(),
             request_timeout_ms: default_request_timeout_ms(),
             write_parallelism: default_write_parallelism(),
+            write_lanes: default_write_lanes(),
             breaker_failures: default_breaker_failures(),
             breaker_open_ms: default_breaker_open_ms(),
             buffer_secondaries: 0,

@@ -167,6 +167,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
         1,
         256,
     )?;
+    in_range("storage.write_lanes", storage.write_lanes as u64, 1, 64)?;
     in_range(
         "storage.breaker_failures",
         storage.breaker_failures.into(),

@@ -52,6 +52,18 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// The write transaction this call's cells were combined into (see
+    /// [`crate::mysql::commit`]) failed because its node did: down,
+    /// unreachable, or no longer the master. Whether the cells landed is
+    /// unknown; retrying is safe. The caller whose call led the
+    /// transaction gets the node's own error.
+    #[error("storage node {node}: {reason}")]
+    NodeFailed {
+        /// Which node (URL without password).
+        node: String,
+        /// The node's error, as text.
+        reason: String,
+    },
     /// A storage node did not answer within `storage.request_timeout_ms`.
     /// A write that timed out may or may not have landed; retrying it is
     /// safe (it comes back `AlreadyPresent` if it did).
@@ -153,7 +165,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Storage { source, .. } => driver_error_is_retryable(source),
-            Error::Timeout { .. } | Error::Unavailable { .. } => true,
+            Error::Timeout { .. } | Error::Unavailable { .. } | Error::NodeFailed { .. } => true,
             Error::Remote { retryable, .. } => *retryable,
             _ => false,
         }
@@ -168,13 +180,28 @@ impl Error {
                 .is_some_and(|e| matches!(e.number(), 1146 | 1049)))
     }
 
+    /// Whether a MySQL statement failed on a duplicate key: on a cell
+    /// insert, an address that exists.
+    pub fn is_unique_violation(&self) -> bool {
+        matches!(self, Error::Storage { source: sqlx::Error::Database(db), .. } if db.is_unique_violation())
+    }
+
+    /// A deadlock or lock wait timeout on MySQL: the statement was rolled
+    /// back and may simply be tried again.
+    pub fn is_lock_conflict(&self) -> bool {
+        matches!(self, Error::Storage { source: sqlx::Error::Database(db), .. }
+            if db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|m| matches!(m.number(), 1205 | 1213)))
+    }
+
     /// Whether the node itself failed — down, frozen, shutting down, or no
     /// longer the master (read-only) — as opposed to answering with an
     /// error. These count against the node's circuit breaker, send master
     /// reads to a minion and writes to the buffers.
     pub fn is_unavailable(&self) -> bool {
         match self {
-            Error::Timeout { .. } | Error::Unavailable { .. } => true,
+            Error::Timeout { .. } | Error::Unavailable { .. } | Error::NodeFailed { .. } => true,
             Error::Storage { source, .. } => match source {
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut

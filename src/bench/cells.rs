@@ -112,14 +112,14 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         args.cells
     );
     let started = Instant::now();
-    futures::stream::iter(
-        files
-            .iter()
-            .map(|(shard, path)| load_file(&topology, *shard, path)),
-    )
-    .buffer_unordered(args.concurrency)
-    .try_collect::<Vec<()>>()
-    .await?;
+    let loads: Vec<_> = files
+        .iter()
+        .map(|(shard, path)| load_file(&topology, *shard, path))
+        .collect();
+    futures::stream::iter(loads)
+        .buffer_unordered(args.concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
     let load_elapsed = started.elapsed();
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     let load_replicated = started.elapsed();
@@ -137,6 +137,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     eprintln!("put_cells of {} cells ...", args.cells);
     let batch = config.limits.max_batch_cells;
     let batches: Vec<Vec<Cell>> = cells.chunks(batch).map(<[Cell]>::to_vec).collect();
+    let commits_before = store.commit_stats();
     let cpu_before = process_cpu();
     let started = Instant::now();
     let written: Vec<usize> = futures::stream::iter(batches.into_iter().map(|chunk| {
@@ -156,6 +157,10 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     .await?;
     let put_elapsed = started.elapsed();
     let put_client_cpu = process_cpu().saturating_sub(cpu_before);
+    let commits = store.commit_stats();
+    let put_transactions = commits.transactions - commits_before.transactions;
+    let calls_per_transaction =
+        (commits.calls - commits_before.calls) as f64 / put_transactions.max(1) as f64;
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     let put_replicated = started.elapsed();
     let written: usize = written.iter().sum();
@@ -190,6 +195,8 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         "put_ratio": put_rate / load_rate,
         "put_acked_cells_per_sec": put_ack_rate,
         "put_client_cpu_us_per_cell": put_client_cpu.as_secs_f64() * 1e6 / args.cells as f64,
+        "put_transactions": put_transactions,
+        "put_calls_per_transaction": calls_per_transaction,
         "load_data_acked_cells_per_sec": load_ack_rate,
         "put_acked_ratio": put_ack_rate / load_ack_rate,
         "reads": args.reads,
@@ -228,7 +235,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         put_ack_rate / load_ack_rate
     );
     println!(
-        "put_cells client CPU {:.1} us per cell",
+        "put_cells client CPU {:.1} us per cell; {put_transactions} transactions, {calls_per_transaction:.1} calls (one master's part of a call) each",
         put_client_cpu.as_secs_f64() * 1e6 / args.cells as f64
     );
     println!(

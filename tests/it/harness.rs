@@ -98,11 +98,16 @@ impl Instance {
     }
 }
 
+const ROW_BASE: u128 = 0x6f1c_1a0e_8a3b_4a55_9d1e_0000_0000_0000;
+
 /// A deterministic row key from a number (for readable tests).
 pub fn row(n: u128) -> schemaless::RowKey {
-    schemaless::RowKey::from(uuid::Uuid::from_u128(
-        0x6f1c_1a0e_8a3b_4a55_9d1e_0000_0000_0000 + n,
-    ))
+    schemaless::RowKey::from(uuid::Uuid::from_u128(ROW_BASE + n))
+}
+
+/// The number [`row`] made a row key of.
+pub fn row_number(key: &schemaless::RowKey) -> u128 {
+    u128::from_be_bytes(*key.as_bytes()) - ROW_BASE
 }
 
 pub fn column(name: &str) -> schemaless::Column {

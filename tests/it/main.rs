@@ -6,6 +6,8 @@
 //! stop or kill servers start a private cluster of their own.
 //!
 //! - [`cells`]: cell API semantics on MariaDB;
+//! - [`group_commit`]: concurrent calls combined per master, each answered
+//!   for its own cells, cancelled calls losing no other's;
 //! - [`changelog`]: `get_cells_for_shard` order, paging and minion reads;
 //! - [`model`]: random operation sequences on the in-memory model and on
 //!   MariaDB give the same answers;
@@ -72,6 +74,7 @@ mod cells;
 mod changelog;
 mod cli;
 mod exact_values;
+mod group_commit;
 mod harness;
 mod indexes;
 mod legacy_bad_input;

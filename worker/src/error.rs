@@ -104,7 +104,9 @@ impl From<schemaless::Error> for ApiError {
                 ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
             }
             E::Timeout { .. } => ApiError::retry("timeout", message),
-            E::Unavailable { .. } | E::NotDurable { .. } => ApiError::retry("unavailable", message),
+            E::Unavailable { .. } | E::NodeFailed { .. } | E::NotDurable { .. } => {
+                ApiError::retry("unavailable", message)
+            }
             E::Storage { .. } if e.is_retryable() => ApiError::retry("unavailable", message),
             E::CorruptCell { .. } => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_cell", message)

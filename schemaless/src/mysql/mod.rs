@@ -4,6 +4,7 @@
 //! - [`schema`]: creating shard databases online and idempotently;
 //! - [`sql`]: the statement texts, and why they are text;
 //! - [`store`]: the cell API implementation;
+//! - [`commit`]: group commit, the write path's calls combined per master;
 //! - [`breaker`]: a circuit breaker per storage node;
 //! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
 //! - [`lost`]: buffered writes that lost to another body, recorded;
@@ -23,6 +24,7 @@
 pub mod awaited;
 pub mod breaker;
 pub mod buffer;
+pub mod commit;
 pub mod damaged;
 pub mod failover;
 pub mod follow;

@@ -2,12 +2,14 @@
 //!
 //! Writes: a batch is validated and encoded as a whole (an invalid cell
 //! fails the call with nothing written), then grouped by shard. The groups
-//! of one master go in one round trip, as one transaction holding one plain
-//! multi-row `INSERT` per shard; the masters are written in parallel.
-//! Plain means not `IGNORE`, not `ON DUPLICATE KEY UPDATE`: a duplicate
-//! address fails its statement and the whole transaction is rolled back.
-//! Each group of that master then takes the careful path, up to
-//! `storage.write_parallelism` at a time: read the cells that exist,
+//! of one master go as one transaction holding one plain multi-row
+//! `INSERT` per shard, combined with those of other calls of this process
+//! waiting for the same master (group commit, see [`super::commit`]); the
+//! masters are written in parallel. Plain means not `IGNORE`, not `ON
+//! DUPLICATE KEY UPDATE`: a duplicate address fails its statement and the
+//! whole transaction is rolled back. Each group of that master then takes
+//! the careful path, up to `storage.write_parallelism` at a time: read the
+//! cells that exist,
 //! compare bodies (same body: `AlreadyPresent`; different: conflict), and
 //! insert only the rest. A concurrent writer inserting one of those in
 //! between fails that insert again and the comparison is redone, so nothing
@@ -101,6 +103,9 @@ struct Inner {
     signal: ChangeSignal,
     limits: config::Limits,
     write_parallelism: usize,
+    /// The group commit of each cluster's master, in `topology.clusters`
+    /// order.
+    committers: Vec<Arc<super::commit::Committer>>,
     /// Inflated-size cap for decoding, derived from the body limit.
     inflated_cap: usize,
     /// The declared secondary indexes.
@@ -142,10 +147,17 @@ impl MySqlStore {
             tracing::warn!("{}", config::ONE_HOST_WARNING);
         }
         metrics::gauge!("schemaless_durability_one_host").set(f64::from(u8::from(one_host)));
+        let topology = Topology::from_config(config)?;
+        let committers = topology
+            .clusters
+            .iter()
+            .map(|c| super::commit::Committer::new(config.storage.write_lanes, &c.name))
+            .collect();
         let store = MySqlStore {
             inner: Arc::new(Inner {
                 signal: ChangeSignal::new(config.instance.shard_count),
-                topology: Topology::from_config(config)?,
+                topology,
+                committers,
                 limits: config.limits.clone(),
                 write_parallelism: config.storage.write_parallelism,
                 inflated_cap: codec::inflated_cap(config.limits.max_body_bytes),
@@ -172,6 +184,18 @@ impl MySqlStore {
             stop,
         ));
         Ok(store)
+    }
+
+    /// What the group commit combined so far (see [`super::commit`]).
+    pub fn commit_stats(&self) -> super::commit::CommitStats {
+        self.inner
+            .committers
+            .iter()
+            .map(|c| c.stats())
+            .fold(Default::default(), |a, b| super::commit::CommitStats {
+                transactions: a.transactions + b.transactions,
+                calls: a.calls + b.calls,
+            })
     }
 
     /// How many other clusters' buffers each write goes to (0: off).
@@ -410,11 +434,11 @@ impl MySqlStore {
     }
 
     /// Writes the shard groups of one master. The fast path is one
-    /// round trip: a multi-statement transaction with one multi-row
-    /// `INSERT` per shard. If any address already exists the transaction
-    /// is rolled back whole and every group takes the careful path
-    /// ([`MySqlStore::write_group`]), which compares and inserts what is
-    /// missing.
+    /// transaction, combined with other calls' (see [`super::commit`]):
+    /// one multi-row `INSERT` per shard. If any address already exists the
+    /// transaction is rolled back whole and every group takes the careful
+    /// path ([`MySqlStore::write_group`]), which compares and inserts what
+    /// is missing.
     async fn write_node(
         &self,
         groups: Vec<(u32, Vec<Pending>)>,
@@ -422,28 +446,20 @@ impl MySqlStore {
         let Some(&(first_shard, _)) = groups.first() else {
             return Ok(Vec::new());
         };
-        let node = &self.inner.topology.cluster(first_shard)?.master();
+        let cluster = self.inner.topology.cluster_index(first_shard)?;
         let fast = groups.iter().all(|(_, items)| {
             let mut seen = HashSet::with_capacity(items.len());
             items
                 .iter()
                 .all(|p| seen.insert(&p.cell.key) && !sql::needs_bind(&p.encoded))
         });
+        let groups = Arc::new(groups);
         if fast {
-            let created_at = now_micros();
-            let budget = node.packet_budget();
-            let statements: Vec<String> = groups
-                .iter()
-                .flat_map(|(shard, items)| {
-                    sql::insert_cells(
-                        &self.inner.topology.database(*shard),
-                        items.iter().map(|p| row(p, created_at)),
-                        budget,
-                    )
-                })
-                .collect();
-            match transaction(node, &statements).await {
-                Ok(()) => {
+            match self.inner.committers[cluster]
+                .write(self, cluster, groups.clone())
+                .await
+            {
+                super::commit::Outcome::Written => {
                     return Ok(groups
                         .iter()
                         .flat_map(|(_, items)| {
@@ -451,34 +467,30 @@ impl MySqlStore {
                         })
                         .collect())
                 }
-                Err(e) if is_duplicate(&e) || is_lock_conflict(&e) => {}
-                Err(e) => return Err(e),
+                super::commit::Outcome::Alone => {}
+                super::commit::Outcome::Failed(e) => return Err(e),
             }
         }
-        let results: Vec<Vec<(usize, CellResult)>> = futures::stream::iter(
-            groups
-                .into_iter()
-                .map(|(shard, items)| self.write_group(shard, items)),
-        )
-        .buffer_unordered(self.inner.write_parallelism)
-        .try_collect()
-        .await?;
+        let writes: Vec<_> = groups
+            .iter()
+            .map(|(shard, items)| self.write_group(*shard, items.as_slice()))
+            .collect();
+        let results: Vec<Vec<(usize, CellResult)>> = futures::stream::iter(writes)
+            .buffer_unordered(self.inner.write_parallelism)
+            .try_collect()
+            .await?;
         Ok(results.into_iter().flatten().collect())
     }
 
     /// The careful path for one shard: read what exists, compare, insert
     /// only what is missing, and redo it if a concurrent writer got there
     /// first.
-    async fn write_group(
-        &self,
-        shard: u32,
-        items: Vec<Pending>,
-    ) -> Result<Vec<(usize, CellResult)>> {
+    async fn write_group(&self, shard: u32, items: &[Pending]) -> Result<Vec<(usize, CellResult)>> {
         let node = &self.inner.topology.cluster(shard)?.master();
         let database = self.inner.topology.database(shard);
         let mut last_error = None;
         for _ in 0..MAX_INSERT_ATTEMPTS {
-            let read = self.read_keys(node, shard, &database, &items).await?;
+            let read = self.read_keys(node, shard, &database, items).await?;
             let existing = read.cells;
             // A damaged cell holds its address: a write there is a
             // conflict for that cell alone (set aside, see `damaged`).
@@ -495,7 +507,7 @@ impl MySqlStore {
                 .collect();
             let mut results = Vec::with_capacity(items.len());
             let mut to_insert = Vec::new();
-            for p in &items {
+            for p in items {
                 if damaged.contains(&p.cell.key) {
                     results.push((
                         p.index,
@@ -523,7 +535,7 @@ impl MySqlStore {
             }
             match insert(node, &database, to_insert.iter().copied(), now_micros()).await {
                 Ok(()) => return Ok(results),
-                Err(e) if is_duplicate(&e) || is_lock_conflict(&e) => last_error = Some(e),
+                Err(e) if e.is_unique_violation() || e.is_lock_conflict() => last_error = Some(e),
                 Err(e) => return Err(e),
             }
         }
@@ -628,22 +640,46 @@ fn row(p: &Pending, created_at: i64) -> sql::InsertRow<'_> {
 
 /// Runs `statements` as one transaction: in one round trip when their text
 /// fits the node's packet budget, else in as few packets as fit, on one
-/// connection. On any error the transaction is rolled back before the
-/// connection goes back to the pool (or the connection is closed, which
-/// rolls back too).
+/// connection (see [`run_transaction`]).
 pub(crate) async fn transaction(node: &Node, statements: &[String]) -> Result<()> {
-    let packets = packets(statements, node.packet_budget());
+    run_transaction(node, packets(statements, node.packet_budget())).await
+}
+
+/// Runs a transaction already cut into packets (the first starting it, the
+/// last committing it) on one connection. On any error the transaction is
+/// rolled back before the connection goes back to the pool (or the
+/// connection is closed, which rolls back too).
+pub(crate) async fn run_transaction(node: &Node, packets: Vec<String>) -> Result<()> {
+    run_transaction_reusing(node, packets, &mut Vec::new()).await
+}
+
+/// [`run_transaction`], handing the packets' buffers back in `spent`
+/// (emptied, their capacity kept) for the next transaction's text: a bulk
+/// writer that allocates hundreds of kilobytes afresh per transaction has
+/// the kernel zero new pages for each.
+pub(crate) async fn run_transaction_reusing(
+    node: &Node,
+    packets: Vec<String>,
+    spent: &mut Vec<String>,
+) -> Result<()> {
     let mut conn = node.acquire().await?;
     let mut result = Ok(());
     for sql in packets {
+        let sql = Arc::new(sql);
+        let sent = sql.clone();
         result = node
             .run(&mut conn, |c| {
                 Box::pin(async move {
-                    sqlx::raw_sql(AssertSqlSafe(sql)).execute(c).await?;
+                    sqlx::raw_sql(AssertSqlSafe(sent)).execute(c).await?;
                     Ok(())
                 })
             })
             .await;
+        // The driver is done with the text once the call returned.
+        if let Ok(mut text) = Arc::try_unwrap(sql) {
+            text.clear();
+            spent.push(text);
+        }
         if result.is_err() {
             break;
         }
@@ -712,24 +748,6 @@ async fn insert<'a>(
         node.execute_prepared(query).await?;
     }
     Ok(())
-}
-
-/// A deadlock or lock wait timeout: the statement was rolled back and may
-/// simply be tried again.
-fn is_lock_conflict(e: &Error) -> bool {
-    match e {
-        Error::Storage {
-            source: sqlx::Error::Database(db),
-            ..
-        } => db
-            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .is_some_and(|m| matches!(m.number(), 1205 | 1213)),
-        _ => false,
-    }
-}
-
-fn is_duplicate(e: &Error) -> bool {
-    matches!(e, Error::Storage { source: sqlx::Error::Database(db), .. } if db.is_unique_violation())
 }
 
 /// Decodes one entity row; anything malformed is a [`Error::CorruptCell`]

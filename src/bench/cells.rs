@@ -170,7 +170,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
 
     // --- point reads ----------------------------------------------------
     eprintln!("timing {} point reads of each kind ...", args.reads);
-    let (ours, raw) = time_reads(&store, &topology, &cells, args.reads).await?;
+    let (ours, raw, cpu) = time_reads(&store, &topology, &cells, args.reads).await?;
 
     // The ratio is taken on replicated throughput: a write phase ends when
     // every minion has applied it. A single LOAD DATA statement per shard
@@ -206,6 +206,8 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         "raw_select_p99_us": raw.percentile_us(99.0),
         "get_ratio": ours.percentile_us(50.0) / raw.percentile_us(50.0),
         "get_p99_ratio": ours.percentile_us(99.0) / raw.percentile_us(99.0),
+        "get_latest_client_cpu_us": cpu.0,
+        "raw_select_client_cpu_us": cpu.1,
     });
     println!(
         "cells: {} of {:.0} bytes JSON ({:.0} bytes stored) over {shard_count} shards, {} at a time",
@@ -247,6 +249,10 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         "raw PK SELECT    p50 {:>7.1} us  p99 {:>7.1} us",
         raw.percentile_us(50.0),
         raw.percentile_us(99.0)
+    );
+    println!(
+        "client CPU per read: get_cell_latest {:.1} us, raw SELECT {:.1} us",
+        cpu.0, cpu.1
     );
     println!(
         "get_ratio        {:>10.2}   (p50; target <= 1.2)",
@@ -403,7 +409,7 @@ async fn time_reads(
     topology: &Topology,
     cells: &[Cell],
     reads: usize,
-) -> anyhow::Result<(Latencies, Latencies)> {
+) -> anyhow::Result<(Latencies, Latencies, (f64, f64))> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut sample: Vec<&Cell> = cells.iter().collect();
     sample.shuffle(&mut rng);
@@ -468,7 +474,27 @@ async fn time_reads(
             raw.push(b);
         }
     }
-    Ok((Latencies::new(ours), Latencies::new(raw)))
+    // The client's CPU per read of each kind, in runs of one kind (CPU
+    // cannot be told apart when they interleave).
+    let mut cpu = [0.0; 2];
+    for (kind, slot) in cpu.iter_mut().enumerate() {
+        let started = process_cpu();
+        for (cell, shard, added_id) in &targets {
+            if kind == 0 {
+                store
+                    .get_cell_latest(&cell.key.row_key, &cell.key.column, ReadFrom::Master)
+                    .await?;
+            } else {
+                let node = &topology.cluster(*shard)?.master();
+                sqlx::query(AssertSqlSafe(raw_sql[*shard as usize].clone()))
+                    .bind(*added_id)
+                    .fetch_one(&node.pool)
+                    .await?;
+            }
+        }
+        *slot = process_cpu().saturating_sub(started).as_secs_f64() * 1e6 / targets.len() as f64;
+    }
+    Ok((Latencies::new(ours), Latencies::new(raw), (cpu[0], cpu[1])))
 }
 
 /// CPU time (user + system) this process has used so far.

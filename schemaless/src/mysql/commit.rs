@@ -31,12 +31,11 @@
 //! shard, shards ascending and rows sorted by address, the lock order every
 //! writer keeps.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::oneshot;
-
+use super::combine::{Cap, Combined, Combiner};
 use super::sql::{InsertRow, InsertTransaction};
 use super::store::{run_transaction_reusing, MySqlStore, Pending};
 use crate::cell::now_micros;
@@ -68,13 +67,12 @@ pub(super) enum Outcome {
 
 /// The group commit of one cluster's master.
 pub(super) struct Committer {
-    lanes: usize,
-    state: Mutex<State>,
+    calls: Arc<Combiner<Groups, Outcome>>,
     /// The cluster's name, for metrics.
     cluster: String,
     /// Fast-path transactions sent, and the calls they carried.
     transactions: AtomicU64,
-    calls: AtomicU64,
+    calls_carried: AtomicU64,
     /// Text buffers of finished transactions, for the next ones.
     texts: Mutex<Vec<String>>,
 }
@@ -89,51 +87,13 @@ pub struct CommitStats {
     pub calls: u64,
 }
 
-struct State {
-    /// Callers waiting for a lane, oldest first.
-    waiting: VecDeque<Waiting>,
-    /// Lanes taken.
-    busy: usize,
-}
-
-struct Waiting {
-    groups: Groups,
-    turn: oneshot::Sender<Turn>,
-}
-
-/// What a waiting caller is told.
-enum Turn {
-    /// Its cells went with another caller's transaction.
-    Done(Outcome),
-    /// A lane is free: lead the next transaction.
-    Lead(Lane),
-}
-
-/// A lane held. Dropped, it passes to the oldest waiting caller that is
-/// still there, or is freed.
-pub(super) struct Lane {
-    committer: Option<Arc<Committer>>,
-}
-
-impl Drop for Lane {
-    fn drop(&mut self) {
-        if let Some(committer) = self.committer.take() {
-            committer.release();
-        }
-    }
-}
-
 impl Committer {
     pub(super) fn new(lanes: usize, cluster: &str) -> Arc<Committer> {
         Arc::new(Committer {
-            lanes: lanes.max(1),
-            state: Mutex::new(State {
-                waiting: VecDeque::new(),
-                busy: 0,
-            }),
+            calls: Combiner::new(lanes),
             cluster: cluster.to_string(),
             transactions: AtomicU64::new(0),
-            calls: AtomicU64::new(0),
+            calls_carried: AtomicU64::new(0),
             texts: Mutex::new(Vec::new()),
         })
     }
@@ -141,129 +101,56 @@ impl Committer {
     pub(super) fn stats(&self) -> CommitStats {
         CommitStats {
             transactions: self.transactions.load(Ordering::Relaxed),
-            calls: self.calls.load(Ordering::Relaxed),
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Passes a lane on to the oldest waiting caller still waiting, or
-    /// frees it.
-    fn release(self: Arc<Self>) {
-        loop {
-            let next = {
-                let mut state = self.lock();
-                match state.waiting.pop_front() {
-                    Some(next) => next,
-                    None => {
-                        state.busy -= 1;
-                        return;
-                    }
-                }
-            };
-            let lane = Lane {
-                committer: Some(self.clone()),
-            };
-            match next.turn.send(Turn::Lead(lane)) {
-                Ok(()) => return,
-                // That caller is gone (its cells with it): the next one.
-                Err(Turn::Lead(mut lane)) => {
-                    lane.committer = None;
-                }
-                Err(Turn::Done(_)) => unreachable!("a lead was sent"),
-            }
+            calls: self.calls_carried.load(Ordering::Relaxed),
         }
     }
 
     /// Writes one call's groups for this master, alone or combined with
     /// the calls waiting with it.
     pub(super) async fn write(
-        self: &Arc<Self>,
+        &self,
         store: &MySqlStore,
         cluster: usize,
         groups: Groups,
     ) -> Outcome {
-        let (turn, answer) = oneshot::channel();
-        let lane = {
-            let mut state = self.lock();
-            if state.busy < self.lanes {
-                state.busy += 1;
-                Some(Lane {
-                    committer: Some(self.clone()),
-                })
-            } else {
-                state.waiting.push_back(Waiting {
-                    groups: groups.clone(),
-                    turn,
-                });
-                None
-            }
+        let cap = Cap {
+            weight: hex_text,
+            max: MAX_COMBINED_TEXT,
         };
-        let lane = match lane {
-            Some(lane) => lane,
-            None => match answer.await {
-                Ok(Turn::Done(outcome)) => return outcome,
-                Ok(Turn::Lead(lane)) => lane,
-                // Taken by a leader that was cancelled before it answered.
-                Err(_) => return Outcome::Alone,
-            },
-        };
-        // Lead: this call's cells, then those of the callers waiting, oldest
-        // first, up to the size cap.
-        let mut followers = Vec::new();
-        {
-            let mut state = self.lock();
-            let mut text = hex_text(&groups);
-            while let Some(next) = state.waiting.front() {
-                let more = hex_text(&next.groups);
-                if text + more > MAX_COMBINED_TEXT && !followers.is_empty() {
-                    break;
-                }
-                text += more;
-                followers.extend(state.waiting.pop_front());
-            }
+        let run = |all: Vec<Groups>| self.run(store, cluster, all);
+        match self.calls.submit(groups, cap, run).await {
+            Combined::Answered(outcome) => outcome,
+            // Taken by a leader that was cancelled before it answered.
+            Combined::Abandoned => Outcome::Alone,
         }
-        let calls = 1 + followers.len() as u64;
+    }
+
+    /// One transaction for these calls' cells, and each call's outcome.
+    async fn run(&self, store: &MySqlStore, cluster: usize, all: Vec<Groups>) -> Vec<Outcome> {
+        let calls = all.len();
         self.transactions.fetch_add(1, Ordering::Relaxed);
-        self.calls.fetch_add(calls, Ordering::Relaxed);
+        self.calls_carried
+            .fetch_add(calls as u64, Ordering::Relaxed);
         metrics::counter!("schemaless_write_transactions_total", "cluster" => self.cluster.clone())
             .increment(1);
         metrics::counter!("schemaless_write_calls_total", "cluster" => self.cluster.clone())
-            .increment(calls);
-        let all: Vec<&Groups> = std::iter::once(&groups)
-            .chain(followers.iter().map(|f| &f.groups))
-            .collect();
-        let attempt = self.commit(store, cluster, &all).await;
-        drop(all);
-        let combined = !followers.is_empty();
-        let outcome = match attempt {
-            Ok(Committed::Yes) => Outcome::Written,
-            Ok(Committed::Overlap) => Outcome::Alone,
+            .increment(calls as u64);
+        let combined = calls > 1;
+        let each = |outcome: fn() -> Outcome| (0..calls).map(|_| outcome()).collect();
+        match self.commit(store, cluster, &all).await {
+            Ok(Committed::Yes) => each(|| Outcome::Written),
+            Ok(Committed::Overlap) => each(|| Outcome::Alone),
             Err(e) if combined && e.is_unavailable() => {
-                for follower in followers {
-                    let _ = follower
-                        .turn
-                        .send(Turn::Done(Outcome::Failed(shared_failure(&e))));
-                }
-                drop(lane);
-                return Outcome::Failed(e);
+                let shared: Vec<Outcome> = (1..calls)
+                    .map(|_| Outcome::Failed(shared_failure(&e)))
+                    .collect();
+                std::iter::once(Outcome::Failed(e)).chain(shared).collect()
             }
             // An address that exists, a lock conflict, or (combined) any
             // error that may be one call's own: each writes alone.
-            Err(e) if combined || is_settled_alone(&e) => Outcome::Alone,
-            Err(e) => Outcome::Failed(e),
-        };
-        for follower in followers {
-            let reply = match &outcome {
-                Outcome::Written => Outcome::Written,
-                _ => Outcome::Alone,
-            };
-            let _ = follower.turn.send(Turn::Done(reply));
+            Err(e) if combined || is_settled_alone(&e) => each(|| Outcome::Alone),
+            Err(e) => vec![Outcome::Failed(e)],
         }
-        drop(lane);
-        outcome
     }
 }
 
@@ -324,7 +211,7 @@ impl Committer {
         &self,
         store: &MySqlStore,
         cluster: usize,
-        all: &[&Groups],
+        all: &[Groups],
     ) -> Result<Committed> {
         let topology = store.topology();
         let node = topology.clusters[cluster].master();

@@ -33,6 +33,7 @@ use async_trait::async_trait;
 use sqlx::mysql::MySqlArguments;
 use sqlx::{AssertSqlSafe, MySql, Row};
 
+use super::combine::{Cap, Combined, Combiner};
 use super::schema::meta_database;
 use super::sql::push_hex;
 use super::store::MySqlStore;
@@ -420,7 +421,28 @@ pub struct Maintainer {
     store: MySqlStore,
     spec: IndexSpec,
     version: u32,
+    /// Per cluster, the applies of its shards' batches, combined: the
+    /// trigger's shard workers hand their batches in one by one, and those
+    /// arriving while one apply of that master runs go together in the
+    /// next (one pointer read, one transaction per master for all).
+    applies: Vec<Arc<Combiner<Batch, Applied>>>,
 }
+
+/// One shard worker's batch, shared with the apply that carries it.
+type Batch = Arc<Vec<StoredCell>>;
+
+/// What an apply did for one batch.
+#[derive(Clone)]
+enum Applied {
+    Done,
+    Failed(String),
+    /// The batch went with others and the whole failed: apply it alone,
+    /// so that a failure is its own.
+    Alone,
+}
+
+/// The most cells one combined apply takes besides its leader's.
+const MAX_COMBINED_CELLS: usize = 5_000;
 
 impl Maintainer {
     /// The trigger maintaining `version` of index `name`. It reads the
@@ -440,6 +462,12 @@ impl Maintainer {
             store: store.clone(),
             spec,
             version,
+            applies: store
+                .topology()
+                .clusters
+                .iter()
+                .map(|_| Combiner::new(2))
+                .collect(),
         });
         Trigger::new(
             &trigger_name(name, version),
@@ -450,19 +478,19 @@ impl Maintainer {
         )
     }
 
-    /// Applies a run of one shard's cells in a few round trips: read the
-    /// pointers of their rows, write the new entries (one multi-row
+    /// Applies cells of shards of one master in a few round trips: read
+    /// the pointers of their rows, write the new entries (one multi-row
     /// statement per entry shard), delete the rows' older entries, move the
     /// pointers. Each statement is guarded by ref key, so a batch that
     /// fails halfway is simply redone.
-    async fn apply(&self, cells: &[StoredCell]) -> Result<()> {
+    async fn apply(&self, cells: &[&StoredCell]) -> Result<()> {
         let topology = self.store.topology();
         let Some(first) = cells.first() else {
             return Ok(());
         };
-        let home = shard_of(&first.cell.key.row_key, topology.shard_count);
-        let home_db = topology.database(home);
-        let home_master = &topology.cluster(home)?.master();
+        let home_cluster =
+            topology.cluster_index(shard_of(&first.cell.key.row_key, topology.shard_count))?;
+        let home_master = &topology.clusters[home_cluster].master();
         let pointers = pointer_table(&self.spec.name, self.version);
         let entries = entry_table(&self.spec.name, self.version);
 
@@ -470,6 +498,7 @@ impl Maintainer {
         let mut newest: BTreeMap<RowKey, &StoredCell> = BTreeMap::new();
         for cell in cells
             .iter()
+            .copied()
             .filter(|c| c.cell.key.column == self.spec.column)
         {
             let slot = newest.entry(cell.cell.key.row_key).or_insert(cell);
@@ -480,16 +509,32 @@ impl Maintainer {
         if newest.is_empty() {
             return Ok(());
         }
-        let mut sql = format!(
-            "SELECT row_key, ref_key, entry_shard FROM `{home_db}`.`{pointers}` WHERE row_key IN ("
-        );
-        for (i, row) in newest.keys().enumerate() {
-            if i > 0 {
-                sql.push(',');
-            }
-            push_hex(&mut sql, row.as_bytes());
+        // Rows by home shard: one pointer read for all of them.
+        let mut by_home: BTreeMap<u32, Vec<RowKey>> = BTreeMap::new();
+        for row in newest.keys() {
+            by_home
+                .entry(shard_of(row, topology.shard_count))
+                .or_default()
+                .push(*row);
         }
-        sql.push(')');
+        let sql = by_home
+            .iter()
+            .map(|(home, rows)| {
+                let mut sql = format!(
+                    "SELECT row_key, ref_key, entry_shard FROM `{}`.`{pointers}` WHERE row_key IN (",
+                    topology.database(*home)
+                );
+                for (i, row) in rows.iter().enumerate() {
+                    if i > 0 {
+                        sql.push(',');
+                    }
+                    push_hex(&mut sql, row.as_bytes());
+                }
+                sql.push(')');
+                sql
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
         let mut old: HashMap<RowKey, (i64, Option<u32>)> = HashMap::new();
         for r in home_master.fetch_all(sql).await? {
             let key: Vec<u8> = r.try_get(0).map_err(|e| home_master.error(e))?;
@@ -596,30 +641,44 @@ impl Maintainer {
         // 3. The pointers, last: a crash before them redoes the steps
         // above. Other masters commit first; the home master's entries,
         // deletes and pointers commit together after them.
-        let tuples: Vec<String> = newest
-            .iter()
-            .map(|(row, cell)| {
-                let mut t = String::from("(");
-                push_hex(&mut t, row.as_bytes());
-                let shard = entry_shard
-                    .get(row)
-                    .map_or("NULL".to_string(), u32::to_string);
-                t.push_str(&format!(",{shard},{})", cell.cell.key.ref_key.get()));
-                t
-            })
-            .collect();
-        let home_cluster = topology.cluster_index(home)?;
+        let mut pointer_rows: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (row, cell) in &newest {
+            let mut t = String::from("(");
+            push_hex(&mut t, row.as_bytes());
+            let shard = entry_shard
+                .get(row)
+                .map_or("NULL".to_string(), u32::to_string);
+            t.push_str(&format!(",{shard},{})", cell.cell.key.ref_key.get()));
+            pointer_rows
+                .entry(shard_of(row, topology.shard_count))
+                .or_default()
+                .push(t);
+        }
         let mut home_statements = per_master.remove(&home_cluster).unwrap_or_default();
-        home_statements.push(format!(
-            "INSERT INTO `{home_db}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES {}
-             ON DUPLICATE KEY UPDATE
-               entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
-               ref_key = GREATEST(ref_key, VALUES(ref_key))",
-            tuples.join(",")
-        ));
+        for (home, tuples) in pointer_rows {
+            home_statements.push(format!(
+                "INSERT INTO `{}`.`{pointers}` (row_key, entry_shard, ref_key) VALUES {}
+                 ON DUPLICATE KEY UPDATE
+                   entry_shard = IF(VALUES(ref_key) > ref_key, VALUES(entry_shard), entry_shard),
+                   ref_key = GREATEST(ref_key, VALUES(ref_key))",
+                topology.database(home),
+                tuples.join(",")
+            ));
+        }
         self.run_per_master(per_master).await?;
         self.run_per_master(BTreeMap::from([(home_cluster, home_statements)]))
             .await
+    }
+
+    /// Applies `batches` (shards of one master) together, answering each;
+    /// if the whole fails, each is applied alone by its own worker.
+    async fn apply_combined(&self, batches: Vec<Batch>) -> Vec<Applied> {
+        let cells: Vec<&StoredCell> = batches.iter().flat_map(|b| b.iter()).collect();
+        match self.apply(&cells).await {
+            Ok(()) => batches.iter().map(|_| Applied::Done).collect(),
+            Err(e) if batches.len() == 1 => vec![Applied::Failed(e.to_string())],
+            Err(_) => batches.iter().map(|_| Applied::Alone).collect(),
+        }
     }
 
     /// Fails if a value of the batch's new entries belongs to another row.
@@ -703,12 +762,33 @@ fn push_value(sql: &mut String, value: Option<&IndexValue>) {
 #[async_trait]
 impl Handler for Maintainer {
     async fn handle(&self, cell: &StoredCell) -> HandlerResult {
-        self.apply(std::slice::from_ref(cell))
-            .await
-            .map_err(|e| e.to_string())
+        self.apply(&[cell]).await.map_err(|e| e.to_string())
     }
 
     async fn handle_batch(&self, cells: &[StoredCell]) -> std::result::Result<(), (usize, String)> {
-        self.apply(cells).await.map_err(|e| (0, e.to_string()))
+        let Some(first) = cells.first() else {
+            return Ok(());
+        };
+        let topology = self.store.topology();
+        let shard = shard_of(&first.cell.key.row_key, topology.shard_count);
+        let cluster = topology
+            .cluster_index(shard)
+            .map_err(|e| (0, e.to_string()))?;
+        let cap = Cap {
+            weight: |batch: &Batch| batch.len(),
+            max: MAX_COMBINED_CELLS,
+        };
+        let run = |batches: Vec<Batch>| self.apply_combined(batches);
+        let applied = self.applies[cluster]
+            .submit(Arc::new(cells.to_vec()), cap, run)
+            .await;
+        match applied {
+            Combined::Answered(Applied::Done) => Ok(()),
+            Combined::Answered(Applied::Failed(e)) => Err((0, e)),
+            Combined::Answered(Applied::Alone) | Combined::Abandoned => {
+                let cells: Vec<&StoredCell> = cells.iter().collect();
+                self.apply(&cells).await.map_err(|e| (0, e.to_string()))
+            }
+        }
     }
 }

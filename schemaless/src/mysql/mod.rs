@@ -5,6 +5,8 @@
 //! - [`sql`]: the statement texts, and why they are text;
 //! - [`store`]: the cell API implementation;
 //! - [`commit`]: group commit, the write path's calls combined per master;
+//! - `combine`: concurrent calls combined into fewer round trips (group
+//!   commit and the index maintainer's applies);
 //! - [`breaker`]: a circuit breaker per storage node;
 //! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
 //! - [`lost`]: buffered writes that lost to another body, recorded;
@@ -24,6 +26,7 @@
 pub mod awaited;
 pub mod breaker;
 pub mod buffer;
+mod combine;
 pub mod commit;
 pub mod damaged;
 pub mod failover;

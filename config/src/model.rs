@@ -444,6 +444,13 @@ pub struct Triggers {
     /// Default 200.
     #[serde(default = "default_poll_ms")]
     pub poll_ms: u64,
+    /// `triggers.watch_ms`: how often a runner asks each cluster's master
+    /// for the newest added_id of every shard it owns (one query per
+    /// cluster) and wakes the shards that have cells it has not handled:
+    /// how writes of other processes reach it without every shard polling.
+    /// 0 turns it off (shards then rely on `poll_ms`). 0–60000. Default 5.
+    #[serde(default = "default_watch_ms")]
+    pub watch_ms: u64,
 }
 
 fn default_trigger_batch() -> usize {
@@ -478,6 +485,10 @@ fn default_poll_ms() -> u64 {
     200
 }
 
+fn default_watch_ms() -> u64 {
+    5
+}
+
 impl Default for Triggers {
     fn default() -> Self {
         Triggers {
@@ -489,6 +500,7 @@ impl Default for Triggers {
             max_parked: default_max_parked(),
             lease_ms: default_lease_ms(),
             poll_ms: default_poll_ms(),
+            watch_ms: default_watch_ms(),
         }
     }
 }

@@ -232,6 +232,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     in_range("triggers.max_parked", triggers.max_parked, 0, 10_000_000)?;
     in_range("triggers.lease_ms", triggers.lease_ms, 100, 3_600_000)?;
     in_range("triggers.poll_ms", triggers.poll_ms, 1, 600_000)?;
+    in_range("triggers.watch_ms", triggers.watch_ms, 0, 60_000)?;
     let mirror = &config.mirror;
     in_range("mirror.relay_batch", mirror.relay_batch as u64, 1, 10_000)?;
     in_range("mirror.relay_poll_ms", mirror.relay_poll_ms, 1, 600_000)?;

@@ -100,6 +100,7 @@ fn options() -> config::Triggers {
         max_parked: 100,
         lease_ms: 1500,
         poll_ms: 20,
+        watch_ms: 5,
     }
 }
 
@@ -604,6 +605,9 @@ async fn a_damaged_cell_is_set_aside_and_the_log_goes_on() {
         format!("UPDATE `{db}`.entity SET body = X'789c0badcafe' WHERE row_key = X'{hex}'"),
     )
     .await;
+    // The trigger reads from minions: they must have the damage too, or a
+    // fast follower reads the intact cell there.
+    t.wait_for_minions().await;
     let counter = Arc::new(Counter::default());
     let (cancel, run) = start(&t.store, "past", counter.clone(), options());
     until("every other cell handled", || {

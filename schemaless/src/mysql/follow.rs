@@ -80,6 +80,9 @@ pub struct ShardFollower {
     /// Missing ids below the offset, with when they were given up on.
     awaited: Awaited,
     rechecked: Instant,
+    /// Whether the last read left nothing to read at once (see
+    /// [`ShardFollower::at_end`]).
+    at_end: bool,
 }
 
 impl ShardFollower {
@@ -104,6 +107,7 @@ impl ShardFollower {
             hole: None,
             awaited,
             rechecked: now,
+            at_end: false,
         })
     }
 
@@ -117,6 +121,14 @@ impl ShardFollower {
         &self.awaited
     }
 
+    /// Whether the last [`ShardFollower::next`] left nothing to read at
+    /// once: its page was not cut (by the limit or by bytes) and was taken
+    /// whole, or it found a hole to give time. A caller may then wait for
+    /// the next write instead of reading again.
+    pub fn at_end(&self) -> bool {
+        self.at_end
+    }
+
     /// The shard followed.
     pub fn shard(&self) -> u32 {
         self.shard
@@ -126,12 +138,14 @@ impl ShardFollower {
     /// added_id order. Empty when there is nothing new yet.
     pub async fn next(&mut self, limit: usize) -> Result<Vec<StoredCell>> {
         let mut out = self.late_arrivals().await?;
-        let cells = self
+        let (cells, cut) = self
             .store
             .read_changes(&self.node, self.shard, self.offset, limit)
             .await?;
         let contiguous = contiguous_run(self.offset, &cells);
+        self.at_end = true;
         if contiguous > 0 || cells.is_empty() {
+            self.at_end = !cut && contiguous == cells.len();
             out.extend(cells.into_iter().take(contiguous));
             if let Some(last) = out.last().filter(|c| c.added_id > self.offset) {
                 self.offset = last.added_id;
@@ -158,10 +172,11 @@ impl ShardFollower {
             return Ok(out);
         }
         self.settle(&hole).await?;
-        let cells = self
+        let (cells, cut) = self
             .store
             .read_changes(&self.node, self.shard, self.offset, limit)
             .await?;
+        let page = cells.len();
         let now = Instant::now();
         // A page cut short by bytes ends before the hole's end (a cell
         // was there): the rest is read next time, not taken for missing.
@@ -173,6 +188,7 @@ impl ShardFollower {
             ..hole
         };
         let mut expected = self.offset + 1;
+        let mut taken = 0;
         for cell in cells {
             if cell.added_id >= hole.end && cell.added_id != expected {
                 break;
@@ -183,7 +199,9 @@ impl ShardFollower {
             expected = cell.added_id + 1;
             self.offset = cell.added_id;
             out.push(cell);
+            taken += 1;
         }
+        self.at_end = !cut && taken == page;
         if expected < hole.end {
             self.awaited.insert(expected, hole.end - 1, now);
             self.offset = self.offset.max(hole.end - 1);

@@ -362,21 +362,35 @@ impl MySqlStore {
     }
 
     /// Up to `limit` cells of the shard's change log after `after`, read
-    /// from `node` (followers pin the node they read from).
+    /// from `node` (followers pin the node they read from), and whether the
+    /// page was cut (by `limit` or by bytes): an uncut page reached the end
+    /// of the log as of the read.
     pub async fn read_changes(
         &self,
         node: &Node,
         shard: u32,
         after: u64,
         limit: usize,
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<(Vec<StoredCell>, bool)> {
+        let max_bytes = self.inner.limits.max_batch_bytes;
         let sql = sql::select_changes(
             &self.inner.topology.database(shard),
             after,
             limit,
-            self.inner.limits.max_batch_bytes,
+            max_bytes,
         );
-        Ok(self.fetch_setting_aside(node, shard, sql).await?.cells)
+        let rows = node.fetch_all(sql).await?;
+        // The server keeps a cell while the bodies before it are under
+        // `max_bytes`: a page holding that many bytes may have been cut.
+        let bytes: usize = rows
+            .iter()
+            .map(|row| row.try_get::<&[u8], _>("body").map_or(0, <[u8]>::len))
+            .sum();
+        let cut = rows.len() >= limit || bytes >= max_bytes;
+        let master = self.inner.topology.cluster(shard)?.master();
+        let decoded =
+            super::damaged::decode_rows(self, &master, "entity", &rows, |_| Ok(shard)).await?;
+        Ok((decoded.cells, cut))
     }
 
     /// The change-log cells of `shard` whose added_id lies in one of these
@@ -397,34 +411,41 @@ impl MySqlStore {
     pub async fn log_heads(&self) -> Result<Vec<u64>> {
         let topology = &self.inner.topology;
         let mut heads = vec![0u64; topology.shard_count as usize];
-        let reads = topology.clusters.iter().map(|cluster| async move {
-            let sql = cluster
-                .shards
-                .iter()
-                .map(|shard| {
-                    format!(
-                        "SELECT {shard}, CAST(COALESCE(MAX(added_id), 0) AS UNSIGNED) FROM `{}`.`entity`",
-                        topology.database(shard)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(" UNION ALL ");
-            let master = cluster.master();
-            let rows = master.fetch_all(sql).await?;
-            rows.iter()
-                .map(|row| {
-                    let shard: i64 = row.try_get(0).map_err(|e| master.error(e))?;
-                    let head: u64 = row.try_get(1).map_err(|e| master.error(e))?;
-                    Ok((shard as usize, head))
-                })
-                .collect::<Result<Vec<_>>>()
+        let reads = topology.clusters.iter().enumerate().map(|(i, cluster)| {
+            let shards: Vec<u32> = cluster.shards.iter().collect();
+            async move { self.heads_of(i, &shards).await }
         });
         for rows in futures::future::try_join_all(reads).await? {
             for (shard, head) in rows {
-                heads[shard] = head;
+                heads[shard as usize] = head;
             }
         }
         Ok(heads)
+    }
+
+    /// The newest added_id of each of `shards` (all on `cluster`), read
+    /// from its master in one query.
+    pub(super) async fn heads_of(&self, cluster: usize, shards: &[u32]) -> Result<Vec<(u32, u64)>> {
+        let topology = &self.inner.topology;
+        let sql = shards
+            .iter()
+            .map(|shard| {
+                format!(
+                    "SELECT {shard}, CAST(COALESCE(MAX(added_id), 0) AS UNSIGNED) FROM `{}`.`entity`",
+                    topology.database(*shard)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let master = topology.clusters[cluster].master();
+        let rows = master.fetch_all(sql).await?;
+        rows.iter()
+            .map(|row| {
+                let shard: i64 = row.try_get(0).map_err(|e| master.error(e))?;
+                let head: u64 = row.try_get(1).map_err(|e| master.error(e))?;
+                Ok((shard as u32, head))
+            })
+            .collect()
     }
 
     /// Stops the background work and closes every connection pool.

@@ -39,6 +39,10 @@ use crate::api::{CellStore, ReadFrom};
 use crate::cell::{now_micros, CellKey, Column, RefKey, RowKey, StoredCell};
 use crate::error::{Error, Result};
 
+/// How often a shard's offset is saved at most, busy or idle: each save
+/// is a commit on the master, and a crash redelivers at most this much.
+const SAVE_EVERY: Duration = Duration::from_millis(500);
+
 /// What a handler says about one cell: `Err` is retried.
 pub type HandlerResult = std::result::Result<(), String>;
 
@@ -108,6 +112,10 @@ struct Shared {
     /// lease is surely held: the time of the claim plus the lease, taken
     /// before the claim was sent.
     lease_until: Vec<AtomicU64>,
+    /// Per shard, the follower's offset as its worker last left it (0
+    /// until it starts): the head watcher wakes a shard whose head is
+    /// past it.
+    reached: Vec<AtomicU64>,
     epoch: Instant,
 }
 
@@ -190,6 +198,7 @@ impl Trigger {
                 stats: Arc::new(TriggerStats::default()),
                 parked: AtomicU64::new(0),
                 lease_until: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+                reached: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
                 epoch: Instant::now(),
             }),
         })
@@ -273,6 +282,13 @@ impl Trigger {
         let shard_count = s.store.topology().shard_count;
         let (stop_tx, mut stop_rx) = mpsc::channel::<Stopped>(4);
         let mut workers = Workers(HashMap::new());
+        let _watchers = Watchers(if s.options.watch_ms == 0 {
+            Vec::new()
+        } else {
+            (0..s.store.topology().clusters.len())
+                .map(|cluster| tokio::spawn(watch_heads(s.clone(), cluster, cancel.clone())))
+                .collect()
+        });
         let mut renew = tokio::time::interval(s.lease() / 3);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let outcome = loop {
@@ -337,6 +353,63 @@ impl Trigger {
             );
         }
         Ok(outcome)
+    }
+}
+
+/// The head watchers of a runner, one per cluster, aborted with it.
+struct Watchers(Vec<JoinHandle<()>>);
+
+impl Drop for Watchers {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The cross-process wake-up of a runner's shards on one cluster: every
+/// `triggers.watch_ms`, one query to the master for the newest added_id
+/// of each shard the runner owns there, and a wake-up for each shard whose
+/// head is past what its worker has reached. Writes of this process wake
+/// their shards at once; this makes everyone else's writes seen within a
+/// few milliseconds, where each shard polling as often would cost a query
+/// per shard.
+async fn watch_heads(s: Arc<Shared>, cluster: usize, cancel: CancellationToken) {
+    let every = Duration::from_millis(s.options.watch_ms.max(1));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let topology = s.store.topology();
+        let owned: Vec<u32> = topology.clusters[cluster]
+            .shards
+            .iter()
+            .filter(|shard| s.holds(*shard))
+            .collect();
+        if owned.is_empty() {
+            continue;
+        }
+        match s.store.heads_of(cluster, &owned).await {
+            Ok(heads) => {
+                failing = false;
+                for (shard, head) in heads {
+                    if head > s.reached[shard as usize].load(Ordering::Relaxed) {
+                        s.store.changes_signal(shard);
+                    }
+                }
+            }
+            // The shard workers meet the same failure and say so; this
+            // only says it once, and keeps trying.
+            Err(e) if !failing => {
+                failing = true;
+                tracing::debug!(trigger = %s.name, cluster, "watching log heads: {e}");
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -456,85 +529,101 @@ impl ShardWorker {
                     self.retry_flagged(&mut counted_parked).await?;
                 }
                 let cells = follower.next(s.options.batch).await?;
-                if cells.is_empty() {
-                    // Idle: a good moment to save where we are.
-                    if saved != at(&follower) {
+                s.reached[self.shard as usize].store(follower.offset(), Ordering::Relaxed);
+                let read = cells.len();
+                if read > 0 {
+                    let mine: Vec<StoredCell> = cells
+                        .into_iter()
+                        .filter(|c| c.cell.key.column == s.column)
+                        .collect();
+                    let mut start = 0;
+                    while start < mine.len() {
+                        if !s.holds(self.shard) || self.cancel.is_cancelled() {
+                            return Ok(());
+                        }
+                        let failed = match s.handler.handle_batch(&mine[start..]).await {
+                            Ok(()) => {
+                                s.stats
+                                    .handled
+                                    .fetch_add((mine.len() - start) as u64, Ordering::Relaxed);
+                                break;
+                            }
+                            Err((i, error)) => {
+                                // A handler that names a cell outside the batch
+                                // broke its contract: nothing of the batch is
+                                // known handled, so its first cell is the one
+                                // to retry on its own (not a panic, which would
+                                // respawn into the same panic).
+                                let i = if i < mine.len() - start {
+                                    i
+                                } else {
+                                    tracing::error!(
+                                        trigger = %s.name,
+                                        shard = self.shard,
+                                        "the handler said cell {i} of a batch of {} failed; retrying the batch cell by cell",
+                                        mine.len() - start
+                                    );
+                                    0
+                                };
+                                s.stats.handled.fetch_add(i as u64, Ordering::Relaxed);
+                                s.stats.failures.fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(trigger = %s.name, shard = self.shard, "batch failed at {}: {error}", mine[start + i].cell.key);
+                                start + i
+                            }
+                        };
+                        // The failed cell on its own, with retries; then the
+                        // rest as a batch again.
+                        match self.handle(&mine[failed]).await? {
+                            Handled::Done => {}
+                            Handled::Parked => counted_parked += 1,
+                            Handled::Stop => return Ok(()),
+                            Handled::Halt => {
+                                // Keep the shard (so no other runner hits the
+                                // same wall) but do nothing more with it.
+                                self.cancel.cancelled().await;
+                                return Ok(());
+                            }
+                        }
+                        start = failed + 1;
+                    }
+                    // Busy: save at most every SAVE_EVERY (a crash redelivers
+                    // what came after the last save: at least once).
+                    if last_save.elapsed() >= SAVE_EVERY {
                         self.save_offset(follower.offset(), follower.awaited()).await?;
                         saved = at(&follower);
                         last_save = Instant::now();
                     }
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => continue,
-                        _ = async {
-                            match signal.as_mut().as_pin_mut() {
-                                Some(n) => n.await,
-                                None => std::future::pending().await,
-                            }
-                        } => {}
-                        _ = tokio::time::sleep(poll) => {}
+                    // A cut page: more may be waiting, read on. A whole
+                    // one caught up with the log as of the read; wait for
+                    // the next write (the wake-up was armed before the
+                    // read, so one that came meanwhile is not missed).
+                    if !follower.at_end() {
+                        continue;
                     }
-                    continue;
                 }
-                let mine: Vec<StoredCell> = cells
-                    .into_iter()
-                    .filter(|c| c.cell.key.column == s.column)
-                    .collect();
-                let mut start = 0;
-                while start < mine.len() {
-                    if !s.holds(self.shard) || self.cancel.is_cancelled() {
-                        return Ok(());
+                // Idle: a good moment to save where we are, but not
+                // more often than when busy (a shard getting a cell
+                // at a time would otherwise commit a save per cell).
+                let mut wait = poll;
+                if saved != at(&follower) {
+                    let since = last_save.elapsed();
+                    if since >= SAVE_EVERY {
+                        self.save_offset(follower.offset(), follower.awaited()).await?;
+                        saved = at(&follower);
+                        last_save = Instant::now();
+                    } else {
+                        wait = wait.min(SAVE_EVERY - since);
                     }
-                    let failed = match s.handler.handle_batch(&mine[start..]).await {
-                        Ok(()) => {
-                            s.stats
-                                .handled
-                                .fetch_add((mine.len() - start) as u64, Ordering::Relaxed);
-                            break;
-                        }
-                        Err((i, error)) => {
-                            // A handler that names a cell outside the batch
-                            // broke its contract: nothing of the batch is
-                            // known handled, so its first cell is the one
-                            // to retry on its own (not a panic, which would
-                            // respawn into the same panic).
-                            let i = if i < mine.len() - start {
-                                i
-                            } else {
-                                tracing::error!(
-                                    trigger = %s.name,
-                                    shard = self.shard,
-                                    "the handler said cell {i} of a batch of {} failed; retrying the batch cell by cell",
-                                    mine.len() - start
-                                );
-                                0
-                            };
-                            s.stats.handled.fetch_add(i as u64, Ordering::Relaxed);
-                            s.stats.failures.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(trigger = %s.name, shard = self.shard, "batch failed at {}: {error}", mine[start + i].cell.key);
-                            start + i
-                        }
-                    };
-                    // The failed cell on its own, with retries; then the
-                    // rest as a batch again.
-                    match self.handle(&mine[failed]).await? {
-                        Handled::Done => {}
-                        Handled::Parked => counted_parked += 1,
-                        Handled::Stop => return Ok(()),
-                        Handled::Halt => {
-                            // Keep the shard (so no other runner hits the
-                            // same wall) but do nothing more with it.
-                            self.cancel.cancelled().await;
-                            return Ok(());
-                        }
-                    }
-                    start = failed + 1;
                 }
-                // Busy: save at most every 100 ms (a crash redelivers what
-                // came after the last save: at least once).
-                if last_save.elapsed() >= Duration::from_millis(100) {
-                    self.save_offset(follower.offset(), follower.awaited()).await?;
-                    saved = at(&follower);
-                    last_save = Instant::now();
+                tokio::select! {
+                    _ = self.cancel.cancelled() => continue,
+                    _ = async {
+                        match signal.as_mut().as_pin_mut() {
+                            Some(n) => n.await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
+                    _ = tokio::time::sleep(wait) => {}
                 }
             }
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use legacy::LegacyStore;
-use schemaless::{routing, Cell, CellStore, MySqlStore, WriteOutcome};
+use schemaless::{routing, Cell, CellKey, CellStore, MySqlStore, WriteOutcome};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
@@ -324,28 +324,42 @@ impl Backfill {
         // A cell too large for Schemaless cannot be copied however often
         // the chunk is tried: it is reported with its row, once, and the
         // rest of the chunk is copied.
-        let (mut cells, oversized): (Vec<Cell>, Vec<Cell>) = scanned
-            .cells
-            .into_iter()
-            .partition(|c| schemaless::cell::check_body(&c.body, &self.limits).is_ok());
+        // Each body is measured once (its JSON length is a walk of the
+        // value), and the cells move into their batches, not copied.
         let shard_count = self.schemaless.shard_count();
-        cells.sort_by_key(|c| routing::shard_of(&c.key.row_key, shard_count));
+        let mut cells: Vec<(u32, usize, Cell)> = Vec::with_capacity(scanned.cells.len());
+        let mut oversized: Vec<(usize, Cell)> = Vec::new();
+        for cell in scanned.cells {
+            let len = cell.body.json_len();
+            if len > self.limits.max_body_bytes {
+                oversized.push((len, cell));
+            } else {
+                cells.push((routing::shard_of(&cell.key.row_key, shard_count), len, cell));
+            }
+        }
+        cells.sort_by_key(|(shard, ..)| *shard);
+        let copied = cells.len() as u64;
+        let sizes =
+            schemaless::cell::batch_sizes(cells.iter().map(|(_, len, _)| *len), &self.limits);
+        let mut cells = cells.into_iter().map(|(.., cell)| cell);
         let mut written = 0u64;
         let mut conflicts: Vec<String> = Vec::new();
-        for batch in schemaless::cell::batches(&cells, &self.limits) {
-            let results = self.schemaless.put_cells(batch.to_vec()).await?;
-            for (cell, result) in batch.iter().zip(results) {
+        for size in sizes {
+            let batch: Vec<Cell> = cells.by_ref().take(size).collect();
+            let keys: Vec<CellKey> = batch.iter().map(|c| c.key.clone()).collect();
+            let results = self.schemaless.put_cells(batch).await?;
+            for (key, result) in keys.iter().zip(results) {
                 match result {
                     Ok(WriteOutcome::Written) => written += 1,
                     Ok(_) => {}
-                    Err(_) => conflicts.push(conflict_text(cell)),
+                    Err(_) => conflicts.push(key.to_string()),
                 }
             }
         }
         let progress = &self.progress;
         Progress::add(&progress.parents, scanned.parents);
         Progress::add(&progress.rows, rows);
-        Progress::add(&progress.cells, cells.len() as u64);
+        Progress::add(&progress.cells, copied);
         Progress::add(&progress.written, written);
         let mut problems = Vec::new();
         if !scanned.unreadable.is_empty() {
@@ -365,12 +379,10 @@ impl Backfill {
             let first: Vec<String> = oversized
                 .iter()
                 .take(3)
-                .map(|c| {
+                .map(|(len, c)| {
                     format!(
-                        "row {} column {} is {} bytes",
-                        c.key.row_key,
-                        c.key.column,
-                        c.body.json_len()
+                        "row {} column {} is {len} bytes",
+                        c.key.row_key, c.key.column
                     )
                 })
                 .collect();
@@ -418,7 +430,7 @@ impl Backfill {
         .bind(state)
         .bind(error)
         .bind(scanned.parents as i64)
-        .bind(cells.len() as i64)
+        .bind(copied as i64)
         .bind(written as i64)
         .execute(self.pool())
         .await
@@ -539,10 +551,6 @@ enum Remaining {
     Finished,
     Paused,
     HeldByOthers,
-}
-
-fn conflict_text(cell: &Cell) -> String {
-    cell.key.to_string()
 }
 
 async fn sleep_or_cancel(cancel: &CancellationToken, wait: Duration) {

@@ -16,6 +16,13 @@
 //!   `triggers.max_tries` times, with the last error. [`retry_parked`]
 //!   flags them and the owning runner calls the handler on them again.
 //!
+//! Waking: a shard worker reads its log until a page reaches the end, then
+//! waits. Writes of this process wake their shards at once; a head watcher
+//! per cluster (one `MAX(added_id)` query for all the shards the runner
+//! owns there, every `triggers.watch_ms`) wakes the shards others wrote;
+//! `triggers.poll_ms` is the backstop. Offsets are saved at most every
+//! [`SAVE_EVERY`], busy or idle, and always when a shard is left.
+//!
 //! A runner stops (and says why) when the shards it owns hold more than
 //! `triggers.max_parked` parked cells. With `on_failure = "stop_shard"` it
 //! parks nothing: the failing shard stops there and the others go on.

@@ -889,3 +889,54 @@ async fn the_dashboard_shows_live_figures_in_a_headless_browser() {
     serve.kill().unwrap();
     serve.wait().unwrap();
 }
+
+/// The replays run on a thread of their own, with stores of their own: on
+/// an app whose (single-threaded) runtime is stuck in a blocking call right
+/// after its reads, the samples those reads took are still replayed,
+/// compared and counted. Replays sharing the app's runtime would wait for
+/// it, and nothing would be counted until it was free again.
+#[tokio::test(flavor = "current_thread")]
+async fn samples_are_replayed_while_the_serving_runtime_is_blocked() {
+    let (db, config, _, facade) = mirrored(30, 11, "").await;
+    let rows = row_keys(&db.pool, "SELECT uuid FROM trips").await;
+    for row in &rows {
+        facade
+            .get_cell_latest(row, &base(), ReadFrom::Master)
+            .await
+            .unwrap()
+            .expect("a seeded trip has a BASE cell");
+    }
+    let wanted = rows.len() as u64;
+    let url = config.legacy.as_ref().unwrap().url.clone();
+    // This thread (and so the facade's runtime) now blocks until another
+    // thread, with a runtime and a connection of its own, sees the counts.
+    let counted = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let totals = verifier::report::read(&pool, None, None)
+                    .await
+                    .unwrap()
+                    .totals;
+                if totals.matches >= wanted || Instant::now() > deadline {
+                    pool.close().await;
+                    return totals;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    })
+    .join()
+    .unwrap();
+    assert!(
+        counted.replays >= wanted && counted.matches >= wanted,
+        "{wanted} reads sampled, counted while the app's runtime was blocked: {counted:?}"
+    );
+    assert_eq!(counted.mismatches, 0, "{counted:?}");
+    facade.close().await;
+}

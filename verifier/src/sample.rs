@@ -372,18 +372,10 @@ pub struct Replayer {
 
 /// Starts sampling: returns the facade's [`Sampler`] and the background
 /// tasks (the replay dispatcher, the flusher), which stop on `cancel`.
+/// They run on the caller's runtime: see [`start_isolated`] for replays
+/// that must not share the serving path's threads.
 pub fn start(replayer: Replayer, cancel: CancellationToken) -> (Sampler, Vec<JoinHandle<()>>) {
-    let (sender, receiver) = mpsc::channel(replayer.config.queue);
-    let sampler = Sampler {
-        shared: Arc::new(Shared {
-            rate: AtomicU64::new(replayer.config.sample_rate.to_bits()),
-            cap: AtomicU64::new(replayer.config.max_samples_per_sec),
-            tat: AtomicU64::new(0),
-            queue: sender,
-            tally: Mutex::new(Tally::default()),
-            started: Instant::now(),
-        }),
-    };
+    let (sampler, receiver) = sampler(&replayer.config);
     let replayer = Arc::new(replayer);
     let tasks = vec![
         tokio::spawn(dispatch(
@@ -395,6 +387,123 @@ pub fn start(replayer: Replayer, cancel: CancellationToken) -> (Sampler, Vec<Joi
         tokio::spawn(flush_loop(replayer, sampler.clone(), cancel)),
     ];
     (sampler, tasks)
+}
+
+/// Builds the replay's stores on the replay thread (so that their
+/// connections belong to its runtime), and closes them when it stops.
+#[async_trait]
+pub trait ReplayerSource: Send + 'static {
+    /// The replayer, connected from the replay thread.
+    async fn build(&self) -> Result<Replayer, String>;
+    /// Closes what `build` opened.
+    async fn close(&self);
+}
+
+/// The replay thread's niceness: the kernel gives it about a tenth of the
+/// CPU a serving thread gets when both want it, and all of it when the
+/// serving threads are idle.
+const REPLAY_NICE: i32 = 10;
+
+/// Starts sampling with the replays, their comparisons, triage and
+/// bookkeeping on a thread of their own, with its own single-threaded
+/// runtime, its own connection pools (`source` builds them there) and a
+/// lower CPU priority ([`REPLAY_NICE`]). The serving path pays for a
+/// sample with a clone of its answer and a queue push, never waits on a
+/// replay, and does not share its threads (or its connections) with one:
+/// a replay, its decoding and its comparison cannot delay a served read
+/// queued behind them on a runtime worker.
+///
+/// The returned task ends when the thread has stopped (after `cancel`).
+/// If the thread, its runtime or its stores cannot start, no replay runs
+/// (logged as an error; samples then fill the queue and are counted as
+/// dropped) and the served reads are unaffected.
+pub fn start_isolated(
+    config: &config::Verify,
+    source: impl ReplayerSource,
+    cancel: CancellationToken,
+) -> (Sampler, Vec<JoinHandle<()>>) {
+    let (sampler, receiver) = sampler(config);
+    let (done, stopped) = tokio::sync::oneshot::channel::<()>();
+    let thread_sampler = sampler.clone();
+    let spawned = std::thread::Builder::new()
+        .name("mz-replay".into())
+        .spawn(move || {
+            lower_priority(REPLAY_NICE);
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    tracing::error!("verify: the replay runtime did not start ({e}); no replays");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let replayer = match source.build().await {
+                    Ok(replayer) => Arc::new(replayer),
+                    Err(e) => {
+                        tracing::error!(
+                            "verify: the replay's stores did not open ({e}); no replays"
+                        );
+                        return;
+                    }
+                };
+                tokio::join!(
+                    dispatch(
+                        replayer.clone(),
+                        thread_sampler.clone(),
+                        receiver,
+                        cancel.clone()
+                    ),
+                    flush_loop(replayer, thread_sampler, cancel),
+                );
+                source.close().await;
+            });
+            drop(done);
+        });
+    if let Err(e) = spawned {
+        tracing::error!("verify: the replay thread did not start ({e}); no replays");
+    }
+    let waiter = tokio::spawn(async move {
+        let _ = stopped.await;
+    });
+    (sampler, vec![waiter])
+}
+
+/// Lowers the calling thread's CPU priority (on Linux a thread has its
+/// own nice value). Best effort: a failure leaves it as it was.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority with PRIO_PROCESS and who = 0 changes only
+        // the calling thread's nice value; it reads no memory of ours.
+        let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0;
+        if failed {
+            tracing::debug!(
+                "verify: the replay thread keeps its priority: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
+/// The facade's sampler and the queue its samples go to.
+fn sampler(config: &config::Verify) -> (Sampler, mpsc::Receiver<Sample>) {
+    let (sender, receiver) = mpsc::channel(config.queue);
+    let sampler = Sampler {
+        shared: Arc::new(Shared {
+            rate: AtomicU64::new(config.sample_rate.to_bits()),
+            cap: AtomicU64::new(config.max_samples_per_sec),
+            tat: AtomicU64::new(0),
+            queue: sender,
+            tally: Mutex::new(Tally::default()),
+            started: Instant::now(),
+        }),
+    };
+    (sampler, receiver)
 }
 
 async fn dispatch(

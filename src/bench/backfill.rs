@@ -19,12 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use futures::{StreamExt, TryStreamExt};
 use schemaless::mysql::{schema, Topology};
 use schemaless::{codec, MySqlStore};
 use serde_json::json;
 
-use super::cells::{count_cells, load_file, truncate, LoadFiles};
+use super::cells::{count_cells, load_files, truncate, LoadFiles};
 
 #[derive(Args)]
 pub struct BackfillArgs {
@@ -224,14 +223,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     eprintln!("LOAD DATA of {raw_cells} cells ...");
     let started = Instant::now();
-    let loads: Vec<_> = files
-        .iter()
-        .map(|(shard, path)| load_file(&topology, *shard, path))
-        .collect();
-    futures::stream::iter(loads)
-        .buffer_unordered(args.workers)
-        .try_collect::<Vec<()>>()
-        .await?;
+    load_files(&topology, &files, args.workers).await?;
     let raw_acknowledged = started.elapsed();
     cluster
         .wait_all_caught_up(Duration::from_secs(1800))

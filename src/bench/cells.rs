@@ -112,14 +112,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         args.cells
     );
     let started = Instant::now();
-    let loads: Vec<_> = files
-        .iter()
-        .map(|(shard, path)| load_file(&topology, *shard, path))
-        .collect();
-    futures::stream::iter(loads)
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<()>>()
-        .await?;
+    load_files(&topology, &files, args.concurrency).await?;
     let load_elapsed = started.elapsed();
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     let load_replicated = started.elapsed();
@@ -346,7 +339,24 @@ fn write_escaped(w: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-pub(super) async fn load_file(topology: &Topology, shard: u32, path: &Path) -> anyhow::Result<()> {
+/// Loads every shard's file, `concurrency` loads at a time.
+pub(super) async fn load_files(
+    topology: &Topology,
+    files: &[(u32, PathBuf)],
+    concurrency: usize,
+) -> anyhow::Result<()> {
+    let loads: Vec<_> = files
+        .iter()
+        .map(|(shard, path)| load_file(topology, *shard, path))
+        .collect();
+    futures::stream::iter(loads)
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn load_file(topology: &Topology, shard: u32, path: &Path) -> anyhow::Result<()> {
     let path_text = path.display().to_string();
     if path_text.contains('\'') || path_text.contains('\\') {
         bail!("cannot LOAD DATA from {path_text}: quotes or backslashes in the path");

@@ -370,25 +370,6 @@ pub struct Replayer {
     pub config: config::Verify,
 }
 
-/// Starts sampling: returns the facade's [`Sampler`] and the background
-/// tasks (the replay dispatcher, the flusher), which stop on `cancel`.
-/// They run on the caller's runtime: see [`start_isolated`] for replays
-/// that must not share the serving path's threads.
-pub fn start(replayer: Replayer, cancel: CancellationToken) -> (Sampler, Vec<JoinHandle<()>>) {
-    let (sampler, receiver) = sampler(&replayer.config);
-    let replayer = Arc::new(replayer);
-    let tasks = vec![
-        tokio::spawn(dispatch(
-            replayer.clone(),
-            sampler.clone(),
-            receiver,
-            cancel.clone(),
-        )),
-        tokio::spawn(flush_loop(replayer, sampler.clone(), cancel)),
-    ];
-    (sampler, tasks)
-}
-
 /// Builds the replay's stores on the replay thread (so that their
 /// connections belong to its runtime), and closes them when it stops.
 #[async_trait]

@@ -216,16 +216,12 @@ impl Committer {
         let topology = store.topology();
         let node = topology.clusters[cluster].master();
         let mut shards: BTreeMap<u32, Vec<&Pending>> = BTreeMap::new();
-        let mut text = 0;
         for groups in all {
             for (shard, items) in groups.iter() {
                 shards.entry(*shard).or_default().extend(items.iter());
-                text += items
-                    .iter()
-                    .map(|p| 2 * p.encoded.len() + 100)
-                    .sum::<usize>();
             }
         }
+        let text = all.iter().map(hex_text).sum();
         if all.len() > 1 {
             for items in shards.values_mut() {
                 // Stable: a call's own rows are sorted already.

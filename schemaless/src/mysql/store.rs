@@ -387,10 +387,7 @@ impl MySqlStore {
             .map(|row| row.try_get::<&[u8], _>("body").map_or(0, <[u8]>::len))
             .sum();
         let cut = rows.len() >= limit || bytes >= max_bytes;
-        let master = self.inner.topology.cluster(shard)?.master();
-        let decoded =
-            super::damaged::decode_rows(self, &master, "entity", &rows, |_| Ok(shard)).await?;
-        Ok((decoded.cells, cut))
+        Ok((self.decode_setting_aside(shard, &rows).await?.cells, cut))
     }
 
     /// The change-log cells of `shard` whose added_id lies in one of these
@@ -584,8 +581,17 @@ impl MySqlStore {
         sql: String,
     ) -> Result<super::damaged::Decoded> {
         let rows = node.fetch_all(sql).await?;
+        self.decode_setting_aside(shard, &rows).await
+    }
+
+    /// Decodes `rows` of `shard`'s entity table, setting damaged ones aside.
+    async fn decode_setting_aside(
+        &self,
+        shard: u32,
+        rows: &[MySqlRow],
+    ) -> Result<super::damaged::Decoded> {
         let master = self.inner.topology.cluster(shard)?.master();
-        super::damaged::decode_rows(self, &master, "entity", &rows, |_| Ok(shard)).await
+        super::damaged::decode_rows(self, &master, "entity", rows, |_| Ok(shard)).await
     }
 
     async fn fetch(&self, node: &Node, shard: u32, sql: String) -> Result<Vec<StoredCell>> {

@@ -131,6 +131,16 @@ impl Conversion {
         }
     }
 
+    /// [`Conversion::render`] of text the caller owns: text columns keep
+    /// it as it is instead of copying it (the backfill reads every field
+    /// through here).
+    pub fn render_owned(&self, text: Option<String>) -> Result<Value, String> {
+        match (self, text) {
+            (Conversion::Text, Some(text)) => Ok(Value::String(text)),
+            (_, text) => self.render(text.as_deref()),
+        }
+    }
+
     /// The JSON value of a stored value read by [`Conversion::read_expr`]
     /// (`None` is SQL NULL).
     pub fn render(&self, text: Option<&str>) -> Result<Value, String> {
@@ -443,6 +453,26 @@ fn array_literal(items: &[Value]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn owned_text_renders_as_borrowed_text() {
+        for (conversion, text) in [
+            (Conversion::Text, Some("héllo \"quoted\"")),
+            (Conversion::Text, Some("")),
+            (Conversion::Text, None),
+            (Conversion::Int4, Some("-42")),
+            (Conversion::Int4, Some("4x")),
+            (Conversion::Timestamptz, Some("1425799800000000")),
+            (Conversion::Json, Some(r#"{"a": [1, 2.50]}"#)),
+            (Conversion::Bool, Some("maybe")),
+        ] {
+            assert_eq!(
+                conversion.render_owned(text.map(str::to_string)),
+                conversion.render(text),
+                "{conversion:?} {text:?}"
+            );
+        }
+    }
 
     #[test]
     fn decimals_have_one_form() {

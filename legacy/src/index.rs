@@ -200,7 +200,7 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
             let value =
                 field
                     .conversion
-                    .render(text.as_deref())
+                    .render_owned(text)
                     .map_err(|reason| Error::Unreadable {
                         what: format!("index {} entry of {uuid}", index.name),
                         reason: format!("field {}: {reason}", field.json),

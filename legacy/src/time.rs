@@ -135,11 +135,50 @@ fn parse_date_part(s: &mut Scanner) -> Result<(i64, u32, u32), String> {
 
 /// `YYYY-MM-DD`, with an expanded year outside 0000–9999.
 fn date_text(year: i64, month: u32, day: u32) -> String {
+    let mut text = String::with_capacity(32);
+    push_date(&mut text, year, month, day);
+    text
+}
+
+/// Appends [`date_text`]'s text. Every timestamp and date cell the backfill
+/// copies is written through here, so it pushes digits instead of going
+/// through `format!`.
+fn push_date(text: &mut String, year: i64, month: u32, day: u32) {
     match year {
-        0..=9999 => format!("{year:04}-{month:02}-{day:02}"),
-        10_000.. => format!("+{year}-{month:02}-{day:02}"),
-        _ => format!("-{:04}-{month:02}-{day:02}", -year),
+        0..=9999 => push_digits(text, year.unsigned_abs(), 4),
+        10_000.. => {
+            text.push('+');
+            push_digits(text, year.unsigned_abs(), 1);
+        }
+        _ => {
+            text.push('-');
+            push_digits(text, year.unsigned_abs(), 4);
+        }
     }
+    text.push('-');
+    push_digits(text, month.into(), 2);
+    text.push('-');
+    push_digits(text, day.into(), 2);
+}
+
+/// Appends `n` in decimal, padded with zeros to at least `width` digits.
+fn push_digits(text: &mut String, n: u64, width: usize) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    for _ in (digits.len() - at)..width {
+        text.push('0');
+    }
+    // Only ASCII digits were written.
+    text.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// The text PostgreSQL takes for a canonical date or timestamp: the same,
@@ -316,14 +355,22 @@ pub fn format_timestamp(micros: i128, with_zone: bool) -> Result<String, String>
             "year {year} is outside the range of PostgreSQL's timestamps (-4712, i.e. 4713 BC, to 294276)"
         ));
     }
-    Ok(format!(
-        "{}T{:02}:{:02}:{:02}.{fraction:06}{}",
-        date_text(year, month, day),
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60,
-        if with_zone { "Z" } else { "" }
-    ))
+    let mut text = String::with_capacity(32);
+    push_date(&mut text, year, month, day);
+    text.push('T');
+    // Both are in range: of_day in 0..86400, fraction in 0..1_000_000.
+    let (of_day, fraction) = (of_day.unsigned_abs(), fraction.unsigned_abs() as u64);
+    push_digits(&mut text, of_day / 3600, 2);
+    text.push(':');
+    push_digits(&mut text, of_day % 3600 / 60, 2);
+    text.push(':');
+    push_digits(&mut text, of_day % 60, 2);
+    text.push('.');
+    push_digits(&mut text, fraction, 6);
+    if with_zone {
+        text.push('Z');
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -417,5 +464,49 @@ mod tests {
         );
         assert!(canonical_date("0000-01-01 BC").is_err());
         assert!(canonical_date("5874898-01-01").is_err());
+    }
+
+    /// The digit-pushing text is the text `format!` writes, across the
+    /// whole range of timestamps (every year sign and width, every field
+    /// padded), and parses back to the same instant.
+    #[test]
+    fn timestamps_are_written_as_format_would() {
+        let reference = |micros: i128, with_zone: bool| {
+            let seconds = micros.div_euclid(1_000_000) as i64;
+            let fraction = micros.rem_euclid(1_000_000);
+            let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+            let (year, month, day) = civil_from_days(days);
+            let date = match year {
+                0..=9999 => format!("{year:04}-{month:02}-{day:02}"),
+                10_000.. => format!("+{year}-{month:02}-{day:02}"),
+                _ => format!("-{:04}-{month:02}-{day:02}", -year),
+            };
+            format!(
+                "{date}T{:02}:{:02}:{:02}.{fraction:06}{}",
+                of_day / 3600,
+                of_day % 3600 / 60,
+                of_day % 60,
+                if with_zone { "Z" } else { "" }
+            )
+        };
+        let first = parse_timestamp("-4712-01-01T00:00:00Z", true).unwrap();
+        let last = parse_timestamp("+294276-12-31T23:59:59.999999Z", true).unwrap();
+        // A stride that is no round number of seconds or days lands on
+        // every digit of every field somewhere in the range.
+        let stride = (last - first) / 200_003;
+        let mut micros = first;
+        while micros <= last {
+            for with_zone in [true, false] {
+                let text = format_timestamp(micros, with_zone).unwrap();
+                assert_eq!(text, reference(micros, with_zone));
+                assert_eq!(parse_timestamp(&text, with_zone).unwrap(), micros, "{text}");
+            }
+            micros += stride;
+        }
+        for edge in [first, last, 0, -1, 1, 999_999, -999_999] {
+            assert_eq!(format_timestamp(edge, true).unwrap(), reference(edge, true));
+        }
+        assert!(format_timestamp(last + 1, true).is_err());
+        assert!(format_timestamp(first - 1, true).is_err());
     }
 }

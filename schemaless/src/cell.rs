@@ -7,6 +7,7 @@
 //! [`check_batch`] before they write anything.
 
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -133,14 +134,46 @@ impl fmt::Display for RefKey {
 }
 
 /// A cell's value: a JSON object.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Body(Map<String, Value>);
+///
+/// A body never changes once built, so the length of its JSON text (which
+/// every write checks, and the backfill measures first to cut its batches)
+/// is counted at most once and kept.
+pub struct Body {
+    map: Map<String, Value>,
+    /// [`Body::json_len`] once counted; [`UNCOUNTED`] before.
+    json_len: AtomicUsize,
+}
+
+/// The mark of a body whose length is not counted yet. No body is that
+/// long: a `Map` cannot hold `usize::MAX` bytes of text.
+const UNCOUNTED: usize = usize::MAX;
+
+impl Clone for Body {
+    fn clone(&self) -> Self {
+        Body {
+            map: self.map.clone(),
+            json_len: AtomicUsize::new(self.json_len.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Self) -> bool {
+        self.map == other.map
+    }
+}
+
+impl fmt::Debug for Body {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Body").field(&self.map).finish()
+    }
+}
 
 impl Body {
     /// Wraps a JSON value, which must be an object.
     pub fn from_value(value: Value) -> Result<Body, Error> {
         match value {
-            Value::Object(map) => Ok(Body(map)),
+            Value::Object(map) => Ok(Body::from(map)),
             other => Err(Error::invalid(
                 "body",
                 format!("must be a JSON object, not {}", json_kind(&other)),
@@ -157,19 +190,27 @@ impl Body {
 
     /// The fields of the object.
     pub fn fields(&self) -> &Map<String, Value> {
-        &self.0
+        &self.map
     }
 
     /// The body as a JSON value.
     pub fn to_value(&self) -> Value {
-        Value::Object(self.0.clone())
+        Value::Object(self.map.clone())
     }
 
     /// Length of the compact JSON text, which is what `limits.max_body_bytes`
     /// limits. Counted by walking the value, as serde_json would write it,
     /// without writing it: every write checks it.
     pub fn json_len(&self) -> usize {
-        object_len(&self.0)
+        // Relaxed is enough: racing threads count the same number.
+        match self.json_len.load(Ordering::Relaxed) {
+            UNCOUNTED => {
+                let len = object_len(&self.map);
+                self.json_len.store(len, Ordering::Relaxed);
+                len
+            }
+            len => len,
+        }
     }
 }
 
@@ -221,13 +262,16 @@ fn string_len(s: &str) -> usize {
 
 impl From<Map<String, Value>> for Body {
     fn from(map: Map<String, Value>) -> Self {
-        Body(map)
+        Body {
+            map,
+            json_len: AtomicUsize::new(UNCOUNTED),
+        }
     }
 }
 
 impl fmt::Display for Body {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = serde_json::to_string(&self.0).map_err(|_| fmt::Error)?;
+        let text = serde_json::to_string(&self.map).map_err(|_| fmt::Error)?;
         f.write_str(&text)
     }
 }
@@ -513,6 +557,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(hard.json_len(), hard.to_string().len());
+        // The count is kept: a clone carries it, and a counted body equals
+        // an uncounted one with the same fields.
+        let counted = hard.clone();
+        let fresh = Body::from(hard.fields().clone());
+        assert_eq!(counted.json_len(), hard.to_string().len());
+        assert_eq!(counted, fresh);
+        assert_eq!(fresh.json_len(), counted.json_len());
     }
 
     proptest::proptest! {

@@ -306,7 +306,7 @@ impl Evaluator<'_> {
         let read = f.conversion.read_expr(&format!("(({e})::{})", f.sql_type));
         let text = self.texts(format!("SELECT {read}")).await?.pop().flatten();
         Ok(f.conversion
-            .render(text.as_deref())
+            .render_owned(text)
             .map_err(|e| anyhow::anyhow!(e))?)
     }
 

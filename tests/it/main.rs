@@ -9,6 +9,8 @@
 //! - [`group_commit`]: concurrent calls combined per master, each answered
 //!   for its own cells, cancelled calls losing no other's;
 //! - [`changelog`]: `get_cells_for_shard` order, paging and minion reads;
+//! - [`connections`]: a node's settled connections kept and reused without
+//!   the pool's pings, cut-off ones never handed on, none leaked;
 //! - [`model`]: random operation sequences on the in-memory model and on
 //!   MariaDB give the same answers;
 //! - [`bad_input`]: invalid input and corrupt stored data are clear errors
@@ -73,6 +75,7 @@ mod capture;
 mod cells;
 mod changelog;
 mod cli;
+mod connections;
 mod exact_values;
 mod group_commit;
 mod harness;

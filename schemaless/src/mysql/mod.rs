@@ -28,6 +28,7 @@ pub mod breaker;
 pub mod buffer;
 mod combine;
 pub mod commit;
+pub mod conn;
 pub mod damaged;
 pub mod failover;
 pub mod follow;

@@ -16,13 +16,17 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlArguments, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow};
-use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql};
 
 use super::breaker::{Admission, Breaker};
+use super::conn::{NodeConnection, Spares};
 use crate::api::ReadFrom;
 use crate::error::{Error, Result};
 pub use config::urls::redact;
+
+/// How long a pooled connection may sit idle before it is pinged on its
+/// way out of the pool.
+const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
 
 /// One MySQL/MariaDB server and its connection pool.
 #[derive(Clone, Debug)]
@@ -43,6 +47,10 @@ pub struct Node {
     /// Its semi-synchronous replication settings, read on every new
     /// connection (`None` until the first).
     semi_sync: Arc<std::sync::Mutex<Option<SemiSync>>>,
+    /// Connections whose last call finished, kept for the next caller
+    /// (see [`super::conn`]), at most `max_connections_per_node`.
+    spares: Arc<Spares>,
+    keep_spares: usize,
 }
 
 /// A master's semi-synchronous replication, as its variables say.
@@ -133,6 +141,20 @@ impl Node {
         let pool = MySqlPoolOptions::new()
             .max_connections(storage.max_connections_per_node)
             .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
+            // sqlx pings every idle connection before handing it out: a
+            // round trip for each statement of the hot paths, a third of a
+            // point read's cost. A connection back from work within the
+            // last second is as alive as the ping would say; one idle for
+            // longer is pinged, and a dead one replaced, as before.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE_AFTER {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(move |conn, _| {
                 let seen_packet = seen_packet.clone();
                 let seen_semi_sync = seen_semi_sync.clone();
@@ -177,6 +199,8 @@ impl Node {
             request_timeout: Duration::from_millis(storage.request_timeout_ms),
             max_packet,
             semi_sync,
+            spares: Arc::default(),
+            keep_spares: storage.max_connections_per_node as usize,
         })
     }
 
@@ -221,7 +245,7 @@ impl Node {
 
     /// A connection from the pool (waiting at most
     /// `storage.connect_timeout_ms`), unless the node's breaker is open.
-    pub async fn acquire(&self) -> Result<PoolConnection<MySql>> {
+    pub async fn acquire(&self) -> Result<NodeConnection> {
         if let Admission::Refused { reason } = self.breaker.admit() {
             return Err(Error::Unavailable {
                 node: self.label.clone(),
@@ -232,12 +256,38 @@ impl Node {
     }
 
     /// A connection whatever the breaker says: for its probes.
-    async fn acquire_unguarded(&self) -> Result<PoolConnection<MySql>> {
-        let result = self.pool.acquire().await.map_err(|e| self.error(e));
-        if let Err(e) = &result {
-            self.judge(e);
+    async fn acquire_unguarded(&self) -> Result<NodeConnection> {
+        if let Some(conn) = self.spares.take() {
+            return Ok(NodeConnection::new(
+                conn,
+                self.spares.clone(),
+                self.keep_spares,
+            ));
         }
-        result
+        let result = self.pool.acquire().await.map_err(|e| self.error(e));
+        match result {
+            Ok(conn) => Ok(NodeConnection::new(
+                conn,
+                self.spares.clone(),
+                self.keep_spares,
+            )),
+            Err(e) => {
+                self.judge(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// How many connections rest on its stack of settled ones (see
+    /// [`super::conn`]); the pool's own idle ones are `pool.num_idle()`.
+    pub fn spare_connections(&self) -> usize {
+        self.spares.len()
+    }
+
+    /// Hands the connections it kept back to its pool and closes the pool.
+    pub async fn close(&self) {
+        self.spares.close();
+        self.pool.close().await;
     }
 
     /// Feeds a failure of the node (not an error answer) to its breaker.
@@ -262,10 +312,11 @@ impl Node {
     /// Runs one call on `conn` within the request timeout. After a timeout
     /// the connection is closed rather than reused: the statement may still
     /// be running on it (and the server rolls back what it had not
-    /// committed).
+    /// committed). A call that completed, with rows or an error answer,
+    /// settles the connection for reuse without a ping.
     pub async fn run<T>(
         &self,
-        conn: &mut PoolConnection<MySql>,
+        conn: &mut NodeConnection,
         call: impl for<'c> FnOnce(
             &'c mut sqlx::MySqlConnection,
         )
@@ -283,14 +334,20 @@ impl Node {
             }
         };
         match &result {
-            Ok(_) => self.breaker.success(),
+            Ok(_) => {
+                self.breaker.success();
+                conn.settle();
+            }
             Err(e) if e.is_unavailable() => {
                 // A connection that failed mid-call is not reused.
                 conn.close_on_drop();
                 self.judge(e);
             }
-            // An error answer: the node is up.
-            Err(_) => self.breaker.success(),
+            // An error answer: the node is up, and the answer was read.
+            Err(_) => {
+                self.breaker.success();
+                conn.settle();
+            }
         }
         result
     }
@@ -597,7 +654,7 @@ impl Topology {
     pub async fn close(&self) {
         for c in &self.clusters {
             for node in &c.members {
-                node.pool.close().await;
+                node.close().await;
             }
         }
     }

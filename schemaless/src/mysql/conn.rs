@@ -1,0 +1,189 @@
+//! A node's connections as its callers hold them: a pooled connection
+//! that, when its last call finished cleanly, goes back to a short stack
+//! of the node's own instead of to the pool.
+//!
+//! sqlx 0.9 pings every connection on its way back into the pool (on a
+//! task it spawns for each) to find one a cancelled call left half-read.
+//! On the hot paths that is a second round trip for every statement, a
+//! task hand-off, and the connection unavailable until the ping returns;
+//! measured on `bench cells`, pool acquire and release were a fifth of a
+//! point read's client CPU. A [`NodeConnection`] knows whether its calls
+//! finished: [`super::topology::Node::run`] marks it settled when a call
+//! completed (its answer read to the end, an error answer included), and
+//! any other use of the connection (a mutable borrow outside `run`, a call
+//! cut off by a timeout or a cancelled caller) leaves it unsettled. Only a
+//! settled connection goes on the stack; every other one goes back to the
+//! pool, which pings it as before, or is closed.
+//!
+//! The stack is last in, first out, so under load the same few
+//! connections cycle and the rest age; a connection that sat on it longer
+//! than [`STALE_AFTER`] is not trusted without a ping and is handed back to
+//! the pool (which pings it) instead of being used.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sqlx::pool::PoolConnection;
+use sqlx::MySql;
+
+/// How long a connection may rest on the stack and still be used without
+/// a ping: the same as the pool's rule for its idle connections.
+pub(super) const STALE_AFTER: Duration = Duration::from_secs(1);
+
+/// A node's stack of settled connections.
+#[derive(Debug, Default)]
+pub(super) struct Spares {
+    stack: Mutex<Stack>,
+}
+
+#[derive(Debug, Default)]
+struct Stack {
+    /// Connections and when each came back, the newest last.
+    resting: Vec<(PoolConnection<MySql>, Instant)>,
+    /// Set by [`Spares::close`]: nothing is kept any more.
+    closed: bool,
+}
+
+impl Spares {
+    /// The newest resting connection, if one rested less than
+    /// [`STALE_AFTER`]. Older ones are all handed back to the pool (they
+    /// are older than the one on top), outside the lock.
+    pub(super) fn take(&self) -> Option<PoolConnection<MySql>> {
+        let stale = {
+            let mut stack = self.stack.lock().unwrap_or_else(|p| p.into_inner());
+            match stack.resting.pop() {
+                Some((conn, since)) if since.elapsed() < STALE_AFTER => return Some(conn),
+                Some(top) => {
+                    let mut stale = std::mem::take(&mut stack.resting);
+                    stale.push(top);
+                    stale
+                }
+                None => return None,
+            }
+        };
+        drop(stale);
+        None
+    }
+
+    /// Keeps `conn` for the next caller, at most `keep` of them; `false`
+    /// (and `conn` dropped back into the pool) when the stack is full or
+    /// closed.
+    fn put(&self, conn: PoolConnection<MySql>, keep: usize) -> bool {
+        let mut stack = self.stack.lock().unwrap_or_else(|p| p.into_inner());
+        if stack.closed || stack.resting.len() >= keep {
+            drop(stack);
+            drop(conn);
+            return false;
+        }
+        stack.resting.push((conn, Instant::now()));
+        true
+    }
+
+    /// Hands every resting connection back to the pool and keeps none from
+    /// now on: the pool's `close` waits for its connections to come back.
+    pub(super) fn close(&self) {
+        let resting = {
+            let mut stack = self.stack.lock().unwrap_or_else(|p| p.into_inner());
+            stack.closed = true;
+            std::mem::take(&mut stack.resting)
+        };
+        drop(resting);
+    }
+
+    /// How many connections rest on the stack.
+    pub(super) fn len(&self) -> usize {
+        self.stack
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .resting
+            .len()
+    }
+}
+
+/// A connection taken from a node. Dereferences to the pooled connection;
+/// dropped, it goes back as the module says.
+pub struct NodeConnection {
+    conn: Option<PoolConnection<MySql>>,
+    spares: Arc<Spares>,
+    /// How many connections the node keeps on its stack.
+    keep: usize,
+    /// Whether every use finished: set by `Node::run` after a completed
+    /// call, cleared by any mutable use.
+    settled: bool,
+    /// [`NodeConnection::close_on_drop`] was called.
+    closing: bool,
+}
+
+impl NodeConnection {
+    pub(super) fn new(conn: PoolConnection<MySql>, spares: Arc<Spares>, keep: usize) -> Self {
+        NodeConnection {
+            conn: Some(conn),
+            spares,
+            keep,
+            settled: true,
+            closing: false,
+        }
+    }
+
+    /// Closes the connection when it is dropped instead of reusing it.
+    pub fn close_on_drop(&mut self) {
+        self.closing = true;
+        if let Some(conn) = self.conn.as_mut() {
+            conn.close_on_drop();
+        }
+    }
+
+    /// Marks the connection's last use as finished: its answer was read to
+    /// the end.
+    pub(super) fn settle(&mut self) {
+        self.settled = true;
+    }
+
+    fn inner(&self) -> &PoolConnection<MySql> {
+        // Only `drop` takes it out.
+        self.conn
+            .as_ref()
+            .expect("a NodeConnection holds its connection until dropped")
+    }
+}
+
+impl Deref for NodeConnection {
+    type Target = PoolConnection<MySql>;
+
+    fn deref(&self) -> &Self::Target {
+        self.inner()
+    }
+}
+
+impl DerefMut for NodeConnection {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        // Whoever borrows it may leave a call half done.
+        self.settled = false;
+        self.conn
+            .as_mut()
+            .expect("a NodeConnection holds its connection until dropped")
+    }
+}
+
+impl Drop for NodeConnection {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if self.settled && !self.closing {
+            self.spares.put(conn, self.keep);
+        }
+        // Otherwise `conn` drops here: back to the pool, which pings it, or
+        // closed if `close_on_drop` was called.
+    }
+}
+
+impl std::fmt::Debug for NodeConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeConnection")
+            .field("settled", &self.settled)
+            .field("closing", &self.closing)
+            .finish_non_exhaustive()
+    }
+}

@@ -445,11 +445,26 @@ async fn time_reads(
             )
         })
         .collect();
+    // The raw side holds one connection per cluster for the whole run:
+    // one statement is one round trip, with none of a pool's bookkeeping
+    // (sqlx pings a connection on its way back into its pool).
+    let mut held = Vec::with_capacity(topology.clusters.len());
+    for cluster in &topology.clusters {
+        held.push(cluster.master().pool.acquire().await?);
+    }
+    let held = tokio::sync::Mutex::new(held);
+    let cluster_index = |shard: u32| {
+        topology
+            .clusters
+            .iter()
+            .position(|c| c.shards.contains(shard))
+            .context("a shard of no cluster")
+    };
     let warmup = targets.len().min(1000);
     let mut ours = Vec::with_capacity(targets.len());
     let mut raw = Vec::with_capacity(targets.len());
     for (i, (cell, shard, added_id)) in targets.iter().enumerate() {
-        let node = &topology.cluster(*shard)?.master();
+        let index = cluster_index(*shard)?;
         let time_ours = async {
             let t = Instant::now();
             let got = store
@@ -463,10 +478,11 @@ async fn time_reads(
             Ok::<Duration, anyhow::Error>(elapsed)
         };
         let time_raw = async {
+            let mut held = held.lock().await;
             let t = Instant::now();
             let row = sqlx::query(AssertSqlSafe(raw_sql[*shard as usize].clone()))
                 .bind(*added_id)
-                .fetch_one(&node.pool)
+                .fetch_one(&mut *held[index])
                 .await?;
             let elapsed = t.elapsed();
             let _body: Vec<u8> = row.try_get(3)?;
@@ -495,10 +511,10 @@ async fn time_reads(
                     .get_cell_latest(&cell.key.row_key, &cell.key.column, ReadFrom::Master)
                     .await?;
             } else {
-                let node = &topology.cluster(*shard)?.master();
+                let mut held = held.lock().await;
                 sqlx::query(AssertSqlSafe(raw_sql[*shard as usize].clone()))
                     .bind(*added_id)
-                    .fetch_one(&node.pool)
+                    .fetch_one(&mut *held[cluster_index(*shard)?])
                     .await?;
             }
         }

@@ -116,3 +116,43 @@ async fn a_kept_connection_that_rested_too_long_goes_back_through_the_pool() {
     assert!(accounted.is_ok(), "a connection went missing");
     topology.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_waiting_in_the_pool_are_served_while_others_finish() {
+    // Two connections, eight callers: most of them wait in the pool at any
+    // moment, and must get the connections the others finish with rather
+    // than watch them rest on the node's stack until their acquire times
+    // out.
+    let t = Instance::with_limits(
+        2,
+        "[storage]\nmax_connections_per_node = 2\nconnect_timeout_ms = 1000\n",
+    )
+    .await;
+    let topology = std::sync::Arc::new(Topology::from_config(&t.config).unwrap());
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let topology = topology.clone();
+            tokio::spawn(async move {
+                let node = topology.cluster(0).unwrap().master();
+                let mut calls = 0u32;
+                while std::time::Instant::now() < until {
+                    let mut conn = node.acquire().await?;
+                    node.run(&mut conn, |c| {
+                        Box::pin(sqlx::query_scalar::<_, i64>("SELECT 1").fetch_one(c))
+                    })
+                    .await?;
+                    calls += 1;
+                }
+                Ok::<u32, schemaless::Error>(calls)
+            })
+        })
+        .collect();
+    for caller in callers {
+        let calls = caller.await.unwrap().expect("no caller times out in the pool");
+        assert!(calls > 0);
+    }
+    let node = topology.cluster(0).unwrap().master();
+    assert!(node.pool.size() <= 2);
+    topology.close().await;
+}

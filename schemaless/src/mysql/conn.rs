@@ -19,6 +19,14 @@
 //! connections cycle and the rest age; a connection that sat on it longer
 //! than [`STALE_AFTER`] is not trusted without a ping and is handed back to
 //! the pool (which pings it) instead of being used.
+//!
+//! A connection on the stack is still one of the pool's, counted against
+//! its size, and a caller waiting in the pool would not see it: with every
+//! connection out, a caller that found the stack empty waits in the pool
+//! while the others come back to the stack, until its acquire times out.
+//! So a caller on its way to the pool says so ([`Spares::take_or_wait`]),
+//! under the same lock as the stack, and while anyone waits there, finished
+//! connections go back to the pool instead of the stack.
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, Mutex};
@@ -43,27 +51,32 @@ struct Stack {
     resting: Vec<(PoolConnection<MySql>, Instant)>,
     /// Set by [`Spares::close`]: nothing is kept any more.
     closed: bool,
+    /// Callers waiting for a connection from the pool.
+    waiting: usize,
 }
 
 impl Spares {
     /// The newest resting connection, if one rested less than
-    /// [`STALE_AFTER`]. Older ones are all handed back to the pool (they
-    /// are older than the one on top), outside the lock.
-    pub(super) fn take(&self) -> Option<PoolConnection<MySql>> {
+    /// [`STALE_AFTER`]; otherwise a [`Waiting`] mark for the caller to hold
+    /// while it takes one from the pool. Older ones are all handed back to
+    /// the pool (they are older than the one on top), outside the lock.
+    pub(super) fn take_or_wait(self: &Arc<Self>) -> Result<PoolConnection<MySql>, Waiting> {
         let stale = {
             let mut stack = self.stack.lock().unwrap_or_else(|p| p.into_inner());
-            match stack.resting.pop() {
-                Some((conn, since)) if since.elapsed() < STALE_AFTER => return Some(conn),
+            let stale = match stack.resting.pop() {
+                Some((conn, since)) if since.elapsed() < STALE_AFTER => return Ok(conn),
                 Some(top) => {
                     let mut stale = std::mem::take(&mut stack.resting);
                     stale.push(top);
                     stale
                 }
-                None => return None,
-            }
+                None => Vec::new(),
+            };
+            stack.waiting += 1;
+            stale
         };
         drop(stale);
-        None
+        Err(Waiting(self.clone()))
     }
 
     /// Keeps `conn` for the next caller, at most `keep` of them; `false`
@@ -71,7 +84,7 @@ impl Spares {
     /// closed.
     fn put(&self, conn: PoolConnection<MySql>, keep: usize) -> bool {
         let mut stack = self.stack.lock().unwrap_or_else(|p| p.into_inner());
-        if stack.closed || stack.resting.len() >= keep {
+        if stack.closed || stack.waiting > 0 || stack.resting.len() >= keep {
             drop(stack);
             drop(conn);
             return false;
@@ -98,6 +111,17 @@ impl Spares {
             .unwrap_or_else(|p| p.into_inner())
             .resting
             .len()
+    }
+}
+
+/// A caller waiting for a connection from the pool; while one is held,
+/// finished connections go back to the pool, where it waits.
+pub(super) struct Waiting(Arc<Spares>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut stack = self.0.stack.lock().unwrap_or_else(|p| p.into_inner());
+        stack.waiting -= 1;
     }
 }
 

@@ -257,14 +257,18 @@ impl Node {
 
     /// A connection whatever the breaker says: for its probes.
     async fn acquire_unguarded(&self) -> Result<NodeConnection> {
-        if let Some(conn) = self.spares.take() {
-            return Ok(NodeConnection::new(
-                conn,
-                self.spares.clone(),
-                self.keep_spares,
-            ));
-        }
+        let waiting = match self.spares.take_or_wait() {
+            Ok(conn) => {
+                return Ok(NodeConnection::new(
+                    conn,
+                    self.spares.clone(),
+                    self.keep_spares,
+                ))
+            }
+            Err(waiting) => waiting,
+        };
         let result = self.pool.acquire().await.map_err(|e| self.error(e));
+        drop(waiting);
         match result {
             Ok(conn) => Ok(NodeConnection::new(
                 conn,

@@ -149,7 +149,10 @@ async fn callers_waiting_in_the_pool_are_served_while_others_finish() {
         })
         .collect();
     for caller in callers {
-        let calls = caller.await.unwrap().expect("no caller times out in the pool");
+        let calls = caller
+            .await
+            .unwrap()
+            .expect("no caller times out in the pool");
         assert!(calls > 0);
     }
     let node = topology.cluster(0).unwrap().master();

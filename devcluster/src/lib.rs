@@ -356,6 +356,47 @@ impl DevCluster {
         Ok(())
     }
 
+    /// Deletes every MariaDB node's binary logs but the one it is writing,
+    /// once every minion has caught up (`stall` as in
+    /// [`DevCluster::wait_all_caught_up`]); a minion that is down or
+    /// behind is an error and nothing is deleted. The servers never expire
+    /// their binary logs, and a few benchmark runs write tens of
+    /// gigabytes of them; the benchmarks call this when they are done.
+    pub async fn purge_binary_logs(&self, stall: Duration) -> Result<(), Error> {
+        self.wait_all_caught_up(stall).await?;
+        for node in &self.nodes {
+            if node.spec.role == Role::Postgres || node.state() != NodeState::Running {
+                continue;
+            }
+            let mut conn = node
+                .mysql()
+                .await
+                .map_err(|e| Error::Server(format!("{}: {e}", node.spec.name)))?;
+            let failed = |e: sqlx::Error| {
+                Error::Server(format!("{}: purging binary logs: {e}", node.spec.name))
+            };
+            let Some(status) = sqlx::raw_sql("SHOW MASTER STATUS")
+                .fetch_optional(&mut conn)
+                .await
+                .map_err(failed)?
+            else {
+                continue; // it keeps no binary log
+            };
+            let current: String = sqlx::Row::try_get(&status, "File").map_err(failed)?;
+            // Every log before the one being written. A minion still
+            // reading a log keeps it: MariaDB deletes none that a connected
+            // replica reads, nor any after it.
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "PURGE BINARY LOGS TO '{}'",
+                current.replace('\\', "\\\\").replace('\'', "''")
+            )))
+            .execute(&mut conn)
+            .await
+            .map_err(failed)?;
+        }
+        Ok(())
+    }
+
     /// Replication state of every minion.
     pub async fn minion_status(&self, name: &str) -> Result<MinionStatus, Error> {
         let node = self.node(name)?;

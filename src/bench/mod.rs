@@ -73,6 +73,33 @@ pub enum BenchCommand {
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
+    // The availability benchmark runs on private servers it removes.
+    let on_dev_cluster = !matches!(command, BenchCommand::Availability(_));
+    let result = run_one(command, config, cluster_dir).await;
+    if on_dev_cluster {
+        trim_binary_logs(cluster_dir).await;
+    }
+    result
+}
+
+/// Deletes the dev cluster's binary logs the benchmark wrote, once its
+/// minions have them: a few runs would otherwise fill the disk. Best
+/// effort: a cluster that is down or behind keeps its logs, with a
+/// warning.
+async fn trim_binary_logs(cluster_dir: &Path) {
+    let purged = match devcluster::DevCluster::open(cluster_dir) {
+        Ok(cluster) => cluster
+            .purge_binary_logs(std::time::Duration::from_secs(600))
+            .await
+            .map_err(anyhow::Error::from),
+        Err(e) => Err(e.into()),
+    };
+    if let Err(e) = purged {
+        eprintln!("warning: the dev cluster's binary logs were not purged: {e:#}");
+    }
+}
+
+async fn run_one(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
     match command {
         BenchCommand::Cells(args) => cells::run(args, config, cluster_dir).await,
         BenchCommand::Index(args) => index::run(args, config, cluster_dir).await,

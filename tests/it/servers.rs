@@ -230,3 +230,66 @@ async fn a_frozen_master_times_out_instead_of_hanging_and_a_retry_is_safe() {
     assert_eq!(got.cell, during);
     store.close().await;
 }
+
+#[tokio::test]
+async fn binary_logs_are_purged_once_every_minion_has_them() {
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
+        .await
+        .unwrap();
+    let mut conn = connect(&cluster, "a-master").await.unwrap();
+    sqlx::raw_sql(
+        "CREATE DATABASE probe; CREATE TABLE probe.t (id INT AUTO_INCREMENT PRIMARY KEY)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        insert(&cluster, 5).await;
+        sqlx::raw_sql("FLUSH BINARY LOGS")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    assert!(binary_logs(&mut conn).await >= 4);
+    cluster
+        .purge_binary_logs(Duration::from_secs(30))
+        .await
+        .unwrap();
+    // The log being written is kept, and at most the one before it, which
+    // MariaDB keeps until its transactions are checkpointed in InnoDB.
+    assert!(
+        binary_logs(&mut conn).await <= 2,
+        "the older logs are deleted"
+    );
+    // Replication goes on from where it was.
+    insert(&cluster, 5).await;
+    cluster
+        .wait_caught_up("a-minion1", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(count(&cluster, "a-minion1").await, 20);
+    // A minion that is down keeps every log: nothing is purged.
+    cluster.stop("a-minion1").await.unwrap();
+    sqlx::raw_sql("FLUSH BINARY LOGS")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let kept = binary_logs(&mut conn).await;
+    assert!(cluster
+        .purge_binary_logs(Duration::from_secs(2))
+        .await
+        .is_err());
+    assert_eq!(binary_logs(&mut conn).await, kept);
+    drop(conn);
+    cluster.down().await.unwrap();
+    cluster.purge().unwrap();
+}
+
+/// How many binary logs the server keeps.
+async fn binary_logs(conn: &mut MySqlConnection) -> usize {
+    sqlx::query("SHOW BINARY LOGS")
+        .fetch_all(conn)
+        .await
+        .unwrap()
+        .len()
+}

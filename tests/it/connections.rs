@@ -159,3 +159,49 @@ async fn callers_waiting_in_the_pool_are_served_while_others_finish() {
     assert!(node.pool.size() <= 2);
     topology.close().await;
 }
+
+#[tokio::test]
+async fn a_connection_dropped_inside_a_transaction_is_closed_and_its_rows_rolled_back() {
+    let t = Instance::new(2).await;
+    let topology = Topology::from_config(&t.config).unwrap();
+    let node = topology.cluster(0).unwrap().master();
+    let table = format!("`{}`.`entity`", topology.database(0));
+    let mut conn = node.acquire().await.unwrap();
+    let open = connection_id(&node, &mut conn).await;
+    conn.begin_transaction();
+    let sql = format!(
+        "START TRANSACTION; INSERT INTO {table} (row_key, column_name, ref_key, body, created_at) \
+         VALUES (X'00000000000000000000000000000001', 'LEFT', 1, X'00', 0)"
+    );
+    node.run(&mut conn, |c| {
+        Box::pin(async move {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(c).await?;
+            Ok(())
+        })
+    })
+    .await
+    .unwrap();
+    // The caller is cancelled here, before its COMMIT.
+    drop(conn);
+    assert_eq!(
+        node.spare_connections(),
+        0,
+        "not kept with a transaction open"
+    );
+    let mut next = node.acquire().await.unwrap();
+    assert_ne!(connection_id(&node, &mut next).await, open);
+    let left: i64 = node
+        .run(&mut next, |c| {
+            Box::pin(
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                    "SELECT COUNT(*) FROM {table} WHERE column_name = 'LEFT'"
+                )))
+                .fetch_one(c),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the open transaction's row was rolled back");
+    drop(next);
+    topology.close().await;
+}

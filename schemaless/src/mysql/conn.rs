@@ -137,6 +137,8 @@ pub struct NodeConnection {
     settled: bool,
     /// [`NodeConnection::close_on_drop`] was called.
     closing: bool,
+    /// A transaction is open on it across calls ([`NodeConnection::begin_transaction`]).
+    transaction: bool,
 }
 
 impl NodeConnection {
@@ -147,7 +149,25 @@ impl NodeConnection {
             keep,
             settled: true,
             closing: false,
+            transaction: false,
         }
+    }
+
+    /// Says that a transaction is open on the connection across calls
+    /// (`START TRANSACTION` sent, `COMMIT` or `ROLLBACK` not yet answered).
+    /// Dropped in that state (its caller cancelled between two calls) the
+    /// connection is closed, which rolls the transaction back: neither the
+    /// pool nor the node's stack would know to, and the next caller's
+    /// statements would run inside it, its `START TRANSACTION` committing
+    /// the rows left behind.
+    pub fn begin_transaction(&mut self) {
+        self.transaction = true;
+    }
+
+    /// Says that the transaction [`NodeConnection::begin_transaction`]
+    /// marked was committed or rolled back.
+    pub fn end_transaction(&mut self) {
+        self.transaction = false;
     }
 
     /// Closes the connection when it is dropped instead of reusing it.
@@ -195,6 +215,11 @@ impl Drop for NodeConnection {
         let Some(conn) = self.conn.take() else {
             return;
         };
+        if self.transaction {
+            let mut conn = conn;
+            conn.close_on_drop();
+            return;
+        }
         if self.settled && !self.closing {
             self.spares.put(conn, self.keep);
         }
@@ -208,6 +233,7 @@ impl std::fmt::Debug for NodeConnection {
         f.debug_struct("NodeConnection")
             .field("settled", &self.settled)
             .field("closing", &self.closing)
+            .field("transaction", &self.transaction)
             .finish_non_exhaustive()
     }
 }

@@ -690,6 +690,10 @@ pub(crate) async fn run_transaction_reusing(
     spent: &mut Vec<String>,
 ) -> Result<()> {
     let mut conn = node.acquire().await?;
+    // Cancelled between packets (or before its ROLLBACK is answered), the
+    // connection is closed, which rolls back, rather than reused with the
+    // transaction open.
+    conn.begin_transaction();
     let mut result = Ok(());
     for sql in packets {
         let sql = Arc::new(sql);
@@ -721,10 +725,15 @@ pub(crate) async fn run_transaction_reusing(
             .await;
         if rollback.is_err() {
             conn.close_on_drop();
+        } else {
+            conn.end_transaction();
         }
     } else if result.is_err() {
         // A timeout: the connection is closed, which rolls back.
         conn.close_on_drop();
+    } else {
+        // The last packet ended with COMMIT.
+        conn.end_transaction();
     }
     result
 }

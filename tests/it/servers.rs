@@ -217,7 +217,18 @@ async fn a_frozen_master_times_out_instead_of_hanging_and_a_retry_is_safe() {
 
     cluster.resume("a-master").unwrap();
     // The timed-out write may or may not have landed; the retry tells.
-    let retried = store.put_cell(during.clone()).await.unwrap();
+    // The failures may have opened the master's breaker: a client retries
+    // a retryable error until it half-opens and the master answers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let retried = loop {
+        match store.put_cell(during.clone()).await {
+            Ok(outcome) => break outcome,
+            Err(e) if e.is_retryable() && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("the retry after the master resumed: {e}"),
+        }
+    };
     assert!(matches!(
         retried,
         WriteOutcome::Written | WriteOutcome::AlreadyPresent

@@ -28,8 +28,9 @@ async fn insert(cluster: &DevCluster, rows: usize) {
     }
 }
 
-#[tokio::test]
-async fn nodes_survive_kill_restart_and_pause() {
+/// A private cluster of one master and one minion, with an empty table
+/// `probe.t` on the master, and a connection to the master.
+async fn probe_cluster() -> (DevCluster, MySqlConnection) {
     let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
         .await
         .unwrap();
@@ -40,6 +41,12 @@ async fn nodes_survive_kill_restart_and_pause() {
     .execute(&mut conn)
     .await
     .unwrap();
+    (cluster, conn)
+}
+
+#[tokio::test]
+async fn nodes_survive_kill_restart_and_pause() {
+    let (cluster, conn) = probe_cluster().await;
     drop(conn);
     insert(&cluster, 10).await;
     cluster
@@ -244,16 +251,7 @@ async fn a_frozen_master_times_out_instead_of_hanging_and_a_retry_is_safe() {
 
 #[tokio::test]
 async fn binary_logs_are_purged_once_every_minion_has_them() {
-    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
-        .await
-        .unwrap();
-    let mut conn = connect(&cluster, "a-master").await.unwrap();
-    sqlx::raw_sql(
-        "CREATE DATABASE probe; CREATE TABLE probe.t (id INT AUTO_INCREMENT PRIMARY KEY)",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    let (cluster, mut conn) = probe_cluster().await;
     for _ in 0..3 {
         insert(&cluster, 5).await;
         sqlx::raw_sql("FLUSH BINARY LOGS")

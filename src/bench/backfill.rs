@@ -13,6 +13,11 @@
 //! the small one's. Each backfill is a `mezzanine backfill run` process of
 //! its own, so its peak RSS (`ru_maxrss`) is the backfill's alone. Flat
 //! memory means a ratio near 1.
+//!
+//! Both phases print where the machine's CPU went per cell (the backfill
+//! process, PostgreSQL, the masters, the minions), and the `load_ratio`
+//! the backfill could reach at most if its own process cost nothing: the
+//! ceiling left to the client.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -106,6 +111,8 @@ struct Pass {
     acknowledged: Duration,
     replicated: Duration,
     peak_rss: u64,
+    /// CPU by process group until replicated.
+    cpu: super::cpu::CpuSpent,
 }
 
 pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -125,6 +132,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
 
     let spec = crate::cluster::spec_from_config(config_path, 55432)?;
     let cluster = crate::cluster::up(cluster_dir, spec).await?;
+    let meter = super::cpu::CpuMeter::new(&cluster);
     let files_dir = cluster
         .nodes()
         .iter()
@@ -167,6 +175,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
             plan.chunks,
             args.workers
         );
+        let cpu_before = meter.sample();
         let started = Instant::now();
         let peak = {
             let (path, workers) = (child_config.clone(), args.workers);
@@ -177,6 +186,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
             .wait_all_caught_up(Duration::from_secs(1800))
             .await?;
         let replicated = started.elapsed();
+        let cpu = meter.sample().since(&cpu_before);
         let status = backfill::status::read(&pool).await?;
         anyhow::ensure!(status.complete(), "the backfill did not finish: {status:?}");
         let cells = status.cells_done;
@@ -192,6 +202,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
             acknowledged,
             replicated,
             peak_rss: peak,
+            cpu,
         });
         legacy.close().await;
     }
@@ -222,6 +233,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
     truncate(&topology).await?;
     cluster.wait_all_caught_up(Duration::from_secs(600)).await?;
     eprintln!("LOAD DATA of {raw_cells} cells ...");
+    let cpu_before = meter.sample();
     let started = Instant::now();
     load_files(&topology, &files, args.workers).await?;
     let raw_acknowledged = started.elapsed();
@@ -229,6 +241,7 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
         .wait_all_caught_up(Duration::from_secs(1800))
         .await?;
     let raw_replicated = started.elapsed();
+    let raw_cpu = meter.sample().since(&cpu_before);
     for (_, path) in &files {
         let _ = std::fs::remove_file(path);
     }
@@ -258,6 +271,12 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
         rate(raw_cells, raw_acknowledged)
     );
     println!("load_ratio {load_ratio:.3} (target >= 0.75)");
+    println!("backfill: {}", main.cpu.per_unit_line(main.cells, "cell"));
+    println!("raw load: {}", raw_cpu.per_unit_line(raw_cells, "cell"));
+    let bound = main
+        .cpu
+        .ratio_bound_free_client(main.cells, &raw_cpu, raw_cells);
+    println!("load_ratio if the backfill process cost nothing: at most {bound:.3}");
     for pass in &passes {
         println!(
             "peak RSS backfilling {:>8} trips: {:>6.1} MB",
@@ -286,6 +305,9 @@ pub async fn run(args: BackfillArgs, config_path: &Path, cluster_dir: &Path) -> 
                 "small_trips": (passes.len() == 2).then(|| passes[0].trips),
                 "small_peak_rss_bytes": (passes.len() == 2).then(|| passes[0].peak_rss),
                 "rss_ratio": rss_ratio,
+                "cpu_us_per_cell": main.cpu.per_unit_json(main.cells),
+                "raw_cpu_us_per_cell": raw_cpu.per_unit_json(raw_cells),
+                "load_ratio_bound_free_client": bound,
             })
         );
     }

@@ -10,8 +10,11 @@
 //!   raw load is given files already encoded and written.
 //! - Reads: `get_cell_latest` of random cells, against a raw
 //!   `SELECT … WHERE added_id = ?` of the same cells through the same
-//!   driver and pool, one at a time, interleaved so that both see the same
-//!   machine.
+//!   driver on held connections, one at a time, interleaved so that all
+//!   see the same machine. A third kind, the raw `SELECT … WHERE row_key =
+//!   ? AND column_name = ? ORDER BY ref_key DESC LIMIT 1` the layout needs
+//!   for a latest-cell read, separates what the store adds from what the
+//!   layout's secondary-index lookup costs the server.
 //!
 //! The raw load reads its files on the server's host (`secure_file_priv`),
 //! so this benchmark runs on the dev cluster, whose servers share this
@@ -163,7 +166,8 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
 
     // --- point reads ----------------------------------------------------
     eprintln!("timing {} point reads of each kind ...", args.reads);
-    let (ours, raw, cpu) = time_reads(&store, &topology, &cells, args.reads).await?;
+    let reads = time_reads(&store, &topology, &cells, args.reads).await?;
+    let (ours, raw, raw_latest) = (&reads.ours, &reads.raw_pk, &reads.raw_latest);
 
     // The ratio is taken on replicated throughput: a write phase ends when
     // every minion has applied it. A single LOAD DATA statement per shard
@@ -199,8 +203,13 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         "raw_select_p99_us": raw.percentile_us(99.0),
         "get_ratio": ours.percentile_us(50.0) / raw.percentile_us(50.0),
         "get_p99_ratio": ours.percentile_us(99.0) / raw.percentile_us(99.0),
-        "get_latest_client_cpu_us": cpu.0,
-        "raw_select_client_cpu_us": cpu.1,
+        "raw_latest_p50_us": raw_latest.percentile_us(50.0),
+        "raw_latest_p99_us": raw_latest.percentile_us(99.0),
+        "get_vs_raw_latest_ratio": ours.percentile_us(50.0) / raw_latest.percentile_us(50.0),
+        "raw_latest_vs_pk_ratio": raw_latest.percentile_us(50.0) / raw.percentile_us(50.0),
+        "get_latest_client_cpu_us": reads.cpu[0],
+        "raw_select_client_cpu_us": reads.cpu[1],
+        "raw_latest_client_cpu_us": reads.cpu[2],
     });
     println!(
         "cells: {} of {:.0} bytes JSON ({:.0} bytes stored) over {shard_count} shards, {} at a time",
@@ -244,12 +253,19 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
         raw.percentile_us(99.0)
     );
     println!(
-        "client CPU per read: get_cell_latest {:.1} us, raw SELECT {:.1} us",
-        cpu.0, cpu.1
+        "raw latest SELECT p50 {:>7.1} us  p99 {:>7.1} us  (the layout's own statement for this read)",
+        raw_latest.percentile_us(50.0),
+        raw_latest.percentile_us(99.0)
     );
     println!(
-        "get_ratio        {:>10.2}   (p50; target <= 1.2)",
-        ours.percentile_us(50.0) / raw.percentile_us(50.0)
+        "client CPU per read: get_cell_latest {:.1} us, raw PK SELECT {:.1} us, raw latest SELECT {:.1} us",
+        reads.cpu[0], reads.cpu[1], reads.cpu[2]
+    );
+    println!(
+        "get_ratio        {:>10.2}   (p50; target <= 1.2); against the raw latest SELECT {:.2}; raw latest over raw PK {:.2}",
+        ours.percentile_us(50.0) / raw.percentile_us(50.0),
+        ours.percentile_us(50.0) / raw_latest.percentile_us(50.0),
+        raw_latest.percentile_us(50.0) / raw.percentile_us(50.0)
     );
     if args.json {
         println!("{figures}");
@@ -412,19 +428,32 @@ pub(super) async fn truncate(topology: &Topology) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Times `get_cell_latest` and a raw primary-key SELECT of the same random
-/// cells, alternating which goes first.
+/// The timed reads of one run.
+struct Reads {
+    /// `get_cell_latest`.
+    ours: Latencies,
+    /// A raw primary-key SELECT of the same cell.
+    raw_pk: Latencies,
+    /// A raw SELECT of the latest cell of (row, column): the statement
+    /// the layout needs for this read, without the store around it.
+    raw_latest: Latencies,
+    /// Client CPU per read of each kind, µs, in the same order.
+    cpu: [f64; 3],
+}
+
+/// Times `get_cell_latest`, a raw primary-key SELECT and a raw
+/// latest-cell SELECT of the same random cells, rotating which goes first.
 async fn time_reads(
     store: &MySqlStore,
     topology: &Topology,
     cells: &[Cell],
     reads: usize,
-) -> anyhow::Result<(Latencies, Latencies, (f64, f64))> {
+) -> anyhow::Result<Reads> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let mut sample: Vec<&Cell> = cells.iter().collect();
     sample.shuffle(&mut rng);
     sample.truncate(reads);
-    // The raw side needs each cell's primary key.
+    // The primary-key side needs each cell's primary key.
     let mut targets = Vec::with_capacity(sample.len());
     for cell in &sample {
         let found = store
@@ -437,15 +466,19 @@ async fn time_reads(
             found.added_id,
         ));
     }
-    let raw_sql: Vec<String> = (0..topology.shard_count)
-        .map(|s| {
-            format!(
-                "SELECT row_key, column_name, ref_key, body, created_at FROM `{}`.`entity` WHERE added_id = ?",
-                topology.database(s)
-            )
-        })
-        .collect();
-    // The raw side holds one connection per cluster for the whole run:
+    let statements = |shape: &str| -> Vec<String> {
+        (0..topology.shard_count)
+            .map(|s| {
+                format!(
+                    "SELECT added_id, row_key, column_name, ref_key, body, created_at FROM `{}`.`entity` WHERE {shape}",
+                    topology.database(s)
+                )
+            })
+            .collect()
+    };
+    let pk_sql = statements("added_id = ?");
+    let latest_sql = statements("row_key = ? AND column_name = ? ORDER BY ref_key DESC LIMIT 1");
+    // The raw sides hold one connection per cluster for the whole run:
     // one statement is one round trip, with none of a pool's bookkeeping
     // (sqlx pings a connection on its way back into its pool).
     let mut held = Vec::with_capacity(topology.clusters.len());
@@ -460,67 +493,94 @@ async fn time_reads(
             .position(|c| c.shards.contains(shard))
             .context("a shard of no cluster")
     };
+    let raw = RawReads {
+        held: &held,
+        pk_sql: &pk_sql,
+        latest_sql: &latest_sql,
+        cluster_of: &cluster_index,
+    };
     let warmup = targets.len().min(1000);
-    let mut ours = Vec::with_capacity(targets.len());
-    let mut raw = Vec::with_capacity(targets.len());
+    let mut timed: [Vec<Duration>; 3] = Default::default();
     for (i, (cell, shard, added_id)) in targets.iter().enumerate() {
-        let index = cluster_index(*shard)?;
-        let time_ours = async {
+        for k in 0..3 {
+            let kind = (i + k) % 3;
+            let elapsed = raw.read(store, kind, cell, *shard, *added_id).await?;
+            if i >= warmup || targets.len() <= warmup {
+                timed[kind].push(elapsed);
+            }
+        }
+    }
+    // The client's CPU per read of each kind, in runs of one kind (CPU
+    // cannot be told apart when they interleave).
+    let mut cpu = [0.0; 3];
+    for (kind, slot) in cpu.iter_mut().enumerate() {
+        let started = process_cpu();
+        for (cell, shard, added_id) in &targets {
+            raw.read(store, kind, cell, *shard, *added_id).await?;
+        }
+        *slot = process_cpu().saturating_sub(started).as_secs_f64() * 1e6 / targets.len() as f64;
+    }
+    let [ours, raw_pk, raw_latest] = timed.map(Latencies::new);
+    Ok(Reads {
+        ours,
+        raw_pk,
+        raw_latest,
+        cpu,
+    })
+}
+
+/// What the raw reads of [`time_reads`] need.
+struct RawReads<'a, F> {
+    held: &'a tokio::sync::Mutex<Vec<sqlx::pool::PoolConnection<sqlx::MySql>>>,
+    pk_sql: &'a [String],
+    latest_sql: &'a [String],
+    cluster_of: &'a F,
+}
+
+impl<F: Fn(u32) -> anyhow::Result<usize>> RawReads<'_, F> {
+    /// One read of `kind` (0 ours, 1 raw by primary key, 2 raw latest),
+    /// timed.
+    async fn read(
+        &self,
+        store: &MySqlStore,
+        kind: usize,
+        cell: &Cell,
+        shard: u32,
+        added_id: u64,
+    ) -> anyhow::Result<Duration> {
+        if kind == 0 {
             let t = Instant::now();
             let got = store
                 .get_cell_latest(&cell.key.row_key, &cell.key.column, ReadFrom::Master)
                 .await?;
             let elapsed = t.elapsed();
             anyhow::ensure!(
-                got.is_some_and(|g| g.cell == **cell),
+                got.is_some_and(|g| g.cell == *cell),
                 "get_cell_latest returned another cell"
             );
-            Ok::<Duration, anyhow::Error>(elapsed)
-        };
-        let time_raw = async {
-            let mut held = held.lock().await;
-            let t = Instant::now();
-            let row = sqlx::query(AssertSqlSafe(raw_sql[*shard as usize].clone()))
-                .bind(*added_id)
-                .fetch_one(&mut *held[index])
-                .await?;
-            let elapsed = t.elapsed();
-            let _body: Vec<u8> = row.try_get(3)?;
-            Ok::<Duration, anyhow::Error>(elapsed)
-        };
-        let (a, b) = if i % 2 == 0 {
-            let a = time_ours.await?;
-            (a, time_raw.await?)
+            return Ok(elapsed);
+        }
+        let mut held = self.held.lock().await;
+        let connection = &mut *held[(self.cluster_of)(shard)?];
+        let t = Instant::now();
+        let row = if kind == 1 {
+            sqlx::query(AssertSqlSafe(self.pk_sql[shard as usize].clone()))
+                .bind(added_id)
+                .fetch_one(connection)
+                .await?
         } else {
-            let b = time_raw.await?;
-            (time_ours.await?, b)
+            sqlx::query(AssertSqlSafe(self.latest_sql[shard as usize].clone()))
+                .bind(cell.key.row_key.as_bytes().to_vec())
+                .bind(cell.key.column.as_str().to_string())
+                .fetch_one(connection)
+                .await?
         };
-        if i >= warmup || targets.len() <= warmup {
-            ours.push(a);
-            raw.push(b);
-        }
+        let elapsed = t.elapsed();
+        let found: u64 = row.try_get(0)?;
+        anyhow::ensure!(found == added_id, "a raw read found another cell");
+        let _body: Vec<u8> = row.try_get(4)?;
+        Ok(elapsed)
     }
-    // The client's CPU per read of each kind, in runs of one kind (CPU
-    // cannot be told apart when they interleave).
-    let mut cpu = [0.0; 2];
-    for (kind, slot) in cpu.iter_mut().enumerate() {
-        let started = process_cpu();
-        for (cell, shard, added_id) in &targets {
-            if kind == 0 {
-                store
-                    .get_cell_latest(&cell.key.row_key, &cell.key.column, ReadFrom::Master)
-                    .await?;
-            } else {
-                let mut held = held.lock().await;
-                sqlx::query(AssertSqlSafe(raw_sql[*shard as usize].clone()))
-                    .bind(*added_id)
-                    .fetch_one(&mut *held[cluster_index(*shard)?])
-                    .await?;
-            }
-        }
-        *slot = process_cpu().saturating_sub(started).as_secs_f64() * 1e6 / targets.len() as f64;
-    }
-    Ok((Latencies::new(ours), Latencies::new(raw), (cpu[0], cpu[1])))
 }
 
 /// CPU time (user + system) this process has used so far.

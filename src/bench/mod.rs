@@ -23,6 +23,7 @@ mod availability;
 mod backfill;
 mod capture;
 mod cells;
+mod cpu;
 mod index;
 mod mirror;
 mod stats;

@@ -27,14 +27,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Args;
 use futures::{StreamExt, TryStreamExt};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use schemaless::mysql::{schema, Topology};
-use schemaless::{codec, routing, Cell, CellStore, MySqlStore, ReadFrom, WriteOutcome};
+use schemaless::{codec, routing, Cell, CellStore, MySqlStore, WriteOutcome};
 use serde_json::json;
 use sqlx::{AssertSqlSafe, Row};
 
-use super::stats::Latencies;
 use crate::workload::Trips;
 
 #[derive(Args)]
@@ -134,7 +131,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     let batch = config.limits.max_batch_cells;
     let batches: Vec<Vec<Cell>> = cells.chunks(batch).map(<[Cell]>::to_vec).collect();
     let commits_before = store.commit_stats();
-    let cpu_before = process_cpu();
+    let cpu_before = super::cpu::process_cpu();
     let started = Instant::now();
     let written: Vec<usize> = futures::stream::iter(batches.into_iter().map(|chunk| {
         let store = store.clone();
@@ -152,7 +149,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
     .try_collect()
     .await?;
     let put_elapsed = started.elapsed();
-    let put_client_cpu = process_cpu().saturating_sub(cpu_before);
+    let put_client_cpu = super::cpu::process_cpu().saturating_sub(cpu_before);
     let commits = store.commit_stats();
     let put_transactions = commits.transactions - commits_before.transactions;
     let calls_per_transaction =
@@ -166,7 +163,7 @@ pub async fn run(args: CellsArgs, config_path: &Path, cluster_dir: &Path) -> any
 
     // --- point reads ----------------------------------------------------
     eprintln!("timing {} point reads of each kind ...", args.reads);
-    let reads = time_reads(&store, &topology, &cells, args.reads).await?;
+    let reads = super::point_reads::time_reads(&store, &topology, &cells, args.reads).await?;
     let (ours, raw, raw_latest) = (&reads.ours, &reads.raw_pk, &reads.raw_latest);
 
     // The ratio is taken on replicated throughput: a write phase ends when
@@ -426,171 +423,4 @@ pub(super) async fn truncate(topology: &Topology) -> anyhow::Result<()> {
             .await?;
     }
     Ok(())
-}
-
-/// The timed reads of one run.
-struct Reads {
-    /// `get_cell_latest`.
-    ours: Latencies,
-    /// A raw primary-key SELECT of the same cell.
-    raw_pk: Latencies,
-    /// A raw SELECT of the latest cell of (row, column): the statement
-    /// the layout needs for this read, without the store around it.
-    raw_latest: Latencies,
-    /// Client CPU per read of each kind, µs, in the same order.
-    cpu: [f64; 3],
-}
-
-/// Times `get_cell_latest`, a raw primary-key SELECT and a raw
-/// latest-cell SELECT of the same random cells, rotating which goes first.
-async fn time_reads(
-    store: &MySqlStore,
-    topology: &Topology,
-    cells: &[Cell],
-    reads: usize,
-) -> anyhow::Result<Reads> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let mut sample: Vec<&Cell> = cells.iter().collect();
-    sample.shuffle(&mut rng);
-    sample.truncate(reads);
-    // The primary-key side needs each cell's primary key.
-    let mut targets = Vec::with_capacity(sample.len());
-    for cell in &sample {
-        let found = store
-            .get_cell(&cell.key, ReadFrom::Master)
-            .await?
-            .context("a written cell is missing")?;
-        targets.push((
-            *cell,
-            routing::shard_of(&cell.key.row_key, topology.shard_count),
-            found.added_id,
-        ));
-    }
-    let statements = |shape: &str| -> Vec<String> {
-        (0..topology.shard_count)
-            .map(|s| {
-                format!(
-                    "SELECT added_id, row_key, column_name, ref_key, body, created_at FROM `{}`.`entity` WHERE {shape}",
-                    topology.database(s)
-                )
-            })
-            .collect()
-    };
-    let pk_sql = statements("added_id = ?");
-    let latest_sql = statements("row_key = ? AND column_name = ? ORDER BY ref_key DESC LIMIT 1");
-    // The raw sides hold one connection per cluster for the whole run:
-    // one statement is one round trip, with none of a pool's bookkeeping
-    // (sqlx pings a connection on its way back into its pool).
-    let mut held = Vec::with_capacity(topology.clusters.len());
-    for cluster in &topology.clusters {
-        held.push(cluster.master().pool.acquire().await?);
-    }
-    let held = tokio::sync::Mutex::new(held);
-    let cluster_index = |shard: u32| {
-        topology
-            .clusters
-            .iter()
-            .position(|c| c.shards.contains(shard))
-            .context("a shard of no cluster")
-    };
-    let raw = RawReads {
-        held: &held,
-        pk_sql: &pk_sql,
-        latest_sql: &latest_sql,
-        cluster_of: &cluster_index,
-    };
-    let warmup = targets.len().min(1000);
-    let mut timed: [Vec<Duration>; 3] = Default::default();
-    for (i, (cell, shard, added_id)) in targets.iter().enumerate() {
-        for k in 0..3 {
-            let kind = (i + k) % 3;
-            let elapsed = raw.read(store, kind, cell, *shard, *added_id).await?;
-            if i >= warmup || targets.len() <= warmup {
-                timed[kind].push(elapsed);
-            }
-        }
-    }
-    // The client's CPU per read of each kind, in runs of one kind (CPU
-    // cannot be told apart when they interleave).
-    let mut cpu = [0.0; 3];
-    for (kind, slot) in cpu.iter_mut().enumerate() {
-        let started = process_cpu();
-        for (cell, shard, added_id) in &targets {
-            raw.read(store, kind, cell, *shard, *added_id).await?;
-        }
-        *slot = process_cpu().saturating_sub(started).as_secs_f64() * 1e6 / targets.len() as f64;
-    }
-    let [ours, raw_pk, raw_latest] = timed.map(Latencies::new);
-    Ok(Reads {
-        ours,
-        raw_pk,
-        raw_latest,
-        cpu,
-    })
-}
-
-/// What the raw reads of [`time_reads`] need.
-struct RawReads<'a, F> {
-    held: &'a tokio::sync::Mutex<Vec<sqlx::pool::PoolConnection<sqlx::MySql>>>,
-    pk_sql: &'a [String],
-    latest_sql: &'a [String],
-    cluster_of: &'a F,
-}
-
-impl<F: Fn(u32) -> anyhow::Result<usize>> RawReads<'_, F> {
-    /// One read of `kind` (0 ours, 1 raw by primary key, 2 raw latest),
-    /// timed.
-    async fn read(
-        &self,
-        store: &MySqlStore,
-        kind: usize,
-        cell: &Cell,
-        shard: u32,
-        added_id: u64,
-    ) -> anyhow::Result<Duration> {
-        if kind == 0 {
-            let t = Instant::now();
-            let got = store
-                .get_cell_latest(&cell.key.row_key, &cell.key.column, ReadFrom::Master)
-                .await?;
-            let elapsed = t.elapsed();
-            anyhow::ensure!(
-                got.is_some_and(|g| g.cell == *cell),
-                "get_cell_latest returned another cell"
-            );
-            return Ok(elapsed);
-        }
-        let mut held = self.held.lock().await;
-        let connection = &mut *held[(self.cluster_of)(shard)?];
-        let t = Instant::now();
-        let row = if kind == 1 {
-            sqlx::query(AssertSqlSafe(self.pk_sql[shard as usize].clone()))
-                .bind(added_id)
-                .fetch_one(connection)
-                .await?
-        } else {
-            sqlx::query(AssertSqlSafe(self.latest_sql[shard as usize].clone()))
-                .bind(cell.key.row_key.as_bytes().to_vec())
-                .bind(cell.key.column.as_str().to_string())
-                .fetch_one(connection)
-                .await?
-        };
-        let elapsed = t.elapsed();
-        let found: u64 = row.try_get(0)?;
-        anyhow::ensure!(found == added_id, "a raw read found another cell");
-        let _body: Vec<u8> = row.try_get(4)?;
-        Ok(elapsed)
-    }
-}
-
-/// CPU time (user + system) this process has used so far.
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes into the struct it is given.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
 }

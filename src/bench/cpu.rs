@@ -17,10 +17,10 @@ use serde_json::{json, Value};
 /// The groups CPU time is split into.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Group {
-    Client,
-    Postgres,
-    Masters,
-    Minions,
+    Client = 0,
+    Postgres = 1,
+    Masters = 2,
+    Minions = 3,
 }
 
 const GROUPS: [Group; 4] = [
@@ -94,10 +94,10 @@ impl CpuMeter {
         let mut ticks = [0u64; 4];
         let stats = all_process_stats();
         if let Some(me) = read_stat("self") {
-            ticks[0] += me.own + me.children;
+            ticks[Group::Client as usize] += me.own + me.children;
         }
         for (group, pid) in &self.servers {
-            let slot = GROUPS.iter().position(|g| g == group).unwrap_or(0);
+            let slot = *group as usize;
             let Some(server) = stats.iter().find(|s| s.pid == *pid) else {
                 continue;
             };
@@ -147,13 +147,13 @@ impl CpuSpent {
 
     /// Microseconds of the machine's CPU per unit of work, all processes.
     pub fn machine_us_per(&self, units: u64) -> f64 {
-        self.machine_busy.as_secs_f64() * 1e6 / units.max(1) as f64
+        us_per(self.machine_busy, units)
     }
 
     /// Microseconds of this process's CPU (and its reaped children's) per
     /// unit of work.
     pub fn client_us_per(&self, units: u64) -> f64 {
-        self.groups[0].as_secs_f64() * 1e6 / units.max(1) as f64
+        us_per(self.groups[Group::Client as usize], units)
     }
 
     /// An upper bound on `ours / raw` throughput if our client cost
@@ -170,13 +170,7 @@ impl CpuSpent {
     /// Microseconds of CPU per unit of work (a cell, a read) for each
     /// group, and in all, with the machine's busy share.
     pub fn per_unit_json(&self, units: u64) -> Value {
-        let per = |d: Duration| {
-            if units == 0 {
-                0.0
-            } else {
-                (d.as_secs_f64() * 1e6 / units as f64 * 10.0).round() / 10.0
-            }
-        };
+        let per = |d: Duration| (us_per(d, units) * 10.0).round() / 10.0;
         let mut object = serde_json::Map::new();
         for (i, group) in GROUPS.iter().enumerate() {
             object.insert(group.key().into(), json!(per(self.groups[i])));
@@ -191,13 +185,7 @@ impl CpuSpent {
 
     /// One line for the human output: µs per unit by group.
     pub fn per_unit_line(&self, units: u64, unit: &str) -> String {
-        let per = |d: Duration| {
-            if units == 0 {
-                0.0
-            } else {
-                d.as_secs_f64() * 1e6 / units as f64
-            }
-        };
+        let per = |d: Duration| us_per(d, units);
         let groups: Vec<String> = GROUPS
             .iter()
             .enumerate()
@@ -210,6 +198,26 @@ impl CpuSpent {
             self.machine_busy_share() * 100.0
         )
     }
+}
+
+/// CPU time (user + system) this process has used so far.
+pub fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes into the struct it is given.
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+}
+
+/// Microseconds of `spent` per unit of work (0 for no work).
+fn us_per(spent: Duration, units: u64) -> f64 {
+    if units == 0 {
+        return 0.0;
+    }
+    spent.as_secs_f64() * 1e6 / units as f64
 }
 
 /// A process's CPU in clock ticks: its own threads, and its reaped
@@ -297,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn this_process_uses_cpu() {
+    fn our_own_stat_and_the_machines_are_read() {
         let own = read_stat("self").expect("our own stat");
         assert_eq!(own.pid, std::process::id() as i32);
         let (busy, total) = machine_ticks();

@@ -26,6 +26,7 @@ mod cells;
 mod cpu;
 mod index;
 mod mirror;
+mod point_reads;
 mod stats;
 mod verify;
 mod worker;

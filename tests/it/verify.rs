@@ -940,3 +940,68 @@ async fn samples_are_replayed_while_the_serving_runtime_is_blocked() {
     assert_eq!(counted.mismatches, 0, "{counted:?}");
     facade.close().await;
 }
+
+/// A mismatch seen by reads that began before its repair is not reopened
+/// when it is recorded after the repair (a replay in flight during `verify
+/// repair`); one seen by reads that began after the repair is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mismatch_seen_before_its_repair_does_not_reopen_it() {
+    let db = LegacyDb::trips().await;
+    verifier::store::ensure(&db.pool).await.unwrap();
+    let row = RowKey::from(Uuid::new_v4());
+    let difference = verifier::compare::Difference {
+        row_key: row,
+        column: base(),
+        legacy: serde_json::json!({"status": "completed"}),
+        schemaless: serde_json::json!({"status": "tampered"}),
+    };
+    let record = |observed: Instant| {
+        let pool = db.pool.clone();
+        let difference = difference.clone();
+        async move {
+            verifier::store::record(
+                &pool,
+                verifier::store::Source::Sample,
+                "latest",
+                &[difference],
+                observed,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let open = || open_mismatches(&db.pool, "sample");
+    let expected: BTreeSet<(String, String)> = [(row.to_string(), "BASE".to_string())]
+        .into_iter()
+        .collect();
+
+    let before_repair = Instant::now();
+    record(before_repair).await;
+    assert_eq!(open().await, expected);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    verifier::store::resolve(&db.pool, &row, &base(), "repaired")
+        .await
+        .unwrap();
+    assert!(open().await.is_empty());
+
+    // The replay that read before the repair records late: still resolved.
+    record(before_repair).await;
+    assert!(
+        open().await.is_empty(),
+        "a difference read before the repair reopened it"
+    );
+    let kept = verifier::store::mismatches(&db.pool, false, Some(&row), 10)
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].occurrences, 1, "{kept:?}");
+
+    // Reads that began after the repair and still differ: open again.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    record(Instant::now()).await;
+    assert_eq!(open().await, expected);
+    let kept = verifier::store::mismatches(&db.pool, true, Some(&row), 10)
+        .await
+        .unwrap();
+    assert_eq!(kept[0].occurrences, 2, "{kept:?}");
+}

@@ -361,6 +361,9 @@ impl FullDiff {
     /// Compares the parents with ids in `ids`; records what differs after
     /// triage and what was verified.
     pub async fn check(&self, ids: std::ops::Range<i64>) -> Result<Checked, Error> {
+        // When this chunk's reads began: a mismatch repaired since is not
+        // reopened by what they saw (see `store::record`).
+        let observed = std::time::Instant::now();
         let chunk = self.legacy.scan(ids.clone()).await?;
         for e in &chunk.unreadable {
             tracing::warn!("verify full: a legacy row cannot be read through the layout: {e}");
@@ -471,8 +474,8 @@ impl FullDiff {
             c.samples += 1;
             c.mismatches += 1;
         }
-        store::record(&self.pool, Source::Full, "full", &mismatches).await?;
-        store::record(&self.pool, Source::Full, "strict", &strict_failed).await?;
+        store::record(&self.pool, Source::Full, "full", &mismatches, observed).await?;
+        store::record(&self.pool, Source::Full, "strict", &strict_failed, observed).await?;
         store::flush(&self.pool, &counts, &verified).await?;
         mismatches.extend(strict_failed);
         Ok(Checked {

@@ -577,6 +577,7 @@ async fn replay(replayer: &Replayer, sampler: &Sampler, sample: Sample) {
                 Duration::from_millis(replayer.config.triage_wait_ms),
             )
             .await;
+        let reads_began = Instant::now();
         let again = futures::future::try_join(
             replayer.stores.read(Side::Legacy, &sample.read),
             replayer.stores.read(Side::Schemaless, &sample.read),
@@ -603,7 +604,7 @@ async fn replay(replayer: &Replayer, sampler: &Sampler, sample: Sample) {
         // A divergence stays put: the same values twice, with nothing in
         // flight in between. Lag and in-flight writes move.
         if settled && now == previous {
-            outcome = Verdict::Confirmed(now);
+            outcome = Verdict::Confirmed(now, reads_began);
             break;
         }
         previous = now;
@@ -618,9 +619,9 @@ async fn replay(replayer: &Replayer, sampler: &Sampler, sample: Sample) {
                 sampler.count(d.column.as_str(), |c| c.unsettled += 1);
             }
         }
-        Verdict::Confirmed(differences) => {
+        Verdict::Confirmed(differences, observed) => {
             count_matches(sampler, &verified_now, false);
-            record(replayer, sampler, sample.read.kind(), differences).await;
+            record(replayer, sampler, sample.read.kind(), differences, observed).await;
         }
     }
 }
@@ -633,8 +634,9 @@ const TRIAGE_ROUNDS: usize = 5;
 enum Verdict {
     /// Equal on a re-read.
     Transient,
-    /// The same difference twice, nothing in flight: a mismatch.
-    Confirmed(Vec<Difference>),
+    /// The same difference twice, nothing in flight: a mismatch, with
+    /// when the reads that confirmed it began.
+    Confirmed(Vec<Difference>, Instant),
     /// Still moving after every round.
     Unsettled,
     /// A re-read failed.
@@ -646,7 +648,13 @@ fn differences_of(units: &[Unit]) -> Vec<Difference> {
 }
 
 /// Records confirmed differences (or counts them as not yet backfilled).
-async fn record(replayer: &Replayer, sampler: &Sampler, kind: &str, differences: Vec<Difference>) {
+async fn record(
+    replayer: &Replayer,
+    sampler: &Sampler,
+    kind: &str,
+    differences: Vec<Difference>,
+    observed: Instant,
+) {
     let (pending, real): (Vec<Difference>, Vec<Difference>) =
         if replayer.triage.backfill_pending().await {
             differences
@@ -661,7 +669,7 @@ async fn record(replayer: &Replayer, sampler: &Sampler, kind: &str, differences:
     if real.is_empty() {
         return;
     }
-    match store::record(&replayer.pool, Source::Sample, kind, &real).await {
+    match store::record(&replayer.pool, Source::Sample, kind, &real, observed).await {
         Ok(()) => {
             for d in &real {
                 tracing::warn!(

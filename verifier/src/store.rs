@@ -9,6 +9,7 @@
 //! | `verify_runs`, `verify_chunks` | the full diff's runs and their chunks |
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use schemaless::{Column, RowKey};
 use serde_json::Value;
@@ -153,7 +154,16 @@ pub async fn take_buffer_conflicts(
             }),
         })
         .collect();
-    record(pool, Source::Buffer, "buffered_write", &differences).await?;
+    // A lost buffered write is news whenever it is taken: it was never
+    // compared before, so no repair can predate it.
+    record(
+        pool,
+        Source::Buffer,
+        "buffered_write",
+        &differences,
+        Instant::now(),
+    )
+    .await?;
     schemaless::mysql::lost::mark_taken(schemaless, &lost).await?;
     Ok(lost.len())
 }
@@ -161,11 +171,25 @@ pub async fn take_buffer_conflicts(
 /// Records differences that survived triage: new ones are inserted, known
 /// ones (same row key and column) get the new values, `last_seen` and one
 /// more occurrence, and are open again if they had been resolved.
+///
+/// `observed` is when the reads that showed the differences began. A
+/// difference resolved after that instant (by `verify repair`, or a later
+/// match) is not reopened: what the reads saw may predate the repair, and
+/// the repair itself read both sides equal. Without this a replay in
+/// flight during a repair (reads before it, recorded after it) reopened
+/// the mismatch it had just closed. A divergence that is still there is
+/// found again by the next sample or diff, whose reads begin after the
+/// repair.
+///
+/// The instant is turned into the database's clock as "now minus its age"
+/// when the statement runs, so the rule compares two readings of
+/// PostgreSQL's clock and no host's wall clock has to agree with it.
 pub async fn record(
     pool: &PgPool,
     source: Source,
     read_kind: &str,
     differences: &[Difference],
+    observed: Instant,
 ) -> Result<(), Error> {
     if differences.is_empty() {
         return Ok(());
@@ -178,19 +202,22 @@ pub async fn record(
         .map(|d| d.schemaless.to_string())
         .collect();
     sqlx::query(
-        "/* mezzanine */ INSERT INTO mezzanine.verify_mismatches
-             (row_key, column_name, source, read_kind, legacy_value, schemaless_value)
-         SELECT DISTINCT ON (r, c) r, c, $3, $4, l::jsonb, s::jsonb
-         FROM unnest($1::uuid[], $2::text[], $5::text[], $6::text[]) AS d(r, c, l, s)
+        "/* mezzanine */ INSERT INTO mezzanine.verify_mismatches AS m
+             (row_key, column_name, source, read_kind, legacy_value, schemaless_value,
+              first_seen, last_seen)
+         SELECT DISTINCT ON (r, c) r, c, $3, $4, l::jsonb, s::jsonb, o.at, o.at
+         FROM unnest($1::uuid[], $2::text[], $5::text[], $6::text[]) AS d(r, c, l, s),
+              (SELECT clock_timestamp() - make_interval(secs => $7::double precision)) AS o(at)
          ON CONFLICT (row_key, column_name) DO UPDATE SET
              source = excluded.source,
              read_kind = excluded.read_kind,
              legacy_value = excluded.legacy_value,
              schemaless_value = excluded.schemaless_value,
-             last_seen = now(),
-             occurrences = mezzanine.verify_mismatches.occurrences + 1,
+             last_seen = greatest(m.last_seen, excluded.last_seen),
+             occurrences = m.occurrences + 1,
              resolved_at = NULL,
-             resolution = NULL",
+             resolution = NULL
+         WHERE m.resolved_at IS NULL OR m.resolved_at < excluded.last_seen",
     )
     .bind(&rows)
     .bind(&columns)
@@ -198,6 +225,7 @@ pub async fn record(
     .bind(read_kind)
     .bind(&legacy)
     .bind(&schemaless)
+    .bind(observed.elapsed().as_secs_f64())
     .execute(pool)
     .await
     .map_err(Error::postgres("recording mismatches"))?;

@@ -20,15 +20,16 @@
 //! waits. Writes of this process wake their shards at once; a head watcher
 //! per cluster (one `MAX(added_id)` query for all the shards the runner
 //! owns there, every `triggers.watch_ms`) wakes the shards others wrote;
-//! `triggers.poll_ms` is the backstop. Offsets are saved at most every
-//! [`SAVE_EVERY`], busy or idle, and always when a shard is left.
+//! `triggers.poll_ms` is the backstop. Workers publish their positions;
+//! a task per cluster saves them every [`SAVE_EVERY`] in one transaction,
+//! and a worker saves its own when it leaves a shard (see [`cluster`]).
 //!
 //! A runner stops (and says why) when the shards it owns hold more than
 //! `triggers.max_parked` parked cells. With `on_failure = "stop_shard"` it
 //! parks nothing: the failing shard stops there and the others go on.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,8 @@ use super::store::MySqlStore;
 use crate::api::{CellStore, ReadFrom};
 use crate::cell::{now_micros, CellKey, Column, RefKey, RowKey, StoredCell};
 use crate::error::{Error, Result};
+
+mod cluster;
 
 /// How often a shard's offset is saved at most, busy or idle: each save
 /// is a commit on the master, and a crash redelivers at most this much.
@@ -123,7 +126,25 @@ struct Shared {
     /// until it starts): the head watcher wakes a shard whose head is
     /// past it.
     reached: Vec<AtomicU64>,
+    /// Per shard, whether its worker is reading or handling (not waiting
+    /// for a write): the head watcher leaves it be.
+    busy: Vec<AtomicBool>,
+    /// Per shard, the position its worker reached and has not seen saved:
+    /// the cluster's upkeep task takes it and saves it.
+    published: Vec<std::sync::Mutex<Option<Position>>>,
+    /// Per shard, whether the upkeep task found dead letters flagged for
+    /// retry there.
+    retry_asked: Vec<AtomicBool>,
     epoch: Instant,
+}
+
+/// A shard's position as a worker publishes it for saving.
+#[derive(Clone, Debug)]
+struct Position {
+    /// The offset.
+    offset: u64,
+    /// The awaited ids, as saved.
+    awaited: String,
 }
 
 impl Shared {
@@ -206,6 +227,11 @@ impl Trigger {
                 parked: AtomicU64::new(0),
                 lease_until: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
                 reached: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+                busy: (0..shard_count).map(|_| AtomicBool::new(false)).collect(),
+                published: (0..shard_count)
+                    .map(|_| std::sync::Mutex::new(None))
+                    .collect(),
+                retry_asked: (0..shard_count).map(|_| AtomicBool::new(false)).collect(),
                 epoch: Instant::now(),
             }),
         })
@@ -289,13 +315,23 @@ impl Trigger {
         let shard_count = s.store.topology().shard_count;
         let (stop_tx, mut stop_rx) = mpsc::channel::<Stopped>(4);
         let mut workers = Workers(HashMap::new());
-        let _watchers = Watchers(if s.options.watch_ms == 0 {
-            Vec::new()
-        } else {
-            (0..s.store.topology().clusters.len())
-                .map(|cluster| tokio::spawn(watch_heads(s.clone(), cluster, cancel.clone())))
-                .collect()
-        });
+        // The per-cluster tasks stop after the shard workers (the upkeep
+        // saves what the workers published), so they get a token of their
+        // own, cancelled below however the runner ends.
+        let upkeep_cancel = CancellationToken::new();
+        let clusters = s.store.topology().clusters.len();
+        let mut cluster_tasks = cluster::ClusterTasks(
+            (0..clusters)
+                .map(|c| tokio::spawn(cluster::upkeep(s.clone(), c, upkeep_cancel.clone())))
+                .collect(),
+        );
+        if s.options.watch_ms > 0 {
+            cluster_tasks.0.extend(
+                (0..clusters).map(|c| {
+                    tokio::spawn(cluster::watch_heads(s.clone(), c, upkeep_cancel.clone()))
+                }),
+            );
+        }
         let mut renew = tokio::time::interval(s.lease() / 3);
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let outcome = loop {
@@ -344,9 +380,18 @@ impl Trigger {
                 .shards_owned
                 .store(workers.0.len() as u64, Ordering::Relaxed);
         };
+        let mut released = Vec::new();
         for (shard, (token, task)) in workers.0.drain() {
             token.cancel();
             let _ = task.await;
+            released.push(shard);
+        }
+        // What the workers published is saved before their leases go.
+        upkeep_cancel.cancel();
+        for task in std::mem::take(&mut cluster_tasks.0) {
+            let _ = task.await;
+        }
+        for shard in released {
             if let Err(e) = self.release(shard).await {
                 tracing::warn!(trigger = %s.name, shard, "releasing the lease: {e}");
             }
@@ -360,63 +405,6 @@ impl Trigger {
             );
         }
         Ok(outcome)
-    }
-}
-
-/// The head watchers of a runner, one per cluster, aborted with it.
-struct Watchers(Vec<JoinHandle<()>>);
-
-impl Drop for Watchers {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
-    }
-}
-
-/// The cross-process wake-up of a runner's shards on one cluster: every
-/// `triggers.watch_ms`, one query to the master for the newest added_id
-/// of each shard the runner owns there, and a wake-up for each shard whose
-/// head is past what its worker has reached. Writes of this process wake
-/// their shards at once; this makes everyone else's writes seen within a
-/// few milliseconds, where each shard polling as often would cost a query
-/// per shard.
-async fn watch_heads(s: Arc<Shared>, cluster: usize, cancel: CancellationToken) {
-    let every = Duration::from_millis(s.options.watch_ms.max(1));
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut failing = false;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let topology = s.store.topology();
-        let owned: Vec<u32> = topology.clusters[cluster]
-            .shards
-            .iter()
-            .filter(|shard| s.holds(*shard))
-            .collect();
-        if owned.is_empty() {
-            continue;
-        }
-        match s.store.heads_of(cluster, &owned).await {
-            Ok(heads) => {
-                failing = false;
-                for (shard, head) in heads {
-                    if head > s.reached[shard as usize].load(Ordering::Relaxed) {
-                        s.store.changes_signal(shard);
-                    }
-                }
-            }
-            // The shard workers meet the same failure and say so; this
-            // only says it once, and keeps trying.
-            Err(e) if !failing => {
-                failing = true;
-                tracing::debug!(trigger = %s.name, cluster, "watching log heads: {e}");
-            }
-            Err(_) => {}
-        }
     }
 }
 
@@ -508,12 +496,13 @@ impl ShardWorker {
             let mut follower =
                 ShardFollower::new(s.store.clone(), self.shard, offset, awaited, from)?;
             let poll = Duration::from_millis(s.options.poll_ms);
-            let mut retries_checked: Option<Instant> = None;
-            // What was saved last: the offset and the awaited set's
+            // What was published last: the offset and the awaited set's
             // generation (the set is compared by its generation, cheaply).
             let at = |f: &ShardFollower| (f.offset(), f.awaited().generation());
-            let mut saved = at(&follower);
-            let mut last_save = Instant::now();
+            let mut published = at(&follower);
+            // Dead letters flagged before this worker started are looked
+            // for once; later flags are found by the cluster's upkeep.
+            s.retry_asked[self.shard as usize].store(true, Ordering::Relaxed);
             loop {
                 let mut signal = std::pin::pin!(s.store.changes().notified(self.shard));
                 // Register for wake-ups before reading, so a write in
@@ -521,18 +510,19 @@ impl ShardWorker {
                 if let Some(n) = signal.as_mut().as_pin_mut() {
                     n.enable();
                 }
+                s.busy[self.shard as usize].store(true, Ordering::Relaxed);
                 if self.cancel.is_cancelled() || !s.holds(self.shard) {
                     // Leaving: save what was handled (the save checks the
-                    // lease, so a lost shard is not moved).
-                    if saved != at(&follower) {
-                        self.save_offset(follower.offset(), follower.awaited()).await?;
-                    }
+                    // lease, so a lost shard is not moved), in place of
+                    // what the upkeep has not saved yet.
+                    s.published[self.shard as usize]
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .take();
+                    self.save_offset(follower.offset(), follower.awaited()).await?;
                     return Ok(());
                 }
-                // Parked cells flagged for retry are looked for once a
-                // second, not on every poll.
-                if retries_checked.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
-                    retries_checked = Some(Instant::now());
+                if s.retry_asked[self.shard as usize].swap(false, Ordering::Relaxed) {
                     self.retry_flagged(&mut counted_parked).await?;
                 }
                 let cells = follower.next(s.options.batch).await?;
@@ -593,12 +583,12 @@ impl ShardWorker {
                         }
                         start = failed + 1;
                     }
-                    // Busy: save at most every SAVE_EVERY (a crash redelivers
-                    // what came after the last save: at least once).
-                    if last_save.elapsed() >= SAVE_EVERY {
-                        self.save_offset(follower.offset(), follower.awaited()).await?;
-                        saved = at(&follower);
-                        last_save = Instant::now();
+                    // Published for the upkeep, which saves every
+                    // SAVE_EVERY (a crash redelivers what came after the
+                    // last save: at least once).
+                    if published != at(&follower) {
+                        self.publish(&follower);
+                        published = at(&follower);
                     }
                     // A cut page: more may be waiting, read on. A whole
                     // one caught up with the log as of the read; wait for
@@ -608,20 +598,13 @@ impl ShardWorker {
                         continue;
                     }
                 }
-                // Idle: a good moment to save where we are, but not
-                // more often than when busy (a shard getting a cell
-                // at a time would otherwise commit a save per cell).
-                let mut wait = poll;
-                if saved != at(&follower) {
-                    let since = last_save.elapsed();
-                    if since >= SAVE_EVERY {
-                        self.save_offset(follower.offset(), follower.awaited()).await?;
-                        saved = at(&follower);
-                        last_save = Instant::now();
-                    } else {
-                        wait = wait.min(SAVE_EVERY - since);
-                    }
+                // Idle: an offset moved over other columns' cells or
+                // holes is published too.
+                if published != at(&follower) {
+                    self.publish(&follower);
+                    published = at(&follower);
                 }
+                s.busy[self.shard as usize].store(false, Ordering::Relaxed);
                 tokio::select! {
                     _ = self.cancel.cancelled() => continue,
                     _ = async {
@@ -630,7 +613,7 @@ impl ShardWorker {
                             None => std::future::pending().await,
                         }
                     } => {}
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = tokio::time::sleep(poll) => {}
                 }
             }
         }
@@ -776,22 +759,31 @@ impl ShardWorker {
         Ok(())
     }
 
-    /// Saves the position (offset and awaited ids), only while this
+    /// Hands the follower's position to the cluster's upkeep task, which
+    /// saves it with the other shards' (replacing one not saved yet).
+    fn publish(&self, follower: &ShardFollower) {
+        let position = Position {
+            offset: follower.offset(),
+            awaited: follower.awaited().to_text(),
+        };
+        *self.shared.published[self.shard as usize]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(position);
+    }
+
+    /// Saves the position (offset and awaited ids) now, only while this
     /// runner holds the lease.
     async fn save_offset(&self, offset: u64, awaited: &Awaited) -> Result<()> {
         let s = &self.shared;
-        let db = s.database(self.shard);
-        let name = literal(&s.name);
-        let awaited = awaited.to_text();
+        let position = Position {
+            offset,
+            awaited: awaited.to_text(),
+        };
         s.master(self.shard)?
-            .execute(format!(
-                "INSERT INTO `{db}`.`trigger_offsets` (name, added_id, awaited, updated_at)
-                 SELECT {name}, {offset}, '{awaited}', {now} FROM `{db}`.`trigger_leases`
-                 WHERE name = {name} AND owner = {owner} AND expires_at > {NOW_MICROS}
-                 ON DUPLICATE KEY UPDATE added_id = GREATEST(added_id, VALUES(added_id)),
-                   awaited = VALUES(awaited), updated_at = VALUES(updated_at)",
-                now = now_micros(),
-                owner = literal(&s.owner),
+            .execute(cluster::save_statement(
+                s,
+                &s.database(self.shard),
+                &position,
             ))
             .await
     }

@@ -16,6 +16,17 @@
 //! replay work, as in production. Everything (the benchmark, PostgreSQL,
 //! the MariaDB nodes, the replays) shares this machine's cores.
 //!
+//! What the replays cost the served reads here is mostly their database
+//! work, on the same cores. To tell that from the sampler's own cost, a
+//! fourth kind of round runs at 0% with a raw background load of the
+//! same database work: on a thread and connection pools of its own (as
+//! the replays have), `get_cell_latest` of random trips on Schemaless at
+//! the rate the 100% rounds replay (`min(cap, paced rate)`), with no
+//! sampler, queue, comparison or bookkeeping. `p99_ratio_raw_load` is what
+//! that load alone does to the served reads' p99 (the ceiling of
+//! `p99_ratio_100` on this machine), and `p99_ratio_100_vs_raw_load` what
+//! sampling costs beyond it.
+//!
 //! Then `verify full` over the whole data set, in parents per second.
 //!
 //! It runs on a database (`mzbench_verify`) and a Schemaless instance of
@@ -184,15 +195,19 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
         "saturation: {saturation_rps:.0} reads/s (closed loop, no sampling); measured rounds at {pace:.0} reads/s ({}%)",
         args.load * 100.0
     );
-    let rates = [0.0, 0.01, 1.0];
-    let mut latencies: [Vec<Duration>; 3] = Default::default();
+    // Slots: sampling at 0%, 1% and 100%, and 0% under the raw load.
+    let rates = [0.0, 0.01, 1.0, 0.0];
+    const RAW_LOAD: usize = 3;
+    let raw_rate = (cap as f64).min(pace);
+    let mut latencies: [Vec<Duration>; 4] = Default::default();
     let before = verifier::report::read(&pool, None, None).await?.totals;
-    // Three cycles of 0%, 1%, 100%, 100%, 1%, 0%: this machine's noise
-    // (every server shares its cores) moves a p99 more than one round can
-    // average out.
-    let order: Vec<usize> = std::iter::repeat_n([0usize, 1, 2, 2, 1, 0], CYCLES)
-        .flatten()
-        .collect();
+    // Three cycles of 0%, 1%, 100%, raw load, raw load, 100%, 1%, 0%: this
+    // machine's noise (every server shares its cores) moves a p99 more
+    // than one round can average out.
+    let order: Vec<usize> =
+        std::iter::repeat_n([0usize, 1, 2, RAW_LOAD, RAW_LOAD, 2, 1, 0], CYCLES)
+            .flatten()
+            .collect();
     let round_length = Duration::from_secs_f64(args.seconds as f64 / (2 * CYCLES) as f64);
     for (round, &slot) in order.iter().enumerate() {
         let rate = rates[slot];
@@ -201,15 +216,26 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
             max_samples_per_sec: cap,
         });
         eprintln!(
-            "round {}/{}: {} readers, sampling {}% (at most {cap}/s), {:.1}s ...",
+            "round {}/{}: {} readers, sampling {}% (at most {cap}/s){}, {:.1}s ...",
             round + 1,
             order.len(),
             args.readers,
             rate * 100.0,
+            if slot == RAW_LOAD {
+                format!(", a raw load of {raw_rate:.0} Schemaless reads/s")
+            } else {
+                String::new()
+            },
             round_length.as_secs_f64()
         );
-        latencies[slot]
-            .extend(read_for(&store, &rows, args.readers, round_length, Some(pace)).await?);
+        let raw_load = (slot == RAW_LOAD)
+            .then(|| RawLoad::start(config.clone(), rows.clone(), raw_rate))
+            .transpose()?;
+        let measured = read_for(&store, &rows, args.readers, round_length, Some(pace)).await;
+        if let Some(load) = raw_load {
+            load.stop()?;
+        }
+        latencies[slot].extend(measured?);
         // Let the replays of this round finish before the next.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -221,10 +247,11 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
     let after = verifier::report::read(&pool, None, None).await?.totals;
     let figures: Vec<Latencies> = latencies.into_iter().map(Latencies::new).collect();
     let reads_per_s = |l: &Latencies| l.len() as f64 / args.seconds as f64;
-    for (rate, l) in rates.iter().zip(&figures) {
+    for (slot, (rate, l)) in rates.iter().zip(&figures).enumerate() {
         println!(
-            "sampling {:>5.1}%: {} reads ({:.0}/s), p50 {:.0} us, p99 {:.0} us",
+            "sampling {:>5.1}%{}: {} reads ({:.0}/s), p50 {:.0} us, p99 {:.0} us",
             rate * 100.0,
+            if slot == RAW_LOAD { " + raw load" } else { "" },
             l.len(),
             reads_per_s(l),
             l.percentile_us(50.0),
@@ -241,6 +268,13 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
         ratio(1, 99.0),
         ratio(2, 50.0),
         ratio(1, 50.0)
+    );
+    println!(
+        "under the raw load alone (0%, {raw_rate:.0} Schemaless reads/s on a thread of their own): p99 ratio {:.3}, p50 ratio {:.3}; 100% against it: p99 {:.3}, p50 {:.3}",
+        ratio(RAW_LOAD, 99.0),
+        ratio(RAW_LOAD, 50.0),
+        figures[2].percentile_us(99.0) / figures[RAW_LOAD].percentile_us(99.0),
+        figures[2].percentile_us(50.0) / figures[RAW_LOAD].percentile_us(50.0),
     );
     println!(
         "samples replayed and compared: {samples} ({mismatches} mismatches, {dropped} dropped on a full queue)"
@@ -291,6 +325,14 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
                 "rate_0": rate_json(0),
                 "rate_1": rate_json(1),
                 "rate_100": rate_json(2),
+                "rate_0_raw_load": rate_json(RAW_LOAD),
+                "raw_load_reads_per_s": raw_rate,
+                "p99_ratio_raw_load": ratio(RAW_LOAD, 99.0),
+                "p50_ratio_raw_load": ratio(RAW_LOAD, 50.0),
+                "p99_ratio_100_vs_raw_load":
+                    figures[2].percentile_us(99.0) / figures[RAW_LOAD].percentile_us(99.0),
+                "p50_ratio_100_vs_raw_load":
+                    figures[2].percentile_us(50.0) / figures[RAW_LOAD].percentile_us(50.0),
                 "p99_ratio_100": ratio(2, 99.0),
                 "p99_ratio_1": ratio(1, 99.0),
                 "p50_ratio_100": ratio(2, 50.0),
@@ -313,4 +355,49 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
         "the verifier found mismatches in a consistent data set"
     );
     Ok(())
+}
+
+/// The replays' database work without the sampler: Schemaless reads of
+/// random trips at a steady rate, on a thread with a runtime and
+/// connection pools of its own, as the replays have.
+struct RawLoad {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<u64>>,
+}
+
+impl RawLoad {
+    fn start(config: config::Config, rows: Arc<Vec<RowKey>>, rate: f64) -> anyhow::Result<RawLoad> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("mz-raw-load".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                runtime.block_on(async move {
+                    let store = schemaless::MySqlStore::connect(&config)?;
+                    let base = Column::new("BASE")?;
+                    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+                    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+                    let mut reads = 0u64;
+                    while !stopping.load(Ordering::Relaxed) {
+                        tick.tick().await;
+                        let row = rows[rand::rng().random_range(0..rows.len())];
+                        store.get_cell_latest(&row, &base, ReadFrom::Master).await?;
+                        reads += 1;
+                    }
+                    store.close().await;
+                    Ok(reads)
+                })
+            })?;
+        Ok(RawLoad { stop, thread })
+    }
+
+    fn stop(self) -> anyhow::Result<u64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the raw load's thread panicked"))?
+    }
 }

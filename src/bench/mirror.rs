@@ -21,6 +21,17 @@
 //!   runs on, which a deployment with Schemaless on its own hosts does not
 //!   pay.
 //!
+//! To tell the relay's own cost on PostgreSQL (taking and deleting outbox
+//! batches) from that of its Schemaless writes on these shared cores, one
+//! more legacy round runs with a Schemaless write load and no relay:
+//! `put_cells` of fresh trips straight into the store, at the rate and in
+//! batches of the mean size the relay moved during the mirror round.
+//! `relay_running.p50_ratio_vs_schemaless_load` is the mirror round's p50
+//! over that round's: what the relay costs the writes beyond its
+//! Schemaless writes, which a deployment does not run on PostgreSQL's
+//! host; `schemaless_load_p50_ratio` is what those writes alone cost the
+//! legacy round here.
+//!
 //! Then the relay's own throughput: with the relay stopped, the writers
 //! fill the outbox with `--backlog` cells, and one relay drains it.
 //!
@@ -195,6 +206,7 @@ pub async fn run(args: MirrorArgs, config_path: &Path, cluster_dir: &Path) -> an
     let mut legacy_live = Round::default();
     let mut mirror_live = Round::default();
     let relayed_before = mirror::WorkerStats::get(&store.relay_stats().cells);
+    let batches_before = mirror::WorkerStats::get(&store.relay_stats().batches);
     for (i, mode) in [Mode::Legacy, Mode::Mirror].into_iter().enumerate() {
         store.set_mode(&request(mode)).await?;
         eprintln!(
@@ -217,10 +229,52 @@ pub async fn run(args: MirrorArgs, config_path: &Path, cluster_dir: &Path) -> an
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let relayed_during = mirror::WorkerStats::get(&store.relay_stats().cells) - relayed_before;
+    let relay_batches = mirror::WorkerStats::get(&store.relay_stats().batches) - batches_before;
+    // The relay's mean batch: the load below writes batches of this size,
+    // since a master's cost per cell falls with cells per statement.
+    let relay_batch = (relayed_during as f64 / relay_batches.max(1) as f64).max(1.0);
     let relay_during_rate =
         relayed_during as f64 / (mirror_live.elapsed + drain_started.elapsed()).as_secs_f64();
     cancel.cancel();
     relaying.await?;
+
+    // The relay's Schemaless writes alone, at its rate, during a legacy
+    // round.
+    store.set_mode(&request(Mode::Legacy)).await?;
+    eprintln!(
+        "round 7: {} writers in mode legacy for {:.1}s, {relay_during_rate:.0} cells/s written to Schemaless beside them in batches of {relay_batch:.0}, no relay ...",
+        args.writers,
+        half.as_secs_f64()
+    );
+    let loading = Arc::new(AtomicBool::new(true));
+    let load = {
+        let (store, loading) = (store.clone(), loading.clone());
+        let per_tick = relay_batch.round() as usize;
+        let every = Duration::from_secs_f64(per_tick as f64 / relay_during_rate.max(1.0));
+        tokio::spawn(async move {
+            let mut source = legacy::trips::TripCells::new(777);
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let mut written = 0u64;
+            while loading.load(Ordering::Relaxed) {
+                tick.tick().await;
+                let mut batch = Vec::with_capacity(per_tick + 2);
+                while batch.len() < per_tick {
+                    batch.extend(source.new_trip());
+                }
+                written += batch.len() as u64;
+                store.schemaless().put_cells(batch).await?;
+            }
+            anyhow::Ok(written)
+        })
+    };
+    let legacy_loaded = write_for(&store, args.writers, 30, half).await;
+    loading.store(false, Ordering::Relaxed);
+    let loaded_cells = load.await??;
+    let legacy_loaded = legacy_loaded?;
+    let schemaless_load_rate = loaded_cells as f64 / legacy_loaded.elapsed.as_secs_f64();
+    // The backlog below is written in mirror.
+    store.set_mode(&request(Mode::Mirror)).await?;
 
     // The relay alone: a backlog, then one relay drains it.
     eprintln!(
@@ -272,6 +326,13 @@ pub async fn run(args: MirrorArgs, config_path: &Path, cluster_dir: &Path) -> an
         mlp99 / llp99,
         mlrate / llrate
     );
+    let (lsp50, lsp99, lsrate, _) = report("legacy+", &legacy_loaded);
+    println!(
+        "legacy+: legacy with {schemaless_load_rate:.0} cells/s written to Schemaless beside it, no relay: p50 {:.3}x legacy; mirror with the relay against it: p50 {:.3}x  p99 {:.3}x  (the relay's own cost on PostgreSQL; target 1.15x)",
+        lsp50 / llp50,
+        mlp50 / lsp50,
+        mlp99 / lsp99,
+    );
     println!(
         "relay during the load {relay_during_rate:>8.0} cells/s (outbox at most {max_depth} entries at a round's end)"
     );
@@ -296,8 +357,13 @@ pub async fn run(args: MirrorArgs, config_path: &Path, cluster_dir: &Path) -> an
                     "p50_ratio": mlp50 / llp50,
                     "p99_ratio": mlp99 / llp99,
                     "throughput_ratio": mlrate / llrate,
+                    "legacy_schemaless_load": {"p50_us": lsp50, "p99_us": lsp99, "writes_per_s": lsrate, "schemaless_cells_per_s": schemaless_load_rate},
+                    "schemaless_load_p50_ratio": lsp50 / llp50,
+                    "p50_ratio_vs_schemaless_load": mlp50 / lsp50,
+                    "p99_ratio_vs_schemaless_load": mlp99 / lsp99,
                 },
                 "relay_during_load_cells_per_s": relay_during_rate,
+                "relay_during_load_mean_batch": relay_batch,
                 "relay_cells_per_s": relay_rate,
                 "relay_backlog": backlog,
                 "outbox_max_depth": max_depth,

@@ -100,3 +100,67 @@ async fn an_unknown_shard_is_an_error() {
         other => panic!("expected NoSuchShard, got {other:?}"),
     }
 }
+
+/// Page reads of many shards of one master, from many offsets at once,
+/// go in fewer statements than pages, and each reader gets exactly its
+/// own shard's page from its own offset (two readers of one shard
+/// included), as when read alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_page_reads_are_combined_and_each_gets_its_own_page() {
+    let t = Instance::new(8).await;
+    for round in 0..4 {
+        let batch: Vec<_> = (0..120)
+            .map(|i| cell(i, "BASE", round, json!({"round": round, "i": i as u64})))
+            .collect();
+        t.store.put_cells(batch).await.unwrap();
+    }
+    let topology = t.store.topology();
+    let master = topology.clusters[0].master();
+    let shards: Vec<u32> = topology.clusters[0].shards.iter().collect();
+    // Each shard's whole log, read alone, page by page.
+    let mut logs = std::collections::HashMap::new();
+    for &shard in &shards {
+        logs.insert(shard, whole_log(&t, shard, 1000, ReadFrom::Master).await);
+    }
+    let mut asks = Vec::new();
+    for _ in 0..3 {
+        for &shard in &shards {
+            let log = &logs[&shard];
+            for skip in [0, log.len() / 2] {
+                let after = if skip == 0 { 0 } else { log[skip - 1].added_id };
+                asks.push((shard, after, 7usize));
+            }
+        }
+    }
+    let before = t.store.page_stats();
+    let answers = futures::future::join_all(asks.iter().map(|&(shard, after, limit)| {
+        let (store, master) = (t.store.clone(), master.clone());
+        async move { store.read_changes(&master, shard, after, limit).await }
+    }))
+    .await;
+    let after_stats = t.store.page_stats();
+    for (&(shard, after, limit), answer) in asks.iter().zip(answers) {
+        let (cells, cut) = answer.unwrap();
+        let expected: Vec<u64> = logs[&shard]
+            .iter()
+            .filter(|c| c.added_id > after)
+            .take(limit)
+            .map(|c| c.added_id)
+            .collect();
+        let got: Vec<u64> = cells.iter().map(|c| c.added_id).collect();
+        assert_eq!(got, expected, "shard {shard} after {after}");
+        assert!(cells.iter().all(|c| schemaless::routing::shard_of(
+            &c.cell.key.row_key,
+            topology.shard_count
+        ) == shard));
+        assert_eq!(cut, expected.len() == limit);
+    }
+    let pages = after_stats.pages - before.pages;
+    let statements = after_stats.statements - before.statements;
+    assert_eq!(pages, asks.len() as u64);
+    assert!(
+        statements < pages,
+        "{} concurrent page reads took {statements} statements",
+        asks.len()
+    );
+}

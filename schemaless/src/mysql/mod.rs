@@ -14,6 +14,8 @@
 //! - [`failover`]: promoting a minion, and every store learning of it;
 //! - [`follow`]: reading a shard's change log in order without skipping
 //!   cells still being committed;
+//! - [`pages`]: change-log pages of many shards of a node read in one
+//!   statement when their readers come together;
 //! - [`trigger`]: handlers run on every new cell of a column, per shard,
 //!   with offsets, leases and dead letters;
 //! - [`index`]: sharded secondary indexes, their maintenance trigger and
@@ -35,6 +37,7 @@ pub mod follow;
 mod history;
 pub mod index;
 pub mod lost;
+pub mod pages;
 mod repair;
 pub mod replay;
 pub mod schema;

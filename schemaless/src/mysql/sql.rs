@@ -389,13 +389,39 @@ pub fn select_changes_in(database: &str, ranges: &[(u64, u64)]) -> String {
 /// a second the file system's inode allocation became the masters' main
 /// work.
 pub fn select_changes(database: &str, after: u64, limit: usize, max_bytes: usize) -> String {
+    select_changes_with(database, "", after, limit, max_bytes)
+}
+
+/// The column that tags each part of a combined page read.
+pub const PAGE_PART_COLUMN: &str = "page_part";
+
+/// [`select_changes`] with a last column, [`PAGE_PART_COLUMN`], saying
+/// `part`: one part of a `UNION ALL` of several shards' pages.
+pub fn select_changes_tagged(
+    database: &str,
+    part: usize,
+    after: u64,
+    limit: usize,
+    max_bytes: usize,
+) -> String {
+    let tag = format!(", {part} AS {PAGE_PART_COLUMN}");
+    select_changes_with(database, &tag, after, limit, max_bytes)
+}
+
+fn select_changes_with(
+    database: &str,
+    tag: &str,
+    after: u64,
+    limit: usize,
+    max_bytes: usize,
+) -> String {
     let columns = CELL_COLUMNS
         .split(", ")
         .map(|c| format!("e.{c}"))
         .collect::<Vec<_>>()
         .join(", ");
     format!(
-        "SELECT {columns} FROM `{database}`.`entity` e JOIN (\
+        "SELECT {columns}{tag} FROM `{database}`.`entity` e JOIN (\
              SELECT added_id, SUM(len) OVER (ORDER BY added_id) - len AS before_it \
              FROM (SELECT added_id, LENGTH(body) AS len FROM `{database}`.`entity` \
                    WHERE added_id > {after} ORDER BY added_id LIMIT {limit}) page\

@@ -118,6 +118,8 @@ struct Inner {
     durability: config::Durability,
     /// `storage.buffer_replay_after_ms`.
     buffer_replay_after: Duration,
+    /// Change-log page reads, combined per node.
+    pages: super::pages::PageReaders,
     /// Stops the maintenance task (on `close`, or when the last clone is
     /// dropped).
     stop: tokio_util::sync::CancellationToken,
@@ -170,6 +172,7 @@ impl MySqlStore {
                 buffer_secondaries: config.storage.buffer_secondaries as usize,
                 durability: config.storage.durability,
                 buffer_replay_after: Duration::from_millis(config.storage.buffer_replay_after_ms),
+                pages: super::pages::PageReaders::default(),
                 stop: stop.clone(),
             }),
         };
@@ -184,6 +187,12 @@ impl MySqlStore {
             stop,
         ));
         Ok(store)
+    }
+
+    /// What the change-log page reads combined so far (see
+    /// `super::pages`).
+    pub fn page_stats(&self) -> super::pages::PageStats {
+        self.inner.pages.stats()
     }
 
     /// What the group commit combined so far (see [`super::commit`]).
@@ -373,13 +382,12 @@ impl MySqlStore {
         limit: usize,
     ) -> Result<(Vec<StoredCell>, bool)> {
         let max_bytes = self.inner.limits.max_batch_bytes;
-        let sql = sql::select_changes(
-            &self.inner.topology.database(shard),
+        let request = super::pages::PageRequest {
+            database: self.inner.topology.database(shard),
             after,
             limit,
-            max_bytes,
-        );
-        let rows = node.fetch_all(sql).await?;
+        };
+        let rows = self.inner.pages.read(node, request, max_bytes).await?;
         // The server keeps a cell while the bodies before it are under
         // `max_bytes`: a page holding that many bytes may have been cut.
         let bytes: usize = rows

@@ -978,6 +978,9 @@ async fn a_mismatch_seen_before_its_repair_does_not_reopen_it() {
     let before_repair = Instant::now();
     record(before_repair).await;
     assert_eq!(open().await, expected);
+    // The rule compares instants: these pauses keep the observation, the
+    // repair and the later observation apart by more than the clocks'
+    // granularity. Nothing is awaited here.
     tokio::time::sleep(Duration::from_millis(20)).await;
     verifier::store::resolve(&db.pool, &row, &base(), "repaired")
         .await

@@ -87,9 +87,16 @@ impl PageReaders {
         metrics::counter!("schemaless_changelog_pages_total").increment(pages as u64);
     }
     fn combiner(&self, node: &Node) -> Arc<Combiner<PageRequest, Page>> {
-        self.by_node
+        let mut by_node = self
+            .by_node
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Looked up before inserting: every page read passes here, and
+        // the label is cloned only for a node's first.
+        if let Some(combiner) = by_node.get(&node.label) {
+            return combiner.clone();
+        }
+        by_node
             .entry(node.label.clone())
             .or_insert_with(|| Combiner::new(1))
             .clone()

@@ -147,6 +147,15 @@ struct Position {
     awaited: String,
 }
 
+impl Position {
+    fn of(follower: &ShardFollower) -> Position {
+        Position {
+            offset: follower.offset(),
+            awaited: follower.awaited().to_text(),
+        }
+    }
+}
+
 impl Shared {
     fn holds(&self, shard: u32) -> bool {
         let until = self.lease_until[shard as usize].load(Ordering::Relaxed);
@@ -514,12 +523,18 @@ impl ShardWorker {
                 if self.cancel.is_cancelled() || !s.holds(self.shard) {
                     // Leaving: save what was handled (the save checks the
                     // lease, so a lost shard is not moved), in place of
-                    // what the upkeep has not saved yet.
-                    s.published[self.shard as usize]
+                    // what the upkeep has not saved yet. Nothing to save
+                    // when the upkeep has taken the last position
+                    // published (if its save fails, it puts it back and
+                    // saves it as it stops).
+                    let unsaved = s.published[self.shard as usize]
                         .lock()
                         .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .take();
-                    self.save_offset(follower.offset(), follower.awaited()).await?;
+                        .take()
+                        .is_some();
+                    if unsaved || published != at(&follower) {
+                        self.save_offset(&follower).await?;
+                    }
                     return Ok(());
                 }
                 if s.retry_asked[self.shard as usize].swap(false, Ordering::Relaxed) {
@@ -762,28 +777,20 @@ impl ShardWorker {
     /// Hands the follower's position to the cluster's upkeep task, which
     /// saves it with the other shards' (replacing one not saved yet).
     fn publish(&self, follower: &ShardFollower) {
-        let position = Position {
-            offset: follower.offset(),
-            awaited: follower.awaited().to_text(),
-        };
         *self.shared.published[self.shard as usize]
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(position);
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Position::of(follower));
     }
 
     /// Saves the position (offset and awaited ids) now, only while this
     /// runner holds the lease.
-    async fn save_offset(&self, offset: u64, awaited: &Awaited) -> Result<()> {
+    async fn save_offset(&self, follower: &ShardFollower) -> Result<()> {
         let s = &self.shared;
-        let position = Position {
-            offset,
-            awaited: awaited.to_text(),
-        };
         s.master(self.shard)?
             .execute(cluster::save_statement(
                 s,
                 &s.database(self.shard),
-                &position,
+                &Position::of(follower),
             ))
             .await
     }

@@ -11,7 +11,9 @@
 //! - [`check`]: `config check`;
 //! - [`schema`]: `schema apply`;
 //! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
-//! - [`mode`]: `mode show|set`, where the facade sends calls;
+//! - [`mode`]: `mode show|set|reads|history`, where the facade sends
+//!   calls;
+//! - [`status`]: `status`, where the migration stands on one screen;
 //! - [`mirror`]: `mirror relay|reverse|status|retry|load`, both directions
 //!   of the mirror;
 //! - [`capture`]: `capture install|uninstall|status|retry`, plain SQL
@@ -46,6 +48,7 @@ mod mode;
 mod query;
 mod schema;
 mod serve;
+mod status;
 mod trigger;
 mod verify;
 mod worker;
@@ -100,9 +103,14 @@ enum Command {
     /// UUID column.
     #[command(subcommand)]
     Legacy(legacy::LegacyCommand),
-    /// Show or change the mode every facade routes by.
+    /// Show or change the mode every facade routes by, the share of reads
+    /// Schemaless serves in shadow, and their history.
     #[command(subcommand)]
     Mode(mode::ModeCommand),
+    /// Where the migration stands, on one screen: the mode, the gates of
+    /// the next step, backfill progress, every lag, the verifier's figures,
+    /// the storage nodes.
+    Status(status::StatusArgs),
     /// The backfill: the history copied into Schemaless, planned, parallel,
     /// resumable and throttled.
     #[command(subcommand)]
@@ -297,6 +305,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Schema(c) => schema::run(c, &cli.config).await,
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
+        Command::Status(args) => status::run(args, &cli.config).await,
         Command::Mirror(c) => mirror::run(c, &cli.config).await,
         Command::Capture(c) => capture::run(c, &cli.config).await,
         Command::Verify(c) => verify::run(c, &cli.config).await,

@@ -33,6 +33,9 @@
 //! - [`query`]: the SQL audit from files and live from pg_stat_statements
 //!   (statements run through sqlx and psql), translate's exit codes, bad
 //!   input;
+//! - [`cutover`]: reads moved to Schemaless by share and row key on every
+//!   facade, dry runs changing nothing, the history, the status screen
+//!   and its JSON;
 //! - [`mode`]: the facade's mode, changed through one facade and seen by
 //!   another, and the routing of calls by it;
 //! - [`mirror`]: the outbox survives a writer killed after its commit, a
@@ -76,6 +79,7 @@ mod cells;
 mod changelog;
 mod cli;
 mod connections;
+mod cutover;
 mod exact_values;
 mod group_commit;
 mod harness;

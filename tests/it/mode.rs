@@ -254,22 +254,17 @@ async fn the_primary_gate_refuses_one_host_durability() {
     config.storage.durability = config::Durability::OneHost;
     let schemaless = schemaless::MySqlStore::connect(&config).unwrap();
     let gate = tripstore::gates::MigrationGate::new(db.pool.clone(), schemaless.clone(), &config);
-    let refusal = gate
-        .refusal(Mode::Shadow, Mode::Primary)
-        .await
-        .unwrap()
-        .expect("refused");
+    let checks = gate.checks(Mode::Shadow, Mode::Primary).await.unwrap();
+    let durability = checks.iter().find(|c| c.name == "durability").unwrap();
     assert!(
-        refusal.contains("storage.durability = \"one_host\""),
-        "{refusal}"
+        !durability.pass && durability.why.contains("storage.durability = \"one_host\""),
+        "{durability:?}"
     );
     // With two hosts, whatever else it checks, not that.
     let two = tripstore::gates::MigrationGate::new(db.pool.clone(), schemaless, &db.config);
-    let other = two.refusal(Mode::Shadow, Mode::Primary).await.unwrap();
-    assert!(
-        other.as_deref().is_none_or(|r| !r.contains("durability")),
-        "{other:?}"
-    );
+    let checks = two.checks(Mode::Shadow, Mode::Primary).await.unwrap();
+    let durability = checks.iter().find(|c| c.name == "durability").unwrap();
+    assert!(durability.pass, "{durability:?}");
 }
 
 /// A facade that has not seen the move to `mirror` yet (no notification,

@@ -34,6 +34,12 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A read share that is not a percentage from 0 to 100.
+    #[error("bad read share {0:?}: a percentage from 0 to 100, with at most two decimals (e.g. 1, 0.5, 100)")]
+    BadShare(String),
+    /// A control row or history line that does not read back.
+    #[error("corrupt control data: {0}")]
+    Corrupt(String),
     /// A gate could not be checked.
     #[error("checking the gate: {0}")]
     Gate(String),

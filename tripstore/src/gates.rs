@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain); with `capture.required`, capture installed (and current) on every table of the layout | the mirror's tables |
 //! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless); the same of the capture queue | |
-//! | `primary` | `storage.durability = "two_hosts"` (Schemaless is about to become where writes land first: an acknowledged write must be on two hosts); at most `gates.max_direct_writes` writes to layout tables by statements Mezzanine did not send since the current mode began ([`crate::direct_writes`]); the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
+//! | `primary` | every read of `shadow` served by Schemaless (the read share at 100%, for every column); `storage.durability = "two_hosts"` (Schemaless is about to become where writes land first: an acknowledged write must be on two hosts); at most `gates.max_direct_writes` writes to layout tables by statements Mezzanine did not send since the current mode began ([`crate::direct_writes`]); the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
 //! | `schemaless` | nothing more | |
 //!
 //! Entering `shadow` or `primary` also needs the verifier's word, over
@@ -43,7 +43,7 @@ use schemaless::MySqlStore;
 use sqlx::PgPool;
 
 use crate::error::Error;
-use crate::mode::{Gate, Mode};
+use crate::mode::{Check, Gate, Mode};
 
 /// The gates over the legacy database and the Schemaless store.
 pub struct MigrationGate {
@@ -85,7 +85,9 @@ impl MigrationGate {
         self
     }
 
-    async fn verified(&self) -> Result<Option<String>, Error> {
+    /// The verifier's word: no open mismatch, enough samples, their
+    /// mismatch rate's upper bound, and coverage when it is asked for.
+    async fn verified(&self) -> Result<Vec<Check>, Error> {
         backfill::plan::ensure_tables(&self.pool)
             .await
             .map_err(|e| Error::Gate(e.to_string()))?;
@@ -95,59 +97,118 @@ impl MigrationGate {
         let since = verification_window(&self.pool).await?;
         let report = verifier::report::read(&self.pool, None, since).await?;
         let settings = &self.settings;
-        if report.open_mismatches > 0 {
-            return Ok(Some(format!(
-                "{} mismatches are open ({}): see `mezzanine verify report`, then `mezzanine verify repair --all` (or fix the cause)",
-                report.open_mismatches,
-                report
-                    .open_by_column
-                    .iter()
-                    .map(|(c, n)| format!("{c}: {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
+        let mut checks = Vec::new();
+        checks.push(Check::unless(
+            "mismatches",
+            (report.open_mismatches > 0).then(|| {
+                format!(
+                    "{} mismatches are open ({}): see `mezzanine verify report`, then `mezzanine verify repair --all` (or fix the cause)",
+                    report.open_mismatches,
+                    report
+                        .open_by_column
+                        .iter()
+                        .map(|(c, n)| format!("{c}: {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }),
+            "no mismatch is open",
+        ));
         let samples = report.totals.samples;
-        if samples < settings.min_samples {
-            return Ok(Some(format!(
-                "only {samples} reads were verified in this mode since the backfill finished; gates.min_samples = {}: keep sampling (`mezzanine verify sample --rate R`) or run `mezzanine verify full`",
+        checks.push(Check::unless(
+            "samples",
+            (samples < settings.min_samples).then(|| {
+                format!(
+                    "only {samples} reads were verified in this mode since the backfill finished; gates.min_samples = {}: keep sampling (`mezzanine verify sample --rate R`) or run `mezzanine verify full`",
+                    settings.min_samples
+                )
+            }),
+            format!(
+                "{samples} reads verified in this mode since the backfill finished (gates.min_samples = {})",
                 settings.min_samples
-            )));
-        }
+            ),
+        ));
         // gates.min_samples = 0 waives the sample checks until there are
         // samples; what is sampled is still bounded.
         let sampled = samples > 0 || settings.min_samples > 0;
-        if sampled && report.upper_bound > settings.max_mismatch_upper_bound {
-            return Ok(Some(format!(
-                "{} mismatches in {samples} samples: the 95% upper bound of the mismatch rate is {:.6}, above gates.max_mismatch_upper_bound = {}",
+        checks.push(Check::unless(
+            "mismatch_rate",
+            (sampled && report.upper_bound > settings.max_mismatch_upper_bound).then(|| {
+                format!(
+                    "{} mismatches in {samples} samples: the 95% upper bound of the mismatch rate is {:.6}, above gates.max_mismatch_upper_bound = {}",
+                    report.totals.mismatches, report.upper_bound, settings.max_mismatch_upper_bound
+                )
+            }),
+            format!(
+                "{} mismatches in {samples} samples, 95% upper bound {:.6} (gates.max_mismatch_upper_bound = {})",
                 report.totals.mismatches, report.upper_bound, settings.max_mismatch_upper_bound
-            )));
-        }
+            ),
+        ));
         if settings.min_coverage > 0.0 {
-            let Some(legacy) = &self.legacy else {
-                return Ok(Some(
-                    "gates.min_coverage is set but the gate has no layout to check it with".into(),
-                ));
-            };
-            for c in verifier::report::coverage(&self.pool, legacy).await? {
-                if c.share() < settings.min_coverage {
-                    return Ok(Some(format!(
-                        "column {}: {} of {} rows ({:.2}%) verified since their last write; gates.min_coverage = {}: run `mezzanine verify full`",
+            checks.push(self.covered().await?);
+        }
+        Ok(checks)
+    }
+
+    /// `gates.min_coverage`: that share of parent rows verified since
+    /// their last write, in every column.
+    async fn covered(&self) -> Result<Check, Error> {
+        let min = self.settings.min_coverage;
+        let Some(legacy) = &self.legacy else {
+            return Ok(Check::wait(
+                "coverage",
+                "gates.min_coverage is set but the gate has no layout to check it with",
+            ));
+        };
+        let mut lowest: Option<(String, f64)> = None;
+        for c in verifier::report::coverage(&self.pool, legacy).await? {
+            if c.share() < min {
+                return Ok(Check::wait(
+                    "coverage",
+                    format!(
+                        "column {}: {} of {} rows ({:.2}%) verified since their last write; gates.min_coverage = {min}: run `mezzanine verify full`",
                         c.column,
                         c.verified,
                         c.rows,
                         c.share() * 100.0,
-                        settings.min_coverage
-                    )));
-                }
+                    ),
+                ));
+            }
+            if lowest.as_ref().is_none_or(|(_, share)| c.share() < *share) {
+                lowest = Some((c.column.to_string(), c.share()));
             }
         }
-        Ok(None)
+        Ok(Check::pass(
+            "coverage",
+            match lowest {
+                Some((column, share)) => format!(
+                    "every column at least {:.2}% verified since its last write (lowest: {column}; gates.min_coverage = {min})",
+                    share * 100.0
+                ),
+                None => format!("no column to cover (gates.min_coverage = {min})"),
+            },
+        ))
+    }
+
+    /// Entering `primary`: every read of `shadow` already on Schemaless,
+    /// so that the step changes where writes land and nothing else.
+    async fn all_reads(&self) -> Result<Check, Error> {
+        let reads = crate::mode::read(&self.pool).await?.reads;
+        Ok(Check::unless(
+            "reads",
+            (!reads.is_full()).then(|| {
+                format!(
+                    "Schemaless serves {} of reads in shadow; primary needs 100% first: `mezzanine mode reads 100` (and for each column set on its own)",
+                    reads.describe()
+                )
+            }),
+            "Schemaless serves 100% of reads",
+        ))
     }
 
     async fn backfilled(&self) -> Result<Option<String>, Error> {
         let since: Option<f64> = sqlx::query_scalar(
-            "/* mezzanine */ SELECT extract(epoch FROM max(at))::float8 FROM mezzanine.mode_history WHERE to_mode = 'mirror'",
+            "/* mezzanine */ SELECT extract(epoch FROM max(at))::float8 FROM mezzanine.mode_history WHERE to_mode = 'mirror' AND kind = 'mode'",
         )
         .fetch_one(&self.pool)
         .await
@@ -158,22 +219,28 @@ impl MigrationGate {
             .map_err(|e| Error::Gate(e.to_string()))
     }
 
-    async fn outbox_drained(&self) -> Result<Option<String>, Error> {
+    async fn outbox_drained(&self) -> Result<Check, Error> {
         let (depth, oldest, parked) = mirror::status::outbox(&self.pool).await?;
         let max = self.settings.max_outbox_lag_ms;
         let age_ms = oldest.unwrap_or(0.0) * 1000.0;
         if depth > 0 && age_ms >= max as f64 {
-            return Ok(Some(format!(
+            return Ok(Check::wait("outbox", format!(
                 "the outbox still holds {depth} entries, the oldest {:.1}s old (gates.max_outbox_lag_ms = {max}): wait for the relay to drain it (`mezzanine mirror status`)",
                 age_ms / 1000.0
             )));
         }
         if parked > 0 {
-            return Ok(Some(format!(
+            return Ok(Check::wait("outbox", format!(
                 "{parked} outbox entries are parked, so Schemaless lacks cells the legacy tables have: see `mezzanine mirror status`, fix the cause, then `mezzanine mirror retry`"
             )));
         }
-        Ok(None)
+        Ok(Check::pass(
+            "outbox",
+            format!(
+                "{depth} entries, the oldest {:.0} ms old (gates.max_outbox_lag_ms = {max}), none parked",
+                age_ms
+            ),
+        ))
     }
 
     /// With `capture.required`: the triggers are on every table of the
@@ -215,7 +282,20 @@ impl MigrationGate {
 
     /// With `capture.enabled`: the capture queue keeps up as the outbox
     /// must, and nothing captured is parked.
-    async fn capture_drained(&self) -> Result<Option<String>, Error> {
+    async fn capture_drained(&self) -> Result<Check, Error> {
+        let reason = self.capture_lag().await?;
+        Ok(Check::unless(
+            "capture",
+            reason,
+            if self.capture.enabled {
+                "the capture queue keeps up, nothing parked"
+            } else {
+                "capture is not enabled"
+            },
+        ))
+    }
+
+    async fn capture_lag(&self) -> Result<Option<String>, Error> {
         if let Some(reason) = self.captured().await? {
             return Ok(Some(reason));
         }
@@ -258,50 +338,70 @@ impl MigrationGate {
 
 #[async_trait]
 impl Gate for MigrationGate {
-    async fn refusal(&self, _from: Mode, to: Mode) -> Result<Option<String>, Error> {
+    async fn checks(&self, _from: Mode, to: Mode) -> Result<Vec<Check>, Error> {
+        let mut checks = Vec::new();
         match to {
-            Mode::Legacy | Mode::Schemaless => Ok(None),
-            Mode::Mirror => match schema::verify(self.schemaless.topology()).await {
-                Ok(missing) if missing.is_empty() => self.captured().await,
-                Ok(missing) => Ok(Some(format!(
-                    "the Schemaless schema is missing on {} of {} shards: run `mezzanine schema apply` first, or the outbox can never drain",
-                    missing.len(),
-                    self.schemaless.topology().shard_count
-                ))),
-                Err(e) => Ok(Some(format!(
-                    "Schemaless cannot be checked ({e}); the outbox would only grow"
-                ))),
-            },
+            Mode::Legacy | Mode::Schemaless => {}
+            Mode::Mirror => {
+                let shards = self.schemaless.topology().shard_count;
+                checks.push(match schema::verify(self.schemaless.topology()).await {
+                    Ok(missing) if missing.is_empty() => {
+                        Check::pass("schema", format!("the Schemaless schema is on all {shards} shards"))
+                    }
+                    Ok(missing) => Check::wait("schema", format!(
+                        "the Schemaless schema is missing on {} of {shards} shards: run `mezzanine schema apply` first, or the outbox can never drain",
+                        missing.len(),
+                    )),
+                    Err(e) => Check::wait("schema", format!(
+                        "Schemaless cannot be checked ({e}); the outbox would only grow"
+                    )),
+                });
+                let required = self.capture.enabled && self.capture.required;
+                checks.push(Check::unless(
+                    "capture",
+                    self.captured().await?,
+                    if required {
+                        "capture is installed on every table of the layout"
+                    } else {
+                        "capture is not required (capture.required)"
+                    },
+                ));
+            }
             Mode::Shadow => {
-                if let Some(reason) = self.backfilled().await? {
-                    return Ok(Some(reason));
-                }
-                if let Some(reason) = self.outbox_drained().await? {
-                    return Ok(Some(reason));
-                }
-                if let Some(reason) = self.capture_drained().await? {
-                    return Ok(Some(reason));
-                }
-                self.verified().await
+                checks.push(Check::unless(
+                    "backfill",
+                    self.backfilled().await?,
+                    "the backfill is complete, planned after the mode entered mirror",
+                ));
+                checks.push(self.outbox_drained().await?);
+                checks.push(self.capture_drained().await?);
+                checks.extend(self.verified().await?);
             }
             Mode::Primary => {
-                if self.durability == config::Durability::OneHost {
-                    return Ok(Some(
-                        "storage.durability = \"one_host\": in primary, writes land in Schemaless first, and one that only its master held would be lost with it; use \"two_hosts\" (semi-synchronous replication or buffered writes)".into(),
+                checks.push(Check::unless(
+                    "durability",
+                    (self.durability == config::Durability::OneHost).then(|| {
+                        "storage.durability = \"one_host\": in primary, writes land in Schemaless first, and one that only its master held would be lost with it; use \"two_hosts\" (semi-synchronous replication or buffered writes)".to_string()
+                    }),
+                    "storage.durability = \"two_hosts\": an acknowledged write is on two hosts",
+                ));
+                checks.push(self.all_reads().await?);
+                if self.model.is_some() {
+                    checks.push(Check::unless(
+                        "direct_writes",
+                        self.direct_writes().await,
+                        format!(
+                            "at most gates.max_direct_writes = {} writes to layout tables by other statements since this mode began",
+                            self.settings.max_direct_writes
+                        ),
                     ));
                 }
-                if let Some(reason) = self.direct_writes().await {
-                    return Ok(Some(reason));
-                }
-                if let Some(reason) = self.outbox_drained().await? {
-                    return Ok(Some(reason));
-                }
-                if let Some(reason) = self.capture_drained().await? {
-                    return Ok(Some(reason));
-                }
-                self.verified().await
+                checks.push(self.outbox_drained().await?);
+                checks.push(self.capture_drained().await?);
+                checks.extend(self.verified().await?);
             }
         }
+        Ok(checks)
     }
 
     async fn prepare(&self, _from: Mode, to: Mode) -> Result<(), Error> {
@@ -333,7 +433,7 @@ pub async fn verification_window(pool: &PgPool) -> Result<Option<f64>, Error> {
     sqlx::query_scalar(
         "/* mezzanine */ SELECT greatest(
              (SELECT extract(epoch FROM max(h.at))::float8 FROM mezzanine.mode_history h
-              WHERE h.to_mode = (SELECT mode FROM mezzanine.mode)),
+              WHERE h.to_mode = (SELECT mode FROM mezzanine.mode) AND h.kind = 'mode'),
              (SELECT extract(epoch FROM max(done_at))::float8 FROM mezzanine.backfill_chunks))",
     )
     .fetch_one(pool)

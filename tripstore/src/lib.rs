@@ -47,6 +47,6 @@ pub mod triage;
 pub mod trip_store;
 
 pub use error::Error;
-pub use mode::{Mode, ModeChange, ModeRequest, ModeState};
+pub use mode::{Check, Mode, ModeChange, ModeRequest, ModeState, ReadShare, ReadsRequest};
 pub use readiness::Readiness;
 pub use trip_store::TripStore;

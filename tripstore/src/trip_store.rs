@@ -10,9 +10,18 @@
 //! |---|---|---|
 //! | `legacy` | the legacy tables | the legacy tables |
 //! | `mirror` | the legacy tables + the outbox, one transaction | the legacy tables |
-//! | `shadow` | as `mirror`, and put to Schemaless before the answer | Schemaless |
+//! | `shadow` | as `mirror`, and put to Schemaless before the answer | Schemaless for the read share's rows, PostgreSQL for the rest |
 //! | `primary` | Schemaless (cells checked against the layout first) | Schemaless |
 //! | `schemaless` | Schemaless | Schemaless |
+//!
+//! In `shadow`, the read share ([`ReadShare`], `mezzanine mode reads`)
+//! decides by row key which store answers: a read of one row (a cell, a
+//! row, a column's versions of several rows by the first) goes to
+//! Schemaless when the row's bucket is below the share of the column read,
+//! so one row is always answered by the same store at a given share. An
+//! index query has no row key: it goes to Schemaless only at a share of
+//! 100% for its column. A shard's change log exists only in Schemaless.
+//! The share is followed as the mode is, from the same row.
 //!
 //! Unless `[mirror]` says otherwise, every facade also runs an outbox
 //! relay (in every mode after `legacy`) and a reverse mirror (in `shadow`
@@ -56,7 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::gates::MigrationGate;
-use crate::mode::{self, Mode, ModeChange, ModeRequest, ModeState};
+use crate::mode::{self, Mode, ModeChange, ModeRequest, ModeState, ReadShare, ReadsRequest};
 use crate::triage::MirrorTriage;
 use verifier::sample::{Answer, Read, Replayer, Sample, Stores};
 use verifier::{Sampler, Side};
@@ -72,6 +81,10 @@ pub struct TripStore {
     /// Updated directly by this facade's own mode changes, so its caller
     /// sees them at once.
     mode_sender: watch::Sender<Mode>,
+    /// The share of `shadow`'s reads Schemaless serves, as last seen.
+    reads: watch::Receiver<Arc<ReadShare>>,
+    /// Updated directly by this facade's own changes of the share.
+    reads_sender: watch::Sender<Arc<ReadShare>>,
     /// The outbox relay (run in the background unless
     /// `mirror.relay_in_app` is false).
     relay: Arc<Relay>,
@@ -110,10 +123,11 @@ impl TripStore {
         verifier::store::ensure(legacy.pool()).await?;
         let current = mode::read(legacy.pool()).await?;
         let (sender, receiver) = watch::channel(current.mode);
+        let (reads_sender, reads) = watch::channel(Arc::new(current.reads));
         let cancel = CancellationToken::new();
         let mut tasks = vec![tokio::spawn(watch_mode(
             legacy.pool().clone(),
-            sender.clone(),
+            (sender.clone(), reads_sender.clone()),
             poll,
             cancel.clone(),
         ))];
@@ -156,6 +170,8 @@ impl TripStore {
             visible,
             mode: receiver,
             mode_sender: sender,
+            reads,
+            reads_sender,
             relay,
             reverse,
             cancel,
@@ -166,6 +182,17 @@ impl TripStore {
     /// The mode calls are routed by now.
     pub fn mode(&self) -> Mode {
         *self.mode.borrow()
+    }
+
+    /// The share of `shadow`'s reads this facade sends to Schemaless now.
+    pub fn read_share(&self) -> Arc<ReadShare> {
+        self.reads.borrow().clone()
+    }
+
+    /// A receiver that sees every change of the read share this facade
+    /// learns of.
+    pub fn read_share_changes(&self) -> watch::Receiver<Arc<ReadShare>> {
+        self.reads.clone()
     }
 
     /// A receiver that sees every mode change this facade learns of.
@@ -184,6 +211,14 @@ impl TripStore {
         let change = mode::set(self.legacy.pool(), request, &self.gate).await?;
         self.mode_sender.send_replace(change.to);
         Ok(change)
+    }
+
+    /// Changes the share of `shadow`'s reads Schemaless serves, for every
+    /// facade (see [`mode::set_reads`]).
+    pub async fn set_reads(&self, request: &ReadsRequest) -> Result<ReadShare, Error> {
+        let (_, after) = mode::set_reads(self.legacy.pool(), request).await?;
+        self.reads_sender.send_replace(Arc::new(after.clone()));
+        Ok(after)
     }
 
     /// The legacy model behind the facade.
@@ -266,11 +301,24 @@ impl TripStore {
         }
     }
 
-    /// The store reads go to in `mode`, and the side to sample (when
-    /// this read is sampled).
-    fn reads(&self) -> (&dyn CellStore, Option<Side>) {
+    /// The store a read goes to, and the side to sample (when this read
+    /// is sampled): by the mode, and in `shadow` by the read share of the
+    /// row (`None`: a read of no single row, which goes to Schemaless only
+    /// at 100%) in the column read (`None`: several columns, the default
+    /// share).
+    fn reads(&self, row: Option<&RowKey>, column: Option<&str>) -> (&dyn CellStore, Option<Side>) {
         let mode = self.mode();
-        let (store, side): (&dyn CellStore, Side) = if mode.reads_schemaless() {
+        let schemaless = match mode {
+            Mode::Shadow => {
+                let share = self.reads.borrow();
+                match row {
+                    Some(row) => share.serves_schemaless(row, column),
+                    None => share.share(column) == ReadShare::ALL,
+                }
+            }
+            _ => mode.reads_schemaless(),
+        };
+        let (store, side): (&dyn CellStore, Side) = if schemaless {
             (&*self.visible, Side::Schemaless)
         } else {
             (&self.legacy, Side::Legacy)
@@ -416,7 +464,7 @@ impl Drop for TripStore {
 /// safety.
 async fn watch_mode(
     pool: PgPool,
-    sender: watch::Sender<Mode>,
+    (sender, reads): (watch::Sender<Mode>, watch::Sender<Arc<ReadShare>>),
     poll: Duration,
     cancel: CancellationToken,
 ) {
@@ -445,6 +493,18 @@ async fn watch_mode(
         }
         match mode::read(&pool).await {
             Ok(state) => {
+                reads.send_if_modified(|share| {
+                    let changed = **share != state.reads;
+                    if changed {
+                        tracing::info!(
+                            "reads in shadow: {} of them to Schemaless (was {})",
+                            state.reads.describe(),
+                            share.describe()
+                        );
+                        *share = Arc::new(state.reads.clone());
+                    }
+                    changed
+                });
                 sender.send_if_modified(|mode| {
                     let changed = *mode != state.mode;
                     if changed {
@@ -593,7 +653,7 @@ impl CellStore for TripStore {
         key: &CellKey,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Option<StoredCell>>> {
-        let (store, sampled) = self.reads();
+        let (store, sampled) = self.reads(Some(&key.row_key), Some(key.column.as_str()));
         let result = store.get_cell_answer(key, from).await;
         self.sample_answer(
             sampled,
@@ -610,7 +670,7 @@ impl CellStore for TripStore {
         column: &Column,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Option<StoredCell>>> {
-        let (store, sampled) = self.reads();
+        let (store, sampled) = self.reads(Some(row_key), Some(column.as_str()));
         let result = store.get_cell_latest_answer(row_key, column, from).await;
         self.sample_answer(
             sampled,
@@ -626,7 +686,7 @@ impl CellStore for TripStore {
         row_key: &RowKey,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Vec<StoredCell>>> {
-        let (store, sampled) = self.reads();
+        let (store, sampled) = self.reads(Some(row_key), None);
         let result = store.get_cells_for_row_answer(row_key, from).await;
         self.sample_answer(
             sampled,
@@ -642,9 +702,10 @@ impl CellStore for TripStore {
         query: &IndexQuery,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Vec<IndexEntry>>> {
-        let (store, sampled) = self.reads();
+        let column = self.index_column(&query.index);
+        let (store, sampled) = self.reads(None, column.as_ref().map(Column::as_str));
         let result = store.query_index_answer(query, from).await;
-        if let Some(column) = sampled.and_then(|_| self.index_column(&query.index)) {
+        if let Some(column) = sampled.and(column) {
             self.sample_answer(
                 sampled,
                 &result,
@@ -663,7 +724,10 @@ impl CellStore for TripStore {
     ) -> Result<Vec<StoredCell>> {
         // Every version of a column is no read the verifier replays (the
         // legacy tables keep only the current row): not sampled.
-        self.reads().0.get_column_cells(rows, column, from).await
+        self.reads(rows.first(), Some(column.as_str()))
+            .0
+            .get_column_cells(rows, column, from)
+            .await
     }
 
     async fn get_cells_for_shard(
@@ -673,10 +737,13 @@ impl CellStore for TripStore {
         limit: usize,
         from: ReadFrom,
     ) -> Result<ShardPage> {
-        // The legacy model has no change log: nothing to compare with.
-        self.reads()
-            .0
-            .get_cells_for_shard(shard, after, limit, from)
-            .await
+        // The legacy model has no change log: nothing to compare with, and
+        // in `shadow` only Schemaless can answer, whatever the share.
+        let store: &dyn CellStore = if self.mode() == Mode::Shadow {
+            &*self.visible
+        } else {
+            self.reads(None, None).0
+        };
+        store.get_cells_for_shard(shard, after, limit, from).await
     }
 }

@@ -860,6 +860,33 @@ pub async fn status(store: &MySqlStore, name: &str) -> Result<Vec<ShardStatus>> 
     Ok(out)
 }
 
+/// The names of every trigger that ever saved a position, over all shards
+/// (one statement per cluster, read from its master), sorted.
+pub async fn names(store: &MySqlStore) -> Result<Vec<String>> {
+    let topology = store.topology();
+    let mut names = std::collections::BTreeSet::new();
+    for cluster in &topology.clusters {
+        let parts: Vec<String> = cluster
+            .shards
+            .iter()
+            .map(|shard| {
+                format!(
+                    "SELECT name FROM `{}`.`trigger_offsets`",
+                    topology.database(shard)
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            continue;
+        }
+        for row in cluster.master().fetch_all(parts.join(" UNION ")).await? {
+            let name: String = row.try_get(0).map_err(|e| cluster.master().error(e))?;
+            names.insert(name);
+        }
+    }
+    Ok(names.into_iter().collect())
+}
+
 /// Change-log cells of every shard that trigger `name` has not handled
 /// yet (0: caught up).
 pub async fn lag(store: &MySqlStore, name: &str) -> Result<u64> {

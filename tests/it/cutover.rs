@@ -1,0 +1,378 @@
+//! The cutover as a team runs it: reads moved over by share, dry runs,
+//! the history, and the status screen.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use schemaless::{Body, Cell, CellStore, Column, ReadFrom, RefKey, RowKey};
+use serde_json::{json, Value};
+use tripstore::mode::{Gate, ReadShare, ReadsRequest};
+use tripstore::{Mode, TripStore};
+
+use crate::harness::{config_file, mezzanine, LegacyDb};
+
+fn base(row: RowKey) -> Cell {
+    Cell::new(
+        row,
+        Column::new("BASE").unwrap(),
+        RefKey::new(1).unwrap(),
+        Body::from_value(json!({
+            "driver_uuid": "00000000-0000-4000-8000-000000000001",
+            "rider_uuid": "00000000-0000-4000-8000-000000000002",
+            "city_id": 3,
+            "status": "completed",
+            "currency": "EUR",
+            "requested_at": "2015-03-08T07:30:00.000000Z",
+        }))
+        .unwrap(),
+    )
+}
+
+fn reads(percent: &str, column: Option<&str>) -> ReadsRequest {
+    ReadsRequest {
+        bp: ReadShare::parse_percent(percent).unwrap(),
+        column: column.map(str::to_string),
+        by: "cutover test".into(),
+        reason: Some(format!("reads at {percent}")),
+    }
+}
+
+/// Waits until `facade` routes by `share` (it learns as it learns the mode).
+async fn sees_share(facade: &TripStore, share: &ReadShare) {
+    let mut changes = facade.read_share_changes();
+    tokio::time::timeout(Duration::from_secs(10), changes.wait_for(|s| **s == *share))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the facade never saw {share:?}; it has {:?}",
+                facade.read_share()
+            )
+        })
+        .unwrap();
+}
+
+/// The rows `facade` answers from Schemaless: only Schemaless holds them.
+async fn served_by_schemaless(facade: &TripStore, rows: &[RowKey]) -> BTreeSet<RowKey> {
+    let column = Column::new("BASE").unwrap();
+    let mut found = BTreeSet::new();
+    for row in rows {
+        if facade
+            .get_cell_latest(row, &column, ReadFrom::Master)
+            .await
+            .unwrap()
+            .is_some()
+        {
+            found.insert(*row);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn in_shadow_a_share_of_reads_goes_to_schemaless_by_row_key_on_every_facade() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    // The second facade polls every ten minutes: only the notification can
+    // tell it of a new share.
+    let notify_only = config::Config::parse(
+        &db.config_text
+            .replace("mode_poll_ms = 200", "mode_poll_ms = 600000"),
+        "notify-only.toml",
+    )
+    .unwrap();
+    let a = TripStore::connect(&db.config).await.unwrap();
+    let b = TripStore::connect(&notify_only).await.unwrap();
+    assert_eq!(*a.read_share(), ReadShare::default(), "100% until set");
+
+    // 300 trips that only Schemaless holds: a read finds one exactly when
+    // Schemaless serves it.
+    let rows: Vec<RowKey> = (0..300).map(|_| RowKey::random()).collect();
+    a.schemaless()
+        .put_cells(rows.iter().map(|r| base(*r)).collect())
+        .await
+        .unwrap();
+
+    // Set before shadow, it is stored and routes nothing yet.
+    let half = a.set_reads(&reads("50", None)).await.unwrap();
+    sees_share(&b, &half).await;
+    assert!(
+        served_by_schemaless(&b, &rows).await.is_empty(),
+        "mirror reads PostgreSQL"
+    );
+
+    a.set_mode(&tripstore::ModeRequest {
+        target: Mode::Shadow,
+        force: true,
+        by: "cutover test".into(),
+        reason: None,
+    })
+    .await
+    .unwrap();
+    for facade in [&a, &b] {
+        let mut changes = facade.mode_changes();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            changes.wait_for(|m| *m == Mode::Shadow),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    }
+    // Each row is served by the store its bucket says, on both facades,
+    // every time.
+    let expected: BTreeSet<RowKey> = rows
+        .iter()
+        .filter(|r| ReadShare::bucket(r) < 5000)
+        .copied()
+        .collect();
+    assert!(
+        (90..=210).contains(&expected.len()),
+        "the buckets of 300 random keys spread: {} below half",
+        expected.len()
+    );
+    assert_eq!(served_by_schemaless(&a, &rows).await, expected);
+    assert_eq!(served_by_schemaless(&b, &rows).await, expected);
+
+    // A higher share keeps every row already on Schemaless there.
+    let more = a.set_reads(&reads("75.5", None)).await.unwrap();
+    sees_share(&b, &more).await;
+    let at_more = served_by_schemaless(&b, &rows).await;
+    assert!(at_more.is_superset(&expected));
+    assert_eq!(
+        at_more.len(),
+        rows.iter().filter(|r| ReadShare::bucket(r) < 7550).count()
+    );
+
+    // One column of its own: BASE at 100% while the default is 0%. A read
+    // of the whole row (no column) goes by the default.
+    a.set_reads(&reads("0", None)).await.unwrap();
+    let split = a.set_reads(&reads("100", Some("BASE"))).await.unwrap();
+    assert_eq!(split.share(Some("BASE")), 10_000);
+    assert_eq!(split.share(Some("NOTES")), 0);
+    sees_share(&b, &split).await;
+    assert_eq!(served_by_schemaless(&b, &rows).await.len(), rows.len());
+    for row in rows.iter().take(20) {
+        assert!(b
+            .get_cells_for_row(row, ReadFrom::Master)
+            .await
+            .unwrap()
+            .is_empty());
+    }
+
+    // The primary gate needs every share at 100%.
+    let gate =
+        tripstore::gates::MigrationGate::new(db.pool.clone(), a.schemaless().clone(), &db.config);
+    let check =
+        |checks: Vec<tripstore::Check>| checks.into_iter().find(|c| c.name == "reads").unwrap();
+    let waiting = check(gate.checks(Mode::Shadow, Mode::Primary).await.unwrap());
+    assert!(
+        !waiting.pass && waiting.why.contains("0% (BASE: 100%)"),
+        "{waiting:?}"
+    );
+    a.set_reads(&reads("100", None)).await.unwrap();
+    let ready = check(gate.checks(Mode::Shadow, Mode::Primary).await.unwrap());
+    assert!(ready.pass, "{ready:?}");
+
+    // Every change is in the history, newest first, with who and why.
+    let history = tripstore::mode::history(&db.pool, 100).await.unwrap();
+    let shares: Vec<String> = history
+        .iter()
+        .filter(|h| h.kind == "reads")
+        .map(|h| h.reads.as_ref().unwrap().describe())
+        .collect();
+    assert_eq!(
+        shares,
+        ["100%", "0% (BASE: 100%)", "0%", "75.5%", "50%"],
+        "{history:?}"
+    );
+    assert!(history
+        .iter()
+        .filter(|h| h.kind == "reads")
+        .all(|h| h.by == "cutover test" && h.reason.as_deref().unwrap().starts_with("reads at")));
+    a.close().await;
+    b.close().await;
+}
+
+#[test]
+fn shares_parse_as_percentages_and_buckets_spread() {
+    assert_eq!(ReadShare::parse_percent("0").unwrap(), 0);
+    assert_eq!(ReadShare::parse_percent("1").unwrap(), 100);
+    assert_eq!(ReadShare::parse_percent("0.5").unwrap(), 50);
+    assert_eq!(ReadShare::parse_percent("12.34%").unwrap(), 1234);
+    assert_eq!(ReadShare::parse_percent("100").unwrap(), 10_000);
+    for bad in [
+        "", "-1", "100.01", "101", "1e2", "0.123", "abc", ".5", "5.", "NaN",
+    ] {
+        assert!(ReadShare::parse_percent(bad).is_err(), "{bad:?}");
+    }
+    assert_eq!(ReadShare::percent(50), "0.5%");
+    assert_eq!(ReadShare::percent(10_000), "100%");
+    // Keys that differ in one byte land far apart: a share is spread over
+    // every part of the key space, not a prefix of it.
+    let mut seen = BTreeSet::new();
+    for n in 0..1000u128 {
+        seen.insert(ReadShare::bucket(&crate::harness::row(n)) / 1000);
+    }
+    assert_eq!(
+        seen.len(),
+        10,
+        "every tenth of the buckets is used: {seen:?}"
+    );
+}
+
+fn run(config: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = mezzanine(config, args).output().expect("the binary runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn dry_runs_change_nothing_and_status_shows_the_gates_of_the_next_step() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let file = config_file(&db.config_text);
+    let config = file.path();
+    let mode = || async { tripstore::mode::read(&db.pool).await.unwrap() };
+
+    // The step to mirror would pass: exit 0, and nothing changes.
+    let (code, out, err) = run(config, &["mode", "set", "mirror", "--dry-run"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("mode legacy -> mirror would be taken"),
+        "{out}"
+    );
+    assert!(out.contains("PASS     schema"), "{out}");
+    assert!(out.contains("nothing was changed"), "{out}");
+    assert_eq!(mode().await.mode, Mode::Legacy);
+
+    // A jump would be refused: exit 1, with the ladder's reason.
+    let (code, out, err) = run(config, &["mode", "set", "shadow", "--dry-run", "--json"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    let plan: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(plan["pass"], json!(false));
+    assert_eq!(plan["gates"][0]["name"], json!("ladder"));
+    assert!(err.contains("would be refused (ladder)"), "{err}");
+
+    // Bad input: exit 2, nothing changed.
+    let before = mode().await;
+    for args in [
+        &["mode", "reads", "101"][..],
+        &["mode", "reads", "-5"],
+        &["mode", "reads", "half"],
+        &["mode", "reads", "50", "--column", "NO_SUCH_COLUMN"],
+        &["mode", "set", "sideways", "--dry-run"],
+        &["mode", "set", "mirror", "--dry-run", "--force"],
+        &["status", "--interval", "0"],
+    ] {
+        let (code, out, err) = run(config, args);
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+    }
+    assert_eq!(mode().await, before);
+    assert!(tripstore::mode::history(&db.pool, 10)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // Take the step, set a share for shadow, and read the screen.
+    let (code, out, err) = run(
+        config,
+        &["mode", "set", "mirror", "--reason", "runbook step 1"],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let (code, out, err) = run(config, &["mode", "reads", "1"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("100% -> 1%") && out.contains("takes effect when it is"),
+        "{out}"
+    );
+
+    let (code, out, err) = run(config, &["status", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["mode"]["mode"], json!("mirror"));
+    assert_eq!(status["reads"]["share"]["default_bp"], json!(100));
+    assert_eq!(status["reads"]["applies"], json!(false));
+    let next = &status["next_step"];
+    assert_eq!(next["to"], json!("shadow"));
+    assert_eq!(next["pass"], json!(false), "nothing is backfilled");
+    let gates = next["gates"].as_array().unwrap();
+    let names: Vec<&str> = gates.iter().map(|g| g["name"].as_str().unwrap()).collect();
+    for name in [
+        "ladder",
+        "backfill",
+        "outbox",
+        "capture",
+        "mismatches",
+        "samples",
+        "mismatch_rate",
+    ] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    let backfill = gates.iter().find(|g| g["name"] == "backfill").unwrap();
+    assert_eq!(backfill["pass"], json!(false));
+    assert!(
+        backfill["why"]
+            .as_str()
+            .unwrap()
+            .contains("no backfill plan"),
+        "{backfill}"
+    );
+    assert_eq!(status["backfill"]["planned"], json!(false));
+    assert_eq!(status["mirror"]["outbox_depth"], json!(0));
+    let nodes = status["nodes"].as_array().unwrap();
+    assert!(
+        !nodes.is_empty() && nodes.iter().all(|n| n["answers"] == json!(true)),
+        "{nodes:?}"
+    );
+    assert!(status["verify"]["samples"].is_u64(), "{}", status["verify"]);
+
+    let (code, out, err) = run(config, &["status"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    for line in [
+        "mode       mirror",
+        "reads      1% of shadow's reads to Schemaless (applies in shadow)",
+        "next step  mirror -> shadow: NOT YET",
+        "NOT YET  backfill: the history is not backfilled",
+        "backfill   not planned",
+        "outbox     0 entries",
+    ] {
+        assert!(out.contains(line), "{line:?} not in:\n{out}");
+    }
+
+    // The history has both changes, with the gate's checks of the step.
+    let (code, out, err) = run(config, &["mode", "history", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let history: Value = serde_json::from_str(&out).unwrap();
+    let history = history.as_array().unwrap();
+    assert_eq!(history.len(), 2, "{history:?}");
+    assert_eq!(history[0]["kind"], json!("reads"));
+    assert_eq!(history[0]["reads"]["default_bp"], json!(100));
+    assert_eq!(history[1]["kind"], json!("mode"));
+    assert_eq!(
+        (history[1]["from"].as_str(), history[1]["to"].as_str()),
+        (Some("legacy"), Some("mirror"))
+    );
+    assert_eq!(history[1]["reason"], json!("runbook step 1"));
+    assert_eq!(history[1]["forced"], json!(false));
+    assert!(
+        history[1]["by"].as_str().unwrap().contains('@'),
+        "user@host"
+    );
+    let checks: Vec<&str> = history[1]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(checks, ["ladder", "schema", "capture"]);
+    let (code, out, _) = run(config, &["mode", "history"]);
+    assert_eq!(code, Some(0));
+    assert!(
+        out.contains("legacy -> mirror  by ") && out.contains("(runbook step 1)"),
+        "{out}"
+    );
+    assert!(out.contains("reads in mirror -> 1%"), "{out}");
+}

@@ -14,6 +14,7 @@
 //! - [`mode`]: `mode show|set|reads|history`, where the facade sends
 //!   calls;
 //! - [`status`]: `status`, where the migration stands on one screen;
+//! - [`guard`]: `guard`, the automatic step back;
 //! - [`mirror`]: `mirror relay|reverse|status|retry|load`, both directions
 //!   of the mirror;
 //! - [`capture`]: `capture install|uninstall|status|retry`, plain SQL
@@ -40,6 +41,7 @@ mod cell;
 mod check;
 mod cluster;
 mod demo;
+mod guard;
 mod index;
 mod legacy;
 mod metrics;
@@ -111,6 +113,10 @@ enum Command {
     /// the next step, backfill progress, every lag, the verifier's figures,
     /// the storage nodes.
     Status(status::StatusArgs),
+    /// Watch what facades report and the shared state shows, and step the
+    /// cutover back (never forward) when a threshold of [guard] stays
+    /// breached: reads of shadow to 0%, or primary back to shadow.
+    Guard(guard::GuardArgs),
     /// The backfill: the history copied into Schemaless, planned, parallel,
     /// resumable and throttled.
     #[command(subcommand)]
@@ -306,6 +312,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
         Command::Status(args) => status::run(args, &cli.config).await,
+        Command::Guard(args) => guard::run(args, &cli.config).await,
         Command::Mirror(c) => mirror::run(c, &cli.config).await,
         Command::Capture(c) => capture::run(c, &cli.config).await,
         Command::Verify(c) => verify::run(c, &cli.config).await,

@@ -37,14 +37,20 @@ pub async fn run(args: StatusArgs, config_path: &Path) -> anyhow::Result<()> {
         legacy::connection::legacy_config(&config).map_err(|e| crate::UsageError(e.to_string()))?;
     let pool = legacy::connection::pool(legacy_config)?;
     tripstore::mode::ensure_control(&pool).await?;
-    let legacy = match &config.layout {
-        Some(_) => Some(legacy::LegacyStore::connect(&config).await?),
-        None => None,
+    // A layout that does not match the tables is something to show, not a
+    // reason to show nothing.
+    let (legacy, legacy_error) = match &config.layout {
+        Some(_) => match legacy::LegacyStore::connect(&config).await {
+            Ok(store) => (Some(store), None),
+            Err(e) => (None, Some(e.to_string())),
+        },
+        None => (None, None),
     };
     let sources = Sources {
         pool,
         schemaless: schemaless::MySqlStore::connect(&config)?,
         legacy,
+        legacy_error,
         config,
     };
     let terminal = std::io::stdout().is_terminal();
@@ -101,6 +107,9 @@ fn unavailable<T>(section: &Section<T>) -> Option<&str> {
 pub fn render(s: &Status) -> String {
     use std::fmt::Write;
     let mut out = String::new();
+    for problem in &s.problems {
+        let _ = writeln!(out, "PROBLEM    {problem}");
+    }
     let m = &s.mode;
     let _ = writeln!(
         out,
@@ -274,6 +283,71 @@ pub fn render(s: &Status) -> String {
             format!("; DOWN: {}", down.join("; "))
         }
     );
+    match &s.facades {
+        Section::Ok(w) => {
+            let each: Vec<String> = w
+                .stores
+                .iter()
+                .filter(|st| st.calls > 0)
+                .map(|st| {
+                    format!(
+                        "{} {} calls, {:.2}% failed, p99 {}",
+                        st.store,
+                        st.calls,
+                        st.error_rate * 100.0,
+                        st.p99_ms
+                            .filter(|p| p.is_finite())
+                            .map_or("-".into(), |p| format!("<= {p:.1} ms"))
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "facades    {} reporting{}{}",
+                w.facades,
+                if each.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", each.join("; "))
+                },
+                if w.open_breakers > 0 {
+                    format!("; {} breakers OPEN", w.open_breakers)
+                } else {
+                    String::new()
+                }
+            );
+        }
+        Section::Unavailable { error } => {
+            let _ = writeln!(out, "facades    unavailable: {error}");
+        }
+    }
+    match &s.guards {
+        Section::Ok(g) if g.is_empty() => {
+            let _ = writeln!(out, "guard      none running");
+        }
+        Section::Ok(g) => {
+            for g in g {
+                let _ = writeln!(
+                    out,
+                    "guard      {} {} ({:.0}s ago){}{}",
+                    g.name,
+                    g.state,
+                    g.silent_secs,
+                    g.breaches
+                        .iter()
+                        .map(|b| format!("; BREACH {}: {}", b.cause, b.why))
+                        .collect::<String>(),
+                    match (&g.last_action, &g.last_action_at) {
+                        (Some(a), Some(at)) => format!("; last action at {at}: {a}"),
+                        _ => String::new(),
+                    }
+                );
+            }
+        }
+        Section::Unavailable { error } => {
+            let _ = writeln!(out, "guard      unavailable: {error}");
+        }
+    }
     match &s.triggers {
         Section::Ok(t) if t.is_empty() => {
             let _ = writeln!(out, "triggers   none");

@@ -41,6 +41,7 @@
 //! assert!(err.to_string().starts_with("bad.toml:9: cluster[0].shards:"));
 //! ```
 
+pub mod guard;
 pub mod layout;
 pub mod locate;
 pub mod model;
@@ -51,6 +52,7 @@ pub mod worker;
 
 use std::path::{Path, PathBuf};
 
+pub use guard::Guard;
 pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
 pub use model::{
     Backfill, Capture, CaptureMethod, Cluster, Config, Durability, Gates, Instance, Limits, Mirror,

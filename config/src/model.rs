@@ -52,6 +52,9 @@ pub struct Config {
     /// `[worker]`: the HTTP workers serving the cell API.
     #[serde(default)]
     pub worker: crate::worker::Worker,
+    /// `[guard]`: when the guard steps the cutover back.
+    #[serde(default)]
+    pub guard: crate::guard::Guard,
 }
 
 /// `[capture]`: database-side capture of writes that bypass the facade.

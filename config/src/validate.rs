@@ -14,7 +14,7 @@ pub struct Problem {
     pub message: String,
 }
 
-fn problem(key: impl Into<String>, message: impl Into<String>) -> Problem {
+pub(crate) fn problem(key: impl Into<String>, message: impl Into<String>) -> Problem {
     Problem {
         key: key.into(),
         message: message.into(),
@@ -294,6 +294,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     }
     validate_indexes(config)?;
     validate_capture(config)?;
+    crate::guard::validate(&config.guard)?;
     crate::worker::validate(&config.worker)
 }
 
@@ -660,7 +661,7 @@ fn check_field_rule(key: &str, rule: &str, column_alone: bool) -> Result<(), Pro
     Err(problem(key, format!("{rule:?} is not {wanted}")))
 }
 
-fn in_share(key: &str, value: f64) -> Result<(), Problem> {
+pub(crate) fn in_share(key: &str, value: f64) -> Result<(), Problem> {
     if !(0.0..=1.0).contains(&value) {
         return Err(problem(
             key,
@@ -671,7 +672,7 @@ fn in_share(key: &str, value: f64) -> Result<(), Problem> {
 }
 
 /// `value` of `key` must lie in `low..=high`.
-fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
+pub(crate) fn in_range(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
     if value < low || value > high {
         return Err(problem(
             key,

@@ -4,6 +4,8 @@
 //!
 //! # Layout
 //!
+//! - [`guard`]: steps the cutover back when Schemaless misbehaves, from
+//!   what facades report and the shared state shows;
 //! - [`status`]: one screen of where the migration stands: the mode and
 //!   its read share, the gates of the next step, backfill progress, every
 //!   lag, the verifier's figures, the storage nodes, the workers.
@@ -12,6 +14,8 @@
 //! mode itself, in [`tripstore::mode`]: every facade needs them, and
 //! `cutover` only reads them.
 
+pub mod guard;
 pub mod status;
 
+pub use guard::Guard;
 pub use status::{Sources, Status};

@@ -28,8 +28,10 @@ pub struct Sources {
     /// The Schemaless store.
     pub schemaless: MySqlStore,
     /// The legacy model, for coverage and capture's triggers; `None` when
-    /// the config has no layout.
+    /// the config has no layout or the layout does not connect.
     pub legacy: Option<legacy::LegacyStore>,
+    /// Why the legacy model is missing, when the config has a layout.
+    pub legacy_error: Option<String>,
     /// The configuration (gates, capture, indexes).
     pub config: config::Config,
 }
@@ -90,6 +92,15 @@ pub struct Status {
     pub triggers: Section<Vec<TriggerLag>>,
     /// Every configured index's versions, with their maintainers' lag.
     pub indexes: Section<Vec<IndexState>>,
+    /// What facades (apps and workers) reported over the guard's window:
+    /// how many, and their calls, failures and p99 per store.
+    pub facades: Section<tripstore::report::Window>,
+    /// The guards seen in the last hour: their state, breaches and last
+    /// step back.
+    pub guards: Section<Vec<crate::guard::GuardState>>,
+    /// What the screen could not read at all (the layout not matching the
+    /// tables, say): checks that need it say so too.
+    pub problems: Vec<String>,
 }
 
 /// The mode.
@@ -292,6 +303,14 @@ fn now_secs() -> f64 {
 /// Reads the whole screen. Fails only when the mode cannot be read.
 pub async fn read(sources: &Sources) -> Result<Status, tripstore::Error> {
     let state = mode::read(&sources.pool).await?;
+    let window = Duration::from_millis(sources.config.guard.window_ms);
+    let (facades, guards) = tokio::join!(
+        async {
+            tripstore::report::ensure(&sources.pool).await?;
+            tripstore::report::window(&sources.pool, window).await
+        },
+        crate::guard::states(&sources.pool),
+    );
     let (next_step, backfill, mirror, verify, nodes, triggers, indexes) = tokio::join!(
         next_step(sources, state.mode),
         backfill(&sources.pool),
@@ -322,6 +341,9 @@ pub async fn read(sources: &Sources) -> Result<Status, tripstore::Error> {
         nodes,
         triggers,
         indexes,
+        facades: Section::of(facades),
+        guards: Section::of(guards),
+        problems: sources.legacy_error.iter().cloned().collect(),
     })
 }
 

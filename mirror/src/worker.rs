@@ -62,7 +62,7 @@ impl WorkerStats {
 }
 
 /// A worker's name: kind, host, process and a random suffix.
-pub(crate) fn worker_name(kind: &str) -> String {
+pub fn worker_name(kind: &str) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());

@@ -376,3 +376,146 @@ async fn dry_runs_change_nothing_and_status_shows_the_gates_of_the_next_step() {
     );
     assert!(out.contains("reads in mirror -> 1%"), "{out}");
 }
+
+/// A guard that judges within a second, facades that report five times a
+/// second.
+const QUICK_GUARD: &str =
+    "[guard]\nwindow_ms = 4000\nfor_ms = 400\ncheck_ms = 100\nreport_ms = 200\n";
+
+#[tokio::test]
+async fn the_guard_moves_reads_back_to_postgres_when_a_divergence_appears_in_shadow() {
+    let (db, config, text, facade) = crate::verify::mirrored(120, 5, QUICK_GUARD).await;
+    crate::mirror::walk_to(&facade, &config, Mode::Shadow).await;
+    facade.set_reads(&reads("50", None)).await.unwrap();
+    let rows: Vec<RowKey> =
+        sqlx::query_scalar::<_, uuid::Uuid>("SELECT uuid FROM trips ORDER BY id")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(RowKey::from)
+            .collect();
+    let column = Column::new("BASE").unwrap();
+    let read_all = || async {
+        for row in &rows {
+            facade
+                .get_cell_latest(row, &column, ReadFrom::Master)
+                .await
+                .unwrap();
+        }
+    };
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let guard = cutover::Guard::new(db.pool.clone(), facade.schemaless().clone(), &config);
+    let watching = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move { guard.run(cancel).await })
+    };
+    // Clean reads on both stores, sampled and compared: nothing to act on.
+    for _ in 0..3 {
+        read_all().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(
+        facade.read_share().default_bp,
+        5000,
+        "the guard acted on clean reads"
+    );
+    let (state, breaches): (String, String) =
+        sqlx::query_as("SELECT state, breaches::text FROM mezzanine.guard")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!((state.as_str(), breaches.as_str()), ("watching", "[]"));
+
+    // The status sees the facade's reports of both stores.
+    let file = config_file(&text);
+    let (code, out, err) = run(file.path(), &["status", "--json"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        status["facades"]["facades"].as_u64().unwrap() >= 1,
+        "{}",
+        status["facades"]
+    );
+    for store in status["facades"]["stores"].as_array().unwrap() {
+        assert!(store["calls"].as_u64().unwrap() > 0, "{store}");
+    }
+    assert_eq!(status["guards"][0]["state"], json!("watching"));
+
+    // Plant a divergence: trips changed in PostgreSQL behind the facade's
+    // back (capture is not installed). Sampled reads find them.
+    sqlx::query("UPDATE trips SET city_id = city_id + 1000 WHERE id IN (SELECT id FROM trips ORDER BY id LIMIT 10)")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    while facade.read_share().default_bp != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the guard never stepped back"
+        );
+        read_all().await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let history = tripstore::mode::history(&db.pool, 1).await.unwrap();
+    let step = &history[0];
+    assert_eq!(step.kind, "reads");
+    assert_eq!(step.reads.as_ref().unwrap().default_bp, 0);
+    assert!(step.by.starts_with("guard@"), "{step:?}");
+    let reason = step.reason.as_deref().unwrap();
+    assert!(reason.contains("mismatches opened"), "{reason}");
+    // The guard never steps forward, and now waits: stopping it reports
+    // its one action.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        tripstore::mode::read(&db.pool).await.unwrap().mode,
+        Mode::Shadow
+    );
+    cancel.cancel();
+    let actions = watching.await.unwrap().unwrap();
+    assert_eq!(actions, [cutover::guard::Action::ReadsToZero]);
+    let (code, out, err) = run(file.path(), &["status"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("last action at") && out.contains("read share of shadow set to 0%"),
+        "{out}"
+    );
+    facade.close().await;
+}
+
+#[tokio::test]
+async fn a_guard_with_thresholds_that_cannot_hold_is_refused() {
+    let db = LegacyDb::trips().await;
+    for (guard, key) in [
+        ("[guard]\nmax_p99_ms = 0\n", "guard.max_p99_ms"),
+        (
+            "[guard]\nmax_outbox_lag_ms = 0\n",
+            "guard.max_outbox_lag_ms",
+        ),
+        ("[guard]\nmax_error_rate = 1.5\n", "guard.max_error_rate"),
+        (
+            "[guard]\nwindow_ms = 1000\nreport_ms = 5000\n",
+            "guard.report_ms",
+        ),
+        ("[guard]\nno_such_key = 1\n", "no_such_key"),
+    ] {
+        let file = config_file(&format!("{}\n{guard}", db.config_text));
+        let (code, out, err) = run(file.path(), &["guard", "--check"]);
+        assert_eq!(code, Some(2), "{guard}: {out}{err}");
+        assert!(err.contains(key), "{guard}: {err}");
+    }
+    // Nothing was created by the refused runs.
+    let tables: i64 = db
+        .count(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = 'mezzanine' AND tablename = 'guard'",
+        )
+        .await;
+    assert_eq!(tables, 0);
+    // A sound one looks, finds nothing breached, and exits 0.
+    let file = config_file(&format!("{}\n{QUICK_GUARD}", db.config_text));
+    let (code, out, err) = run(file.path(), &["guard", "--check"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let seen: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(seen["breaches"], json!([]));
+}

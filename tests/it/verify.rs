@@ -41,7 +41,7 @@ fn verify_config(db: &LegacyDb, gates: &str) -> (config::Config, String) {
 
 /// `trips` seeded trips, backfilled, a facade in `mirror` with every read
 /// sampled (and `verify` lines added to `[verify]`).
-async fn mirrored(
+pub(crate) async fn mirrored(
     trips: u64,
     seed: u64,
     verify: &str,

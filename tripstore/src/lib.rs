@@ -16,6 +16,8 @@
 //! - [`mode`]: the modes, the ladder, the control table;
 //! - [`gates`]: what each step forward waits for;
 //! - [`readiness`]: whether the stores the mode uses answer;
+//! - [`report`]: what every facade reports to the guard (calls, failures,
+//!   latencies per store, open breakers);
 //! - [`triage`]: the verifier's questions to the mirror;
 //! - [`error`]: the crate's error type.
 //!
@@ -43,6 +45,7 @@ pub mod error;
 pub mod gates;
 pub mod mode;
 pub mod readiness;
+pub mod report;
 pub mod triage;
 pub mod trip_store;
 

@@ -47,7 +47,7 @@
 //! mirror's delay; nobody reads them in that mode.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use legacy::LegacyStore;
@@ -66,6 +66,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::gates::MigrationGate;
 use crate::mode::{self, Mode, ModeChange, ModeRequest, ModeState, ReadShare, ReadsRequest};
+use crate::report::{self, CallStats, Served};
 use crate::triage::MirrorTriage;
 use verifier::sample::{Answer, Read, Replayer, Sample, Stores};
 use verifier::{Sampler, Side};
@@ -97,6 +98,10 @@ pub struct TripStore {
     gate: MigrationGate,
     /// Hands sampled reads to the verifier.
     sampler: Sampler,
+    /// Calls, failures and latencies per store, reported to the guard.
+    stats: Arc<CallStats>,
+    /// This facade's name in its reports (`facade:host:pid:suffix`).
+    name: String,
     /// Stops the background tasks.
     cancel: CancellationToken,
     /// The mode watcher and the mirror's tasks, joined by
@@ -121,6 +126,7 @@ impl TripStore {
         mode::ensure_control(legacy.pool()).await?;
         mirror::schema::ensure(legacy.pool()).await?;
         verifier::store::ensure(legacy.pool()).await?;
+        report::ensure(legacy.pool()).await?;
         let current = mode::read(legacy.pool()).await?;
         let (sender, receiver) = watch::channel(current.mode);
         let (reads_sender, reads) = watch::channel(Arc::new(current.reads));
@@ -154,6 +160,17 @@ impl TripStore {
                 async move { reverse.run(cancel, enabled).await },
             ));
         }
+        let stats = Arc::new(CallStats::default());
+        let name = mirror::worker::worker_name("facade");
+        tasks.push(tokio::spawn(report::run(
+            legacy.pool().clone(),
+            name.clone(),
+            stats.clone(),
+            schemaless.clone(),
+            receiver.clone(),
+            Duration::from_millis(config.guard.report_ms),
+            cancel.clone(),
+        )));
         let (sampler, verify_tasks) = verifier::sample::start_isolated(
             &config.verify,
             ReplayStores::new(config),
@@ -164,6 +181,8 @@ impl TripStore {
             gate: MigrationGate::new(legacy.pool().clone(), schemaless.clone(), config)
                 .with_legacy(legacy.clone()),
             sampler,
+            stats,
+            name,
             relay_wake: relay.waker(),
             legacy,
             schemaless,
@@ -193,6 +212,11 @@ impl TripStore {
     /// learns of.
     pub fn read_share_changes(&self) -> watch::Receiver<Arc<ReadShare>> {
         self.reads.clone()
+    }
+
+    /// This facade's name in its reports to the guard.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// A receiver that sees every mode change this facade learns of.
@@ -306,7 +330,11 @@ impl TripStore {
     /// row (`None`: a read of no single row, which goes to Schemaless only
     /// at 100%) in the column read (`None`: several columns, the default
     /// share).
-    fn reads(&self, row: Option<&RowKey>, column: Option<&str>) -> (&dyn CellStore, Option<Side>) {
+    fn reads(
+        &self,
+        row: Option<&RowKey>,
+        column: Option<&str>,
+    ) -> (&dyn CellStore, Option<Side>, Served) {
         let mode = self.mode();
         let schemaless = match mode {
             Mode::Shadow => {
@@ -324,7 +352,61 @@ impl TripStore {
             (&self.legacy, Side::Legacy)
         };
         let sampled = mode.samples() && self.sampler.wants();
-        (store, sampled.then_some(side))
+        let served = match side {
+            Side::Legacy => Served::Legacy,
+            Side::Schemaless => Served::Schemaless,
+        };
+        (store, sampled.then_some(side), served)
+    }
+
+    /// Counts a call for the guard.
+    fn count<T>(&self, served: Served, started: Instant, result: &Result<T>) {
+        let failed = result.as_ref().err().is_some_and(report::store_failed);
+        self.stats.record(served, started.elapsed(), failed);
+    }
+
+    /// A write, routed by the mode.
+    async fn put_routed(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
+        match self.mode() {
+            Mode::Legacy => {
+                let guard = StillLegacy::default();
+                match self.legacy.put_cells_with(cells.clone(), &guard).await {
+                    Err(_) if guard.moved.load(std::sync::atomic::Ordering::Relaxed) => {
+                        // The mode moved on while this facade had not seen
+                        // it yet: nothing was written; again, in the mode
+                        // the control row says.
+                        let state = mode::read(self.legacy.pool())
+                            .await
+                            .map_err(|e| schemaless::Error::Schema(e.to_string()))?;
+                        self.mode_sender.send_replace(state.mode);
+                        Box::pin(self.put_routed(cells)).await
+                    }
+                    other => other,
+                }
+            }
+            Mode::Mirror => {
+                let results = self.legacy.put_cells_with(cells, &Outbox).await?;
+                self.relay_wake.notify_one();
+                Ok(results)
+            }
+            Mode::Shadow => {
+                let results = self.legacy.put_cells_with(cells.clone(), &Outbox).await?;
+                self.relay_wake.notify_one();
+                self.deliver_now(&cells, &results).await;
+                Ok(results)
+            }
+            Mode::Primary => {
+                // Only what the reverse mirror can apply to the legacy
+                // tables is written.
+                let checked = cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, cell)| self.legacy.canonical_cell(cell).map_err(|e| e.in_batch(i)))
+                    .collect::<Result<Vec<_>>>()?;
+                self.schemaless.put_cells(checked).await
+            }
+            Mode::Schemaless => self.schemaless.put_cells(cells).await,
+        }
     }
 
     /// Hands a served read to the verifier. Errors are not sampled (there
@@ -578,46 +660,14 @@ impl CellStore for TripStore {
     }
 
     async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
-        match self.mode() {
-            Mode::Legacy => {
-                let guard = StillLegacy::default();
-                match self.legacy.put_cells_with(cells.clone(), &guard).await {
-                    Err(_) if guard.moved.load(std::sync::atomic::Ordering::Relaxed) => {
-                        // The mode moved on while this facade had not seen
-                        // it yet: nothing was written; again, in the mode
-                        // the control row says.
-                        let state = mode::read(self.legacy.pool())
-                            .await
-                            .map_err(|e| schemaless::Error::Schema(e.to_string()))?;
-                        self.mode_sender.send_replace(state.mode);
-                        Box::pin(self.put_cells(cells)).await
-                    }
-                    other => other,
-                }
-            }
-            Mode::Mirror => {
-                let results = self.legacy.put_cells_with(cells, &Outbox).await?;
-                self.relay_wake.notify_one();
-                Ok(results)
-            }
-            Mode::Shadow => {
-                let results = self.legacy.put_cells_with(cells.clone(), &Outbox).await?;
-                self.relay_wake.notify_one();
-                self.deliver_now(&cells, &results).await;
-                Ok(results)
-            }
-            Mode::Primary => {
-                // Only what the reverse mirror can apply to the legacy
-                // tables is written.
-                let checked = cells
-                    .iter()
-                    .enumerate()
-                    .map(|(i, cell)| self.legacy.canonical_cell(cell).map_err(|e| e.in_batch(i)))
-                    .collect::<Result<Vec<_>>>()?;
-                self.schemaless.put_cells(checked).await
-            }
-            Mode::Schemaless => self.schemaless.put_cells(cells).await,
-        }
+        let started = Instant::now();
+        let served = match self.mode() {
+            Mode::Primary | Mode::Schemaless => Served::Schemaless,
+            _ => Served::Legacy,
+        };
+        let result = self.put_routed(cells).await;
+        self.count(served, started, &result);
+        result
     }
 
     async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
@@ -653,8 +703,10 @@ impl CellStore for TripStore {
         key: &CellKey,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Option<StoredCell>>> {
-        let (store, sampled) = self.reads(Some(&key.row_key), Some(key.column.as_str()));
+        let (store, sampled, served) = self.reads(Some(&key.row_key), Some(key.column.as_str()));
+        let started = Instant::now();
         let result = store.get_cell_answer(key, from).await;
+        self.count(served, started, &result);
         self.sample_answer(
             sampled,
             &result,
@@ -670,8 +722,10 @@ impl CellStore for TripStore {
         column: &Column,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Option<StoredCell>>> {
-        let (store, sampled) = self.reads(Some(row_key), Some(column.as_str()));
+        let (store, sampled, served) = self.reads(Some(row_key), Some(column.as_str()));
+        let started = Instant::now();
         let result = store.get_cell_latest_answer(row_key, column, from).await;
+        self.count(served, started, &result);
         self.sample_answer(
             sampled,
             &result,
@@ -686,8 +740,10 @@ impl CellStore for TripStore {
         row_key: &RowKey,
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Vec<StoredCell>>> {
-        let (store, sampled) = self.reads(Some(row_key), None);
+        let (store, sampled, served) = self.reads(Some(row_key), None);
+        let started = Instant::now();
         let result = store.get_cells_for_row_answer(row_key, from).await;
+        self.count(served, started, &result);
         self.sample_answer(
             sampled,
             &result,
@@ -703,8 +759,10 @@ impl CellStore for TripStore {
         from: ReadFrom,
     ) -> Result<schemaless::Answer<Vec<IndexEntry>>> {
         let column = self.index_column(&query.index);
-        let (store, sampled) = self.reads(None, column.as_ref().map(Column::as_str));
+        let (store, sampled, served) = self.reads(None, column.as_ref().map(Column::as_str));
+        let started = Instant::now();
         let result = store.query_index_answer(query, from).await;
+        self.count(served, started, &result);
         if let Some(column) = sampled.and(column) {
             self.sample_answer(
                 sampled,
@@ -724,10 +782,11 @@ impl CellStore for TripStore {
     ) -> Result<Vec<StoredCell>> {
         // Every version of a column is no read the verifier replays (the
         // legacy tables keep only the current row): not sampled.
-        self.reads(rows.first(), Some(column.as_str()))
-            .0
-            .get_column_cells(rows, column, from)
-            .await
+        let (store, _, served) = self.reads(rows.first(), Some(column.as_str()));
+        let started = Instant::now();
+        let result = store.get_column_cells(rows, column, from).await;
+        self.count(served, started, &result);
+        result
     }
 
     async fn get_cells_for_shard(
@@ -739,11 +798,15 @@ impl CellStore for TripStore {
     ) -> Result<ShardPage> {
         // The legacy model has no change log: nothing to compare with, and
         // in `shadow` only Schemaless can answer, whatever the share.
-        let store: &dyn CellStore = if self.mode() == Mode::Shadow {
-            &*self.visible
+        let (store, served): (&dyn CellStore, Served) = if self.mode() == Mode::Shadow {
+            (&*self.visible, Served::Schemaless)
         } else {
-            self.reads(None, None).0
+            let (store, _, served) = self.reads(None, None);
+            (store, served)
         };
-        store.get_cells_for_shard(shard, after, limit, from).await
+        let started = Instant::now();
+        let result = store.get_cells_for_shard(shard, after, limit, from).await;
+        self.count(served, started, &result);
+        result
     }
 }

@@ -26,6 +26,14 @@ pub struct Plan {
 
 /// Creates the backfill's tables if they are missing.
 pub async fn ensure_tables(pool: &PgPool) -> Result<(), Error> {
+    let relations = [
+        "mezzanine.backfill_plan",
+        "mezzanine.backfill_chunks",
+        "mezzanine.backfill_chunks_state",
+    ];
+    if legacy::connection::present(pool, &relations, &[]).await {
+        return Ok(());
+    }
     let context = "creating the backfill's tables";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     sqlx::raw_sql(

@@ -78,6 +78,33 @@ pub fn label(url: &str) -> String {
     }
 }
 
+/// Whether every relation of `relations` (`schema.name`: tables, indexes)
+/// and every `(schema.table, column)` of `columns` exists: the fast path of
+/// the toolkit's `ensure` functions. Their `CREATE ... IF NOT EXISTS` and
+/// `ALTER TABLE ... ADD COLUMN IF NOT EXISTS` take their locks even when
+/// there is nothing to do (an `ALTER` takes `ACCESS EXCLUSIVE`), so run on
+/// every facade start, mode change and gate check under live traffic they
+/// queue every reader of the table behind whatever transaction holds it.
+/// An error reads as "not all present": the DDL then runs as before.
+pub async fn present(pool: &PgPool, relations: &[&str], columns: &[(&str, &str)]) -> bool {
+    let tables: Vec<String> = columns.iter().map(|(t, _)| t.to_string()).collect();
+    let names: Vec<String> = columns.iter().map(|(_, c)| c.to_string()).collect();
+    let relations: Vec<String> = relations.iter().map(|r| r.to_string()).collect();
+    sqlx::query_scalar::<_, bool>(
+        "/* mezzanine */ SELECT
+             (SELECT bool_and(to_regclass(r) IS NOT NULL) FROM unnest($1::text[]) AS r)
+             AND (SELECT count(*) = cardinality($2::text[]) FROM unnest($2::text[], $3::text[]) AS w(t, c)
+                  WHERE EXISTS (SELECT 1 FROM pg_attribute a
+                                WHERE a.attrelid = to_regclass(w.t) AND a.attname = w.c AND NOT a.attisdropped))",
+    )
+    .bind(&relations)
+    .bind(&tables)
+    .bind(&names)
+    .fetch_one(pool)
+    .await
+    .unwrap_or(false)
+}
+
 /// How many times [`ddl`] asks for its lock before it gives up.
 const DDL_ATTEMPTS: u32 = 30;
 

@@ -33,6 +33,27 @@ use crate::error::Error;
 /// Creates the tables if they are missing. Serialized by an advisory lock,
 /// so facades starting together do not race on `CREATE TABLE`.
 pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
+    let everything = legacy::connection::present(
+        pool,
+        &[
+            "mezzanine.outbox",
+            "mezzanine.outbox_parked",
+            "mezzanine.reverse_offsets",
+            "mezzanine.reverse_parked",
+            "mezzanine.mirror_workers",
+            "mezzanine.capture_queue",
+            "mezzanine.capture_parked",
+            "mezzanine.capture_parked_change",
+            "mezzanine.capture_replica_identity",
+        ],
+        &[
+            ("mezzanine.reverse_offsets", "awaited_ranges"),
+            ("mezzanine.reverse_parked", "legacy_body"),
+        ],
+    );
+    if everything.await {
+        return Ok(());
+    }
     let context = "creating the mirror's tables";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     sqlx::raw_sql(

@@ -68,6 +68,9 @@
 //! - [`worker`]: the facade over HTTP: every endpoint in every mode
 //!   against the linked facade, bad input, auth, saturation, drain on
 //!   SIGTERM, TLS, and a worker killed under the client's write load;
+//! - [`runbook`]: `docs/runbook.md` rehearsed command by command from
+//!   `legacy` to `schemaless` and back, with facade and plain SQL writers
+//!   running, no acknowledged write lost and no mismatch open at any step;
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
@@ -92,6 +95,7 @@ mod mirror;
 mod mode;
 mod model;
 mod query;
+mod runbook;
 mod schema;
 mod servers;
 mod tls;

@@ -468,6 +468,23 @@ fn timestamp_sql(column: &str) -> String {
 /// advisory lock, so facades starting together do not race on `CREATE
 /// TABLE`.
 pub async fn ensure_control(pool: &PgPool) -> Result<(), Error> {
+    let everything = legacy::connection::present(
+        pool,
+        &["mezzanine.mode", "mezzanine.mode_history"],
+        &[
+            ("mezzanine.mode", "reads_bp"),
+            ("mezzanine.mode", "reads_columns"),
+            ("mezzanine.mode_history", "kind"),
+            ("mezzanine.mode_history", "forced"),
+            ("mezzanine.mode_history", "reads_bp"),
+            ("mezzanine.mode_history", "reads_columns"),
+            ("mezzanine.mode_history", "checks"),
+        ],
+    );
+    // The row is inserted with the tables: they exist only with it.
+    if everything.await {
+        return Ok(());
+    }
     let context = "creating the mode control table";
     let mut tx = pool
         .begin()

@@ -150,6 +150,10 @@ pub fn store_failed(error: &schemaless::Error) -> bool {
 
 /// Creates the reports table if it is missing.
 pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
+    let relations = ["mezzanine.facade_reports", "mezzanine.facade_reports_at"];
+    if legacy::connection::present(pool, &relations, &[]).await {
+        return Ok(());
+    }
     let context = "creating the facade reports table";
     sqlx::raw_sql(
         "/* mezzanine */ CREATE SCHEMA IF NOT EXISTS mezzanine;

@@ -21,6 +21,22 @@ use crate::error::Error;
 
 /// Creates the verifier's tables if they are missing.
 pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
+    let everything = legacy::connection::present(
+        pool,
+        &[
+            "mezzanine.verify_mismatches",
+            "mezzanine.verify_mismatches_open",
+            "mezzanine.verify_stats",
+            "mezzanine.verify_coverage",
+            "mezzanine.verify_settings",
+            "mezzanine.verify_runs",
+            "mezzanine.verify_chunks",
+        ],
+        &[("mezzanine.verify_chunks", "strict")],
+    );
+    if everything.await {
+        return Ok(());
+    }
     let context = "creating the verifier's tables";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     sqlx::raw_sql(

@@ -18,20 +18,30 @@ use crate::metrics;
 pub enum BackfillCommand {
     /// Split the parent id range into chunks and store the plan in
     /// PostgreSQL. An existing plan is kept unless --replace or --extend.
+    /// Named plans coexist: the full backfill (`main`) and partial ones
+    /// (--columns, --ids, --where), each with its own chunks and status.
     Plan(PlanArgs),
-    /// Copy the planned chunks with N workers until every chunk is done or
+    /// Copy a plan's chunks with N workers until every chunk is done or
     /// failed. Several processes on several machines may run one plan.
     Run(RunArgs),
-    /// The whole plan's state: chunks by state, rows and cells copied,
-    /// rate, failed and running chunks.
+    /// Every plan's state (or one's, with --plan): chunks by state, rows
+    /// and cells copied, rate, failed and running chunks.
     Status(StatusArgs),
-    /// Tell every worker to stop claiming chunks (chunks in progress
-    /// finish).
-    Pause,
-    /// Let the workers claim chunks again.
-    Resume,
-    /// Put failed chunks back to pending (after fixing their data).
-    Retry,
+    /// Tell every worker of a plan to stop claiming chunks (chunks in
+    /// progress finish).
+    Pause(PlanName),
+    /// Let a plan's workers claim chunks again.
+    Resume(PlanName),
+    /// Put a plan's failed chunks back to pending (after fixing their
+    /// data).
+    Retry(PlanName),
+}
+
+#[derive(Args)]
+pub struct PlanName {
+    /// The plan.
+    #[arg(long, default_value = backfill::plan::MAIN)]
+    plan: String,
 }
 
 #[derive(Args)]
@@ -43,12 +53,54 @@ pub struct PlanArgs {
     #[arg(long, conflicts_with = "extend")]
     replace: bool,
     /// Add chunks for the parent ids created since the plan was made.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["columns", "ids", "where_"])]
     extend: bool,
+    /// The plan's name: `main` is the full backfill; give partial plans
+    /// names of their own (1-64 of a-z, 0-9, _ and -).
+    #[arg(long, default_value = backfill::plan::MAIN)]
+    name: String,
+    /// Copy only these layout columns (comma-separated), e.g. one just
+    /// added to the layout.
+    #[arg(long, value_delimiter = ',')]
+    columns: Option<Vec<String>>,
+    /// Copy only parents with ids in A..B (B excluded) or A..=B.
+    #[arg(long, value_parser = id_range)]
+    ids: Option<(i64, i64)>,
+    /// Copy only parents this predicate on the parent table admits, e.g.
+    /// "city_id = 7 AND requested_at >= '2015-01-01'" (only the parent's
+    /// columns; no subquery; only functions without side effects).
+    #[arg(long = "where", id = "where_")]
+    where_: Option<String>,
+}
+
+/// `A..B` (B excluded) or `A..=B`.
+pub(crate) fn id_range(text: &str) -> Result<(i64, i64), String> {
+    let bad = || format!("{text:?} is not an id range: A..B (B excluded) or A..=B");
+    let (low, high, inclusive) = match text.split_once("..=") {
+        Some((low, high)) => (low, high, true),
+        None => {
+            let (low, high) = text.split_once("..").ok_or_else(bad)?;
+            (low, high, false)
+        }
+    };
+    let low: i64 = low.trim().parse().map_err(|_| bad())?;
+    let high: i64 = high.trim().parse().map_err(|_| bad())?;
+    let high = if inclusive {
+        high.checked_add(1).ok_or_else(bad)?
+    } else {
+        high
+    };
+    if high <= low {
+        return Err(format!("{text:?} is an empty id range"));
+    }
+    Ok((low, high))
 }
 
 #[derive(Args)]
 pub struct RunArgs {
+    /// The plan to run.
+    #[arg(long, default_value = backfill::plan::MAIN)]
+    plan: String,
     /// Chunks copied at once (default: backfill.workers).
     #[arg(long)]
     workers: Option<usize>,
@@ -74,6 +126,9 @@ pub struct RunArgs {
 
 #[derive(Args)]
 pub struct StatusArgs {
+    /// Only this plan (default: every plan).
+    #[arg(long)]
+    plan: Option<String>,
     /// One JSON object instead of text.
     #[arg(long, conflicts_with = "prometheus")]
     json: bool,
@@ -101,52 +156,129 @@ pub async fn run(command: BackfillCommand, config_path: &Path) -> anyhow::Result
                 .backfill
                 .chunk_size;
             let legacy = legacy::LegacyStore::connect(&config).await?;
-            if args.extend {
-                let (plan, added) = backfill::plan::extend(&legacy).await?;
-                println!(
-                    "plan extended by {added} chunks: ids {}..{} of {} in {} chunks",
-                    plan.low_id, plan.high_id, plan.table, plan.chunks
-                );
-            } else {
-                let plan = backfill::plan::create(&legacy, size, args.replace, &crate::mode::who())
-                    .await
-                    .map_err(|e| match e {
-                        backfill::Error::PlanExists(_) => crate::UsageError(e.to_string()).into(),
-                        other => anyhow::Error::from(other),
-                    })?;
-                println!(
-                    "planned ids {}..{} of {} in {} chunks of {}",
-                    plan.low_id, plan.high_id, plan.table, plan.chunks, plan.chunk_size
-                );
-            }
+            let result = plan(&legacy, &args, size).await;
             legacy.close().await;
+            result?;
         }
         BackfillCommand::Run(args) => run_backfill(&config, &pool, &args).await?,
         BackfillCommand::Status(args) => {
-            let status = backfill::status::read(&pool).await?;
+            let statuses = match &args.plan {
+                Some(name) => {
+                    backfill::plan::existing(&pool, name).await.map_err(usage)?;
+                    vec![backfill::status::read_plan(&pool, name).await?]
+                }
+                None => backfill::status::all(&pool).await?,
+            };
+            // The full backfill's figures stay where they always were.
+            let main = match &args.plan {
+                Some(_) => statuses[0].clone(),
+                None => backfill::status::read(&pool).await?,
+            };
             if args.prometheus {
-                metrics::record_backfill(&status, None);
+                metrics::record_backfill(&main, None);
                 print!("{}", metrics::render());
             } else if args.json {
-                println!("{}", status_json(&status));
+                let mut json = status_json(&main);
+                json["plans"] = statuses.iter().map(status_json).collect();
+                println!("{json}");
+            } else if statuses.is_empty() {
+                println!("no backfill plan (`mezzanine backfill plan`)");
             } else {
-                print_status(&status);
+                for (i, status) in statuses.iter().enumerate() {
+                    if i > 0 {
+                        println!();
+                    }
+                    print_status(status);
+                }
             }
         }
-        BackfillCommand::Pause => {
-            backfill::plan::set_paused(&pool, true).await?;
-            println!("backfill paused: workers finish their chunks and wait");
+        BackfillCommand::Pause(name) => {
+            backfill::plan::set_paused_plan(&pool, &name.plan, true)
+                .await
+                .map_err(usage)?;
+            println!(
+                "backfill plan {} paused: workers finish their chunks and wait",
+                name.plan
+            );
         }
-        BackfillCommand::Resume => {
-            backfill::plan::set_paused(&pool, false).await?;
-            println!("backfill resumed");
+        BackfillCommand::Resume(name) => {
+            backfill::plan::set_paused_plan(&pool, &name.plan, false)
+                .await
+                .map_err(usage)?;
+            println!("backfill plan {} resumed", name.plan);
         }
-        BackfillCommand::Retry => {
-            let n = backfill::plan::retry_failed(&pool).await?;
-            println!("{n} failed chunks are pending again; `backfill run` copies them");
+        BackfillCommand::Retry(name) => {
+            let n = backfill::plan::retry_failed_plan(&pool, &name.plan)
+                .await
+                .map_err(usage)?;
+            println!(
+                "{n} failed chunks of plan {} are pending again; `backfill run --plan {}` copies them",
+                name.plan, name.plan
+            );
         }
     }
     pool.close().await;
+    Ok(())
+}
+
+/// Errors of the caller's asking (a plan that exists, is unknown or
+/// cannot be made as asked) exit 2.
+fn usage(e: backfill::Error) -> anyhow::Error {
+    match e {
+        backfill::Error::PlanExists(_)
+        | backfill::Error::NoSuchPlan { .. }
+        | backfill::Error::BadPlan(_)
+        | backfill::Error::Legacy(legacy::Error::Predicate(_)) => {
+            crate::UsageError(e.to_string()).into()
+        }
+        other => anyhow::Error::from(other),
+    }
+}
+
+async fn plan(
+    legacy: &legacy::LegacyStore,
+    args: &PlanArgs,
+    chunk_size: u64,
+) -> anyhow::Result<()> {
+    if args.extend {
+        let (plan, added) = backfill::plan::extend_plan(legacy, &args.name)
+            .await
+            .map_err(usage)?;
+        println!(
+            "plan {} extended by {added} chunks: ids {}..{} of {} in {} chunks",
+            plan.name, plan.low_id, plan.high_id, plan.table, plan.chunks
+        );
+        return Ok(());
+    }
+    let predicate = match &args.where_ {
+        Some(text) => Some(
+            legacy
+                .predicate(text)
+                .await
+                .map_err(|e| crate::UsageError(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let spec = backfill::plan::Spec {
+        name: args.name.clone(),
+        columns: args.columns.clone(),
+        ids: args.ids,
+        predicate,
+    };
+    let plan =
+        backfill::plan::create_plan(legacy, &spec, chunk_size, args.replace, &crate::mode::who())
+            .await
+            .map_err(usage)?;
+    println!(
+        "planned {}: ids {}..{} of {} in {} chunks of {} ({})",
+        plan.name,
+        plan.low_id,
+        plan.high_id,
+        plan.table,
+        plan.chunks,
+        plan.chunk_size,
+        plan.scope()
+    );
     Ok(())
 }
 
@@ -179,24 +311,25 @@ async fn run_backfill(
         )
         .check()?;
     let options = Options::from_config(&flags.backfill);
+    backfill::plan::existing(pool, &args.plan)
+        .await
+        .map_err(usage)?;
     let legacy = legacy::LegacyStore::connect(config).await?;
     let schemaless = MySqlStore::connect(config)?;
-    let runner = Arc::new(Backfill::new(
-        legacy,
-        schemaless.clone(),
-        config,
-        options.clone(),
-    ));
+    let runner = Arc::new(
+        Backfill::new(legacy, schemaless.clone(), config, options.clone()).for_plan(&args.plan),
+    );
+    let plan_name = args.plan.clone();
     let progress = runner.progress();
     let cancel = CancellationToken::new();
     if let Some(addr) = args.metrics_addr {
-        let (pool, progress) = (pool.clone(), progress.clone());
+        let (pool, progress, name) = (pool.clone(), progress.clone(), plan_name.clone());
         metrics::serve(
             addr,
             worker::metrics::refresh(move || {
-                let (pool, progress) = (pool.clone(), progress.clone());
+                let (pool, progress, name) = (pool.clone(), progress.clone(), name.clone());
                 async move {
-                    match backfill::status::read(&pool).await {
+                    match backfill::status::read_plan(&pool, &name).await {
                         Ok(status) => metrics::record_backfill(&status, Some(&progress)),
                         Err(e) => tracing::warn!("reading the backfill's status for /metrics: {e}"),
                     }
@@ -207,8 +340,9 @@ async fn run_backfill(
         .await?;
     }
     eprintln!(
-        "{}: {} workers{}",
+        "{} on plan {}: {} workers{}",
         runner.owner(),
+        runner.plan(),
         options.workers,
         if options.max_rows_per_sec > 0 {
             format!(", at most {} rows/s", options.max_rows_per_sec)
@@ -222,6 +356,7 @@ async fn run_backfill(
     };
     let report = show_progress(
         pool,
+        &plan_name,
         &progress,
         args.plain || !std::io::stderr().is_terminal(),
         task,
@@ -235,9 +370,9 @@ async fn run_backfill(
         }
     };
     cancel.cancel();
-    let status = backfill::status::read(pool).await?;
+    let status = backfill::status::read_plan(pool, &plan_name).await?;
     println!(
-        "this process: {} chunks done, {} failed, {} rows, {} cells ({} new); the plan: {} of {} chunks done, {} failed",
+        "this process: {} chunks done, {} failed, {} rows, {} cells ({} new); plan {plan_name}: {} of {} chunks done, {} failed",
         Progress::get(&progress.chunks_done),
         Progress::get(&progress.chunks_failed),
         Progress::get(&progress.rows),
@@ -250,7 +385,7 @@ async fn run_backfill(
     schemaless.close().await;
     if finished && status.failed > 0 {
         anyhow::bail!(
-            "{} chunks failed; `mezzanine backfill status` shows why",
+            "{} chunks failed; `mezzanine backfill status --plan {plan_name}` shows why",
             status.failed
         );
     }
@@ -260,6 +395,7 @@ async fn run_backfill(
 /// Draws progress until the run ends; returns whether the plan finished.
 pub(crate) async fn show_progress(
     pool: &sqlx::PgPool,
+    plan: &str,
     progress: &Progress,
     plain: bool,
     mut task: tokio::task::JoinHandle<Result<bool, backfill::Error>>,
@@ -286,7 +422,7 @@ pub(crate) async fn show_progress(
             _ = tick.tick() => {}
         }
         if last_read.elapsed() >= Duration::from_secs(1) {
-            if let Ok(status) = backfill::status::read(pool).await {
+            if let Ok(status) = backfill::status::read_plan(pool, plan).await {
                 total = status.total();
                 done = status.done + status.failed;
                 done_at_start.get_or_insert(done);
@@ -349,7 +485,9 @@ fn print_status(status: &backfill::PlanStatus) {
         return;
     };
     println!(
-        "plan: {} ids {}..{} in {} chunks of {}, range set {}{}",
+        "plan {}: {} of {} ids {}..{} in {} chunks of {}, range set {}{}",
+        plan.name,
+        plan.scope(),
         plan.table,
         plan.low_id,
         plan.high_id,
@@ -394,6 +532,10 @@ fn print_status(status: &backfill::PlanStatus) {
 
 fn status_json(status: &backfill::PlanStatus) -> serde_json::Value {
     serde_json::json!({
+        "name": status.plan.as_ref().map(|p| p.name.clone()),
+        "scope": status.plan.as_ref().map(|p| p.scope()),
+        "columns": status.plan.as_ref().and_then(|p| p.columns.clone()),
+        "predicate": status.plan.as_ref().and_then(|p| p.predicate.clone()),
         "planned": status.plan.is_some(),
         "complete": status.complete(),
         "paused": status.plan.as_ref().is_some_and(|p| p.paused),

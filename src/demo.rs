@@ -665,7 +665,8 @@ async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow::Result<()>
     };
     let progress = runner.progress();
     let plain = !std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let finished = crate::backfill::show_progress(&pool, &progress, plain, task).await?;
+    let finished =
+        crate::backfill::show_progress(&pool, backfill::plan::MAIN, &progress, plain, task).await?;
     anyhow::ensure!(finished, "the backfill did not finish");
     let status = backfill::status::read(&pool).await?;
     println!(

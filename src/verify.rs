@@ -60,6 +60,13 @@ pub struct FullArgs {
     /// Start a new run over the current id range instead of continuing.
     #[arg(long)]
     restart: bool,
+    /// Compare only these layout columns (comma-separated), e.g. after a
+    /// partial backfill of them.
+    #[arg(long, value_delimiter = ',')]
+    columns: Option<Vec<String>>,
+    /// Compare only parents with ids in A..B (B excluded) or A..=B.
+    #[arg(long, value_parser = crate::backfill::id_range)]
+    ids: Option<(i64, i64)>,
     /// Also have PostgreSQL read every matching value Schemaless holds,
     /// cast to its column's type, and compare it with the column
     /// (verify.strict): finds what a bug in the conversion hides.
@@ -221,7 +228,16 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
         );
     }
     take_lost_writes(pool, &schemaless).await;
-    let id = verifier::full::plan(pool, &legacy, chunk_size, args.restart).await?;
+    let scope = verifier::full::Scope {
+        columns: args.columns.clone(),
+        ids: args.ids,
+    };
+    let id = verifier::full::plan_scoped(pool, &legacy, chunk_size, args.restart, &scope)
+        .await
+        .map_err(|e| match e {
+            verifier::Error::Usage(_) => crate::UsageError(e.to_string()).into(),
+            other => anyhow::Error::from(other),
+        })?;
     let before = verifier::full::status(pool, id).await?;
     eprintln!(
         "full diff run {id}: {} of {} chunks done before, {workers} workers{}",

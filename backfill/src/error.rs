@@ -22,6 +22,18 @@ pub enum Error {
     /// A plan exists and replacing it was not asked for.
     #[error("a backfill plan already exists ({0}); `backfill plan --replace` starts over, `backfill plan --extend` adds the ids created since")]
     PlanExists(String),
+    /// No plan has that name.
+    #[error("there is no backfill plan named {name:?} (plans: {})", if known.is_empty() { "none".to_string() } else { known.join(", ") })]
+    NoSuchPlan {
+        /// The name asked for.
+        name: String,
+        /// The plans there are.
+        known: Vec<String>,
+    },
+    /// A plan that cannot be made as asked (a bad name, an unknown column,
+    /// an empty range, a predicate refused).
+    #[error("{0}")]
+    BadPlan(String),
     /// There is no plan yet.
     #[error("there is no backfill plan: run `mezzanine backfill plan` first")]
     NoPlan,

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use legacy::scan::ScanFilter;
 use legacy::LegacyStore;
 use schemaless::{routing, Cell, CellKey, CellStore, MySqlStore, WriteOutcome};
 use sqlx::{PgPool, Row};
@@ -96,6 +97,10 @@ pub struct Backfill {
     /// The chunks this process's workers are copying now: the only ones
     /// its heartbeat keeps alive.
     in_progress: Mutex<std::collections::HashSet<i64>>,
+    /// The plan it runs.
+    plan: String,
+    /// What the plan copies, read when the run starts.
+    filter: Mutex<ScanFilter>,
 }
 
 impl Backfill {
@@ -122,7 +127,20 @@ impl Backfill {
             options,
             progress: Arc::default(),
             in_progress: Mutex::default(),
+            plan: crate::plan::MAIN.into(),
+            filter: Mutex::default(),
         }
+    }
+
+    /// Runs plan `name` instead of the full backfill's.
+    pub fn for_plan(mut self, name: &str) -> Backfill {
+        self.plan = name.to_string();
+        self
+    }
+
+    /// The plan it runs.
+    pub fn plan(&self) -> &str {
+        &self.plan
     }
 
     /// This process's counters.
@@ -143,9 +161,21 @@ impl Backfill {
     /// Returns whether the plan is finished (as far as this process saw).
     pub async fn run(&self, cancel: CancellationToken) -> Result<bool, Error> {
         crate::plan::ensure_tables(self.pool()).await?;
-        if crate::plan::read(self.pool()).await?.is_none() {
-            return Err(Error::NoPlan);
-        }
+        let plan = match crate::plan::existing(self.pool(), &self.plan).await {
+            Err(Error::NoSuchPlan { .. }) if self.plan == crate::plan::MAIN => {
+                return Err(Error::NoPlan)
+            }
+            other => other?,
+        };
+        // The predicate is checked again against the table as it is now.
+        let predicate = match &plan.predicate {
+            Some(text) => Some(self.legacy.predicate(text).await?),
+            None => None,
+        };
+        *self.filter.lock().expect("filter lock") = ScanFilter {
+            columns: plan.columns.map(|c| c.into_iter().collect()),
+            predicate,
+        };
         let stop_helpers = cancel.child_token();
         let heartbeat = self.heartbeat(stop_helpers.clone());
         let lag = self.watch_lag(stop_helpers.clone());
@@ -253,10 +283,11 @@ impl Backfill {
             "/* mezzanine */ UPDATE mezzanine.backfill_chunks c
              SET state = 'running', owner = $1, heartbeat_at = now(), attempts = c.attempts + 1
              FROM (SELECT id, state AS was, owner AS was_owner FROM mezzanine.backfill_chunks
-                   WHERE (state = 'pending'
+                   WHERE plan = $4
+                     AND (state = 'pending'
                           OR (state = 'running' AND NOT (id = ANY($3))
                               AND heartbeat_at < now() - $2 * interval '1 millisecond'))
-                     AND NOT (SELECT paused FROM mezzanine.backfill_plan)
+                     AND NOT (SELECT paused FROM mezzanine.backfill_plan WHERE name = $4)
                    ORDER BY start_id LIMIT 1 FOR UPDATE SKIP LOCKED) AS pick
              WHERE c.id = pick.id
              RETURNING c.id, c.start_id, c.end_id, pick.was, pick.was_owner",
@@ -264,6 +295,7 @@ impl Backfill {
         .bind(&self.owner)
         .bind(self.options.stale_after.as_millis() as f64)
         .bind(&busy)
+        .bind(&self.plan)
         .fetch_optional(self.pool())
         .await
         .map_err(Error::postgres("claiming a backfill chunk"))?;
@@ -300,9 +332,10 @@ impl Backfill {
 
     async fn remaining(&self) -> Result<Remaining, Error> {
         let (open, paused): (i64, bool) = sqlx::query_as(
-            "/* mezzanine */ SELECT (SELECT count(*) FROM mezzanine.backfill_chunks WHERE state IN ('pending', 'running')),
-                    coalesce((SELECT paused FROM mezzanine.backfill_plan), false)",
+            "/* mezzanine */ SELECT (SELECT count(*) FROM mezzanine.backfill_chunks WHERE plan = $1 AND state IN ('pending', 'running')),
+                    coalesce((SELECT paused FROM mezzanine.backfill_plan WHERE name = $1), false)",
         )
+        .bind(&self.plan)
         .fetch_one(self.pool())
         .await
         .map_err(Error::postgres("reading the backfill plan"))?;
@@ -318,7 +351,11 @@ impl Backfill {
     /// Reads the chunk in one snapshot, writes its cells grouped by shard,
     /// and marks it done (or failed, naming what could not be copied).
     async fn copy(&self, chunk: &Claimed) -> Result<(), Error> {
-        let scanned = self.legacy.scan(chunk.start..chunk.end).await?;
+        let filter = self.filter.lock().expect("filter lock").clone();
+        let scanned = self
+            .legacy
+            .scan_filtered(chunk.start..chunk.end, &filter)
+            .await?;
         let rows = scanned.cells.len() as u64 + scanned.unreadable.len() as u64;
         self.throttle.acquire(rows).await;
         // A cell too large for Schemaless cannot be copied however often

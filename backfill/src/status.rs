@@ -63,9 +63,24 @@ impl PlanStatus {
     }
 }
 
-/// Reads the plan's state.
+/// The state of the full backfill's plan ([`crate::plan::MAIN`]).
 pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
-    let plan = crate::plan::read(pool).await?;
+    read_plan(pool, crate::plan::MAIN).await
+}
+
+/// The state of every plan, by name.
+pub async fn all(pool: &PgPool) -> Result<Vec<PlanStatus>, Error> {
+    let mut out = Vec::new();
+    for plan in crate::plan::list(pool).await? {
+        out.push(read_plan(pool, &plan.name).await?);
+    }
+    Ok(out)
+}
+
+/// The state of plan `name` (without a plan of that name: no plan and no
+/// chunks).
+pub async fn read_plan(pool: &PgPool, name: &str) -> Result<PlanStatus, Error> {
+    let plan = crate::plan::read_plan(pool, name).await?;
     let context = "reading the backfill's state";
     let row = sqlx::query(
         "/* mezzanine */ SELECT count(*) FILTER (WHERE state = 'pending'),
@@ -77,8 +92,9 @@ pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
                 coalesce(sum(written) FILTER (WHERE state = 'done'), 0)::int8,
                 coalesce(sum(cells) FILTER (WHERE state = 'done' AND done_at > now() - interval '1 minute'), 0)::int8,
                 extract(epoch FROM now() - min(done_at) FILTER (WHERE state = 'done' AND done_at > now() - interval '1 minute'))::float8
-         FROM mezzanine.backfill_chunks",
+         FROM mezzanine.backfill_chunks WHERE plan = $1",
     )
+    .bind(name)
     .fetch_one(pool)
     .await
     .map_err(Error::postgres(context))?;
@@ -103,11 +119,12 @@ pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
     };
     let rows = sqlx::query(
         "/* mezzanine */ (SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
-          FROM mezzanine.backfill_chunks WHERE state = 'failed' ORDER BY start_id LIMIT 20)
+          FROM mezzanine.backfill_chunks WHERE plan = $1 AND state = 'failed' ORDER BY start_id LIMIT 20)
          UNION ALL
          (SELECT id, start_id, end_id, owner, extract(epoch FROM now() - heartbeat_at)::float8, attempts, error, state
-          FROM mezzanine.backfill_chunks WHERE state = 'running' ORDER BY start_id LIMIT 100)",
+          FROM mezzanine.backfill_chunks WHERE plan = $1 AND state = 'running' ORDER BY start_id LIMIT 100)",
     )
+    .bind(name)
     .fetch_all(pool)
     .await
     .map_err(Error::postgres(context))?;
@@ -135,42 +152,66 @@ pub async fn read(pool: &PgPool) -> Result<PlanStatus, Error> {
     Ok(status)
 }
 
-/// Why `mode set shadow` must wait for the backfill, if it must: no plan,
-/// chunks not done, failed chunks, or a plan whose range was set before
-/// the mode entered `mirror` at `mirror_since` (epoch seconds; rows
-/// created in between were neither mirrored nor planned).
+/// Why `mode set shadow` must wait for the backfills, if it must: no full
+/// plan ([`crate::plan::Plan::is_full`]), a plan with chunks not done or
+/// failed (every plan, full or partial, must be complete), or a full plan
+/// whose range was set before the mode entered `mirror` at
+/// `mirror_since` (epoch seconds; rows created in between were neither
+/// mirrored nor planned).
 pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<String>, Error> {
-    let status = read(pool).await?;
-    let Some(plan) = &status.plan else {
+    let plans = all(pool).await?;
+    let full: Vec<&PlanStatus> = plans
+        .iter()
+        .filter(|s| s.plan.as_ref().is_some_and(|p| p.is_full()))
+        .collect();
+    if full.is_empty() {
         return Ok(Some(
-            "the history is not backfilled: there is no backfill plan (`mezzanine backfill plan`, then `backfill run`)".into(),
+            "the history is not backfilled: there is no backfill plan of every column and parent (`mezzanine backfill plan`, then `backfill run`)".into(),
         ));
-    };
-    if status.failed > 0 {
-        return Ok(Some(format!(
-            "{} backfill chunks failed (`mezzanine backfill status` shows why; fix the data, then `backfill retry` and `backfill run`)",
-            status.failed
-        )));
     }
-    if status.pending + status.running > 0 {
-        return Ok(Some(format!(
-            "the backfill is not complete: {} of {} chunks done (`mezzanine backfill status`)",
-            status.done,
-            status.total()
-        )));
+    for status in &plans {
+        let name = status.plan.as_ref().map_or("?", |p| p.name.as_str());
+        if status.failed > 0 {
+            return Ok(Some(format!(
+                "{} chunks of backfill plan {name} failed (`mezzanine backfill status --plan {name}` shows why; fix the data, then `backfill retry --plan {name}` and `backfill run --plan {name}`)",
+                status.failed
+            )));
+        }
+        if status.pending + status.running > 0 {
+            return Ok(Some(format!(
+                "backfill plan {name} is not complete: {} of {} chunks done (`mezzanine backfill run --plan {name}`)",
+                status.done,
+                status.total()
+            )));
+        }
     }
     if let Some(since) = mirror_since {
-        let (before,): (bool,) = sqlx::query_as(
-            "/* mezzanine */ SELECT extended_at <= to_timestamp($1) FROM mezzanine.backfill_plan",
+        let after = full
+            .iter()
+            .find_map(|s| s.plan.as_ref())
+            .map(|p| p.name.clone());
+        let (current,): (bool,) = sqlx::query_as(
+            "/* mezzanine */ SELECT coalesce(bool_or(extended_at > to_timestamp($1)), false)
+             FROM mezzanine.backfill_plan
+             WHERE columns IS NULL AND predicate IS NULL AND NOT ids_fixed",
         )
         .bind(since)
         .fetch_one(pool)
         .await
-        .map_err(Error::postgres("reading the backfill plan"))?;
-        if before {
+        .map_err(Error::postgres("reading the backfill plans"))?;
+        if !current {
+            let plan = full
+                .iter()
+                .find_map(|s| s.plan.as_ref())
+                .expect("a full plan");
             return Ok(Some(format!(
-                "the backfill plan's range was set at {}, before the mode entered mirror: rows created in between are in no chunk; run `mezzanine backfill plan --extend` and `backfill run`",
-                plan.extended_at
+                "the backfill plan {}'s range was set at {}, before the mode entered mirror: rows created in between are in no chunk; run `mezzanine backfill plan --extend{}` and `backfill run`",
+                plan.name,
+                plan.extended_at,
+                after
+                    .filter(|n| n != crate::plan::MAIN)
+                    .map(|n| format!(" --name {n}"))
+                    .unwrap_or_default()
             )));
         }
     }

@@ -22,6 +22,11 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// A predicate on the parent table that is refused: it does not
+    /// parse, reads another table, runs a subquery or a function that is
+    /// not allowed, or PostgreSQL cannot plan it.
+    #[error("--where: {0}")]
+    Predicate(String),
     /// A cell API error (bad input, conflicts, unreadable rows).
     #[error(transparent)]
     Cell(#[from] schemaless::Error),

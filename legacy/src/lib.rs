@@ -47,6 +47,7 @@ pub mod conversion;
 pub mod error;
 pub mod index;
 pub mod layout;
+pub mod predicate;
 mod repair;
 pub mod scan;
 pub mod statements;

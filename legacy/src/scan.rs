@@ -21,6 +21,23 @@ use uuid::Uuid;
 use crate::layout::{ColumnLayout, Layout};
 use crate::store::{read_cell, LegacyStore};
 
+/// What part of a chunk a scan reads: some columns of the layout, and
+/// the parents a predicate admits (a partial backfill or full diff).
+#[derive(Clone, Debug, Default)]
+pub struct ScanFilter {
+    /// The layout columns to read (`None`: all).
+    pub columns: Option<BTreeSet<String>>,
+    /// The parents to read (`None`: all in the range).
+    pub predicate: Option<crate::predicate::Predicate>,
+}
+
+impl ScanFilter {
+    /// Whether cells of `column` are read.
+    pub fn reads(&self, column: &str) -> bool {
+        self.columns.as_ref().is_none_or(|c| c.contains(column))
+    }
+}
+
 /// The cells of a range of parent ids, read in one snapshot.
 #[derive(Debug, Default)]
 pub struct Chunk {
@@ -81,6 +98,53 @@ impl LegacyStore {
     /// queries (one for the parents, one per child column) in one
     /// repeatable-read snapshot.
     pub async fn scan(&self, ids: Range<i64>) -> Result<Chunk> {
+        self.scan_filtered(ids, &ScanFilter::default()).await
+    }
+
+    /// The columns of the parent table, as PostgreSQL names them (what a
+    /// predicate may read).
+    pub async fn parent_columns(&self) -> std::result::Result<Vec<String>, crate::Error> {
+        sqlx::query_scalar(
+            "/* mezzanine */ SELECT attname::text FROM pg_attribute
+             WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        )
+        .bind(self.layout.table_sql())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| crate::Error::postgres("reading the parent table's columns", e))
+    }
+
+    /// Parses and checks a predicate on the parent table
+    /// ([`crate::predicate`]), and has PostgreSQL plan it, so that a type
+    /// error or a non-boolean expression is refused now rather than at the
+    /// first chunk.
+    pub async fn predicate(
+        &self,
+        text: &str,
+    ) -> std::result::Result<crate::predicate::Predicate, crate::Error> {
+        let columns = self.parent_columns().await?;
+        let table = format!("{}.{}", self.layout.schema, self.layout.table);
+        let predicate = crate::predicate::Predicate::parse(text, &table, &columns)
+            .map_err(crate::Error::Predicate)?;
+        let probe = format!(
+            "/* mezzanine */ EXPLAIN SELECT 1 FROM {} p WHERE ({})",
+            self.layout.table_sql(),
+            predicate.sql()
+        );
+        sqlx::raw_sql(AssertSqlSafe(probe))
+            .execute(&self.pool)
+            .await
+            .map_err(|e| {
+                crate::Error::Predicate(format!("PostgreSQL refuses the predicate: {e}"))
+            })?;
+        Ok(predicate)
+    }
+
+    /// [`LegacyStore::scan`] of the columns and parents `filter` admits:
+    /// the predicate is added to the parent read, children of parents it
+    /// leaves out are dropped, and child tables of columns not read are
+    /// not read.
+    pub async fn scan_filtered(&self, ids: Range<i64>, filter: &ScanFilter) -> Result<Chunk> {
         let layout = &*self.layout;
         let mut tx = self.pool.begin().await.map_err(|e| self.storage(e))?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -88,10 +152,15 @@ impl LegacyStore {
             .await
             .map_err(|e| self.storage(e))?;
 
+        let predicate = filter
+            .predicate
+            .as_ref()
+            .map(|p| format!(" AND ({})", p.sql()))
+            .unwrap_or_default();
         let select = parent_select(
             layout,
             &format!(
-                "p.{id} >= $1 AND p.{id} < $2 ORDER BY p.{id}",
+                "p.{id} >= $1 AND p.{id} < $2{predicate} ORDER BY p.{id}",
                 id = layout.id_sql()
             ),
         );
@@ -115,7 +184,10 @@ impl LegacyStore {
                 continue;
             };
             let mut kept = Vec::new();
-            for (_, cell) in cells {
+            for (column, cell) in cells {
+                if !filter.reads(column.as_str()) {
+                    continue;
+                }
                 match cell {
                     Ok(Some(cell)) => kept.push(cell),
                     Ok(None) => {}
@@ -125,7 +197,7 @@ impl LegacyStore {
             by_id.insert(id, (row_key, kept));
         }
 
-        for column in child_columns(layout) {
+        for column in child_columns(layout).filter(|c| filter.reads(c.name.as_str())) {
             let sql = child_select(
                 column,
                 &format!(

@@ -449,7 +449,10 @@ async fn stale_chunks_are_reclaimed_and_bad_rows_fail_only_their_chunk() {
         .await
         .unwrap()
         .unwrap();
-    assert!(err.contains("2 backfill chunks failed"), "{err}");
+    assert!(
+        err.contains("2 chunks of backfill plan main failed"),
+        "{err}"
+    );
     sqlx::query("UPDATE trips SET requested_at = '2015-01-01T00:00:00Z' WHERE id = 555")
         .execute(&db.pool)
         .await

@@ -519,3 +519,238 @@ async fn a_guard_with_thresholds_that_cannot_hold_is_refused() {
     let seen: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(seen["breaches"], json!([]));
 }
+
+/// The FARE_ADJUSTMENTS column of the example layout, as it appears in it.
+const FARES_COLUMN: &str = "[[layout.column]]\nname = \"FARE_ADJUSTMENTS\"\nkind = \"child\"\ntable = \"fare_adjustments\"\nparent = \"trip_id\"\nref_key = \"seq\"\nfields = [\"amount\", \"reason\", \"codes\", \"created_at\"]\n";
+
+async fn schemaless_cells_of(store: &schemaless::MySqlStore, column: &str) -> usize {
+    crate::mirror::all_schemaless_cells(store)
+        .await
+        .iter()
+        .filter(|c| c.cell.key.column.as_str() == column)
+        .count()
+}
+
+#[tokio::test]
+async fn partial_backfills_copy_a_new_column_some_ids_or_the_rows_a_predicate_admits() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 300, 8, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    assert!(
+        db.config_text.contains(FARES_COLUMN),
+        "the example layout has the column"
+    );
+    // The layout as it was before FARE_ADJUSTMENTS was added to it.
+    let before = config_file(&db.config_text.replace(FARES_COLUMN, ""));
+    let after = config_file(&db.config_text);
+    let ok = |config: &std::path::Path, args: &[&str]| {
+        let (code, out, err) = run(config, args);
+        assert_eq!(code, Some(0), "{args:?}: {out}{err}");
+        out
+    };
+    ok(before.path(), &["backfill", "plan"]);
+    ok(before.path(), &["backfill", "run", "--plain"]);
+    let schemaless = schemaless::MySqlStore::connect(&db.config).unwrap();
+    assert_eq!(
+        schemaless_cells_of(&schemaless, "FARE_ADJUSTMENTS").await,
+        0
+    );
+    let fares = db.count("SELECT count(*) FROM fare_adjustments").await as usize;
+    assert!(fares > 20, "the seed has fare adjustments: {fares}");
+
+    // The column joins the layout: a plan of just that column copies it,
+    // and nothing else.
+    let out = ok(
+        after.path(),
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "fares",
+            "--columns",
+            "FARE_ADJUSTMENTS",
+        ],
+    );
+    assert!(
+        out.contains("planned fares") && out.contains("columns FARE_ADJUSTMENTS"),
+        "{out}"
+    );
+    ok(
+        after.path(),
+        &["backfill", "run", "--plan", "fares", "--plain"],
+    );
+    assert_eq!(
+        schemaless_cells_of(&schemaless, "FARE_ADJUSTMENTS").await,
+        fares
+    );
+    let fares_plan = backfill::status::read_plan(&db.pool, "fares")
+        .await
+        .unwrap();
+    assert!(fares_plan.complete());
+    assert_eq!(
+        fares_plan.cells_done as usize, fares,
+        "only the column's cells"
+    );
+    assert_eq!(fares_plan.cells_written as usize, fares);
+    // And the full diff of that column finds the stores equal.
+    let out = ok(
+        after.path(),
+        &[
+            "verify",
+            "full",
+            "--columns",
+            "FARE_ADJUSTMENTS",
+            "--plain",
+            "--json",
+        ],
+    );
+    let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(last["mismatches"], json!(0), "{out}");
+    assert_eq!(last["cells"].as_u64().unwrap() as usize, fares, "{out}");
+
+    // Some ids, and the parents a predicate admits.
+    ok(
+        after.path(),
+        &["backfill", "plan", "--name", "early", "--ids", "1..=40"],
+    );
+    ok(
+        after.path(),
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "city-3",
+            "--where",
+            "city_id = 3 AND status <> 'x'",
+        ],
+    );
+    // The shadow gate needs every plan complete.
+    let waiting = backfill::status::refusal(&db.pool, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        waiting.contains("backfill plan city-3 is not complete"),
+        "{waiting}"
+    );
+    ok(
+        after.path(),
+        &["backfill", "run", "--plan", "early", "--plain"],
+    );
+    ok(
+        after.path(),
+        &["backfill", "run", "--plan", "city-3", "--plain"],
+    );
+    assert_eq!(
+        backfill::status::refusal(&db.pool, None).await.unwrap(),
+        None
+    );
+    let early = backfill::status::read_plan(&db.pool, "early")
+        .await
+        .unwrap();
+    assert_eq!(early.parents_done, 40);
+    let city = backfill::status::read_plan(&db.pool, "city-3")
+        .await
+        .unwrap();
+    let in_city = db
+        .count("SELECT count(*) FROM trips WHERE city_id = 3")
+        .await;
+    assert!(in_city > 0);
+    assert_eq!(city.parents_done as i64, in_city);
+
+    // Every plan has its own status.
+    let out = ok(after.path(), &["backfill", "status", "--json"]);
+    let status: Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = status["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["city-3", "early", "fares", "main"]);
+    assert!(status["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p["complete"] == json!(true)));
+
+    // Bad input: exit 2, and no plan is made or changed.
+    for args in [
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "sub",
+            "--where",
+            "id IN (SELECT trip_id FROM trip_notes)",
+        ][..],
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "sleep",
+            "--where",
+            "pg_sleep(1) IS NULL",
+        ],
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "seq",
+            "--where",
+            "nextval('x') > 0",
+        ],
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "other",
+            "--where",
+            "trip_notes.author = 'x'",
+        ],
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "typo",
+            "--where",
+            "no_such_column = 1",
+        ],
+        &[
+            "backfill",
+            "plan",
+            "--name",
+            "types",
+            "--where",
+            "city_id = 'three'",
+        ],
+        &["backfill", "plan", "--name", "Bad Name"],
+        &["backfill", "plan", "--name", "cols", "--columns", "NO_SUCH"],
+        &["backfill", "plan", "--name", "empty", "--ids", "5..5"],
+        &["backfill", "plan", "--name", "fares", "--columns", "BASE"],
+        &["backfill", "plan", "--name", "early", "--extend"],
+        &["backfill", "run", "--plan", "nope"],
+        &["backfill", "status", "--plan", "nope"],
+        &["backfill", "retry", "--plan", "nope"],
+        &["verify", "full", "--columns", "NO_SUCH"],
+    ] {
+        let (code, out, err) = run(after.path(), args);
+        assert_eq!(code, Some(2), "{args:?}: {out}{err}");
+    }
+    let (_, _, err) = run(after.path(), &["backfill", "run", "--plan", "nope"]);
+    assert!(
+        err.contains("no backfill plan named \"nope\"")
+            && err.contains("city-3, early, fares, main"),
+        "{err}"
+    );
+    let plans = backfill::plan::list(&db.pool).await.unwrap();
+    assert_eq!(plans.len(), 4);
+    let fares_again = plans.iter().find(|p| p.name == "fares").unwrap();
+    assert_eq!(
+        fares_again.columns,
+        Some(vec!["FARE_ADJUSTMENTS".to_string()])
+    );
+    schemaless.close().await;
+}

@@ -386,7 +386,11 @@ async fn the_runbook_rehearses_from_legacy_to_schemaless_and_back() {
     let written = acked.cells.lock().unwrap().len();
     assert!(written > 100, "only {written} acknowledged writes");
     let report = verifier::report::read(&db.pool, None, None).await.unwrap();
-    assert!(report.totals.samples > 50, "{} reads were verified", report.totals.samples);
+    assert!(
+        report.totals.samples > 50,
+        "{} reads were verified",
+        report.totals.samples
+    );
     eprintln!(
         "rehearsed: {written} acknowledged facade writes, {} plain SQL writes, {} sampled reads, 0 lost, 0 open mismatches",
         sql_written.load(Ordering::Relaxed),

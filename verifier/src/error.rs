@@ -22,6 +22,9 @@ pub enum Error {
     /// A request that cannot be carried out as asked.
     #[error("{0}")]
     Refused(String),
+    /// Bad usage: an unknown column, an empty range.
+    #[error("{0}")]
+    Usage(String),
 }
 
 impl Error {

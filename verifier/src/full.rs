@@ -136,6 +136,16 @@ pub async fn status(pool: &PgPool, id: i64) -> Result<RunStatus, Error> {
     })
 }
 
+/// What a run compares: some layout columns, some parent ids (a partial
+/// diff, after a partial backfill).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// The layout columns (`None`: all).
+    pub columns: Option<Vec<String>>,
+    /// The parent ids, `low..high` (`None`: the whole table).
+    pub ids: Option<(i64, i64)>,
+}
+
 /// The run to work on: the newest unfinished one, or (with `restart`, or
 /// when there is none) a new one over the legacy id range as it is now.
 pub async fn plan(
@@ -144,24 +154,67 @@ pub async fn plan(
     chunk_size: u64,
     restart: bool,
 ) -> Result<i64, Error> {
+    plan_scoped(pool, legacy, chunk_size, restart, &Scope::default()).await
+}
+
+/// [`plan`] of a run over `scope`. An unfinished run is continued only
+/// if it has the same columns (and, with ids given, the same range);
+/// otherwise a new run replaces it.
+pub async fn plan_scoped(
+    pool: &PgPool,
+    legacy: &LegacyStore,
+    chunk_size: u64,
+    restart: bool,
+    scope: &Scope,
+) -> Result<i64, Error> {
     store::ensure(pool).await?;
-    if !restart {
-        if let Some(run) = latest(pool).await? {
-            if run.finished_at.is_none() {
-                return Ok(run.id);
+    if let Some(columns) = &scope.columns {
+        let layout = legacy.layout();
+        for column in columns {
+            if layout.column(column).is_none() {
+                return Err(Error::Usage(format!(
+                    "--columns: {column} is not a column of the layout (its columns: {})",
+                    layout
+                        .columns
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
             }
         }
     }
-    let (low, high) = legacy.id_range().await?.unwrap_or((0, -1));
-    let high = high + 1;
+    if !restart {
+        let unfinished: Option<(i64, Option<Vec<String>>, i64, i64)> = sqlx::query_as(
+            "/* mezzanine */ SELECT id, columns, low_id, high_id FROM mezzanine.verify_runs
+             WHERE finished_at IS NULL ORDER BY id DESC LIMIT 1",
+        )
+        .fetch_optional(pool)
+        .await
+        .map_err(Error::postgres("reading the full diff runs"))?;
+        if let Some((id, columns, low, high)) = unfinished {
+            let same_ids = scope.ids.is_none_or(|ids| ids == (low, high));
+            if columns == scope.columns && same_ids {
+                return Ok(id);
+            }
+        }
+    }
+    let (low, high) = match scope.ids {
+        Some(ids) => ids,
+        None => {
+            let (low, high) = legacy.id_range().await?.unwrap_or((0, -1));
+            (low, high + 1)
+        }
+    };
     let context = "planning a full diff";
     let mut tx = pool.begin().await.map_err(Error::postgres(context))?;
     let id: i64 = sqlx::query_scalar(
-        "/* mezzanine */ INSERT INTO mezzanine.verify_runs (chunk_size, low_id, high_id) VALUES ($1, $2, $3) RETURNING id",
+        "/* mezzanine */ INSERT INTO mezzanine.verify_runs (chunk_size, low_id, high_id, columns) VALUES ($1, $2, $3, $4) RETURNING id",
     )
     .bind(chunk_size as i64)
     .bind(low)
     .bind(high)
+    .bind(&scope.columns)
     .fetch_one(&mut *tx)
     .await
     .map_err(Error::postgres(context))?;
@@ -229,7 +282,15 @@ impl FullDiff {
         progress: &Progress,
         cancel: &CancellationToken,
     ) -> Result<RunStatus, Error> {
-        let work = (0..workers.max(1)).map(|_| self.worker(id, progress, cancel));
+        let columns: Option<Vec<String>> = sqlx::query_scalar(
+            "/* mezzanine */ SELECT columns FROM mezzanine.verify_runs WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(Error::postgres("reading a full diff run"))?;
+        let columns: Option<BTreeSet<String>> = columns.map(|c| c.into_iter().collect());
+        let work = (0..workers.max(1)).map(|_| self.worker(id, columns.as_ref(), progress, cancel));
         futures::future::try_join_all(work).await?;
         sqlx::query(
             "/* mezzanine */ UPDATE mezzanine.verify_runs SET finished_at = now() WHERE id = $1 AND finished_at IS NULL
@@ -245,6 +306,7 @@ impl FullDiff {
     async fn worker(
         &self,
         id: i64,
+        columns: Option<&BTreeSet<String>>,
         progress: &Progress,
         cancel: &CancellationToken,
     ) -> Result<(), Error> {
@@ -266,7 +328,7 @@ impl FullDiff {
                 let heartbeat = self.heartbeat(id, start);
                 tokio::pin!(heartbeat);
                 tokio::select! {
-                    checked = self.check(start..end) => checked?,
+                    checked = self.check_columns(start..end, columns) => checked?,
                     never = &mut heartbeat => match never {},
                 }
             };
@@ -361,10 +423,23 @@ impl FullDiff {
     /// Compares the parents with ids in `ids`; records what differs after
     /// triage and what was verified.
     pub async fn check(&self, ids: std::ops::Range<i64>) -> Result<Checked, Error> {
+        self.check_columns(ids, None).await
+    }
+
+    /// [`FullDiff::check`] of `columns` only (`None`: all).
+    pub async fn check_columns(
+        &self,
+        ids: std::ops::Range<i64>,
+        columns: Option<&BTreeSet<String>>,
+    ) -> Result<Checked, Error> {
         // When this chunk's reads began: a mismatch repaired since is not
         // reopened by what they saw (see `store::record`).
         let observed = std::time::Instant::now();
-        let chunk = self.legacy.scan(ids.clone()).await?;
+        let filter = legacy::scan::ScanFilter {
+            columns: columns.cloned(),
+            predicate: None,
+        };
+        let chunk = self.legacy.scan_filtered(ids.clone(), &filter).await?;
         for e in &chunk.unreadable {
             tracing::warn!("verify full: a legacy row cannot be read through the layout: {e}");
         }
@@ -377,7 +452,7 @@ impl FullDiff {
         }
         let rows: Vec<RowKey> = legacy_cells.keys().copied().collect();
         let stored = self.schemaless_cells(&rows).await?;
-        let units = self.compare(&legacy_cells, &stored);
+        let units = self.compare(&legacy_cells, &stored, columns);
         let (mut equal, first): (Vec<Unit>, Vec<Unit>) =
             units.into_iter().partition(|u| u.difference.is_none());
         // What Schemaless held for each unit found equal: the strict
@@ -417,7 +492,7 @@ impl FullDiff {
                 .map(|d| (d.row_key, d.column.to_string()))
                 .collect();
             let (now_equal, now_different): (Vec<Unit>, Vec<Unit>) = self
-                .compare(&again, &stored)
+                .compare(&again, &stored, columns)
                 .into_iter()
                 .filter(|u| keys.contains(&(u.row_key, u.column.to_string())))
                 .partition(|u| u.difference.is_none());
@@ -531,12 +606,19 @@ impl FullDiff {
         &self,
         legacy: &BTreeMap<RowKey, Vec<Cell>>,
         schemaless: &BTreeMap<RowKey, Vec<Cell>>,
+        columns: Option<&BTreeSet<String>>,
     ) -> Vec<Unit> {
         let none = Vec::new();
         let mut units = Vec::new();
         for (row, cells) in legacy {
             let stored = schemaless.get(row).unwrap_or(&none);
-            for column in &self.legacy.layout().columns {
+            let compared = self
+                .legacy
+                .layout()
+                .columns
+                .iter()
+                .filter(|c| columns.is_none_or(|set| set.contains(c.name.as_str())));
+            for column in compared {
                 let ours: Vec<&Cell> = cells
                     .iter()
                     .filter(|c| c.key.column == column.name)

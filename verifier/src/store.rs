@@ -32,7 +32,10 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
             "mezzanine.verify_runs",
             "mezzanine.verify_chunks",
         ],
-        &[("mezzanine.verify_chunks", "strict")],
+        &[
+            ("mezzanine.verify_chunks", "strict"),
+            ("mezzanine.verify_runs", "columns"),
+        ],
     );
     if everything.await {
         return Ok(());
@@ -102,7 +105,8 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              sample_row_keys uuid[] NOT NULL DEFAULT '{}',
              done_at timestamptz,
              PRIMARY KEY (run, start_id));
-         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS strict boolean NOT NULL DEFAULT false;",
+         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS strict boolean NOT NULL DEFAULT false;
+         ALTER TABLE mezzanine.verify_runs ADD COLUMN IF NOT EXISTS columns text[];",
     )
     .execute(&mut *tx)
     .await

@@ -164,27 +164,40 @@ pub fn render(s: &Status) -> String {
         }
     }
     match &s.backfill {
-        Section::Ok(b) if !b.planned => {
-            let _ = writeln!(out, "backfill   not planned");
-        }
         Section::Ok(b) => {
-            let share = if b.chunks > 0 {
-                b.done as f64 * 100.0 / b.chunks as f64
+            if b.planned {
+                let share = if b.chunks > 0 {
+                    b.done as f64 * 100.0 / b.chunks as f64
+                } else {
+                    100.0
+                };
+                let _ = writeln!(
+                    out,
+                    "backfill   {share:.1}% ({} of {} chunks, {} running, {} failed), {} cells, {:.0} cells/s, ETA {}{}",
+                    b.done,
+                    b.chunks,
+                    b.running,
+                    b.failed,
+                    b.cells_done,
+                    b.cells_per_sec,
+                    seconds(b.eta_secs),
+                    if b.complete { ", complete" } else { "" }
+                );
             } else {
-                100.0
-            };
-            let _ = writeln!(
-                out,
-                "backfill   {share:.1}% ({} of {} chunks, {} running, {} failed), {} cells, {:.0} cells/s, ETA {}{}",
-                b.done,
-                b.chunks,
-                b.running,
-                b.failed,
-                b.cells_done,
-                b.cells_per_sec,
-                seconds(b.eta_secs),
-                if b.complete { ", complete" } else { "" }
-            );
+                let _ = writeln!(out, "backfill   not planned");
+            }
+            for p in b.plans.iter().filter(|p| p.name != backfill::plan::MAIN) {
+                let _ = writeln!(
+                    out,
+                    "  plan {} ({}): {} of {} chunks, {} failed{}",
+                    p.name,
+                    p.scope,
+                    p.done,
+                    p.chunks,
+                    p.failed,
+                    if p.complete { ", complete" } else { "" }
+                );
+            }
         }
         Section::Unavailable { error } => {
             let _ = writeln!(out, "backfill   unavailable: {error}");

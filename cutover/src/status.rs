@@ -166,6 +166,25 @@ pub struct Backfill {
     pub eta_secs: Option<f64>,
     /// Every chunk done.
     pub complete: bool,
+    /// Every plan, the full one (`main`) and partial ones.
+    pub plans: Vec<BackfillPlan>,
+}
+
+/// One backfill plan, in short.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackfillPlan {
+    /// Its name.
+    pub name: String,
+    /// What it covers, in words.
+    pub scope: String,
+    /// Chunks in all.
+    pub chunks: u64,
+    /// Chunks copied.
+    pub done: u64,
+    /// Chunks that failed.
+    pub failed: u64,
+    /// Every chunk done.
+    pub complete: bool,
 }
 
 /// Both directions of the mirror.
@@ -371,10 +390,11 @@ async fn next_step(sources: &Sources, from: Mode) -> Section<Option<NextStep>> {
 async fn backfill(pool: &PgPool) -> Section<Backfill> {
     let result = async {
         backfill::plan::ensure_tables(pool).await?;
-        backfill::status::read(pool).await
+        let all = backfill::status::all(pool).await?;
+        Ok::<_, backfill::Error>((backfill::status::read(pool).await?, all))
     }
     .await;
-    Section::of(result.map(|s| {
+    Section::of(result.map(|(s, all)| {
         let left = s.pending + s.running;
         let per_chunk = (s.done > 0).then(|| s.cells_done as f64 / s.done as f64);
         let eta_secs = match per_chunk {
@@ -396,6 +416,20 @@ async fn backfill(pool: &PgPool) -> Section<Backfill> {
             cells_per_sec: s.recent_cells_per_sec,
             eta_secs,
             complete: s.complete(),
+            plans: all
+                .iter()
+                .filter_map(|p| {
+                    let plan = p.plan.as_ref()?;
+                    Some(BackfillPlan {
+                        name: plan.name.clone(),
+                        scope: plan.scope(),
+                        chunks: p.total(),
+                        done: p.done,
+                        failed: p.failed,
+                        complete: p.complete(),
+                    })
+                })
+                .collect(),
         }
     }))
 }

@@ -675,6 +675,21 @@ async fn partial_backfills_copy_a_new_column_some_ids_or_the_rows_a_predicate_ad
         .unwrap()
         .iter()
         .all(|p| p["complete"] == json!(true)));
+    // And the status screen lists them.
+    let out = ok(after.path(), &["status", "--json"]);
+    let screen: Value = serde_json::from_str(&out).unwrap();
+    let listed: Vec<&str> = screen["backfill"]["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, ["city-3", "early", "fares", "main"]);
+    let out = ok(after.path(), &["status"]);
+    assert!(
+        out.contains("plan fares (columns FARE_ADJUSTMENTS): "),
+        "{out}"
+    );
 
     // Bad input: exit 2, and no plan is made or changed.
     for args in [

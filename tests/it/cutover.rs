@@ -769,3 +769,54 @@ async fn partial_backfills_copy_a_new_column_some_ids_or_the_rows_a_predicate_ad
     );
     schemaless.close().await;
 }
+
+/// The backfill tables as the single-plan version made them, with a plan
+/// half copied.
+const SINGLE_PLAN_TABLES: &str = "CREATE SCHEMA mezzanine;
+CREATE TABLE mezzanine.backfill_plan (
+    id boolean PRIMARY KEY DEFAULT true CHECK (id), table_name text NOT NULL,
+    chunk_size bigint NOT NULL, low_id bigint NOT NULL, high_id bigint NOT NULL,
+    planned_at timestamptz NOT NULL DEFAULT now(), extended_at timestamptz NOT NULL DEFAULT now(),
+    planned_by text NOT NULL, paused boolean NOT NULL DEFAULT false);
+CREATE TABLE mezzanine.backfill_chunks (
+    id bigserial PRIMARY KEY, start_id bigint NOT NULL, end_id bigint NOT NULL,
+    state text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'running', 'done', 'failed')),
+    owner text, heartbeat_at timestamptz, attempts integer NOT NULL DEFAULT 0,
+    parents bigint NOT NULL DEFAULT 0, cells bigint NOT NULL DEFAULT 0, written bigint NOT NULL DEFAULT 0,
+    error text, done_at timestamptz);
+CREATE INDEX backfill_chunks_state ON mezzanine.backfill_chunks (state, start_id);
+INSERT INTO mezzanine.backfill_plan (table_name, chunk_size, low_id, high_id, planned_by)
+    VALUES ('trips', 100, 1, 201, 'an earlier version');
+INSERT INTO mezzanine.backfill_chunks (start_id, end_id, state, parents, cells)
+    VALUES (1, 101, 'done', 100, 250), (101, 201, 'pending', 0, 0);";
+
+#[tokio::test]
+async fn the_plan_of_the_single_plan_version_becomes_plan_main() {
+    let db = LegacyDb::new(SINGLE_PLAN_TABLES, &crate::harness::example_layout()).await;
+    let status = backfill::status::read(&db.pool).await.unwrap();
+    let plan = status.plan.as_ref().expect("the plan is kept");
+    assert_eq!(
+        (plan.name.as_str(), plan.low_id, plan.high_id),
+        ("main", 1, 201)
+    );
+    assert!(plan.is_full());
+    assert_eq!(
+        (status.done, status.pending, status.cells_done),
+        (1, 1, 250)
+    );
+    // A second plan of the same name is refused; another name is not
+    // confused with it.
+    assert_eq!(backfill::plan::list(&db.pool).await.unwrap().len(), 1);
+    let other = backfill::status::read_plan(&db.pool, "fares")
+        .await
+        .unwrap();
+    assert!(other.plan.is_none() && other.total() == 0);
+    let refusal = backfill::status::refusal(&db.pool, None)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        refusal.contains("backfill plan main is not complete: 1 of 2 chunks done"),
+        "{refusal}"
+    );
+}

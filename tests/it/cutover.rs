@@ -518,6 +518,51 @@ async fn a_guard_with_thresholds_that_cannot_hold_is_refused() {
     assert_eq!(code, Some(0), "{out}{err}");
     let seen: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(seen["breaches"], json!([]));
+
+    // Run, it serves its figures on /metrics and stops on SIGTERM.
+    let mut guard = mezzanine(file.path(), &["guard", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kept open until the guard exits: its last line would otherwise meet
+    // a closed pipe.
+    let mut output = std::io::BufReader::new(guard.stdout.take().unwrap());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut output, &mut first).unwrap();
+    let url = first
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no metrics address in {first:?}"))
+        .trim_end_matches(')')
+        .to_string();
+    let started = std::time::Instant::now();
+    let metrics = loop {
+        let addr = url
+            .trim_start_matches("http://")
+            .trim_end_matches("/metrics")
+            .to_string();
+        let text = tokio::task::spawn_blocking(move || crate::verify::http_get(&addr, "/metrics"))
+            .await
+            .unwrap();
+        if text.contains("mezzanine_guard_breaches") {
+            break text;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(metrics.contains("mezzanine_guard_facades"), "{metrics}");
+    // SAFETY: the pid is our child's, still running.
+    unsafe { libc::kill(guard.id() as i32, libc::SIGTERM) };
+    assert!(guard.wait().unwrap().success());
+    let mut last = String::new();
+    std::io::Read::read_to_string(&mut output, &mut last).unwrap();
+    assert!(last.contains("the guard stopped after 0 actions"), "{last}");
+    let (state,): (String,) = sqlx::query_as("SELECT state FROM mezzanine.guard")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(state, "stopped");
 }
 
 /// The FARE_ADJUSTMENTS column of the example layout, as it appears in it.

@@ -114,8 +114,8 @@ fn account_name() -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
-/// The gate `mode set` checks, as the configuration asks for it: with the
-/// layout when coverage or capture's triggers are checked.
+/// The gate `mode set` checks, with the layout when the configuration has
+/// one.
 pub async fn gate(
     config: &config::Config,
     pool: &sqlx::PgPool,
@@ -125,8 +125,9 @@ pub async fn gate(
         schemaless::MySqlStore::connect(config)?,
         config,
     );
-    let capture_checked = config.capture.enabled && config.capture.required;
-    if config.gates.min_coverage > 0.0 || capture_checked {
+    // The layout: for coverage, capture's triggers, and the reverse
+    // mirror's catch-up before the step back to mirror.
+    if config.layout.is_some() {
         gate = gate.with_legacy(legacy::LegacyStore::connect(config).await?);
     }
     Ok(gate)

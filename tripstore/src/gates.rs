@@ -34,8 +34,11 @@
 //! before every facade mirrored, and after the plan was made, would be in
 //! neither the mirror nor any chunk.
 //! `--force` overrides a refusal and is recorded; the preparation runs
-//! either way. Every step's preparation also snapshots pg_stat_statements,
-//! where the next direct-writes count starts.
+//! either way. The step back from `shadow` to `mirror` is prepared too:
+//! the reverse mirror applies what `primary` wrote and the legacy tables
+//! lack, since in `mirror` reads come from them and it stops. Every
+//! step's preparation also snapshots pg_stat_statements, where the next
+//! direct-writes count starts.
 
 use async_trait::async_trait;
 use schemaless::mysql::schema;
@@ -60,6 +63,9 @@ pub struct MigrationGate {
     durability: config::Durability,
     /// The layout as the SQL reader sees it, for the direct-writes count.
     model: Option<query::Model>,
+    /// `[mirror]`, for the reverse mirror's catch-up on the step back to
+    /// `mirror`.
+    config: config::Config,
 }
 
 impl MigrationGate {
@@ -75,6 +81,7 @@ impl MigrationGate {
             mode_poll_ms: config.legacy.as_ref().map_or(1000, |l| l.mode_poll_ms),
             durability: config.storage.durability,
             model: query::Model::from_config(config),
+            config: config.clone(),
         }
     }
 
@@ -404,11 +411,14 @@ impl Gate for MigrationGate {
         Ok(checks)
     }
 
-    async fn prepare(&self, _from: Mode, to: Mode) -> Result<(), Error> {
+    async fn prepare(&self, from: Mode, to: Mode) -> Result<(), Error> {
         if to != Mode::Legacy {
             mirror::schema::ensure(&self.pool).await?;
             // Where the next direct-writes count starts.
             crate::direct_writes::snapshot(&self.pool).await?;
+        }
+        if from == Mode::Shadow && to == Mode::Mirror {
+            self.reverse_caught_up().await?;
         }
         if to == Mode::Primary {
             let started = mirror::reverse::start_offsets(&self.pool, &self.schemaless).await?;
@@ -417,6 +427,37 @@ impl Gate for MigrationGate {
                     "reverse mirror offsets set at the change-log heads of {started} shards"
                 );
             }
+        }
+        Ok(())
+    }
+}
+
+impl MigrationGate {
+    /// The step back from `shadow` to `mirror`: writes acknowledged in
+    /// `primary` may still be only in Schemaless, waiting for the reverse
+    /// mirror, which stops in `mirror`, where reads come from the legacy
+    /// tables. So the reverse mirror is caught up first (one pass over
+    /// every shard's change log, as `mirror reverse --once`), before the
+    /// mode changes. Needs the layout (the gate is given it with
+    /// [`MigrationGate::with_legacy`]).
+    async fn reverse_caught_up(&self) -> Result<(), Error> {
+        let Some(legacy) = &self.legacy else {
+            return Err(Error::Gate(
+                "the step back to mirror first applies what the reverse mirror has not, which needs the layout: give the gate the legacy store".into(),
+            ));
+        };
+        let reverse =
+            mirror::ReverseMirror::new(legacy.clone(), self.schemaless.clone(), &self.config);
+        if !reverse.started().await? {
+            return Ok(());
+        }
+        let applied = reverse.catch_up().await?;
+        if applied.total() > 0 {
+            tracing::info!(
+                "before the step back to mirror, the reverse mirror applied {} change-log cells ({} parked)",
+                applied.applied,
+                applied.parked
+            );
         }
         Ok(())
     }

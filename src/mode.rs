@@ -114,20 +114,24 @@ fn account_name() -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
-/// The gate `mode set` checks, with the layout when the configuration has
-/// one.
+/// The gate of `mode set MODE`, with the layout when the step needs it:
+/// for coverage, capture's triggers, and (entering `mirror`) the reverse
+/// mirror's catch-up before the step back from `shadow`. Without that
+/// need, a layout that does not match the tables yet does not stop a
+/// step.
 pub async fn gate(
     config: &config::Config,
     pool: &sqlx::PgPool,
+    target: Mode,
 ) -> anyhow::Result<tripstore::gates::MigrationGate> {
     let mut gate = tripstore::gates::MigrationGate::new(
         pool.clone(),
         schemaless::MySqlStore::connect(config)?,
         config,
     );
-    // The layout: for coverage, capture's triggers, and the reverse
-    // mirror's catch-up before the step back to mirror.
-    if config.layout.is_some() {
+    let capture_checked = config.capture.enabled && config.capture.required;
+    let needs_layout = config.gates.min_coverage > 0.0 || capture_checked || target == Mode::Mirror;
+    if needs_layout && config.layout.is_some() {
         gate = gate.with_legacy(legacy::LegacyStore::connect(config).await?);
     }
     Ok(gate)
@@ -248,7 +252,7 @@ async fn set(args: SetArgs, config: &config::Config, pool: &sqlx::PgPool) -> any
         .mode
         .parse()
         .map_err(|e: tripstore::Error| crate::UsageError(e.to_string()))?;
-    let gate = gate(config, pool).await?;
+    let gate = gate(config, pool, target).await?;
     if args.dry_run {
         let plan = mode::dry_run(pool, target, &gate).await?;
         let verdict = if plan.from == plan.to {

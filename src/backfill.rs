@@ -169,10 +169,19 @@ pub async fn run(command: BackfillCommand, config_path: &Path) -> anyhow::Result
                 }
                 None => backfill::status::all(&pool).await?,
             };
-            // The full backfill's figures stay where they always were.
+            // The full backfill's figures stay where they always were
+            // (without its plan: none).
             let main = match &args.plan {
                 Some(_) => statuses[0].clone(),
-                None => backfill::status::read(&pool).await?,
+                None => statuses
+                    .iter()
+                    .find(|s| {
+                        s.plan
+                            .as_ref()
+                            .is_some_and(|p| p.name == backfill::plan::MAIN)
+                    })
+                    .cloned()
+                    .unwrap_or_default(),
             };
             if args.prometheus {
                 metrics::record_backfill(&main, None);

@@ -278,22 +278,7 @@ pub async fn create_plan(
     check_name(&spec.name)?;
     let layout = legacy.layout();
     if let Some(columns) = &spec.columns {
-        if columns.is_empty() {
-            return Err(Error::BadPlan("--columns names no column".into()));
-        }
-        for column in columns {
-            if !layout.columns.iter().any(|c| c.name.as_str() == column) {
-                return Err(Error::BadPlan(format!(
-                    "{column} is not a column of the layout (its columns: {})",
-                    layout
-                        .columns
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
+        layout.check_columns(columns).map_err(Error::BadPlan)?;
     }
     if let Some((low, high)) = spec.ids {
         if high <= low {

@@ -98,13 +98,10 @@ impl Guard {
     /// A guard over the legacy database `pool` and `schemaless`, with the
     /// thresholds of `config.guard`.
     pub fn new(pool: PgPool, schemaless: MySqlStore, config: &config::Config) -> Guard {
-        let worker = mirror::worker::worker_name("guard");
-        // `guard:host:pid:suffix` -> `guard@host:pid`.
-        let mut parts = worker.split(':').skip(1);
         let name = format!(
             "guard@{}:{}",
-            parts.next().unwrap_or("unknown"),
-            parts.next().unwrap_or("0")
+            mirror::worker::host_name(),
+            std::process::id()
         );
         Guard {
             pool,

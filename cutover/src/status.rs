@@ -390,11 +390,20 @@ async fn next_step(sources: &Sources, from: Mode) -> Section<Option<NextStep>> {
 async fn backfill(pool: &PgPool) -> Section<Backfill> {
     let result = async {
         backfill::plan::ensure_tables(pool).await?;
-        let all = backfill::status::all(pool).await?;
-        Ok::<_, backfill::Error>((backfill::status::read(pool).await?, all))
+        backfill::status::all(pool).await
     }
     .await;
-    Section::of(result.map(|(s, all)| {
+    Section::of(result.map(|all| {
+        // The full backfill's figures; without its plan, none.
+        let s = all
+            .iter()
+            .find(|p| {
+                p.plan
+                    .as_ref()
+                    .is_some_and(|p| p.name == backfill::plan::MAIN)
+            })
+            .cloned()
+            .unwrap_or_default();
         let left = s.pending + s.running;
         let per_chunk = (s.done > 0).then(|| s.cells_done as f64 / s.done as f64);
         let eta_secs = match per_chunk {

@@ -404,6 +404,25 @@ impl Layout {
             .find(|(_, c)| c.name.as_str() == name)
     }
 
+    /// Checks names a command was given (`--columns`): at least one, each
+    /// a column of the layout; the error names the columns there are.
+    pub fn check_columns(&self, names: &[String]) -> Result<(), String> {
+        if names.is_empty() {
+            return Err("--columns names no column".into());
+        }
+        match names.iter().find(|n| self.column(n).is_none()) {
+            None => Ok(()),
+            Some(unknown) => Err(format!(
+                "{unknown} is not a column of the layout (its columns: {})",
+                self.columns
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
     /// The index called `name`.
     pub fn index(&self, name: &str) -> Option<&IndexLayout> {
         self.indexes.iter().find(|i| i.name == name)

@@ -382,6 +382,36 @@ async fn dry_runs_change_nothing_and_status_shows_the_gates_of_the_next_step() {
 const QUICK_GUARD: &str =
     "[guard]\nwindow_ms = 4000\nfor_ms = 400\ncheck_ms = 100\nreport_ms = 200\n";
 
+/// Waits until the guard has looked more than `ms` after the instant
+/// `at` (SQL) gives.
+async fn guard_looked_after(pool: &sqlx::PgPool, at: &str, ms: u64) {
+    let since: f64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT extract(epoch FROM {at})::float8"
+    )))
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let looked: bool = sqlx::query_scalar(
+            "SELECT coalesce(bool_or(extract(epoch FROM seen_at) > $1 + $2 / 1000.0), false) FROM mezzanine.guard",
+        )
+        .bind(since)
+        .bind(ms as f64)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if looked {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the guard stopped looking"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_guard_moves_reads_back_to_postgres_when_a_divergence_appears_in_shadow() {
     let (db, config, text, facade) = crate::verify::mirrored(120, 5, QUICK_GUARD).await;
@@ -411,11 +441,12 @@ async fn the_guard_moves_reads_back_to_postgres_when_a_divergence_appears_in_sha
         let cancel = cancel.clone();
         tokio::spawn(async move { guard.run(cancel).await })
     };
-    // Clean reads on both stores, sampled and compared: nothing to act on.
+    // Clean reads on both stores, sampled and compared: nothing to act on,
+    // checked by a guard that looked again more than its for_ms after.
     for _ in 0..3 {
         read_all().await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    guard_looked_after(&db.pool, "now()", 600).await;
     assert_eq!(
         facade.read_share().default_bp,
         5000,
@@ -467,7 +498,12 @@ async fn the_guard_moves_reads_back_to_postgres_when_a_divergence_appears_in_sha
     assert!(reason.contains("mismatches opened"), "{reason}");
     // The guard never steps forward, and now waits: stopping it reports
     // its one action.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    guard_looked_after(
+        &db.pool,
+        "(SELECT max(last_action_at) FROM mezzanine.guard)",
+        500,
+    )
+    .await;
     assert_eq!(
         tripstore::mode::read(&db.pool).await.unwrap().mode,
         Mode::Shadow

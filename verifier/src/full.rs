@@ -169,20 +169,10 @@ pub async fn plan_scoped(
 ) -> Result<i64, Error> {
     store::ensure(pool).await?;
     if let Some(columns) = &scope.columns {
-        let layout = legacy.layout();
-        for column in columns {
-            if layout.column(column).is_none() {
-                return Err(Error::Usage(format!(
-                    "--columns: {column} is not a column of the layout (its columns: {})",
-                    layout
-                        .columns
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )));
-            }
-        }
+        legacy
+            .layout()
+            .check_columns(columns)
+            .map_err(|why| Error::Usage(format!("--columns: {why}")))?;
     }
     if !restart {
         let unfinished: Option<(i64, Option<Vec<String>>, i64, i64)> = sqlx::query_as(

@@ -164,8 +164,22 @@ impl Node {
     /// kill -9, and reap it if it is ours.
     pub fn kill(&self) {
         let Some(pid) = self.pid() else { return };
+        // PostgreSQL's backends outlive a killed postmaster for a moment,
+        // holding its shared memory, and a restart meanwhile fails
+        // ("pre-existing shared memory block is still in use"): the whole
+        // server is killed, and waited for, not only its first process.
+        let children = crate::process::children_of(pid);
         let process = Process::adopt(pid);
         process.signal(libc::SIGKILL);
+        for &child in &children {
+            Process::adopt(child).signal(libc::SIGKILL);
+        }
+        for _ in 0..500 {
+            if !children.iter().any(|&c| pid_alive(c)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let guard = self.process.lock().unwrap_or_else(|p| p.into_inner());
         // Our own child must be reaped (`alive` does) or its pid keeps
         // looking alive; anyone else's is reaped by init. Up to 5 s.

@@ -100,6 +100,25 @@ impl Process {
 }
 
 /// Whether a process with this pid exists (and is not a zombie).
+/// The processes whose parent is `pid` (a server's backends), from /proc.
+pub fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
 pub fn pid_alive(pid: i32) -> bool {
     // SAFETY: signal 0 only checks for existence.
     let exists = unsafe { libc::kill(pid, 0) } == 0;

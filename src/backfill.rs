@@ -274,10 +274,9 @@ async fn plan(
         ids: args.ids,
         predicate,
     };
-    let plan =
-        backfill::plan::create_plan(legacy, &spec, chunk_size, args.replace, &crate::mode::who())
-            .await
-            .map_err(usage)?;
+    let plan = backfill::plan::create_plan(legacy, &spec, chunk_size, args.replace, &host::who())
+        .await
+        .map_err(usage)?;
     println!(
         "planned {}: ids {}..{} of {} in {} chunks of {} ({})",
         plan.name,

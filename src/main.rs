@@ -239,6 +239,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`mezzanine cluster status | head`), as
     // command-line tools do, instead of panicking on the next print.
+    // Changing a disposition is unsafe in nix as well (a handler could
+    // break async-signal safety); SIG_DFL installs none.
     // SAFETY: called before any thread exists; SIG_DFL is always valid.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);

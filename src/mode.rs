@@ -66,54 +66,6 @@ pub struct HistoryArgs {
     json: bool,
 }
 
-/// `user@host` of whoever runs the command.
-pub fn who() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .ok()
-        .filter(|u| !u.is_empty())
-        .or_else(account_name)
-        .unwrap_or_else(|| "unknown".into());
-    let mut name = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; the result is
-    // NUL-terminated when it fits, which the search below relies on.
-    let ok = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) } == 0;
-    let host = if ok {
-        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        String::from_utf8_lossy(&name[..end]).into_owned()
-    } else {
-        "unknown".into()
-    };
-    format!("{user}@{host}")
-}
-
-/// The name of the account the process runs as, from the password
-/// database (services and cron jobs often have no `USER`).
-fn account_name() -> Option<String> {
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut buffer = vec![0u8; 4096];
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call: `entry` and `found` are
-    // ours, the buffer is valid for its length; on success `pw_name`
-    // points into the buffer, NUL-terminated, and is read before the
-    // buffer is dropped.
-    let rc = unsafe {
-        libc::getpwuid_r(
-            libc::getuid(),
-            &mut entry,
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            &mut found,
-        )
-    };
-    if rc != 0 || found.is_null() || entry.pw_name.is_null() {
-        return None;
-    }
-    // SAFETY: see above.
-    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
-    Some(name.to_string_lossy().into_owned())
-}
-
 /// The gate of `mode set MODE`, with the layout when the step needs it:
 /// for coverage, capture's triggers, and (entering `mirror`) the reverse
 /// mirror's catch-up before the step back from `shadow`. Without that
@@ -286,7 +238,7 @@ async fn set(args: SetArgs, config: &config::Config, pool: &sqlx::PgPool) -> any
     let request = ModeRequest {
         target,
         force: args.force,
-        by: who(),
+        by: host::who(),
         reason: args.reason,
     };
     let change = mode::set(pool, &request, &gate).await?;
@@ -327,7 +279,7 @@ async fn reads(
     let request = ReadsRequest {
         bp,
         column: args.column,
-        by: who(),
+        by: host::who(),
         reason: args.reason,
     };
     let (before, after) = mode::set_reads(pool, &request).await?;
@@ -368,16 +320,4 @@ async fn history(args: HistoryArgs, pool: &sqlx::PgPool) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    /// A process without `USER` (a service, a cron job) is still named in
-    /// the history by its account.
-    #[test]
-    fn the_account_is_found_without_the_environment() {
-        let name = super::account_name().expect("the password database has this process's user");
-        assert!(!name.is_empty() && !name.contains('\0'), "{name:?}");
-        assert!(super::who().contains('@'));
-    }
 }

@@ -172,7 +172,7 @@ async fn sample(
             flags.verify.max_samples_per_sec
         }),
     };
-    verifier::store::set_settings(pool, wanted, &crate::mode::who())
+    verifier::store::set_settings(pool, wanted, &host::who())
         .await
         .map_err(|e| match e {
             verifier::Error::Refused(m) => crate::UsageError(m).into(),

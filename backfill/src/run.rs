@@ -602,18 +602,10 @@ async fn sleep_or_cancel(cancel: &CancellationToken, wait: Duration) {
 async fn replication_lag(
     node: &schemaless::mysql::topology::Node,
 ) -> Result<Option<Duration>, Error> {
-    let rows = node.fetch_all("SHOW SLAVE STATUS".into()).await?;
-    let Some(row) = rows.first() else {
-        return Ok(None);
-    };
-    let seconds: Option<u64> = row
-        .try_get::<Option<u64>, _>("Seconds_Behind_Master")
-        .or_else(|_| {
-            row.try_get::<Option<i64>, _>("Seconds_Behind_Master")
-                .map(|v| v.map(|s| s.max(0) as u64))
-        })
-        .map_err(|e| node.error(e))?;
-    Ok(seconds.map(Duration::from_secs))
+    let rows = node.fetch_all(mariadb::SHOW_REPLICA_STATUS.into()).await?;
+    Ok(mariadb::ReplicaStatus::from_rows(&rows)
+        .and_then(|status| status.seconds_behind)
+        .map(Duration::from_secs))
 }
 
 /// Rows per second for one process: a bucket of a second's worth, taken

@@ -98,11 +98,7 @@ impl Guard {
     /// A guard over the legacy database `pool` and `schemaless`, with the
     /// thresholds of `config.guard`.
     pub fn new(pool: PgPool, schemaless: MySqlStore, config: &config::Config) -> Guard {
-        let name = format!(
-            "guard@{}:{}",
-            mirror::worker::host_name(),
-            std::process::id()
-        );
+        let name = format!("guard@{}:{}", host::name(), std::process::id());
         Guard {
             pool,
             schemaless,

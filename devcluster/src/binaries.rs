@@ -1,6 +1,7 @@
 //! Finding the server programs, and saying which Debian package to install
 //! when one is missing.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::Error;
@@ -41,16 +42,27 @@ impl Binaries {
     /// Looks for every program; the error names each missing one and the
     /// package that provides it.
     pub fn find() -> Result<Binaries, Error> {
+        Binaries::find_with(|name| std::env::var_os(name))
+    }
+
+    /// [`Binaries::find`] with the environment read through `env`.
+    fn find_with(env: impl Fn(&str) -> Option<OsString>) -> Result<Binaries, Error> {
         let mut missing = Vec::new();
-        let mariadbd = find_in_path(&["mariadbd", "mysqld"], &["/usr/sbin", "/usr/libexec"]);
+        let path = env("PATH").unwrap_or_default();
+        let mariadbd = find_in_path(
+            &path,
+            &["mariadbd", "mysqld"],
+            &["/usr/sbin", "/usr/libexec"],
+        );
         let install_db = find_in_path(
+            &path,
             &["mariadb-install-db", "mysql_install_db"],
             &["/usr/bin", "/usr/scripts"],
         );
         if mariadbd.is_none() || install_db.is_none() {
             missing.push(("mariadbd, mariadb-install-db", "mariadb-server"));
         }
-        let pg_bin = postgres_bin_dir();
+        let pg_bin = postgres_bin_dir(env("MEZZANINE_PG_BIN"));
         if pg_bin.is_none() {
             missing.push((
                 "postgres, initdb (PostgreSQL 15)",
@@ -76,9 +88,8 @@ impl Binaries {
     }
 }
 
-fn find_in_path(names: &[&str], extra_dirs: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+fn find_in_path(path: &OsStr, names: &[&str], extra_dirs: &[&str]) -> Option<PathBuf> {
+    let dirs: Vec<PathBuf> = std::env::split_paths(path)
         .chain(extra_dirs.iter().map(PathBuf::from))
         .collect();
     names
@@ -90,8 +101,8 @@ fn find_in_path(names: &[&str], extra_dirs: &[&str]) -> Option<PathBuf> {
 /// PostgreSQL's server programs live outside PATH on Debian, one folder per
 /// major version. 15 is preferred; any other installed version is used if
 /// 15 is absent. `MEZZANINE_PG_BIN` overrides the search.
-fn postgres_bin_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("MEZZANINE_PG_BIN") {
+fn postgres_bin_dir(overridden: Option<OsString>) -> Option<PathBuf> {
+    if let Some(dir) = overridden {
         let dir = PathBuf::from(dir);
         return is_executable(&dir.join("postgres")).then_some(dir);
     }
@@ -120,10 +131,10 @@ mod tests {
     #[test]
     fn a_missing_server_names_the_package_to_install() {
         let empty = tempfile::tempdir().unwrap();
-        // SAFETY: no other test of this crate reads the environment.
-        unsafe { std::env::set_var("MEZZANINE_PG_BIN", empty.path()) };
-        let result = Binaries::find();
-        unsafe { std::env::remove_var("MEZZANINE_PG_BIN") };
+        let result = Binaries::find_with(|name| match name {
+            "MEZZANINE_PG_BIN" => Some(empty.path().into()),
+            other => std::env::var_os(other),
+        });
         match result {
             Err(Error::MissingBinaries(text)) => {
                 assert!(text.contains("apt-get install -y postgresql"), "{text}");

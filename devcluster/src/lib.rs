@@ -43,6 +43,7 @@ use std::time::Duration;
 
 pub use binaries::Binaries;
 pub use node::{Node, NodeState};
+pub use process::Signal;
 pub use replication::MinionStatus;
 pub use spec::{ClusterSpec, NodeSpec, Role, Spec};
 
@@ -267,14 +268,14 @@ impl DevCluster {
     /// nothing.
     pub fn pause(&self, name: &str) -> Result<(), Error> {
         let node = self.node(name)?;
-        node.signal(libc::SIGSTOP);
+        node.signal(Signal::SIGSTOP);
         wait_for_state(node, NodeState::Paused)
     }
 
     /// Thaws a paused node (SIGCONT).
     pub fn resume(&self, name: &str) -> Result<(), Error> {
         let node = self.node(name)?;
-        node.signal(libc::SIGCONT);
+        node.signal(Signal::SIGCONT);
         wait_for_state(node, NodeState::Running)
     }
 

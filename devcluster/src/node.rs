@@ -12,7 +12,7 @@ use std::time::Duration;
 use sqlx::ConnectOptions;
 
 use crate::binaries::Binaries;
-use crate::process::{pid_alive, read_pid_file, Process};
+use crate::process::{pid_alive, read_pid_file, Process, Signal};
 use crate::spec::{NodeSpec, Role};
 use crate::Error;
 
@@ -155,7 +155,7 @@ impl Node {
     }
 
     /// Sends a signal to the server process, if it runs.
-    pub fn signal(&self, signal: i32) {
+    pub fn signal(&self, signal: Signal) {
         if let Some(pid) = self.pid() {
             Process::adopt(pid).signal(signal);
         }
@@ -170,9 +170,9 @@ impl Node {
         // server is killed, and waited for, not only its first process.
         let children = crate::process::children_of(pid);
         let process = Process::adopt(pid);
-        process.signal(libc::SIGKILL);
+        process.signal(Signal::SIGKILL);
         for &child in &children {
-            Process::adopt(child).signal(libc::SIGKILL);
+            Process::adopt(child).signal(Signal::SIGKILL);
         }
         for _ in 0..500 {
             if !children.iter().any(|&c| pid_alive(c)) {
@@ -200,11 +200,11 @@ impl Node {
     pub async fn stop(&self) -> Result<(), Error> {
         let Some(pid) = self.pid() else { return Ok(()) };
         let process = Process::adopt(pid);
-        process.signal(libc::SIGCONT);
+        process.signal(Signal::SIGCONT);
         // SIGINT is PostgreSQL's fast shutdown; SIGTERM MariaDB's normal one.
         process.signal(match self.spec.role {
-            Role::Postgres => libc::SIGINT,
-            _ => libc::SIGTERM,
+            Role::Postgres => Signal::SIGINT,
+            _ => Signal::SIGTERM,
         });
         let ours = self
             .process
@@ -213,7 +213,7 @@ impl Node {
             .take();
         let waiter = ours.unwrap_or(process);
         if !waiter.wait_exit(STOP_TIMEOUT).await {
-            waiter.signal(libc::SIGKILL);
+            waiter.signal(Signal::SIGKILL);
             waiter.wait_exit(Duration::from_secs(10)).await;
         }
         Ok(())
@@ -521,8 +521,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), Error> {
 }
 
 fn running_as_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    nix::unistd::geteuid().is_root()
 }
 
 /// Whether any user may pass through `dir` and every folder above it.
@@ -550,17 +549,15 @@ fn as_postgres_user(command: &mut Command, data: &Path) -> Result<(), Error> {
 }
 
 fn postgres_user() -> Result<(u32, u32), Error> {
-    let name = std::ffi::CString::new("postgres").expect("no NUL in a literal");
-    // SAFETY: getpwnam returns a pointer into static storage or null; it is
-    // read at once, before any other call could overwrite it.
-    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
-    if entry.is_null() {
-        return Err(Error::MissingBinaries(
+    match nix::unistd::User::from_name("postgres") {
+        Ok(Some(user)) => Ok((user.uid.as_raw(), user.gid.as_raw())),
+        Ok(None) => Err(Error::MissingBinaries(
             "the postgres system user does not exist (PostgreSQL refuses to run as root): apt-get install -y postgresql-15".into(),
-        ));
+        )),
+        Err(e) => Err(Error::Server(format!(
+            "reading the postgres user from the password database: {e}"
+        ))),
     }
-    // SAFETY: checked non-null above.
-    Ok(unsafe { ((*entry).pw_uid, (*entry).pw_gid) })
 }
 
 fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), Error> {

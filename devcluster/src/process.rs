@@ -8,6 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
 use crate::Error;
 
 /// A server process: its pid, and the child handle when this process
@@ -20,8 +23,9 @@ pub struct Process {
 }
 
 impl Process {
-    /// Starts `command` in its own session (so it outlives a terminal and a
-    /// Ctrl-C of the command that started it), output to `log`.
+    /// Starts `command` in its own process group (so a Ctrl-C of the
+    /// command that started it, sent to the terminal's foreground group,
+    /// does not reach it), output to `log`.
     pub fn spawn(mut command: Command, log: &Path) -> Result<Process, Error> {
         let out = File::options()
             .create(true)
@@ -32,13 +36,7 @@ impl Process {
             .try_clone()
             .map_err(|e| Error::io("duplicating a log handle", e))?;
         command.stdin(Stdio::null()).stdout(out).stderr(err);
-        // SAFETY: setsid is async-signal-safe and touches no memory.
-        unsafe {
-            command.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        command.process_group(0);
         let program = format!("{:?}", command.get_program());
         let child = command
             .spawn()
@@ -67,11 +65,8 @@ impl Process {
     }
 
     /// Sends `signal`; a process that is already gone is not an error.
-    pub fn signal(&self, signal: i32) {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe {
-            libc::kill(self.pid, signal);
-        }
+    pub fn signal(&self, signal: Signal) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(self.pid), signal);
     }
 
     /// Waits up to `timeout` for the process to exit.
@@ -120,8 +115,8 @@ pub fn children_of(pid: i32) -> Vec<i32> {
 }
 
 pub fn pid_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks for existence.
-    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    // No signal only checks for existence.
+    let exists = nix::sys::signal::kill(Pid::from_raw(pid), None).is_ok();
     exists
         && std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|stat| {

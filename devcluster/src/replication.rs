@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use sqlx::mysql::MySqlRow;
-use sqlx::{Connection, Row};
+use sqlx::Connection;
 
 use crate::node::Node;
 use crate::Error;
@@ -31,28 +30,8 @@ impl MinionStatus {
     pub fn caught_up(&self) -> bool {
         self.master_gtid
             .as_deref()
-            .is_some_and(|m| gtid_covers(&self.minion_gtid, m))
+            .is_some_and(|m| mariadb::gtid_covers(&self.minion_gtid, m))
     }
-}
-
-/// Whether GTID position `have` includes everything in `want` (both are
-/// comma-separated `domain-server-seq` lists, one entry per domain).
-pub fn gtid_covers(have: &str, want: &str) -> bool {
-    let parse = |s: &str| -> Vec<(u32, u64)> {
-        s.split(',')
-            .filter_map(|g| {
-                let mut parts = g.trim().split('-');
-                let domain = parts.next()?.parse().ok()?;
-                let _server = parts.next()?;
-                let seq = parts.next()?.parse().ok()?;
-                Some((domain, seq))
-            })
-            .collect()
-    };
-    let have = parse(have);
-    parse(want)
-        .iter()
-        .all(|(domain, seq)| have.iter().any(|(d, s)| d == domain && s >= seq))
 }
 
 fn sql_error(node: &Node, source: sqlx::Error) -> Error {
@@ -70,7 +49,7 @@ fn sql_error(node: &Node, source: sqlx::Error) -> Error {
 /// silently diverging.
 pub(crate) async fn ensure_replicating(minion: &Node, master_port: u16) -> Result<(), Error> {
     let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
-    let status = slave_status(&mut conn)
+    let status = replica_status(&mut conn)
         .await
         .map_err(|e| sql_error(minion, e))?;
     if status.is_none() {
@@ -93,22 +72,13 @@ pub(crate) async fn ensure_replicating(minion: &Node, master_port: u16) -> Resul
     Ok(())
 }
 
-async fn slave_status(conn: &mut sqlx::MySqlConnection) -> Result<Option<MySqlRow>, sqlx::Error> {
-    let rows = sqlx::raw_sql("SHOW SLAVE STATUS").fetch_all(conn).await?;
-    Ok(rows.into_iter().next())
-}
-
-/// A column as text, whether the server sends it as a string or as bytes.
-fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(row: &MySqlRow, index: I) -> Option<String> {
-    row.try_get::<Option<String>, _>(index)
-        .ok()
-        .flatten()
-        .or_else(|| {
-            row.try_get::<Option<Vec<u8>>, _>(index)
-                .ok()
-                .flatten()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-        })
+async fn replica_status(
+    conn: &mut sqlx::MySqlConnection,
+) -> Result<Option<mariadb::ReplicaStatus>, sqlx::Error> {
+    let rows = sqlx::raw_sql(mariadb::SHOW_REPLICA_STATUS)
+        .fetch_all(conn)
+        .await?;
+    Ok(mariadb::ReplicaStatus::from_rows(&rows))
 }
 
 async fn master_gtid(master_port: u16) -> Option<String> {
@@ -119,13 +89,13 @@ async fn master_gtid(master_port: u16) -> Option<String> {
         .await
         .ok()?;
     let _ = conn.close().await;
-    text(&row, 0)
+    mariadb::text(&row, 0)
 }
 
 /// The minion's replication state, and its master's position.
 pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStatus, Error> {
     let mut conn = minion.mysql().await.map_err(|e| sql_error(minion, e))?;
-    let row = slave_status(&mut conn)
+    let replica = replica_status(&mut conn)
         .await
         .map_err(|e| sql_error(minion, e))?;
     let _ = conn.close().await;
@@ -134,14 +104,11 @@ pub(crate) async fn status(minion: &Node, master_port: u16) -> Result<MinionStat
         master_gtid: master_gtid(master_port).await,
         ..MinionStatus::default()
     };
-    if let Some(row) = row {
-        status.io_running = text(&row, "Slave_IO_Running").as_deref() == Some("Yes");
-        status.sql_running = text(&row, "Slave_SQL_Running").as_deref() == Some("Yes");
-        status.seconds_behind = text(&row, "Seconds_Behind_Master").and_then(|s| s.parse().ok());
-        status.last_error = [text(&row, "Last_IO_Error"), text(&row, "Last_SQL_Error")]
-            .into_iter()
-            .flatten()
-            .find(|e| !e.is_empty());
+    if let Some(replica) = replica {
+        status.io_running = replica.io_running;
+        status.sql_running = replica.sql_running;
+        status.seconds_behind = replica.seconds_behind;
+        status.last_error = replica.last_error;
     }
     Ok(status)
 }
@@ -212,20 +179,5 @@ async fn minion_gtid(minion: &Node) -> Result<String, Error> {
         .await
         .map_err(|e| sql_error(minion, e))?;
     let _ = conn.close().await;
-    Ok(text(&row, 0).unwrap_or_default())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn gtid_positions_compare_per_domain() {
-        assert!(gtid_covers("0-1-10", "0-1-10"));
-        assert!(gtid_covers("0-1-11", "0-1-10"));
-        assert!(!gtid_covers("0-1-9", "0-1-10"));
-        assert!(!gtid_covers("", "0-1-1"));
-        assert!(gtid_covers("0-1-5,1-2-7", "1-2-7"));
-        assert!(!gtid_covers("0-1-5", "0-1-5,1-2-7"));
-    }
+    Ok(mariadb::text(&row, 0).unwrap_or_default())
 }

@@ -534,34 +534,6 @@ pub async fn seed(
     Ok(total)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_trip_is_the_same_whatever_the_chunking() {
-        let g = Generator::new(7, 1000, true);
-        let whole = g.chunk(1..101);
-        let mut parts = g.chunk(1..50);
-        let rest = g.chunk(50..101);
-        parts.trips.push_str(&rest.trips);
-        parts.notes.push_str(&rest.notes);
-        assert_eq!(whole.trips, parts.trips);
-        assert_eq!(whole.notes, parts.notes);
-        assert_ne!(
-            Generator::new(8, 1000, true).chunk(1..101).trips,
-            whole.trips
-        );
-    }
-
-    #[test]
-    fn copy_text_is_escaped() {
-        let mut out = String::new();
-        escape(&mut out, "a\tb\nc\\d");
-        assert_eq!(out, "a\\tb\\nc\\\\d");
-    }
-}
-
 /// Cells of new and changing trips in the sample layout's shape (BASE and
 /// NOTES of `config/examples/local.toml`), for load through the facade:
 /// `mezzanine mirror load`, `mezzanine bench mirror`, the demo and tests.
@@ -643,5 +615,33 @@ impl TripCells {
             schemaless::RefKey::new(base.key.ref_key.get() + 1).expect("a valid ref key");
         cell.body = schemaless::Body::from(fields);
         cell
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trip_is_the_same_whatever_the_chunking() {
+        let g = Generator::new(7, 1000, true);
+        let whole = g.chunk(1..101);
+        let mut parts = g.chunk(1..50);
+        let rest = g.chunk(50..101);
+        parts.trips.push_str(&rest.trips);
+        parts.notes.push_str(&rest.notes);
+        assert_eq!(whole.trips, parts.trips);
+        assert_eq!(whole.notes, parts.notes);
+        assert_ne!(
+            Generator::new(8, 1000, true).chunk(1..101).trips,
+            whole.trips
+        );
+    }
+
+    #[test]
+    fn copy_text_is_escaped() {
+        let mut out = String::new();
+        escape(&mut out, "a\tb\nc\\d");
+        assert_eq!(out, "a\\tb\\nc\\\\d");
     }
 }

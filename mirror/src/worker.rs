@@ -61,16 +61,9 @@ impl WorkerStats {
     }
 }
 
-/// This machine's name, as workers' names carry it.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 /// A worker's name: kind, host, process and a random suffix.
 pub fn worker_name(kind: &str) -> String {
-    let host = host_name();
+    let host = host::name();
     format!(
         "{kind}:{host}:{}:{:04x}",
         std::process::id(),

@@ -76,6 +76,8 @@ fn backfill_process(config: &Path, workers: usize) -> anyhow::Result<u64> {
         .context("starting the backfill process")?;
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
+    // nix has no wait4, the one call that gives one child's own peak RSS
+    // (RUSAGE_CHILDREN is the largest of every child reaped so far).
     // SAFETY: an all-zero rusage is valid; wait4 fills it in. The child is
     // reaped here, not by `Child` (which never waits on drop).
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };

@@ -79,11 +79,13 @@ impl CpuMeter {
                 Some((group, node.pid()?))
             })
             .collect();
-        // SAFETY: sysconf has no preconditions.
-        let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .filter(|&tick| tick > 0);
         CpuMeter {
             servers,
-            tick: if tick > 0 { tick as f64 } else { 100.0 },
+            tick: tick.map_or(100.0, |tick| tick as f64),
         }
     }
 
@@ -202,14 +204,13 @@ impl CpuSpent {
 
 /// CPU time (user + system) this process has used so far.
 pub fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes into the struct it is given.
-    let usage = unsafe {
-        let mut usage = std::mem::zeroed::<libc::rusage>();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
+    use nix::sys::resource::{getrusage, UsageWho};
+    use nix::sys::time::TimeValLike;
+    let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return Duration::ZERO;
     };
-    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Duration::from_micros(micros(usage.ru_utime) + micros(usage.ru_stime))
+    let micros = (usage.user_time() + usage.system_time()).num_microseconds();
+    Duration::from_micros(micros.max(0) as u64)
 }
 
 /// Microseconds of `spent` per unit of work (0 for no work).

@@ -588,8 +588,8 @@ async fn a_guard_with_thresholds_that_cannot_hold_is_refused() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(metrics.contains("mezzanine_guard_facades"), "{metrics}");
-    // SAFETY: the pid is our child's, still running.
-    unsafe { libc::kill(guard.id() as i32, libc::SIGTERM) };
+    let pid = nix::unistd::Pid::from_raw(guard.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("signalling the guard");
     assert!(guard.wait().unwrap().success());
     let mut last = String::new();
     std::io::Read::read_to_string(&mut output, &mut last).unwrap();

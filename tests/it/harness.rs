@@ -36,6 +36,8 @@ pub fn cluster() -> &'static DevCluster {
         .join()
         .expect("the server thread")
         .unwrap_or_else(|e| panic!("starting the test cluster: {e}"));
+        // nix has no atexit; a test binary has no other hook that runs
+        // after every test without a panic skipping it.
         // SAFETY: registering a plain extern "C" function.
         unsafe {
             libc::atexit(stop_cluster_at_exit);

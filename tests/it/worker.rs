@@ -7,6 +7,7 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::sys::signal::Signal;
 use schemaless::{
     Cell, CellKey, CellStore, Column, Filter, FilterOp, IndexQuery, ReadFrom, StoredCell,
 };
@@ -265,11 +266,9 @@ impl WorkerProcess {
         }
     }
 
-    fn signal(&self, signal: i32) {
-        // SAFETY: a plain kill(2) of our own child.
-        unsafe {
-            libc::kill(self.child.id() as i32, signal);
-        }
+    fn signal(&self, signal: Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("signalling our own worker");
     }
 }
 
@@ -404,7 +403,7 @@ async fn tokens_and_scopes_decide_who_may_call_and_nothing_is_written_without() 
         assert_eq!(r.status().as_u16(), 200, "{path}");
     }
     // No secret reaches the log.
-    worker.signal(libc::SIGTERM);
+    worker.signal(Signal::SIGTERM);
     let mut worker = worker;
     let status = worker.child.wait().unwrap();
     assert!(status.success(), "{status}");
@@ -550,7 +549,7 @@ async fn a_saturated_worker_sheds_with_retry_after_recovers_and_drains_on_sigter
     let body = put_body(&row, "NOTES", 8).to_string();
     let hanging = hanging_put(worker.addr, &body);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    worker.signal(libc::SIGTERM);
+    worker.signal(Signal::SIGTERM);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let answer = finish(hanging, &body);
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -811,7 +810,7 @@ async fn a_worker_killed_under_load_fails_no_request_and_loses_no_write() {
     while acknowledged.lock().unwrap().len() < 40 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    doomed.signal(libc::SIGKILL);
+    doomed.signal(Signal::SIGKILL);
     let at_kill = acknowledged.lock().unwrap().len();
     for writer in writers {
         writer.await.unwrap();

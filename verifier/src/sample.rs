@@ -457,6 +457,7 @@ pub fn start_isolated(
 fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     {
+        // nix has no setpriority.
         // SAFETY: setpriority with PRIO_PROCESS and who = 0 changes only
         // the calling thread's nice value; it reads no memory of ours.
         let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) } != 0;

@@ -230,25 +230,11 @@ impl Source {
     }
 }
 
-/// A column of `SHOW SLAVE STATUS` as text.
-fn text(row: &sqlx::mysql::MySqlRow, column: &str) -> String {
-    row.try_get::<Option<String>, _>(column)
-        .ok()
-        .flatten()
-        .or_else(|| {
-            row.try_get::<Option<Vec<u8>>, _>(column)
-                .ok()
-                .flatten()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-        })
-        .unwrap_or_default()
-}
-
 /// What a minion has received from its master (`Gtid_IO_Pos`), or None
 /// if it does not replicate.
 async fn received(node: &Node) -> Result<Option<String>> {
-    let rows = node.fetch_all("SHOW SLAVE STATUS".into()).await?;
-    Ok(rows.first().map(|row| text(row, "Gtid_IO_Pos")))
+    let rows = node.fetch_all(mariadb::SHOW_REPLICA_STATUS.into()).await?;
+    Ok(mariadb::ReplicaStatus::from_rows(&rows).map(|status| status.received))
 }
 
 async fn scalar_text(node: &Node, sql: &str) -> Result<String> {
@@ -257,26 +243,6 @@ async fn scalar_text(node: &Node, sql: &str) -> Result<String> {
         .first()
         .and_then(|r| r.try_get::<Option<String>, _>(0).ok().flatten())
         .unwrap_or_default())
-}
-
-/// Whether GTID position `have` includes everything in `want` (both are
-/// comma-separated `domain-server-seq` lists, one entry per domain).
-pub fn gtid_covers(have: &str, want: &str) -> bool {
-    let parse = |s: &str| -> Vec<(u32, u64)> {
-        s.split(',')
-            .filter_map(|g| {
-                let mut parts = g.trim().split('-');
-                let domain = parts.next()?.parse().ok()?;
-                let _server = parts.next()?;
-                let seq = parts.next()?.parse().ok()?;
-                Some((domain, seq))
-            })
-            .collect()
-    };
-    let have = parse(have);
-    parse(want)
-        .iter()
-        .all(|(domain, seq)| have.iter().any(|(d, s)| d == domain && s >= seq))
 }
 
 /// Makes `node` (a member's label or URL) the master of `cluster`.
@@ -382,7 +348,7 @@ pub async fn promote(
         match received(other).await {
             Ok(pos) => {
                 let pos = pos.unwrap_or_default();
-                if !force && !gtid_covers(&position, &pos) {
+                if !force && !mariadb::gtid_covers(&position, &pos) {
                     return Err(Error::Schema(format!(
                         "{} has received more ({pos}) than {} has ({position}): promote {} instead, \
                          or pass --force to lose what only it has. Nothing was changed",
@@ -512,16 +478,6 @@ async fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn gtid_positions_compare_per_domain() {
-        assert!(gtid_covers("0-1-10", "0-1-10"));
-        assert!(gtid_covers("0-2-11", "0-1-10"));
-        assert!(!gtid_covers("0-1-9", "0-1-10"));
-        assert!(!gtid_covers("", "0-1-1"));
-        assert!(gtid_covers("0-1-5", ""));
-        assert!(!gtid_covers("0-1-5", "0-1-5,1-2-7"));
-    }
 
     #[test]
     fn replication_sources_come_from_the_url_with_quotes_escaped() {

@@ -213,8 +213,7 @@ impl Trigger {
         options: config::Triggers,
     ) -> Result<Trigger> {
         check_name(name)?;
-        let host: String = std::fs::read_to_string("/etc/hostname")
-            .unwrap_or_else(|_| "host".into())
+        let host: String = host::name()
             .chars()
             .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
             .take(64)

@@ -215,26 +215,6 @@ impl CellStore for Client {
         Ok(results)
     }
 
-    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        Ok(self.get_cell_answer(key, from).await?.value)
-    }
-
-    async fn get_cell_latest(
-        &self,
-        row_key: &RowKey,
-        column: &Column,
-        from: ReadFrom,
-    ) -> Result<Option<StoredCell>> {
-        Ok(self
-            .get_cell_latest_answer(row_key, column, from)
-            .await?
-            .value)
-    }
-
-    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
-        Ok(self.get_cells_for_row_answer(row_key, from).await?.value)
-    }
-
     async fn get_cells_for_shard(
         &self,
         shard: u32,
@@ -319,18 +299,6 @@ impl CellStore for Client {
         Ok(all)
     }
 
-    async fn get_column_cells(
-        &self,
-        rows: &[RowKey],
-        column: &Column,
-        from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
-        Ok(self
-            .get_column_cells_answer(rows, column, from)
-            .await?
-            .value)
-    }
-
     async fn query_index_answer(
         &self,
         query: &IndexQuery,
@@ -353,9 +321,5 @@ impl CellStore for Client {
                 .collect::<Result<_>>()?,
             stale: answer.stale || reply.stale,
         })
-    }
-
-    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        Ok(self.query_index_answer(query, from).await?.value)
     }
 }

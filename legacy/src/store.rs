@@ -26,7 +26,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use config::ColumnKind;
 use schemaless::{
-    cell::check_batch, Body, Cell, CellKey, CellResult, CellStore, Column, Conflict, Error,
+    cell::check_batch, Answer, Body, Cell, CellKey, CellResult, CellStore, Column, Conflict, Error,
     IndexEntry, IndexQuery, ReadFrom, RefKey, Result, RowKey, ShardPage, StoredCell, WriteOutcome,
 };
 use serde_json::{Map, Value};
@@ -405,6 +405,31 @@ impl LegacyStore {
         Ok(Some((seq, read_body(column, &row, 1, &what)?)))
     }
 
+    /// One cell by its full address: a row column has only its current
+    /// ref key, a child column one per child row.
+    async fn cell(&self, key: &CellKey) -> Result<Option<StoredCell>> {
+        let (_, column) = self.column(&key.column)?;
+        let wanted = key.ref_key.get();
+        match column.kind {
+            ColumnKind::Row => match self.row_cell(column, key.row_key.uuid()).await? {
+                Some((v, body)) if v == wanted => Ok(Some(stored(key.row_key, column, v, body)?)),
+                Some((v, _)) if v > wanted => Err(Error::Unsupported {
+                    operation: "get_cell",
+                    reason: format!(
+                        "the legacy model keeps only the latest cell of row column {} (ref key {v}), not ref key {wanted}",
+                        column.name
+                    ),
+                }),
+                _ => Ok(None),
+            },
+            ColumnKind::Child => self
+                .child_cell(&self.pool, column, key.row_key.uuid(), Some(wanted))
+                .await?
+                .map(|(v, body)| stored(key.row_key, column, v, body))
+                .transpose(),
+        }
+    }
+
     /// The row column's current ref key and body for a UUID.
     async fn row_cell(&self, column: &ColumnLayout, row_key: Uuid) -> Result<Option<(i64, Body)>> {
         let layout = &*self.layout;
@@ -592,44 +617,29 @@ impl CellStore for LegacyStore {
         self.put_cells_with(cells, &NoHook).await
     }
 
-    async fn get_cell(&self, key: &CellKey, _from: ReadFrom) -> Result<Option<StoredCell>> {
-        let (_, column) = self.column(&key.column)?;
-        let wanted = key.ref_key.get();
-        match column.kind {
-            ColumnKind::Row => match self.row_cell(column, key.row_key.uuid()).await? {
-                Some((v, body)) if v == wanted => Ok(Some(stored(key.row_key, column, v, body)?)),
-                Some((v, _)) if v > wanted => Err(Error::Unsupported {
-                    operation: "get_cell",
-                    reason: format!(
-                        "the legacy model keeps only the latest cell of row column {} (ref key {v}), not ref key {wanted}",
-                        column.name
-                    ),
-                }),
-                _ => Ok(None),
-            },
-            ColumnKind::Child => self
-                .child_cell(&self.pool, column, key.row_key.uuid(), Some(wanted))
-                .await?
-                .map(|(v, body)| stored(key.row_key, column, v, body))
-                .transpose(),
-        }
+    async fn get_cell_answer(
+        &self,
+        key: &CellKey,
+        _from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        Ok(Answer::fresh(self.cell(key).await?))
     }
 
-    async fn get_cell_latest(
+    async fn get_cell_latest_answer(
         &self,
         row_key: &RowKey,
         column: &Column,
         _from: ReadFrom,
-    ) -> Result<Option<StoredCell>> {
+    ) -> Result<Answer<Option<StoredCell>>> {
         let (_, column) = self.column(column)?;
-        self.latest(column, row_key).await
+        Ok(Answer::fresh(self.latest(column, row_key).await?))
     }
 
-    async fn get_cells_for_row(
+    async fn get_cells_for_row_answer(
         &self,
         row_key: &RowKey,
         _from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<Answer<Vec<StoredCell>>> {
         let reads = self
             .layout
             .columns
@@ -641,7 +651,7 @@ impl CellStore for LegacyStore {
             .flatten()
             .collect();
         cells.sort_by(|a, b| a.cell.key.column.cmp(&b.cell.key.column));
-        Ok(cells)
+        Ok(Answer::fresh(cells))
     }
 
     async fn get_cells_for_shard(
@@ -657,18 +667,22 @@ impl CellStore for LegacyStore {
         })
     }
 
-    async fn query_index(&self, query: &IndexQuery, _from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        crate::index::query(self, query).await
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        _from: ReadFrom,
+    ) -> Result<Answer<Vec<IndexEntry>>> {
+        Ok(Answer::fresh(crate::index::query(self, query).await?))
     }
 
     /// A row column keeps one cell per parent (the current row), a child
     /// column one per child row.
-    async fn get_column_cells(
+    async fn get_column_cells_answer(
         &self,
         rows: &[RowKey],
         column: &Column,
         _from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<Answer<Vec<StoredCell>>> {
         let (_, column) = self.column(column)?;
         let layout = &*self.layout;
         let uuids: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();
@@ -716,7 +730,7 @@ impl CellStore for LegacyStore {
             cells.push(stored(row_key, column, ref_key, body)?);
         }
         cells.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
-        Ok(cells)
+        Ok(Answer::fresh(cells))
     }
 }
 

@@ -170,7 +170,9 @@ pub trait CellStore: Send + Sync {
     async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>>;
 
     /// One cell by its full address.
-    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>>;
+    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
+        Ok(self.get_cell_answer(key, from).await?.value)
+    }
 
     /// The cell of (row, column) with the highest ref key.
     async fn get_cell_latest(
@@ -178,10 +180,17 @@ pub trait CellStore: Send + Sync {
         row_key: &RowKey,
         column: &Column,
         from: ReadFrom,
-    ) -> Result<Option<StoredCell>>;
+    ) -> Result<Option<StoredCell>> {
+        Ok(self
+            .get_cell_latest_answer(row_key, column, from)
+            .await?
+            .value)
+    }
 
     /// The latest cell of every column of a row, ordered by column name.
-    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>>;
+    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
+        Ok(self.get_cells_for_row_answer(row_key, from).await?.value)
+    }
 
     /// The shard's change log: up to `limit` cells with added_id > `after`,
     /// in added_id order.
@@ -193,15 +202,17 @@ pub trait CellStore: Send + Sync {
         from: ReadFrom,
     ) -> Result<ShardPage>;
 
-    /// [`CellStore::get_cell`], saying whether the answer may be stale. A
-    /// store that never fails over answers fresh.
+    // Each read of one row or one index value is implemented once, as its
+    // `_answer` form, which says whether the answer may be stale (a
+    // minion answered for a master that is down); the plain form drops
+    // that. A store that never fails over answers `Answer::fresh`.
+
+    /// [`CellStore::get_cell`], saying whether the answer may be stale.
     async fn get_cell_answer(
         &self,
         key: &CellKey,
         from: ReadFrom,
-    ) -> Result<Answer<Option<StoredCell>>> {
-        Ok(Answer::fresh(self.get_cell(key, from).await?))
-    }
+    ) -> Result<Answer<Option<StoredCell>>>;
 
     /// [`CellStore::get_cell_latest`], saying whether the answer may be
     /// stale.
@@ -210,11 +221,7 @@ pub trait CellStore: Send + Sync {
         row_key: &RowKey,
         column: &Column,
         from: ReadFrom,
-    ) -> Result<Answer<Option<StoredCell>>> {
-        Ok(Answer::fresh(
-            self.get_cell_latest(row_key, column, from).await?,
-        ))
-    }
+    ) -> Result<Answer<Option<StoredCell>>>;
 
     /// [`CellStore::get_cells_for_row`], saying whether the answer may be
     /// stale.
@@ -222,30 +229,33 @@ pub trait CellStore: Send + Sync {
         &self,
         row_key: &RowKey,
         from: ReadFrom,
-    ) -> Result<Answer<Vec<StoredCell>>> {
-        Ok(Answer::fresh(self.get_cells_for_row(row_key, from).await?))
-    }
-
-    /// [`CellStore::query_index`], saying whether the answer may be stale.
-    async fn query_index_answer(
-        &self,
-        query: &IndexQuery,
-        from: ReadFrom,
-    ) -> Result<Answer<Vec<IndexEntry>>> {
-        Ok(Answer::fresh(self.query_index(query, from).await?))
-    }
+    ) -> Result<Answer<Vec<StoredCell>>>;
 
     /// Every stored cell of `column` in these rows: every ref key, in
     /// address order. Tombstones are read this way (see
     /// [`crate::tombstone`]), and so is the history a hidden latest cell
-    /// falls back on. A store that cannot answer says so with
-    /// [`Error::Unsupported`].
+    /// falls back on.
     async fn get_column_cells(
         &self,
         rows: &[RowKey],
         column: &Column,
         from: ReadFrom,
     ) -> Result<Vec<StoredCell>> {
+        Ok(self
+            .get_column_cells_answer(rows, column, from)
+            .await?
+            .value)
+    }
+
+    /// [`CellStore::get_column_cells`], saying whether the answer may be
+    /// stale. A store that cannot answer says so with
+    /// [`Error::Unsupported`].
+    async fn get_column_cells_answer(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
         let _ = (rows, from);
         Err(Error::Unsupported {
             operation: "get_column_cells",
@@ -253,23 +263,20 @@ pub trait CellStore: Send + Sync {
         })
     }
 
-    /// [`CellStore::get_column_cells`], saying whether the answer may be
-    /// stale.
-    async fn get_column_cells_answer(
-        &self,
-        rows: &[RowKey],
-        column: &Column,
-        from: ReadFrom,
-    ) -> Result<Answer<Vec<StoredCell>>> {
-        Ok(Answer::fresh(
-            self.get_column_cells(rows, column, from).await?,
-        ))
+    /// Entries of a secondary index for one shard-field value, filtered,
+    /// ordered and limited.
+    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
+        Ok(self.query_index_answer(query, from).await?.value)
     }
 
-    /// Entries of a secondary index for one shard-field value, filtered,
-    /// ordered and limited. A store that cannot answer index queries says
-    /// so with [`Error::Unsupported`].
-    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
+    /// [`CellStore::query_index`], saying whether the answer may be stale.
+    /// A store that cannot answer index queries says so with
+    /// [`Error::Unsupported`].
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<IndexEntry>>> {
         let _ = from;
         Err(Error::Unsupported {
             operation: "query_index",

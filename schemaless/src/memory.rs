@@ -11,7 +11,8 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 
 use crate::api::{
-    CellResult, CellStore, Conflict, IndexEntry, IndexQuery, ReadFrom, ShardPage, WriteOutcome,
+    Answer, CellResult, CellStore, Conflict, IndexEntry, IndexQuery, ReadFrom, ShardPage,
+    WriteOutcome,
 };
 use crate::cell::{check_batch, now_micros, Cell, CellKey, Column, RowKey, StoredCell};
 use crate::error::{Error, Result};
@@ -114,30 +115,36 @@ impl CellStore for MemoryStore {
         Ok(results)
     }
 
-    async fn get_cell(&self, key: &CellKey, _from: ReadFrom) -> Result<Option<StoredCell>> {
-        Ok(self.state().cells.get(key).cloned())
+    async fn get_cell_answer(
+        &self,
+        key: &CellKey,
+        _from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        Ok(Answer::fresh(self.state().cells.get(key).cloned()))
     }
 
-    async fn get_cell_latest(
+    async fn get_cell_latest_answer(
         &self,
         row_key: &RowKey,
         column: &Column,
         _from: ReadFrom,
-    ) -> Result<Option<StoredCell>> {
+    ) -> Result<Answer<Option<StoredCell>>> {
         let state = self.state();
-        Ok(state
-            .cells
-            .values()
-            .filter(|c| c.cell.key.row_key == *row_key && c.cell.key.column == *column)
-            .max_by_key(|c| c.cell.key.ref_key)
-            .cloned())
+        Ok(Answer::fresh(
+            state
+                .cells
+                .values()
+                .filter(|c| c.cell.key.row_key == *row_key && c.cell.key.column == *column)
+                .max_by_key(|c| c.cell.key.ref_key)
+                .cloned(),
+        ))
     }
 
-    async fn get_cells_for_row(
+    async fn get_cells_for_row_answer(
         &self,
         row_key: &RowKey,
         _from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<Answer<Vec<StoredCell>>> {
         let state = self.state();
         let mut latest: BTreeMap<&Column, &StoredCell> = BTreeMap::new();
         for stored in state
@@ -150,25 +157,31 @@ impl CellStore for MemoryStore {
                 *slot = stored;
             }
         }
-        Ok(latest.into_values().cloned().collect())
+        Ok(Answer::fresh(latest.into_values().cloned().collect()))
     }
 
-    async fn get_column_cells(
+    async fn get_column_cells_answer(
         &self,
         rows: &[RowKey],
         column: &Column,
         _from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<Answer<Vec<StoredCell>>> {
         let state = self.state();
-        Ok(state
-            .cells
-            .values()
-            .filter(|c| c.cell.key.column == *column && rows.contains(&c.cell.key.row_key))
-            .cloned()
-            .collect())
+        Ok(Answer::fresh(
+            state
+                .cells
+                .values()
+                .filter(|c| c.cell.key.column == *column && rows.contains(&c.cell.key.row_key))
+                .cloned()
+                .collect(),
+        ))
     }
 
-    async fn query_index(&self, query: &IndexQuery, _from: ReadFrom) -> Result<Vec<IndexEntry>> {
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        _from: ReadFrom,
+    ) -> Result<Answer<Vec<IndexEntry>>> {
         let spec = self
             .indexes
             .iter()
@@ -187,10 +200,10 @@ impl CellStore for MemoryStore {
                 *slot = stored;
             }
         }
-        Ok(spec.brute_force(
+        Ok(Answer::fresh(spec.brute_force(
             &checked,
             latest.into_iter().map(|(row, c)| (row, &c.cell.body)),
-        ))
+        )))
     }
 
     async fn get_cells_for_shard(

@@ -670,30 +670,6 @@ impl CellStore for TripStore {
         result
     }
 
-    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        Ok(self.get_cell_answer(key, from).await?.value)
-    }
-
-    async fn get_cell_latest(
-        &self,
-        row_key: &RowKey,
-        column: &Column,
-        from: ReadFrom,
-    ) -> Result<Option<StoredCell>> {
-        Ok(self
-            .get_cell_latest_answer(row_key, column, from)
-            .await?
-            .value)
-    }
-
-    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
-        Ok(self.get_cells_for_row_answer(row_key, from).await?.value)
-    }
-
-    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        Ok(self.query_index_answer(query, from).await?.value)
-    }
-
     // The `_answer` reads say whether a minion answered for a master that
     // is down. Such answers are not sampled: a stale answer compared with
     // the other store would be a false mismatch.
@@ -774,17 +750,17 @@ impl CellStore for TripStore {
         result
     }
 
-    async fn get_column_cells(
+    async fn get_column_cells_answer(
         &self,
         rows: &[RowKey],
         column: &Column,
         from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
+    ) -> Result<schemaless::Answer<Vec<StoredCell>>> {
         // Every version of a column is no read the verifier replays (the
         // legacy tables keep only the current row): not sampled.
         let (store, _, served) = self.reads(rows.first(), Some(column.as_str()));
         let started = Instant::now();
-        let result = store.get_column_cells(rows, column, from).await;
+        let result = store.get_column_cells_answer(rows, column, from).await;
         self.count(served, started, &result);
         result
     }

@@ -909,26 +909,6 @@ impl CellStore for MySqlStore {
             .collect())
     }
 
-    async fn get_cell(&self, key: &CellKey, from: ReadFrom) -> Result<Option<StoredCell>> {
-        Ok(self.get_cell_answer(key, from).await?.value)
-    }
-
-    async fn get_cell_latest(
-        &self,
-        row_key: &RowKey,
-        column: &Column,
-        from: ReadFrom,
-    ) -> Result<Option<StoredCell>> {
-        Ok(self
-            .get_cell_latest_answer(row_key, column, from)
-            .await?
-            .value)
-    }
-
-    async fn get_cells_for_row(&self, row_key: &RowKey, from: ReadFrom) -> Result<Vec<StoredCell>> {
-        Ok(self.get_cells_for_row_answer(row_key, from).await?.value)
-    }
-
     async fn get_cell_answer(
         &self,
         key: &CellKey,
@@ -1010,19 +990,6 @@ impl CellStore for MySqlStore {
         let cells = self.fetch(&node, shard, sql).await?;
         let next = cells.last().map_or(after, |c| c.added_id);
         Ok(ShardPage { cells, next })
-    }
-
-    async fn query_index(&self, query: &IndexQuery, from: ReadFrom) -> Result<Vec<IndexEntry>> {
-        Ok(self.query_index_answer(query, from).await?.value)
-    }
-
-    async fn get_column_cells(
-        &self,
-        rows: &[RowKey],
-        column: &Column,
-        from: ReadFrom,
-    ) -> Result<Vec<StoredCell>> {
-        Ok(self.column_cells(rows, column, from).await?.value)
     }
 
     async fn get_column_cells_answer(

@@ -1,0 +1,410 @@
+//! Writes: each cell checked against the layout and canonicalized, a
+//! batch applied in address order in one transaction (row columns as
+//! guarded upserts, child columns as idempotent inserts), every value
+//! read back through the read conversion, lost races retried.
+
+use config::ColumnKind;
+use schemaless::{
+    cell::check_batch, Body, Cell, CellKey, CellResult, Conflict, Error, RefKey, Result, RowKey,
+    WriteOutcome,
+};
+use serde_json::{Map, Value};
+use sqlx::postgres::{PgDatabaseError, PgRow};
+use sqlx::{AssertSqlSafe, Postgres, Row, Transaction};
+use uuid::Uuid;
+
+use super::hook::{SKIP_CAPTURE, SKIP_CAPTURE_MARKED};
+use super::{read_body, LegacyStore, TransactionHook};
+use crate::layout::{quote, ColumnLayout};
+
+/// How many times a batch is tried when it loses a race or a deadlock.
+const ATTEMPTS: usize = 5;
+
+/// A cell checked against the layout, ready to write.
+struct Prepared {
+    column: usize,
+    row_key: Uuid,
+    ref_key: i64,
+    /// The body in canonical form, every field present.
+    canonical: Body,
+    /// Per field (layout order), the text cast into the SQL column.
+    params: Vec<Option<String>>,
+}
+
+fn same_or_conflict(stored: &Body, canonical: &Body, key: CellKey) -> CellResult {
+    if stored == canonical {
+        Ok(WriteOutcome::AlreadyPresent)
+    } else {
+        Err(Conflict { key })
+    }
+}
+
+/// The canonical body of `body` for `column`, and the SQL parameter of each
+/// field; unknown fields and values of the wrong type are errors naming
+/// the field.
+pub(super) fn canonicalize(
+    column: &ColumnLayout,
+    body: &Body,
+) -> Result<(Body, Vec<Option<String>>)> {
+    for name in body.fields().keys() {
+        if column.field(name).is_none() {
+            return Err(Error::invalid(
+                &format!("body.{name}"),
+                format!(
+                    "column {} has no field {name:?} (its fields are {})",
+                    column.name,
+                    column.field_names()
+                ),
+            ));
+        }
+    }
+    let mut map = Map::with_capacity(column.fields.len());
+    let mut params = Vec::with_capacity(column.fields.len());
+    for field in &column.fields {
+        let value = body.fields().get(&field.json).unwrap_or(&Value::Null);
+        let (canonical, param) = field.conversion.accept(value).map_err(|message| {
+            Error::invalid(
+                &format!("body.{}", field.json),
+                format!(
+                    "{message} (for {}.{}, {})",
+                    column.table, field.sql, field.sql_type
+                ),
+            )
+        })?;
+        if let (Some(max), Value::String(text)) = (field.max_chars, &canonical) {
+            let chars = text.chars().count();
+            if chars > max {
+                return Err(Error::invalid(
+                    &format!("body.{}", field.json),
+                    format!(
+                        "is {chars} characters, over the {max} of {}.{} ({})",
+                        column.table, field.sql, field.sql_type
+                    ),
+                ));
+            }
+        }
+        map.insert(field.json.clone(), canonical);
+        params.push(param);
+    }
+    Ok((Body::from(map), params))
+}
+
+/// A batch that lost a race (two writers creating one parent row: unique
+/// violation) or a deadlock is tried again from the start.
+fn retry_batch(e: &Error) -> bool {
+    match e {
+        Error::Storage { source, .. } => {
+            e.is_retryable()
+                || source
+                    .as_database_error()
+                    .and_then(|db| db.code())
+                    .is_some_and(|code| code == "23505")
+        }
+        _ => false,
+    }
+}
+
+impl LegacyStore {
+    fn prepare(&self, cell: &Cell) -> Result<Prepared> {
+        let (index, layout) = self.column(&cell.key.column)?;
+        let (canonical, params) = canonicalize(layout, &cell.body)?;
+        Ok(Prepared {
+            column: index,
+            row_key: cell.key.row_key.uuid(),
+            ref_key: cell.key.ref_key.get(),
+            canonical,
+            params,
+        })
+    }
+
+    /// Writes one prepared cell inside the batch's transaction.
+    async fn write(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        cell: &Prepared,
+        copy_to: Option<&str>,
+    ) -> Result<CellResult> {
+        let layout = &*self.layout;
+        let column = &layout.columns[cell.column];
+        let key = || CellKey {
+            row_key: RowKey::from(cell.row_key),
+            column: column.name.clone(),
+            ref_key: RefKey::new(cell.ref_key).expect("checked at the boundary"),
+        };
+        let casts: Vec<String> = column
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, f)| format!("CAST(${}::text AS {})", i + 3, f.sql_type))
+            .collect();
+        // Wraps the statement that writes the cell so that it also copies
+        // the cell into `copy_to`, when it wrote a row.
+        let n = column.fields.len();
+        let with_copy = |statement: String| match copy_to {
+            None => statement,
+            Some(table) => format!(
+                "/* mezzanine */ WITH w AS ({statement}),
+                 c AS (INSERT INTO {table} (row_key, column_name, ref_key, body)
+                       SELECT $1, ${}, $2, ${} FROM w)
+                 SELECT * FROM w",
+                n + 3,
+                n + 4
+            ),
+        };
+        let copy_params =
+            |query: sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments>| {
+                match copy_to {
+                    None => query,
+                    Some(_) => query
+                        .bind(column.name.as_str().to_string())
+                        .bind(cell.canonical.to_string()),
+                }
+            };
+        match column.kind {
+            ColumnKind::Row => {
+                let select = format!(
+                    "/* mezzanine */ SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 FOR UPDATE",
+                    v = column.ref_key_sql,
+                    exprs = column.read_exprs("p"),
+                    table = layout.table_sql,
+                    uuid = layout.uuid_sql,
+                );
+                let current = sqlx::query(AssertSqlSafe(select))
+                    .bind(cell.row_key)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| self.write_error(column, e))?;
+                let statement = match &current {
+                    None => format!(
+                        "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}, {cols}) VALUES ($1, $2, {casts}) RETURNING {exprs}",
+                        table = layout.table_sql,
+                        uuid = layout.uuid_sql,
+                        v = column.ref_key_sql,
+                        cols = column.fields.iter().map(|f| quote(&f.sql)).collect::<Vec<_>>().join(", "),
+                        casts = casts.join(", "),
+                        exprs = column.read_exprs("p"),
+                    ),
+                    Some(row) => {
+                        let version: Option<i64> = row.try_get(0).map_err(|e| self.storage(e))?;
+                        match version {
+                            Some(v) if v > cell.ref_key => return Ok(Ok(WriteOutcome::Superseded)),
+                            Some(v) if v == cell.ref_key => {
+                                let what = || format!("{} {}", layout.table, key());
+                                let stored = read_body(column, row, 1, &what)?;
+                                return Ok(same_or_conflict(&stored, &cell.canonical, key()));
+                            }
+                            _ => format!(
+                                "/* mezzanine */ UPDATE {table} AS p SET {v} = $2, {sets} WHERE p.{uuid} = $1 RETURNING {exprs}",
+                                table = layout.table_sql,
+                                v = column.ref_key_sql,
+                                sets = column
+                                    .fields
+                                    .iter()
+                                    .zip(&casts)
+                                    .map(|(f, cast)| format!("{} = {cast}", quote(&f.sql)))
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                uuid = layout.uuid_sql,
+                                exprs = column.read_exprs("p"),
+                            ),
+                        }
+                    }
+                };
+                let mut query = sqlx::query(AssertSqlSafe(with_copy(statement)))
+                    .bind(cell.row_key)
+                    .bind(cell.ref_key);
+                for param in &cell.params {
+                    query = query.bind(param.as_deref());
+                }
+                let row = copy_params(query)
+                    .fetch_one(&mut **tx)
+                    .await
+                    .map_err(|e| self.write_error(column, e))?;
+                self.check_read_back(column, &row, cell)?;
+                Ok(Ok(WriteOutcome::Written))
+            }
+            ColumnKind::Child => {
+                let parent = column
+                    .parent_sql
+                    .as_deref()
+                    .expect("a child has a parent key");
+                let insert = format!(
+                    "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}, {cols})
+                     SELECT p.{id}, $2, {casts} FROM {parent_table} p WHERE p.{uuid} = $1
+                     ON CONFLICT ({parent}, {s}) DO NOTHING RETURNING {exprs}",
+                    table = column.table_sql,
+                    s = column.ref_key_sql,
+                    cols = column
+                        .fields
+                        .iter()
+                        .map(|f| quote(&f.sql))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    id = layout.id_sql,
+                    casts = casts.join(", "),
+                    parent_table = layout.table_sql,
+                    uuid = layout.uuid_sql,
+                    exprs = column.read_exprs("c"),
+                );
+                let mut query = sqlx::query(AssertSqlSafe(with_copy(insert)))
+                    .bind(cell.row_key)
+                    .bind(cell.ref_key);
+                for param in &cell.params {
+                    query = query.bind(param.as_deref());
+                }
+                if let Some(row) = copy_params(query)
+                    .fetch_optional(&mut **tx)
+                    .await
+                    .map_err(|e| self.write_error(column, e))?
+                {
+                    self.check_read_back(column, &row, cell)?;
+                    return Ok(Ok(WriteOutcome::Written));
+                }
+                match self.child_cell(&mut **tx, column, cell.row_key, Some(cell.ref_key)).await? {
+                    Some((_, stored)) => Ok(same_or_conflict(&stored, &cell.canonical, key())),
+                    None => Err(Error::invalid(
+                        "row_key",
+                        format!(
+                            "{} has no row in {}: column {} is kept in the child table {}, which needs its parent row; write the parent's row column first",
+                            cell.row_key, layout.table, column.name, column.table
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Refuses a write PostgreSQL would not keep exactly as given.
+    fn check_read_back(&self, column: &ColumnLayout, row: &PgRow, cell: &Prepared) -> Result<()> {
+        let what = || format!("the row just written to {}", column.table);
+        let stored = read_body(column, row, 0, &what)?;
+        for field in &column.fields {
+            let want = cell.canonical.fields().get(&field.json);
+            let got = stored.fields().get(&field.json);
+            if want != got {
+                return Err(Error::invalid(
+                    &format!("body.{}", field.json),
+                    format!(
+                        "{} cannot be stored exactly in {}.{} ({}): it would read back as {}",
+                        want.unwrap_or(&Value::Null),
+                        column.table,
+                        field.sql,
+                        field.sql_type,
+                        got.unwrap_or(&Value::Null)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps a failed write: values PostgreSQL refuses (too long, out of
+    /// range, a NOT NULL or CHECK constraint) are bad input naming the
+    /// field; the rest are storage errors.
+    fn write_error(&self, column: &ColumnLayout, e: sqlx::Error) -> Error {
+        if let Some(db) = e.as_database_error() {
+            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
+                let code = pg.code();
+                if code.starts_with("22") || matches!(code, "23502" | "23514") {
+                    let field = pg
+                        .column()
+                        .and_then(|sql| column.fields.iter().find(|f| f.sql == sql))
+                        .map_or_else(|| "body".to_string(), |f| format!("body.{}", f.json));
+                    return Error::invalid(
+                        &field,
+                        format!(
+                            "PostgreSQL refuses the value for {}: {}",
+                            column.table,
+                            pg.message()
+                        ),
+                    );
+                }
+            }
+        }
+        self.storage(e)
+    }
+
+    /// Writes a batch as [`CellStore::put_cells`] does, running `hook` in
+    /// the batch's transaction: the hook's statements commit with the
+    /// legacy write or not at all. The mirror's outbox and the reverse
+    /// mirror's offsets are written this way. When the batch is tried
+    /// again (a lost race, a deadlock) the hook runs again, in the new
+    /// transaction.
+    pub async fn put_cells_with(
+        &self,
+        cells: Vec<Cell>,
+        hook: &(dyn TransactionHook + '_),
+    ) -> Result<Vec<CellResult>> {
+        check_batch(&cells, &self.limits)?;
+        let prepared = cells
+            .iter()
+            .enumerate()
+            .map(|(i, cell)| self.prepare(cell).map_err(|e| e.in_batch(i)))
+            .collect::<Result<Vec<_>>>()?;
+        let canonical: Vec<Cell> = cells
+            .iter()
+            .zip(&prepared)
+            .map(|(cell, p)| {
+                let mut cell = cell.clone();
+                cell.body = p.canonical.clone();
+                cell
+            })
+            .collect();
+        // Address order (stable, so copies of one cell keep batch order).
+        let mut order: Vec<usize> = (0..cells.len()).collect();
+        order.sort_by(|&a, &b| cells[a].key.cmp(&cells[b].key));
+
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.write_batch(&prepared, &order, &canonical, hook).await {
+                Ok(results) => return Ok(results),
+                Err(e) if attempt < ATTEMPTS && retry_batch(&e) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// `cell` with its body in canonical form (every field present, each
+    /// value in its one form), or the error a put of it would get, without
+    /// writing anything. The facade checks cells this way before it writes
+    /// them to Schemaless in mode `primary`, so that the reverse mirror
+    /// can always apply them.
+    pub fn canonical_cell(&self, cell: &Cell) -> Result<Cell> {
+        schemaless::cell::check_body(&cell.body, &self.limits)?;
+        let prepared = self.prepare(cell)?;
+        let mut cell = cell.clone();
+        cell.body = prepared.canonical;
+        Ok(cell)
+    }
+
+    async fn write_batch(
+        &self,
+        prepared: &[Prepared],
+        order: &[usize],
+        canonical: &[Cell],
+        hook: &(dyn TransactionHook + '_),
+    ) -> Result<Vec<CellResult>> {
+        let mut tx = match (hook.skip_capture(), hook.copy_table()) {
+            (false, _) => self.pool.begin().await,
+            // The outbox row it writes marks it for a logical slot too.
+            (true, Some(_)) => self.pool.begin_with(SKIP_CAPTURE).await,
+            (true, None) => self.pool.begin_with(SKIP_CAPTURE_MARKED).await,
+        }
+        .map_err(|e| self.storage(e))?;
+        hook.begin(&mut tx).await?;
+        let mut results: Vec<Option<CellResult>> = vec![None; prepared.len()];
+        for &i in order {
+            results[i] = Some(self.write(&mut tx, &prepared[i], hook.copy_table()).await?);
+        }
+        let results: Vec<CellResult> = results
+            .into_iter()
+            .map(|r| r.expect("every cell was written"))
+            .collect();
+        hook.before_commit(&mut tx, canonical, &results).await?;
+        tx.commit().await.map_err(|e| self.storage(e))?;
+        Ok(results)
+    }
+}

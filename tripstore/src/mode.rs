@@ -23,17 +23,27 @@
 //! as the mode and changed by [`set_reads`]; every change of either is a
 //! line of `mezzanine.mode_history`, with who, when, why, whether it was
 //! forced, and the gate's checks at that moment.
+//!
+//! Its rooms: `gate` (checks, gates, plans), `reads` (the read share),
+//! `history` (the history table); this file holds the ladder, the mode
+//! row and the step itself.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use async_trait::async_trait;
-use schemaless::RowKey;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sqlx::{PgPool, Row};
 
 use crate::error::Error;
+
+mod gate;
+mod history;
+mod reads;
+
+pub use gate::{dry_run, evaluate, Check, Gate, Open, Plan};
+use history::NewEntry;
+pub use history::{history, HistoryEntry};
+pub use reads::{set_reads, ReadShare, ReadsRequest};
 
 /// The channel mode changes are announced on.
 pub const CHANNEL: &str = "mezzanine_mode";
@@ -170,184 +180,6 @@ pub struct ModeState {
     pub reads: ReadShare,
 }
 
-/// The share of reads served by Schemaless in `shadow`, in basis points
-/// (1/100 of a percent): one for all columns and any set per column.
-///
-/// Which store answers a read is decided by its row key alone
-/// ([`ReadShare::bucket`]), so that one row is always answered by the same
-/// store at a given share, and a row served by Schemaless at some share
-/// stays on Schemaless at every higher one.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct ReadShare {
-    /// The share of every column without one of its own.
-    pub default_bp: u16,
-    /// Shares set for single columns.
-    pub columns: BTreeMap<String, u16>,
-}
-
-impl Default for ReadShare {
-    /// Everything to Schemaless: `shadow` as it was before shares.
-    fn default() -> ReadShare {
-        ReadShare {
-            default_bp: ReadShare::ALL,
-            columns: BTreeMap::new(),
-        }
-    }
-}
-
-impl ReadShare {
-    /// 100%, in basis points.
-    pub const ALL: u16 = 10_000;
-
-    /// The share of `column` (the default for reads of several columns).
-    pub fn share(&self, column: Option<&str>) -> u16 {
-        column
-            .and_then(|c| self.columns.get(c).copied())
-            .unwrap_or(self.default_bp)
-    }
-
-    /// Whether a read of `row_key` (in `column`, if the read names one)
-    /// is served by Schemaless at this share.
-    pub fn serves_schemaless(&self, row_key: &RowKey, column: Option<&str>) -> bool {
-        ReadShare::bucket(row_key) < self.share(column)
-    }
-
-    /// Whether every share is 100%.
-    pub fn is_full(&self) -> bool {
-        self.default_bp == ReadShare::ALL && self.columns.values().all(|&bp| bp == ReadShare::ALL)
-    }
-
-    /// The row's place among 10,000 buckets. A hash of the key rather
-    /// than its bytes: shards are chosen from the key too, and a share
-    /// must spread over all shards, not fill some of them first.
-    pub fn bucket(row_key: &RowKey) -> u16 {
-        // FNV-1a over the 16 bytes, then a 64-bit finalizer (splitmix's):
-        // stable across versions and platforms, which a share must be.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in row_key.as_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        h ^= h >> 30;
-        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h ^= h >> 27;
-        h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-        h ^= h >> 31;
-        (h % u64::from(ReadShare::ALL)) as u16
-    }
-
-    /// `"12.5%"`.
-    pub fn percent(bp: u16) -> String {
-        let text = format!("{:.2}", f64::from(bp) / 100.0);
-        let text = text.trim_end_matches('0').trim_end_matches('.');
-        format!("{text}%")
-    }
-
-    /// Parses a percentage from 0 to 100 with at most two decimals
-    /// (`"1"`, `"0.5"`, `"100"`, an optional `%`), into basis points.
-    pub fn parse_percent(text: &str) -> Result<u16, Error> {
-        let bad = || Error::BadShare(text.to_string());
-        let number = text.trim().trim_end_matches('%');
-        let (whole, fraction) = match number.split_once('.') {
-            Some((whole, fraction)) => (whole, Some(fraction)),
-            None => (number, None),
-        };
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        let fraction_ok = fraction.is_none_or(|f| digits(f) && f.len() <= 2);
-        if !digits(whole) || !fraction_ok {
-            return Err(bad());
-        }
-        let whole: u32 = whole.parse().map_err(|_| bad())?;
-        let fraction: u32 = format!("{:0<2}", fraction.unwrap_or(""))
-            .parse()
-            .map_err(|_| bad())?;
-        let bp = whole.checked_mul(100).and_then(|w| w.checked_add(fraction));
-        match bp {
-            Some(bp) if bp <= u32::from(ReadShare::ALL) => Ok(bp as u16),
-            _ => Err(bad()),
-        }
-    }
-
-    /// One line: `"50% (NOTES: 100%)"`.
-    pub fn describe(&self) -> String {
-        let mut text = ReadShare::percent(self.default_bp);
-        if !self.columns.is_empty() {
-            let each: Vec<String> = self
-                .columns
-                .iter()
-                .map(|(c, bp)| format!("{c}: {}", ReadShare::percent(*bp)))
-                .collect();
-            text.push_str(&format!(" ({})", each.join(", ")));
-        }
-        text
-    }
-
-    /// The per-column shares as stored: a JSON object of basis points.
-    fn columns_json(&self) -> String {
-        serde_json::to_string(&self.columns).expect("a map of numbers serializes")
-    }
-
-    fn from_row(default_bp: i32, columns: &str) -> Result<ReadShare, Error> {
-        let columns: serde_json::Value = serde_json::from_str(columns).unwrap_or_default();
-        let corrupt = || {
-            Error::Corrupt(format!(
-                "mezzanine.mode holds a read share out of 0-10000 basis points: {default_bp} {columns}"
-            ))
-        };
-        let bp = |v: i64| u16::try_from(v).ok().filter(|&bp| bp <= ReadShare::ALL);
-        let default_bp = bp(i64::from(default_bp)).ok_or_else(corrupt)?;
-        let mut shares = BTreeMap::new();
-        for (column, value) in columns.as_object().ok_or_else(corrupt)? {
-            let share = value.as_i64().and_then(bp).ok_or_else(corrupt)?;
-            shares.insert(column.clone(), share);
-        }
-        Ok(ReadShare {
-            default_bp,
-            columns: shares,
-        })
-    }
-}
-
-/// One condition of a step, as `mode set --dry-run` and `status` show
-/// it: what was checked, and the figure that passed or why it waits.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Check {
-    /// A stable name (`ladder`, `backfill`, `outbox`, ...).
-    pub name: String,
-    /// Whether it holds now.
-    pub pass: bool,
-    /// What holds, or why the step must wait and what to do.
-    pub why: String,
-}
-
-impl Check {
-    /// A condition that holds.
-    pub fn pass(name: &str, why: impl Into<String>) -> Check {
-        Check {
-            name: name.into(),
-            pass: true,
-            why: why.into(),
-        }
-    }
-
-    /// A condition the step must wait for.
-    pub fn wait(name: &str, why: impl Into<String>) -> Check {
-        Check {
-            name: name.into(),
-            pass: false,
-            why: why.into(),
-        }
-    }
-
-    /// `pass` with `why` when `refusal` is `None`, else a wait for it.
-    pub fn unless(name: &str, refusal: Option<String>, why: impl Into<String>) -> Check {
-        match refusal {
-            Some(reason) => Check::wait(name, reason),
-            None => Check::pass(name, why),
-        }
-    }
-}
-
 /// A request to change the mode.
 #[derive(Clone, Debug)]
 pub struct ModeRequest {
@@ -370,68 +202,6 @@ pub struct ModeChange {
     pub to: Mode,
     /// The refusal `--force` overrode, if any.
     pub overridden: Option<String>,
-}
-
-/// One line of `mezzanine.mode_history`: a change of the mode or of the
-/// read share.
-#[derive(Clone, Debug, Serialize)]
-pub struct HistoryEntry {
-    /// When.
-    pub at: String,
-    /// `mode` or `reads`.
-    pub kind: String,
-    /// From which mode.
-    pub from: String,
-    /// To which mode (the same for a change of the read share).
-    pub to: String,
-    /// The read share after the change, where recorded.
-    pub reads: Option<ReadShare>,
-    /// Who (`user@host`, or `guard@host` for the guard).
-    pub by: String,
-    /// Whether a refusal was overridden.
-    pub forced: bool,
-    /// The refusal `--force` overrode, if any.
-    pub overridden: Option<String>,
-    /// The reason given.
-    pub reason: Option<String>,
-    /// The gate's checks of the step at that moment, with their figures
-    /// (empty for a step back or a change of the read share).
-    pub checks: Vec<Check>,
-}
-
-/// What a step forward must wait for, beyond the ladder's one-step rule,
-/// and what must happen before facades see a new mode.
-#[async_trait]
-pub trait Gate: Send + Sync {
-    /// Every condition of entering `to` from `from`, passed or not, in the
-    /// order they are told. Asked only for steps forward.
-    async fn checks(&self, from: Mode, to: Mode) -> Result<Vec<Check>, Error>;
-
-    /// Why entering `to` from `from` must wait, if it must: the first
-    /// check that did not pass.
-    async fn refusal(&self, from: Mode, to: Mode) -> Result<Option<String>, Error> {
-        let checks = self.checks(from, to).await?;
-        Ok(checks.into_iter().find(|c| !c.pass).map(|c| c.why))
-    }
-
-    /// Runs before the mode row changes, forced or not; an error stops the
-    /// change.
-    async fn prepare(&self, from: Mode, to: Mode) -> Result<(), Error>;
-}
-
-/// The gate that lets everything through: for control-table tests and
-/// tools without the stores.
-pub struct Open;
-
-#[async_trait]
-impl Gate for Open {
-    async fn checks(&self, _: Mode, _: Mode) -> Result<Vec<Check>, Error> {
-        Ok(Vec::new())
-    }
-
-    async fn prepare(&self, _: Mode, _: Mode) -> Result<(), Error> {
-        Ok(())
-    }
 }
 
 /// Why a step from `from` to `to` breaks the ladder's rule (one step at a
@@ -548,53 +318,6 @@ pub async fn read(pool: &PgPool) -> Result<ModeState, Error> {
     })
 }
 
-/// What a change of the mode would do, found without changing anything.
-#[derive(Clone, Debug, Serialize)]
-pub struct Plan {
-    /// The mode now.
-    pub from: Mode,
-    /// The mode asked for.
-    pub to: Mode,
-    /// Every condition, passed or not: the ladder's, then the gate's
-    /// (asked only for a step forward the ladder allows).
-    pub checks: Vec<Check>,
-}
-
-impl Plan {
-    /// The first condition that did not pass.
-    pub fn refusal(&self) -> Option<&Check> {
-        self.checks.iter().find(|c| !c.pass)
-    }
-
-    /// Whether the step would be taken without `--force`.
-    pub fn passes(&self) -> bool {
-        self.refusal().is_none()
-    }
-}
-
-/// Every condition of moving from `from` to `to`.
-pub async fn evaluate(from: Mode, to: Mode, gate: &dyn Gate) -> Result<Plan, Error> {
-    let mut checks = Vec::new();
-    if from != to {
-        let direction = if to > from { "forward" } else { "back" };
-        checks.push(Check::unless(
-            "ladder",
-            refusal(from, to),
-            format!("{from} -> {to} is one step {direction}"),
-        ));
-        if to > from && checks[0].pass {
-            checks.extend(gate.checks(from, to).await?);
-        }
-    }
-    Ok(Plan { from, to, checks })
-}
-
-/// `mode set --dry-run`: what [`set`] would find now, changing nothing.
-pub async fn dry_run(pool: &PgPool, to: Mode, gate: &dyn Gate) -> Result<Plan, Error> {
-    let from = read(pool).await?.mode;
-    evaluate(from, to, gate).await
-}
-
 /// Changes the mode if the step is allowed by the ladder and `gate` (or
 /// forced), in one transaction that also records the history (with the
 /// gate's checks) and notifies every facade.
@@ -667,187 +390,6 @@ pub async fn set(
         from,
         to,
         overridden,
-    })
-}
-
-/// A change of the read share.
-#[derive(Clone, Debug)]
-pub struct ReadsRequest {
-    /// The share, in basis points.
-    pub bp: u16,
-    /// The column it is for, or `None` for the default (which also drops
-    /// every column's own share: "all reads at P%").
-    pub column: Option<String>,
-    /// Who asks, for the history.
-    pub by: String,
-    /// Why, for the history.
-    pub reason: Option<String>,
-}
-
-/// Sets the share of `shadow`'s reads Schemaless serves, recorded and
-/// announced as a mode change is. Allowed in every mode, so that a team
-/// can choose the share before entering `shadow`; it only routes reads in
-/// `shadow` (before it PostgreSQL serves every read, after it
-/// Schemaless). Not gated: a share is how a step is taken a little at a
-/// time, and lowering it is how the guard steps back. Returns the share
-/// before and after.
-pub async fn set_reads(
-    pool: &PgPool,
-    request: &ReadsRequest,
-) -> Result<(ReadShare, ReadShare), Error> {
-    if request.bp > ReadShare::ALL {
-        return Err(Error::BadShare(ReadShare::percent(request.bp)));
-    }
-    let context = "changing the read share";
-    let mut tx = pool
-        .begin()
-        .await
-        .map_err(|e| Error::postgres(context, e))?;
-    let (current, bp, columns): (String, i32, String) = sqlx::query_as(
-        "/* mezzanine */ SELECT mode, reads_bp, reads_columns::text FROM mezzanine.mode FOR UPDATE",
-    )
-    .fetch_one(&mut *tx)
-    .await
-    .map_err(|e| Error::postgres(context, e))?;
-    let mode: Mode = current.parse()?;
-    let before = ReadShare::from_row(bp, &columns)?;
-    let mut after = before.clone();
-    match &request.column {
-        Some(column) => {
-            after.columns.insert(column.clone(), request.bp);
-        }
-        None => {
-            after.default_bp = request.bp;
-            after.columns.clear();
-        }
-    }
-    if after == before {
-        return Ok((before, after));
-    }
-    sqlx::query(
-        "/* mezzanine */ UPDATE mezzanine.mode SET reads_bp = $1, reads_columns = $2::jsonb",
-    )
-    .bind(i32::from(after.default_bp))
-    .bind(after.columns_json())
-    .execute(&mut *tx)
-    .await
-    .map_err(|e| Error::postgres(context, e))?;
-    let entry = NewEntry {
-        kind: "reads",
-        from: mode,
-        to: mode,
-        reads: i32::from(after.default_bp),
-        reads_columns: after.columns_json(),
-        by: &request.by,
-        overridden: None,
-        reason: request.reason.as_deref(),
-        checks: &[],
-    };
-    entry.record(&mut tx).await?;
-    tx.commit().await.map_err(|e| Error::postgres(context, e))?;
-    tracing::info!(
-        "reads in shadow: {} -> {} by {}",
-        before.describe(),
-        after.describe(),
-        request.by
-    );
-    Ok((before, after))
-}
-
-/// A history line about to be written, in the transaction of its change.
-struct NewEntry<'a> {
-    kind: &'static str,
-    from: Mode,
-    to: Mode,
-    reads: i32,
-    reads_columns: String,
-    by: &'a str,
-    overridden: Option<&'a str>,
-    reason: Option<&'a str>,
-    checks: &'a [Check],
-}
-
-impl NewEntry<'_> {
-    /// Appends the line and notifies every facade (delivered when the
-    /// transaction commits, never before).
-    async fn record(&self, tx: &mut sqlx::PgConnection) -> Result<(), Error> {
-        let context = "recording the mode history";
-        let checks = serde_json::to_string(self.checks).expect("checks serialize");
-        sqlx::query(
-            "/* mezzanine */ INSERT INTO mezzanine.mode_history
-                 (kind, from_mode, to_mode, changed_by, forced, overridden, reason, reads_bp, reads_columns, checks)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb, $10::jsonb)",
-        )
-        .bind(self.kind)
-        .bind(self.from.as_str())
-        .bind(self.to.as_str())
-        .bind(self.by)
-        .bind(self.overridden.is_some())
-        .bind(self.overridden)
-        .bind(self.reason)
-        .bind(self.reads)
-        .bind(&self.reads_columns)
-        .bind(checks)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| Error::postgres(context, e))?;
-        sqlx::query("/* mezzanine */ SELECT pg_notify($1, $2)")
-            .bind(CHANNEL)
-            .bind(self.to.as_str())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| Error::postgres(context, e))?;
-        Ok(())
-    }
-}
-
-/// The latest `limit` changes of the mode and the read share, newest
-/// first.
-pub async fn history(pool: &PgPool, limit: i64) -> Result<Vec<HistoryEntry>, Error> {
-    let context = "reading the mode history";
-    let sql = format!(
-        "/* mezzanine */ SELECT {}, kind, from_mode, to_mode, reads_bp, reads_columns::text, changed_by, forced, overridden, reason, checks::text
-         FROM mezzanine.mode_history ORDER BY id DESC LIMIT $1",
-        timestamp_sql("at")
-    );
-    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(limit)
-        .fetch_all(pool)
-        .await
-        .map_err(|e| Error::postgres(context, e))?;
-    rows.iter()
-        .map(|row| {
-            let get = |e| Error::postgres(context, e);
-            let bp: Option<i32> = row.try_get(4).map_err(get)?;
-            let columns: Option<String> = row.try_get(5).map_err(get)?;
-            let reads = match bp {
-                Some(bp) => Some(ReadShare::from_row(bp, columns.as_deref().unwrap_or("{}"))?),
-                None => None,
-            };
-            let checks: String = row.try_get(10).map_err(get)?;
-            Ok(HistoryEntry {
-                at: row.try_get(0).map_err(get)?,
-                kind: row.try_get(1).map_err(get)?,
-                from: row.try_get(2).map_err(get)?,
-                to: row.try_get(3).map_err(get)?,
-                reads,
-                by: row.try_get(6).map_err(get)?,
-                forced: row.try_get(7).map_err(get)?,
-                overridden: row.try_get(8).map_err(get)?,
-                reason: row.try_get(9).map_err(get)?,
-                checks: checks_from_json(checks)?,
-            })
-        })
-        .collect()
-}
-
-/// The checks recorded with a change (lines of an older version
-/// recorded none: `[]`).
-fn checks_from_json(value: String) -> Result<Vec<Check>, Error> {
-    serde_json::from_str(&value).map_err(|e| {
-        Error::Corrupt(format!(
-            "mezzanine.mode_history holds checks that do not read ({e}): {value}"
-        ))
     })
 }
 

@@ -45,6 +45,11 @@
 //! in case that put fails). Other facades may miss it until then. In
 //! `primary` the legacy tables lag behind Schemaless by the reverse
 //! mirror's delay; nobody reads them in that mode.
+//!
+//! Its rooms: `route` (which store a call goes to, sampling, counting),
+//! `follow` (following the mode and share, the background tasks),
+//! `replay` (the verifier's replay stores); this file holds the facade,
+//! its accessors and the cell API.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -70,6 +75,13 @@ use crate::report::{self, CallStats, Served};
 use crate::triage::MirrorTriage;
 use verifier::sample::{Answer, Read, Replayer, Sample, Stores};
 use verifier::{Sampler, Side};
+
+mod follow;
+mod replay;
+mod route;
+
+use follow::{enabled_while, watch_mode};
+use replay::ReplayStores;
 
 /// The facade over the legacy model and Schemaless.
 pub struct TripStore {
@@ -304,229 +316,6 @@ impl TripStore {
         self.legacy.close().await;
         self.schemaless.close().await;
     }
-
-    /// In `shadow` reads come from Schemaless, so a write is also delivered
-    /// there before it is acknowledged: the writer reads its own write.
-    /// The outbox entries stay (the relay finds the cells already present),
-    /// so if Schemaless fails here the write is still acknowledged, and
-    /// only reaches Schemaless when the relay moves it.
-    async fn deliver_now(&self, cells: &[Cell], results: &[CellResult]) {
-        let kept: Vec<Cell> = cells
-            .iter()
-            .zip(results)
-            .filter(|(_, r)| matches!(r, Ok(WriteOutcome::Written | WriteOutcome::AlreadyPresent)))
-            .filter_map(|(cell, _)| self.legacy.canonical_cell(cell).ok())
-            .collect();
-        if kept.is_empty() {
-            return;
-        }
-        if let Err(e) = self.schemaless.put_cells(kept).await {
-            tracing::warn!("shadow: a write reaches Schemaless only through the relay: {e}");
-        }
-    }
-
-    /// The store a read goes to, and the side to sample (when this read
-    /// is sampled): by the mode, and in `shadow` by the read share of the
-    /// row (`None`: a read of no single row, which goes to Schemaless only
-    /// at 100%) in the column read (`None`: several columns, the default
-    /// share).
-    fn reads(
-        &self,
-        row: Option<&RowKey>,
-        column: Option<&str>,
-    ) -> (&dyn CellStore, Option<Side>, Served) {
-        let mode = self.mode();
-        let schemaless = match mode {
-            Mode::Shadow => {
-                let share = self.reads.borrow();
-                match row {
-                    Some(row) => share.serves_schemaless(row, column),
-                    None => share.share(column) == ReadShare::ALL,
-                }
-            }
-            _ => mode.reads_schemaless(),
-        };
-        let (store, side): (&dyn CellStore, Side) = if schemaless {
-            (&*self.visible, Side::Schemaless)
-        } else {
-            (&self.legacy, Side::Legacy)
-        };
-        let sampled = mode.samples() && self.sampler.wants();
-        let served = match side {
-            Side::Legacy => Served::Legacy,
-            Side::Schemaless => Served::Schemaless,
-        };
-        (store, sampled.then_some(side), served)
-    }
-
-    /// Counts a call for the guard.
-    fn count<T>(&self, served: Served, started: Instant, result: &Result<T>) {
-        let failed = result.as_ref().err().is_some_and(report::store_failed);
-        self.stats.record(served, started.elapsed(), failed);
-    }
-
-    /// A write, routed by the mode.
-    async fn put_routed(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
-        match self.mode() {
-            Mode::Legacy => {
-                let guard = StillLegacy::default();
-                match self.legacy.put_cells_with(cells.clone(), &guard).await {
-                    Err(_) if guard.moved.load(std::sync::atomic::Ordering::Relaxed) => {
-                        // The mode moved on while this facade had not seen
-                        // it yet: nothing was written; again, in the mode
-                        // the control row says.
-                        let state = mode::read(self.legacy.pool())
-                            .await
-                            .map_err(|e| schemaless::Error::Schema(e.to_string()))?;
-                        self.mode_sender.send_replace(state.mode);
-                        Box::pin(self.put_routed(cells)).await
-                    }
-                    other => other,
-                }
-            }
-            Mode::Mirror => {
-                let results = self.legacy.put_cells_with(cells, &Outbox).await?;
-                self.relay_wake.notify_one();
-                Ok(results)
-            }
-            Mode::Shadow => {
-                let results = self.legacy.put_cells_with(cells.clone(), &Outbox).await?;
-                self.relay_wake.notify_one();
-                self.deliver_now(&cells, &results).await;
-                Ok(results)
-            }
-            Mode::Primary => {
-                // Only what the reverse mirror can apply to the legacy
-                // tables is written.
-                let checked = cells
-                    .iter()
-                    .enumerate()
-                    .map(|(i, cell)| self.legacy.canonical_cell(cell).map_err(|e| e.in_batch(i)))
-                    .collect::<Result<Vec<_>>>()?;
-                self.schemaless.put_cells(checked).await
-            }
-            Mode::Schemaless => self.schemaless.put_cells(cells).await,
-        }
-    }
-
-    /// Hands a served read to the verifier. Errors are not sampled (there
-    /// is nothing to compare), nor answers a minion gave for a master that
-    /// is down (they may be stale).
-    fn sample_answer<T>(
-        &self,
-        side: Option<Side>,
-        result: &Result<schemaless::Answer<T>>,
-        read: impl FnOnce() -> Read,
-        answer: impl FnOnce(&T) -> Answer,
-    ) {
-        if let (Some(served), Ok(value)) = (side, result) {
-            if value.stale {
-                return;
-            }
-            self.sampler.offer(Sample {
-                read: read(),
-                served,
-                answer: answer(&value.value),
-            });
-        }
-    }
-
-    /// The column an index's entries come from.
-    fn index_column(&self, index: &str) -> Option<Column> {
-        let layout = self.legacy.layout();
-        let column = layout.index(index)?.column;
-        layout.columns.get(column).map(|c| c.name.clone())
-    }
-}
-
-/// The sampled-read replay's own stores, opened on its thread
-/// ([`verifier::sample::start_isolated`]): pools of their own, sized for
-/// `verify.replayers` replays at once, so that no connection of the
-/// serving path belongs to the replay's runtime or waits behind a replay.
-struct ReplayStores {
-    config: config::Config,
-    opened: Mutex<Option<(LegacyStore, MySqlStore)>>,
-}
-
-impl ReplayStores {
-    fn new(config: &config::Config) -> ReplayStores {
-        let mut config = config.clone();
-        // A replay holds one connection to one store at a time; the
-        // flusher and triage one more each.
-        let wanted = config.verify.replayers as u32 + 2;
-        if let Some(legacy) = config.legacy.as_mut() {
-            legacy.max_connections = legacy.max_connections.min(wanted);
-        }
-        config.storage.max_connections_per_node =
-            config.storage.max_connections_per_node.min(wanted);
-        // The facade's own store reconciles buffered writes; the replay
-        // only reads.
-        config.storage.reconcile_in_app = false;
-        ReplayStores {
-            config,
-            opened: Mutex::new(None),
-        }
-    }
-}
-
-#[async_trait]
-impl verifier::sample::ReplayerSource for ReplayStores {
-    async fn build(&self) -> Result<Replayer, String> {
-        let config = &self.config;
-        let legacy = LegacyStore::connect(config)
-            .await
-            .map_err(|e| e.to_string())?;
-        let schemaless = MySqlStore::connect(config).map_err(|e| e.to_string())?;
-        let visible =
-            Arc::new(Tombstoned::new(schemaless.clone(), config).map_err(|e| e.to_string())?);
-        *self.opened.lock().expect("replay stores lock") =
-            Some((legacy.clone(), schemaless.clone()));
-        Ok(Replayer {
-            stores: Stores {
-                legacy: Arc::new(legacy.clone()),
-                schemaless: visible,
-                canonical: Arc::new(legacy.clone()),
-                rules: verifier::Rules::from_config(&config.verify),
-            },
-            pool: legacy.pool().clone(),
-            triage: Arc::new(MirrorTriage::new(legacy, schemaless)),
-            config: config.verify.clone(),
-        })
-    }
-
-    async fn close(&self) {
-        let opened = self.opened.lock().expect("replay stores lock").take();
-        if let Some((legacy, schemaless)) = opened {
-            legacy.close().await;
-            schemaless.close().await;
-        }
-    }
-}
-
-/// A flag that follows `mode` through `wanted`, until `cancel`.
-fn enabled_while(
-    mode: &watch::Receiver<Mode>,
-    wanted: fn(&Mode) -> bool,
-    cancel: &CancellationToken,
-) -> watch::Receiver<bool> {
-    let mut mode = mode.clone();
-    let (sender, receiver) = watch::channel(wanted(&mode.borrow_and_update()));
-    let cancel = cancel.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                changed = mode.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    let on = wanted(&mode.borrow_and_update());
-                    sender.send_if_modified(|was| std::mem::replace(was, on) != on);
-                }
-            }
-        }
-    });
-    receiver
 }
 
 impl Drop for TripStore {
@@ -538,117 +327,6 @@ impl Drop for TripStore {
             for task in tasks.drain(..) {
                 task.abort();
             }
-        }
-    }
-}
-
-/// Follows the mode until cancelled: notifications for speed, polling for
-/// safety.
-async fn watch_mode(
-    pool: PgPool,
-    (sender, reads): (watch::Sender<Mode>, watch::Sender<Arc<ReadShare>>),
-    poll: Duration,
-    cancel: CancellationToken,
-) {
-    let mut listener = None;
-    let mut tick = tokio::time::interval(poll);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if listener.is_none() {
-            listener = listen(&pool).await;
-        }
-        let notified = async {
-            match listener.as_mut() {
-                Some(l) => l.recv().await.map(|_| ()),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            result = notified => {
-                if let Err(e) = result {
-                    tracing::warn!("mode notifications lost ({e}); polling until they return");
-                    listener = None;
-                }
-            }
-            _ = tick.tick() => {}
-        }
-        match mode::read(&pool).await {
-            Ok(state) => {
-                reads.send_if_modified(|share| {
-                    let changed = **share != state.reads;
-                    if changed {
-                        tracing::info!(
-                            "reads in shadow: {} of them to Schemaless (was {})",
-                            state.reads.describe(),
-                            share.describe()
-                        );
-                        *share = Arc::new(state.reads.clone());
-                    }
-                    changed
-                });
-                sender.send_if_modified(|mode| {
-                    let changed = *mode != state.mode;
-                    if changed {
-                        tracing::info!("mode is now {} (was {mode})", state.mode);
-                        *mode = state.mode;
-                    }
-                    changed
-                });
-            }
-            Err(e) => tracing::warn!("reading the mode: {e}"),
-        }
-    }
-}
-
-/// The hook of a write in `legacy`: the mode row is read `FOR SHARE` in
-/// the write's own transaction. A write that still routes by `legacy`
-/// after the mode moved on would reach neither the outbox nor a backfill
-/// planned after the move (its commit can come long after the facade's
-/// last poll, with a statement timeout and retries), so it is refused and
-/// sent again in the new mode. The lock also makes `mode set` wait for the
-/// legacy-mode writes in flight: none commits after the change.
-#[derive(Default)]
-struct StillLegacy {
-    moved: std::sync::atomic::AtomicBool,
-}
-
-#[async_trait]
-impl legacy::TransactionHook for StillLegacy {
-    async fn begin(&self, tx: &mut sqlx::PgConnection) -> Result<()> {
-        let current: Option<String> =
-            sqlx::query_scalar("/* mezzanine */ SELECT mode FROM mezzanine.mode FOR SHARE")
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| schemaless::Error::Storage {
-                    node: "postgres (mezzanine.mode)".into(),
-                    source: e,
-                })?;
-        match current.as_deref() {
-            None | Some("legacy") => Ok(()),
-            Some(other) => {
-                self.moved.store(true, std::sync::atomic::Ordering::Relaxed);
-                Err(schemaless::Error::Unsupported {
-                    operation: "a write in mode legacy",
-                    reason: format!("the mode is {other} now"),
-                })
-            }
-        }
-    }
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let result = async {
-        let mut listener = PgListener::connect_with(pool).await?;
-        listener.listen(mode::CHANNEL).await?;
-        Ok::<_, sqlx::Error>(listener)
-    }
-    .await;
-    match result {
-        Ok(l) => Some(l),
-        Err(e) => {
-            tracing::warn!("listening for mode changes: {e}; polling instead");
-            None
         }
     }
 }

@@ -1,0 +1,208 @@
+//! The PostgreSQL side of `query run`: the statement with its values
+//! bound and evaluated once, and its rows re-read through each field's
+//! read expression.
+
+use super::*;
+
+/// The SQL that reads `from` (an expression of the statement) as the text
+/// the layout's conversion renders.
+pub(super) fn read_expr(legacy: &LegacyStore, from: &Output, expr: &str) -> String {
+    match field(legacy, from) {
+        Some(f) => f.conversion.read_expr(&format!("({expr})")),
+        None => format!("({expr})::text"),
+    }
+}
+
+pub(super) fn field<'a>(
+    legacy: &'a LegacyStore,
+    from: &Output,
+) -> Option<&'a legacy::layout::Field> {
+    match from {
+        Output::Field { column, field } => {
+            let (_, c) = legacy.layout().column(column)?;
+            c.field(field)
+        }
+        _ => None,
+    }
+}
+
+/// A value read as text, as JSON the way a cell holds it.
+pub(super) fn render(
+    legacy: &LegacyStore,
+    from: &Output,
+    text: Option<String>,
+) -> Result<Value, RunError> {
+    let Some(text) = text else {
+        return Ok(Value::Null);
+    };
+    Ok(match from {
+        Output::Field { .. } => match field(legacy, from) {
+            Some(f) => f
+                .conversion
+                .render(Some(&text))
+                .map_err(|e| anyhow::anyhow!("reading {text:?}: {e}"))?,
+            None => Value::String(text),
+        },
+        Output::RefKey { .. } => text
+            .parse::<i64>()
+            .map(Value::from)
+            .unwrap_or(Value::String(text)),
+        Output::RowKey | Output::Value(_) => Value::String(text),
+    })
+}
+
+/// PostgreSQL's answer: the statement with its select list replaced by
+/// each output's read expression (then the ORDER BY columns').
+pub(super) async fn postgres_rows(
+    legacy: &LegacyStore,
+    statement: &Statement,
+    outputs: &[Projected],
+    order: &[(Projected, bool)],
+) -> Result<Vec<Row>, RunError> {
+    let all: Vec<&Projected> = outputs.iter().chain(order.iter().map(|(p, _)| p)).collect();
+    let items: Vec<String> = all
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "{} AS \"mezzanine_{i}\"",
+                read_expr(legacy, &p.from, &p.expr)
+            )
+        })
+        .collect();
+    let select_list = Parser::parse_sql(
+        &PostgreSqlDialect {},
+        &format!("SELECT {}", items.join(", ")),
+    )
+    .map_err(|e| anyhow::anyhow!("building the PostgreSQL side: {e}"))?;
+    let projection = match select_list.first() {
+        Some(Statement::Query(q)) => match q.body.as_ref() {
+            SetExpr::Select(s) => s.projection.clone(),
+            _ => unreachable!("a SELECT parses as a select"),
+        },
+        _ => unreachable!("a SELECT parses as a query"),
+    };
+    let mut statement = statement.clone();
+    let Statement::Query(query) = &mut statement else {
+        return Err(untranslatable("not a SELECT"));
+    };
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return Err(untranslatable("not a plain SELECT"));
+    };
+    select.projection = projection;
+    let sql = format!("/* mezzanine */ {statement}");
+    let rows: Vec<sqlx::postgres::PgRow> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+        .fetch_all(legacy.pool())
+        .await
+        .map_err(|e| anyhow::anyhow!("running on PostgreSQL: {e}\n  {sql}"))?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        use sqlx::Row as _;
+        let mut values = Vec::with_capacity(all.len());
+        for (i, p) in all.iter().enumerate() {
+            let text: Option<String> = row.try_get(i)?;
+            values.push(render(legacy, &p.from, text)?);
+        }
+        let order = values.split_off(outputs.len());
+        out.push(Row { values, order });
+    }
+    Ok(out)
+}
+
+/// Evaluates the statement's values on PostgreSQL, in the types the
+/// cell API takes them.
+pub(super) struct Evaluator<'a> {
+    pub(super) legacy: &'a LegacyStore,
+}
+
+impl Evaluator<'_> {
+    pub(super) async fn texts(&self, sql: String) -> Result<Vec<Option<String>>, RunError> {
+        let rows: Vec<(Option<String>,)> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("/* mezzanine */ {sql}")))
+                .fetch_all(self.legacy.pool())
+                .await
+                .map_err(|e| anyhow::anyhow!("evaluating {sql}: {e}"))?;
+        Ok(rows.into_iter().map(|(t,)| t).collect())
+    }
+
+    /// The row keys named.
+    pub(super) async fn keys(&self, keys: &Keys) -> Result<Vec<RowKey>, RunError> {
+        let texts = match keys {
+            Keys::One(e) => self.texts(format!("SELECT ({e})::uuid::text")).await?,
+            Keys::List(list) => {
+                let mut all = Vec::new();
+                for e in list {
+                    all.extend(self.texts(format!("SELECT ({e})::uuid::text")).await?);
+                }
+                all
+            }
+            Keys::Array(e) => {
+                self.texts(format!("SELECT k::text FROM unnest(({e})::uuid[]) AS k"))
+                    .await?
+            }
+        };
+        let mut out: Vec<RowKey> = Vec::new();
+        for text in texts.into_iter().flatten() {
+            let uuid: uuid::Uuid = text.parse().map_err(|e| anyhow::anyhow!("{text}: {e}"))?;
+            let key = RowKey::from(uuid);
+            if !out.contains(&key) {
+                out.push(key);
+            }
+        }
+        Ok(out)
+    }
+
+    /// One value of `from`'s field, as the cells hold it.
+    pub(super) async fn field_value(
+        &self,
+        column: &ColumnLayout,
+        field: &str,
+        e: &Expr,
+    ) -> Result<Value, RunError> {
+        let f = column
+            .field(field)
+            .ok_or_else(|| anyhow::anyhow!("column {} has no field {field}", column.name))?;
+        let read = f.conversion.read_expr(&format!("(({e})::{})", f.sql_type));
+        let text = self.texts(format!("SELECT {read}")).await?.pop().flatten();
+        Ok(f.conversion
+            .render_owned(text)
+            .map_err(|e| anyhow::anyhow!(e))?)
+    }
+
+    /// The values of an array expression, as the cells hold the field.
+    pub(super) async fn field_values(
+        &self,
+        column: &ColumnLayout,
+        field: &str,
+        e: &Expr,
+    ) -> Result<Vec<Value>, RunError> {
+        let f = column
+            .field(field)
+            .ok_or_else(|| anyhow::anyhow!("column {} has no field {field}", column.name))?;
+        let read = f.conversion.read_expr("v");
+        let texts = self
+            .texts(format!(
+                "SELECT {read} FROM unnest(({e})::{}[]) AS v",
+                f.sql_type
+            ))
+            .await?;
+        texts
+            .iter()
+            .map(|t| {
+                f.conversion
+                    .render(t.as_deref())
+                    .map_err(|e| RunError::Failed(anyhow::anyhow!(e)))
+            })
+            .collect()
+    }
+
+    pub(super) async fn count(&self, e: &Expr) -> Result<usize, RunError> {
+        let text = self
+            .texts(format!("SELECT ({e})::bigint::text"))
+            .await?
+            .pop()
+            .flatten();
+        text.and_then(|t| t.parse().ok())
+            .ok_or_else(|| untranslatable(format!("{e} is not a row count")))
+    }
+}

@@ -24,6 +24,9 @@
 //! the legacy model refuses (a child whose parent row does not exist, a
 //! value its SQL type cannot hold) are parked in
 //! `mezzanine.reverse_parked` with the reason, and the shard moves on.
+//!
+//! Its rooms: `offset` (the transaction hook that moves a shard's
+//! offset with its writes), `parked` (refused cells and their retry).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -42,6 +45,12 @@ use tokio_util::sync::CancellationToken;
 use crate::error::Error;
 use crate::relay::changed;
 use crate::worker::{Backoff, Heartbeat, WorkerStats};
+
+mod offset;
+mod parked;
+
+use offset::{conflict_reason, OffsetHook, FREE};
+pub use parked::retry_parked;
 
 /// A shard's position: the offset and the ids below it still awaited.
 /// (The awaited ids in their saved text form, see
@@ -459,228 +468,4 @@ fn position_of(row: &sqlx::postgres::PgRow) -> Result<Position, sqlx::Error> {
         }
     };
     Ok((offset.max(0) as u64, awaited))
-}
-
-impl OffsetHook {
-    fn take_conflicts(&self) -> Vec<(u64, schemaless::CellKey)> {
-        std::mem::take(&mut *self.conflicts.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-/// Why a conflict is parked.
-fn conflict_reason() -> String {
-    "conflict: the legacy tables hold another body at this address (legacy_body); \
-     the Schemaless cell (body) was not applied"
-        .into()
-}
-
-const FREE: u8 = 0;
-const BUSY: u8 = 1;
-const MOVED: u8 = 2;
-
-/// Locks and checks a shard's position before its cells are applied, and
-/// moves it (and parks what was refused) before the commit.
-struct OffsetHook {
-    shard: u32,
-    before: Position,
-    after: Position,
-    parked: Vec<(StoredCell, String)>,
-    /// The added_id of each cell of the batch, in batch order.
-    added_ids: Vec<u64>,
-    /// (added_id, address) of the cells the legacy tables held with
-    /// another body, parked by `before_commit`.
-    conflicts: std::sync::Mutex<Vec<(u64, schemaless::CellKey)>>,
-    /// Change-log cells the transaction covers, for the `applied` count.
-    cells: i64,
-    /// Why `begin` refused, if it did.
-    refused: AtomicU8,
-}
-
-#[async_trait]
-impl TransactionHook for OffsetHook {
-    /// The cells came from Schemaless: capturing them would send them back.
-    fn skip_capture(&self) -> bool {
-        true
-    }
-
-    async fn begin(&self, tx: &mut sqlx::PgConnection) -> schemaless::Result<()> {
-        let row = sqlx::query(
-            "/* mezzanine */ SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1
-             FOR UPDATE SKIP LOCKED",
-        )
-        .bind(self.shard as i32)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(storage)?;
-        let state = match row {
-            None => BUSY,
-            Some(row) if position_of(&row).map_err(storage)? != self.before => MOVED,
-            Some(_) => FREE,
-        };
-        if state == FREE {
-            return Ok(());
-        }
-        self.refused.store(state, Ordering::Relaxed);
-        Err(schemaless::Error::Unsupported {
-            operation: "the reverse mirror",
-            reason: format!(
-                "shard {} is being applied by another reverse mirror",
-                self.shard
-            ),
-        })
-    }
-
-    async fn before_commit(
-        &self,
-        tx: &mut sqlx::PgConnection,
-        cells: &[Cell],
-        results: &[CellResult],
-    ) -> schemaless::Result<()> {
-        // A conflict is parked with the Schemaless body, in the transaction
-        // that moves the offset past it: never applied, never lost.
-        let mut conflicts = Vec::new();
-        for ((cell, result), added_id) in cells.iter().zip(results).zip(&self.added_ids) {
-            if result.is_err() {
-                conflicts.push((*added_id, cell.key.clone()));
-                tracing::warn!(
-                    "reverse mirror: shard {} added_id {added_id} ({}) parked: {}",
-                    self.shard,
-                    cell.key,
-                    conflict_reason()
-                );
-                sqlx::query(
-                    "/* mezzanine */ INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)
-                     ON CONFLICT (shard, added_id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
-                )
-                .bind(self.shard as i32)
-                .bind(*added_id as i64)
-                .bind(cell.key.row_key.uuid())
-                .bind(cell.key.column.as_str())
-                .bind(cell.key.ref_key.get())
-                .bind(cell.body.to_string())
-                .bind(conflict_reason())
-                .execute(&mut *tx)
-                .await
-                .map_err(storage)?;
-            }
-        }
-        *self.conflicts.lock().unwrap_or_else(|p| p.into_inner()) = conflicts;
-        for (stored, reason) in &self.parked {
-            tracing::warn!(
-                "reverse mirror: shard {} added_id {} ({}) parked: {reason}",
-                self.shard,
-                stored.added_id,
-                stored.cell.key
-            );
-            sqlx::query(
-                "/* mezzanine */ INSERT INTO mezzanine.reverse_parked (shard, added_id, row_key, column_name, ref_key, body, error)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (shard, added_id) DO UPDATE SET error = EXCLUDED.error, parked_at = now()",
-            )
-            .bind(self.shard as i32)
-            .bind(stored.added_id as i64)
-            .bind(stored.cell.key.row_key.uuid())
-            .bind(stored.cell.key.column.as_str())
-            .bind(stored.cell.key.ref_key.get())
-            .bind(stored.cell.body.to_string())
-            .bind(reason)
-            .execute(&mut *tx)
-            .await
-            .map_err(storage)?;
-        }
-        sqlx::query(
-            "/* mezzanine */ UPDATE mezzanine.reverse_offsets
-             SET added_id = $2, awaited = '{}', awaited_ranges = $3, applied = applied + $4,
-                 updated_at = now()
-             WHERE shard = $1",
-        )
-        .bind(self.shard as i32)
-        .bind(self.after.0 as i64)
-        .bind(&self.after.1)
-        .bind(self.cells)
-        .execute(&mut *tx)
-        .await
-        .map_err(storage)?;
-        Ok(())
-    }
-}
-
-fn storage(source: sqlx::Error) -> schemaless::Error {
-    schemaless::Error::Storage {
-        node: "postgres (mezzanine.reverse_offsets)".into(),
-        source,
-    }
-}
-
-/// Applies parked change-log cells again (after the cause was fixed, e.g.
-/// the parent row now exists); those that now apply leave the parked
-/// table. Returns (applied, still parked).
-pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
-    let context = "retrying parked reverse cells";
-    let rows = sqlx::query(
-        "/* mezzanine */ SELECT shard, added_id, row_key, column_name, ref_key, body FROM mezzanine.reverse_parked
-         ORDER BY shard, added_id",
-    )
-    .fetch_all(legacy.pool())
-    .await
-    .map_err(Error::postgres(context))?;
-    let (mut applied, mut still) = (0, 0);
-    for row in rows {
-        let shard: i32 = row.try_get(0).map_err(Error::postgres(context))?;
-        let added_id: i64 = row.try_get(1).map_err(Error::postgres(context))?;
-        let cell = parked_cell(&row);
-        let outcome = match cell {
-            Ok(cell) => match legacy.put_cells(vec![cell]).await {
-                // Still a conflict: it stays parked.
-                Ok(results) if results.iter().any(|r| r.is_err()) => {
-                    Err(schemaless::Error::invalid("body", conflict_reason()))
-                }
-                Ok(_) => Ok(()),
-                Err(e) => Err(e),
-            },
-            Err(reason) => Err(schemaless::Error::invalid("body", reason)),
-        };
-        match outcome {
-            Ok(()) => {
-                sqlx::query(
-                    "/* mezzanine */ DELETE FROM mezzanine.reverse_parked WHERE shard = $1 AND added_id = $2",
-                )
-                .bind(shard)
-                .bind(added_id)
-                .execute(legacy.pool())
-                .await
-                .map_err(Error::postgres(context))?;
-                applied += 1;
-            }
-            Err(e) if e.is_retryable() => return Err(e.into()),
-            Err(e) => {
-                sqlx::query(
-                    "/* mezzanine */ UPDATE mezzanine.reverse_parked SET error = $3, parked_at = now()
-                     WHERE shard = $1 AND added_id = $2",
-                )
-                .bind(shard)
-                .bind(added_id)
-                .bind(e.to_string())
-                .execute(legacy.pool())
-                .await
-                .map_err(Error::postgres(context))?;
-                still += 1;
-            }
-        }
-    }
-    Ok((applied, still))
-}
-
-fn parked_cell(row: &sqlx::postgres::PgRow) -> Result<Cell, String> {
-    let row_key: uuid::Uuid = row.try_get(2).map_err(|e| e.to_string())?;
-    let column: String = row.try_get(3).map_err(|e| e.to_string())?;
-    let ref_key: i64 = row.try_get(4).map_err(|e| e.to_string())?;
-    let body: String = row.try_get(5).map_err(|e| e.to_string())?;
-    Ok(Cell::new(
-        schemaless::RowKey::from(row_key),
-        schemaless::Column::new(&column).map_err(|e| e.to_string())?,
-        schemaless::RefKey::new(ref_key).map_err(|e| e.to_string())?,
-        schemaless::Body::parse(&body).map_err(|e| e.to_string())?,
-    ))
 }

@@ -1,0 +1,186 @@
+//! UPDATE: the next ref key's cell of each row the WHERE names by key.
+
+use super::*;
+
+/// The plan of an UPDATE.
+pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
+    let mut scope = Scope::default();
+    scope.add(model, &update.table.relation)?;
+    let written = scope.tables[0].written.clone();
+    let table = match scope.table(0) {
+        Some(Table::Parent) => Table::Parent,
+        Some(Table::Child(c)) => {
+            return Err(format!(
+                "updates rows of {written} in place: a child row is one cell of column {}, \
+                 never changed; insert a new child row (the next {}) instead",
+                model.column(c).name,
+                model.column(c).ref_key
+            ))
+        }
+        None => {
+            return Err(format!(
+                "updates {written}, outside the layout, from a layout table: read the cells in \
+                 the app and write {written} on its own"
+            ))
+        }
+    };
+    if !update.table.joins.is_empty() || update.from.is_some() {
+        return Err(
+            "UPDATE ... FROM (a join): find the rows first, then write each by its UUID"
+                .to_string(),
+        );
+    }
+    let Some(selection) = &update.selection else {
+        return Err(format!(
+            "updates every row of {written}: a write by a non-key predicate; find the rows \
+             first (an index query) and write each by its UUID"
+        ));
+    };
+    let mut key = None;
+    let mut others = Vec::new();
+    for e in conjuncts(selection) {
+        if let Some(sub) = crate::expr::subquery_in(e) {
+            return Err(format!("subquery {sub} in an UPDATE's WHERE: run it first"));
+        }
+        let c = cond(&scope, model, e)?;
+        let by_row_key = match &c {
+            Cond::Cmp {
+                col,
+                op: schemaless::FilterOp::Eq,
+                value,
+            } if col.source == Source::RowKey => Some(format!("row = {}", value_text(value))),
+            Cond::InList { col, values } if col.source == Source::RowKey => Some(format!(
+                "rows in ({})",
+                values
+                    .iter()
+                    .map(|v| value_text(v))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Cond::Any { col, array } if col.source == Source::RowKey => {
+                Some(format!("rows in {}", value_text(array)))
+            }
+            _ => None,
+        };
+        match by_row_key {
+            Some(rows) if key.is_none() => key = Some(rows),
+            _ => others.push((e, c)),
+        }
+    }
+    let Some(row) = key else {
+        let by_id = others.iter().find_map(|(_, c)| {
+            c.cols()
+                .into_iter()
+                .find(|col| col.source == Source::IntegerId)
+                .cloned()
+        });
+        return Err(match by_id {
+            Some(col) => format!(
+                "writes by {}, the integer id: rewrite it to the UUID {} (the row key)",
+                scope.show(&col),
+                model.layout.uuid
+            ),
+            None => format!(
+                "a write by a non-key predicate ({selection}): find the rows first (an index \
+                 query), then write each by its UUID {}",
+                model.layout.uuid
+            ),
+        });
+    };
+    let mut checks = Vec::new();
+    for (e, c) in &others {
+        for col in c.cols() {
+            unreadable(model, &scope, col)?;
+        }
+        checks.push(format!("check in the app: {e}"));
+    }
+    check_returning(
+        model,
+        table,
+        &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
+        update.returning.as_deref(),
+    )?;
+    // What the SET changes, per layout column.
+    let mut sets: Vec<(Col, &Expr)> = Vec::new();
+    for assignment in &update.assignments {
+        let AssignmentTarget::ColumnName(target) = &assignment.target else {
+            return Err("SET (a, b) = (...): set each column on its own".to_string());
+        };
+        let name = last(target);
+        let col = Col {
+            at: 0,
+            source: model.source(table, &name),
+            name,
+        };
+        match &col.source {
+            Source::RowKey => {
+                return Err(format!(
+                    "changes {}, the row key: a row's UUID never changes",
+                    scope.show(&col)
+                ))
+            }
+            Source::IntegerId | Source::Unmapped => unreadable(model, &scope, &col)?,
+            _ => {}
+        }
+        if let Some(sub) = crate::expr::subquery_in(&assignment.value) {
+            return Err(format!(
+                "sets {} from subquery {sub}: run it first",
+                col.name
+            ));
+        }
+        for used in crate::expr::columns_in(&scope, model, &assignment.value)? {
+            unreadable(model, &scope, &used)?;
+        }
+        sets.push((col, &assignment.value));
+    }
+    let mut puts = Vec::new();
+    for c in model.columns_of(Table::Parent) {
+        let column = model.column(c);
+        let fields: Vec<(String, String)> = sets
+            .iter()
+            .filter_map(|(col, value)| match &col.source {
+                Source::Field { column, field } if *column == c => {
+                    Some((field.clone(), shown_value(value)))
+                }
+                _ => None,
+            })
+            .collect();
+        let ref_key = sets
+            .iter()
+            .find(|(col, _)| col.name == column.ref_key)
+            .map(|(_, value)| shown_value(value));
+        match (fields.is_empty(), ref_key) {
+            (true, None) => {}
+            (false, None) => {
+                return Err(format!(
+                    "sets {} of column {} without a new ref key: a cell is never changed; \
+                     also set {} (e.g. {} = {} + 1) so the change is a new version",
+                    fields
+                        .iter()
+                        .map(|(f, _)| f.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    column.name,
+                    column.ref_key,
+                    column.ref_key,
+                    column.ref_key
+                ))
+            }
+            (_, Some(ref_key)) => puts.push(Put {
+                row: row.clone(),
+                column: column.name.clone(),
+                ref_key,
+                fields,
+                read_latest: true,
+                merge: true,
+                checks: checks.clone(),
+            }),
+        }
+    }
+    if puts.is_empty() {
+        return Err(format!(
+            "sets no field of a layout column of {written}: nothing reaches Schemaless"
+        ));
+    }
+    Ok(Plan::Write(puts))
+}

@@ -1,4 +1,8 @@
 //! Running the plan: workers claiming chunks and copying them.
+//!
+//! Its rooms: `copy` (one chunk copied) and `pace` (the replication-lag
+//! pause, the rate limit); this file holds the workers, claims and
+//! heartbeats.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,6 +17,11 @@ use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
+
+mod copy;
+mod pace;
+
+use pace::Throttle;
 
 /// How a process runs the plan.
 #[derive(Clone, Debug)]
@@ -348,142 +357,6 @@ impl Backfill {
         })
     }
 
-    /// Reads the chunk in one snapshot, writes its cells grouped by shard,
-    /// and marks it done (or failed, naming what could not be copied).
-    async fn copy(&self, chunk: &Claimed) -> Result<(), Error> {
-        let filter = self.filter.lock().expect("filter lock").clone();
-        let scanned = self
-            .legacy
-            .scan_filtered(chunk.start..chunk.end, &filter)
-            .await?;
-        let rows = scanned.cells.len() as u64 + scanned.unreadable.len() as u64;
-        self.throttle.acquire(rows).await;
-        // A cell too large for Schemaless cannot be copied however often
-        // the chunk is tried: it is reported with its row, once, and the
-        // rest of the chunk is copied.
-        // Each body is measured once (its JSON length is a walk of the
-        // value), and the cells move into their batches, not copied.
-        let shard_count = self.schemaless.shard_count();
-        let mut cells: Vec<(u32, usize, Cell)> = Vec::with_capacity(scanned.cells.len());
-        let mut oversized: Vec<(usize, Cell)> = Vec::new();
-        for cell in scanned.cells {
-            let len = cell.body.json_len();
-            if len > self.limits.max_body_bytes {
-                oversized.push((len, cell));
-            } else {
-                cells.push((routing::shard_of(&cell.key.row_key, shard_count), len, cell));
-            }
-        }
-        cells.sort_by_key(|(shard, ..)| *shard);
-        let copied = cells.len() as u64;
-        let sizes =
-            schemaless::cell::batch_sizes(cells.iter().map(|(_, len, _)| *len), &self.limits);
-        let mut cells = cells.into_iter().map(|(.., cell)| cell);
-        let mut written = 0u64;
-        let mut conflicts: Vec<String> = Vec::new();
-        for size in sizes {
-            let batch: Vec<Cell> = cells.by_ref().take(size).collect();
-            let keys: Vec<CellKey> = batch.iter().map(|c| c.key.clone()).collect();
-            let results = self.schemaless.put_cells(batch).await?;
-            for (key, result) in keys.iter().zip(results) {
-                match result {
-                    Ok(WriteOutcome::Written) => written += 1,
-                    Ok(_) => {}
-                    Err(_) => conflicts.push(key.to_string()),
-                }
-            }
-        }
-        let progress = &self.progress;
-        Progress::add(&progress.parents, scanned.parents);
-        Progress::add(&progress.rows, rows);
-        Progress::add(&progress.cells, copied);
-        Progress::add(&progress.written, written);
-        let mut problems = Vec::new();
-        if !scanned.unreadable.is_empty() {
-            let first: Vec<String> = scanned
-                .unreadable
-                .iter()
-                .take(3)
-                .map(|e| e.to_string())
-                .collect();
-            problems.push(format!(
-                "{} rows cannot be converted through the layout: {}",
-                scanned.unreadable.len(),
-                first.join("; ")
-            ));
-        }
-        if !oversized.is_empty() {
-            let first: Vec<String> = oversized
-                .iter()
-                .take(3)
-                .map(|(len, c)| {
-                    format!(
-                        "row {} column {} is {len} bytes",
-                        c.key.row_key, c.key.column
-                    )
-                })
-                .collect();
-            problems.push(format!(
-                "{} cells are over limits.max_body_bytes = {}: {}",
-                oversized.len(),
-                self.limits.max_body_bytes,
-                first.join("; ")
-            ));
-        }
-        if !conflicts.is_empty() {
-            problems.push(format!(
-                "{} cells conflict with different bodies already in Schemaless: {}",
-                conflicts.len(),
-                conflicts
-                    .iter()
-                    .take(3)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        let (state, error) = if problems.is_empty() {
-            Progress::add(&progress.chunks_done, 1);
-            ("done", None)
-        } else {
-            Progress::add(&progress.chunks_failed, 1);
-            tracing::warn!(
-                "chunk {} (ids {}..{}) failed: {}",
-                chunk.id,
-                chunk.start,
-                chunk.end,
-                problems.join("; ")
-            );
-            ("failed", Some(problems.join("; ")))
-        };
-        let done = sqlx::query(
-            "/* mezzanine */ UPDATE mezzanine.backfill_chunks
-             SET state = $3, error = $4, parents = $5, cells = $6, written = $7,
-                 done_at = now(), heartbeat_at = now()
-             WHERE id = $1 AND owner = $2 AND state = 'running'",
-        )
-        .bind(chunk.id)
-        .bind(&self.owner)
-        .bind(state)
-        .bind(error)
-        .bind(scanned.parents as i64)
-        .bind(copied as i64)
-        .bind(written as i64)
-        .execute(self.pool())
-        .await
-        .map_err(Error::postgres("finishing a backfill chunk"))?;
-        if done.rows_affected() == 0 {
-            // Another worker took it over meanwhile (this one was silent
-            // for too long); it copies the same cells again, harmlessly.
-            tracing::warn!(
-                "{}: chunk {} was reclaimed while it was being copied",
-                self.owner,
-                chunk.id
-            );
-        }
-        Ok(())
-    }
-
     /// Puts a chunk that could not be copied back to pending.
     async fn release(&self, chunk: &Claimed, error: &str) -> Result<(), Error> {
         sqlx::query(
@@ -532,56 +405,6 @@ impl Backfill {
             }
         }
     }
-
-    /// Pauses the workers while any minion lags more than the limit.
-    async fn watch_lag(&self, stop: CancellationToken) {
-        let limit = self.options.max_replication_lag;
-        if limit.is_zero() {
-            return;
-        }
-        let mut warned = false;
-        loop {
-            let mut worst: Option<(String, Duration)> = None;
-            for cluster in &self.schemaless.topology().clusters {
-                for minion in &cluster.minions() {
-                    match replication_lag(minion).await {
-                        Ok(Some(lag)) if worst.as_ref().is_none_or(|(_, w)| lag > *w) => {
-                            worst = Some((minion.label.clone(), lag));
-                        }
-                        Ok(Some(_)) => {}
-                        Err(e) if !warned => {
-                            warned = true;
-                            tracing::warn!(
-                                "replication lag of {} is unknown ({e}); not pausing for it",
-                                minion.label
-                            );
-                        }
-                        Ok(None) if !warned => {
-                            warned = true;
-                            tracing::warn!(
-                                "replication lag of {} is unknown (replication is not running); not pausing for it",
-                                minion.label
-                            );
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            let lagging = worst.as_ref().is_some_and(|(_, lag)| *lag > limit);
-            let was = self.progress.lagging.swap(lagging, Ordering::Relaxed);
-            if lagging && !was {
-                Progress::add(&self.progress.lag_pauses, 1);
-                let (node, lag) = worst.expect("lagging means a lag");
-                tracing::warn!("pausing: {node} is {lag:?} behind its master (limit {limit:?})");
-            } else if was && !lagging {
-                tracing::info!("resuming: the minions caught up");
-            }
-            sleep_or_cancel(&stop, Duration::from_secs(1)).await;
-            if stop.is_cancelled() {
-                return;
-            }
-        }
-    }
 }
 
 enum Remaining {
@@ -594,71 +417,5 @@ async fn sleep_or_cancel(cancel: &CancellationToken, wait: Duration) {
     tokio::select! {
         _ = cancel.cancelled() => {}
         _ = tokio::time::sleep(wait) => {}
-    }
-}
-
-/// How far a minion is behind its master (`Seconds_Behind_Master`);
-/// `None` when replication is not running.
-async fn replication_lag(
-    node: &schemaless::mysql::topology::Node,
-) -> Result<Option<Duration>, Error> {
-    let rows = node.fetch_all(mariadb::SHOW_REPLICA_STATUS.into()).await?;
-    Ok(mariadb::ReplicaStatus::from_rows(&rows)
-        .and_then(|status| status.seconds_behind)
-        .map(Duration::from_secs))
-}
-
-/// Rows per second for one process: a bucket of a second's worth, taken
-/// from before each chunk is written.
-struct Throttle {
-    rate: u64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl Throttle {
-    fn new(rate: u64) -> Throttle {
-        Throttle {
-            rate,
-            state: Mutex::new((rate as f64, Instant::now())),
-        }
-    }
-
-    async fn acquire(&self, rows: u64) {
-        if self.rate == 0 {
-            return;
-        }
-        let wait = {
-            let mut state = self.state.lock().expect("throttle lock");
-            let now = Instant::now();
-            let rate = self.rate as f64;
-            state.0 = (state.0 + now.duration_since(state.1).as_secs_f64() * rate).min(rate);
-            state.1 = now;
-            state.0 -= rows as f64;
-            if state.0 < 0.0 {
-                Duration::from_secs_f64(-state.0 / rate)
-            } else {
-                Duration::ZERO
-            }
-        };
-        tokio::time::sleep(wait).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn the_throttle_keeps_the_rate() {
-        let throttle = Throttle::new(1000);
-        let started = tokio::time::Instant::now();
-        // A second's burst is free; the next 3000 rows take 3 seconds.
-        for _ in 0..4 {
-            throttle.acquire(1000).await;
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        assert!((2.9..3.2).contains(&elapsed), "{elapsed}");
-        let free = Throttle::new(0);
-        free.acquire(1_000_000).await;
     }
 }

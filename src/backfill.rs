@@ -1,11 +1,10 @@
 //! `mezzanine backfill plan|run|status|pause|resume|retry`: the history
 //! copied into Schemaless while the app keeps running.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use backfill::{Backfill, Options, Progress};
 use clap::{Args, Subcommand};
@@ -362,7 +361,7 @@ async fn run_backfill(
         let (runner, cancel) = (runner.clone(), cancel.clone());
         tokio::spawn(async move { runner.run(cancel).await })
     };
-    let report = show_progress(
+    let report = crate::progress::show(
         pool,
         &plan_name,
         &progress,
@@ -371,7 +370,7 @@ async fn run_backfill(
     );
     let finished = tokio::select! {
         result = report => result?,
-        _ = crate::mirror::stopped() => {
+        _ = crate::shutdown::stopped() => {
             cancel.cancel();
             eprintln!("\nstopping: chunks in progress go back to other workers once their heartbeat is stale");
             false
@@ -398,93 +397,6 @@ async fn run_backfill(
         );
     }
     Ok(())
-}
-
-/// Draws progress until the run ends; returns whether the plan finished.
-pub(crate) async fn show_progress(
-    pool: &sqlx::PgPool,
-    plan: &str,
-    progress: &Progress,
-    plain: bool,
-    mut task: tokio::task::JoinHandle<Result<bool, backfill::Error>>,
-) -> anyhow::Result<bool> {
-    let started = Instant::now();
-    let every = if plain {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_millis(250)
-    };
-    let mut tick = tokio::time::interval(every);
-    tick.tick().await;
-    let (mut total, mut done_at_start) = (0u64, None);
-    let mut last_read = Instant::now() - Duration::from_secs(10);
-    let mut done = 0u64;
-    loop {
-        tokio::select! {
-            result = &mut task => {
-                if !plain {
-                    eprintln!();
-                }
-                return Ok(result??);
-            }
-            _ = tick.tick() => {}
-        }
-        if last_read.elapsed() >= Duration::from_secs(1) {
-            if let Ok(status) = backfill::status::read_plan(pool, plan).await {
-                total = status.total();
-                done = status.done + status.failed;
-                done_at_start.get_or_insert(done);
-            }
-            last_read = Instant::now();
-        }
-        let secs = started.elapsed().as_secs_f64().max(1e-3);
-        let rows = Progress::get(&progress.rows);
-        let cells = Progress::get(&progress.cells);
-        let mine = done.saturating_sub(done_at_start.unwrap_or(done));
-        let eta = if mine > 0 {
-            let per_chunk = secs / mine as f64;
-            format_eta(total.saturating_sub(done) as f64 * per_chunk)
-        } else {
-            "--".into()
-        };
-        let state = if progress.paused.load(std::sync::atomic::Ordering::Relaxed) {
-            " PAUSED"
-        } else if progress.lagging.load(std::sync::atomic::Ordering::Relaxed) {
-            " WAITING FOR REPLICATION"
-        } else {
-            ""
-        };
-        let line = format!(
-            "{done}/{total} chunks, {rows} rows ({:.0}/s), {cells} cells ({:.0}/s), ETA {eta}{state}",
-            rows as f64 / secs,
-            cells as f64 / secs,
-        );
-        if plain {
-            eprintln!("{line}");
-        } else {
-            let width = 30usize;
-            let filled = if total == 0 {
-                width
-            } else {
-                (done as usize * width / total as usize).min(width)
-            };
-            eprint!(
-                "\r[{}{}] {line}\x1b[K",
-                "#".repeat(filled),
-                "-".repeat(width - filled)
-            );
-            let _ = std::io::stderr().flush();
-        }
-    }
-}
-
-pub(crate) fn format_eta(secs: f64) -> String {
-    let secs = secs.round() as u64;
-    if secs >= 3600 {
-        format!("{}h{:02}m", secs / 3600, secs % 3600 / 60)
-    } else {
-        format!("{}m{:02}s", secs / 60, secs % 60)
-    }
 }
 
 fn print_status(status: &backfill::PlanStatus) {

@@ -73,7 +73,7 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
                 println!(
                     "  {}  buffered {}  lost body {}  stored body {}",
                     l.key,
-                    format_micros(l.buffered_at),
+                    crate::clock::micros(l.buffered_at),
                     l.buffered_body,
                     l.stored_body.as_deref().unwrap_or("(not read)")
                 );
@@ -102,11 +102,6 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
         }
         BufferCommand::Reconcile(args) => reconcile(&store, args).await,
     }
-}
-
-/// Microseconds since the epoch as UTC text.
-fn format_micros(micros: i64) -> String {
-    legacy::time::format_timestamp(i128::from(micros), true).unwrap_or_else(|_| micros.to_string())
 }
 
 async fn reconcile(store: &MySqlStore, args: ReconcileArgs) -> anyhow::Result<()> {

@@ -228,7 +228,7 @@ fn print_status(status: &CaptureStatus, settings: &config::Capture) {
             "  #{} {} {}: {}",
             p.id,
             p.kind,
-            crate::serve::utc(p.parked_at),
+            crate::clock::utc(p.parked_at),
             p.reason
         );
         if let Some(body) = &p.legacy_body {

@@ -66,7 +66,7 @@ pub async fn run(args: GuardArgs, config_path: &Path) -> anyhow::Result<()> {
         };
         let stop = cancel.clone();
         let (actions, ()) = tokio::join!(watching, async move {
-            crate::mirror::stopped().await;
+            crate::shutdown::stopped().await;
             stop.cancel();
         });
         served.done.await?;

@@ -175,9 +175,7 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
             if runners.is_empty() {
                 anyhow::bail!("no index has an active or building version: `mezzanine index create NAME` first");
             }
-            tokio::signal::ctrl_c()
-                .await
-                .context("waiting for Ctrl-C")?;
+            crate::shutdown::stopped().await;
             eprintln!("stopping: releasing shards");
             cancel.cancel();
             for runner in runners {

@@ -78,20 +78,6 @@ pub struct LoadArgs {
     seed: u64,
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn stopped() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(t) => { t.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
-    }
-}
-
 pub async fn run(command: MirrorCommand, config_path: &Path) -> anyhow::Result<()> {
     let config = crate::load_config(config_path)?;
     let legacy_config =
@@ -224,7 +210,7 @@ where
     let (mut last, mut at) = (0, Instant::now());
     loop {
         tokio::select! {
-            _ = stopped() => break,
+            _ = crate::shutdown::stopped() => break,
             _ = tick.tick() => {
                 let cells = WorkerStats::get(&stats.cells);
                 let rate = (cells - last) as f64 / at.elapsed().as_secs_f64();

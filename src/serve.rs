@@ -110,7 +110,7 @@ pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
     let bound = served.addr;
     // Tests and scripts read this line for the port.
     println!("dashboard on http://{bound}/ (metrics on http://{bound}/metrics)");
-    crate::mirror::stopped().await;
+    crate::shutdown::stopped().await;
     cancel.cancel();
     served.done.await?;
     Ok(())
@@ -352,36 +352,4 @@ fn set_gauges(v: &Value) {
     metrics::gauge!("mezzanine_verify_replay_seconds_mean").set(n(&r["replay_mean_ms"]) / 1000.0);
     metrics::gauge!("mezzanine_verify_mismatch_upper_bound").set(n(&r["upper_bound"]));
     metrics::gauge!("mezzanine_verify_open_mismatches").set(n(&r["open_mismatches"]));
-}
-
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn utc(secs: f64) -> String {
-    let secs = secs.max(0.0) as i64;
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn utc_formats_known_instants() {
-        assert_eq!(super::utc(0.0), "1970-01-01T00:00:00Z");
-        assert_eq!(super::utc(951_782_400.0), "2000-02-29T00:00:00Z");
-        assert_eq!(super::utc(1_796_000_000.5), "2026-11-30T00:53:20Z");
-    }
 }

@@ -73,7 +73,7 @@ pub async fn run(args: StatusArgs, config_path: &Path) -> anyhow::Result<()> {
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs_f64(args.interval)) => {}
-            _ = tokio::signal::ctrl_c() => break Ok(()),
+            _ = crate::shutdown::stopped() => break Ok(()),
         }
         if !terminal && !args.json {
             println!("---");
@@ -85,15 +85,6 @@ pub async fn run(args: StatusArgs, config_path: &Path) -> anyhow::Result<()> {
     sources.schemaless.close().await;
     sources.pool.close().await;
     result
-}
-
-fn seconds(secs: Option<f64>) -> String {
-    match secs {
-        None => "-".into(),
-        Some(s) if s < 120.0 => format!("{s:.1}s"),
-        Some(s) if s < 7200.0 => format!("{:.0}m{:02.0}s", (s / 60.0).floor(), s % 60.0),
-        Some(s) => format!("{:.0}h{:02.0}m", (s / 3600.0).floor(), (s % 3600.0) / 60.0),
-    }
 }
 
 fn unavailable<T>(section: &Section<T>) -> Option<&str> {
@@ -180,7 +171,7 @@ pub fn render(s: &Status) -> String {
                     b.failed,
                     b.cells_done,
                     b.cells_per_sec,
-                    seconds(b.eta_secs),
+                    crate::clock::duration(b.eta_secs),
                     if b.complete { ", complete" } else { "" }
                 );
             } else {
@@ -209,7 +200,7 @@ pub fn render(s: &Status) -> String {
                 out,
                 "outbox     {} entries, oldest {}, {} parked",
                 x.outbox_depth,
-                seconds(x.outbox_oldest_secs),
+                crate::clock::duration(x.outbox_oldest_secs),
                 x.outbox_parked
             );
             if x.capture_enabled {
@@ -217,7 +208,7 @@ pub fn render(s: &Status) -> String {
                     out,
                     "capture    {} changes, oldest {}, {} parked",
                     x.capture_depth,
-                    seconds(x.capture_oldest_secs),
+                    crate::clock::duration(x.capture_oldest_secs),
                     x.capture_parked
                 );
             } else {

@@ -267,7 +267,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
     let status = loop {
         tokio::select! {
             result = &mut task => break result??,
-            _ = crate::mirror::stopped() => {
+            _ = crate::shutdown::stopped() => {
                 cancel.cancel();
                 eprintln!("\nstopping: `verify full` again continues this run");
             }
@@ -276,7 +276,7 @@ async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> a
                 let chunks = progress.chunks.load(Ordering::Relaxed) + before.done;
                 let parents = progress.parents.load(Ordering::Relaxed);
                 let eta = if chunks > before.done {
-                    crate::backfill::format_eta(
+                    crate::clock::eta(
                         (before.chunks - chunks.min(before.chunks)) as f64 * secs
                             / (chunks - before.done) as f64,
                     )
@@ -460,7 +460,7 @@ async fn report(
     println!(
         "window: {}",
         match since {
-            Some(s) => format!("samples since {} (the gates' window)", crate::serve::utc(s)),
+            Some(s) => format!("samples since {} (the gates' window)", crate::clock::utc(s)),
             None => "all samples".into(),
         }
     );
@@ -517,7 +517,7 @@ async fn report(
             m.source,
             m.read_kind,
             m.occurrences,
-            crate::serve::utc(m.last_seen),
+            crate::clock::utc(m.last_seen),
             m.legacy,
             m.schemaless
         );

@@ -75,7 +75,7 @@ pub async fn run(args: WorkerArgs, config_path: &Path) -> anyhow::Result<()> {
             format!("{} tokens", config.worker.tokens.len())
         }
     );
-    crate::mirror::stopped().await;
+    crate::shutdown::stopped().await;
     eprintln!("draining in-flight requests");
     shutdown.cancel();
     served.done.await?;

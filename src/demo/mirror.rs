@@ -171,7 +171,7 @@ pub(super) async fn mirror_steps(config: &config::Config, trips: u64) -> anyhow:
     let progress = runner.progress();
     let plain = !std::io::IsTerminal::is_terminal(&std::io::stderr());
     let finished =
-        crate::backfill::show_progress(&pool, backfill::plan::MAIN, &progress, plain, task).await?;
+        crate::progress::show(&pool, backfill::plan::MAIN, &progress, plain, task).await?;
     anyhow::ensure!(finished, "the backfill did not finish");
     let status = backfill::status::read(&pool).await?;
     println!(

@@ -1,5 +1,8 @@
 //! `mezzanine verify sample|full|repair|report`: are the stores the same,
 //! and what to do when they are not.
+//!
+//! `full` and `report` have rooms of their own; `sample` and `repair` are
+//! here.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -14,6 +17,9 @@ use verifier::full::Progress;
 use verifier::repair::{Repair, Repaired};
 use verifier::store::Settings;
 use verifier::Rules;
+
+mod full;
+mod report;
 
 #[derive(Subcommand)]
 pub enum VerifyCommand {
@@ -114,9 +120,9 @@ pub async fn run(command: VerifyCommand, config_path: &Path) -> anyhow::Result<(
     verifier::store::ensure(&pool).await?;
     match command {
         VerifyCommand::Sample(args) => sample(&config, &pool, args).await,
-        VerifyCommand::Full(args) => full(&config, &pool, args).await,
+        VerifyCommand::Full(args) => full::full(&config, &pool, args).await,
         VerifyCommand::Repair(args) => repair(&config, &pool, args).await,
-        VerifyCommand::Report(args) => report(&config, &pool, args).await,
+        VerifyCommand::Report(args) => report::report(&config, &pool, args).await,
     }
 }
 
@@ -185,15 +191,6 @@ async fn sample(
     Ok(())
 }
 
-/// ` (N strict)` after a run's chunk count, when any chunk ran strict.
-fn strict_count(chunks: u64) -> String {
-    if chunks > 0 {
-        format!(" ({chunks} strict)")
-    } else {
-        String::new()
-    }
-}
-
 /// Takes the buffered writes Schemaless recorded as lost into the mismatch
 /// store (a failure is a warning: the gates take them too).
 async fn take_lost_writes(pool: &sqlx::PgPool, schemaless: &MySqlStore) {
@@ -204,146 +201,6 @@ async fn take_lost_writes(pool: &sqlx::PgPool, schemaless: &MySqlStore) {
         ),
         Err(e) => eprintln!("warning: lost buffered writes not read: {e}"),
     }
-}
-
-async fn full(config: &config::Config, pool: &sqlx::PgPool, args: FullArgs) -> anyhow::Result<()> {
-    let mut flags = crate::Overrides::new(config)
-        .set(
-            "chunk-size",
-            "verify.chunk_size",
-            args.chunk_size,
-            |c, v| c.verify.chunk_size = v,
-        )
-        .set("workers", "verify.workers", args.workers, |c, v| {
-            c.verify.workers = v
-        })
-        .check()?;
-    flags.verify.strict |= args.strict;
-    let (chunk_size, workers) = (flags.verify.chunk_size, flags.verify.workers);
-    let legacy = legacy::LegacyStore::connect(config).await?;
-    let schemaless = MySqlStore::connect(config)?;
-    if !backfill::status::read(pool).await?.complete() {
-        eprintln!(
-            "warning: the backfill is not complete: rows it has not copied yet are recorded as missing from Schemaless"
-        );
-    }
-    take_lost_writes(pool, &schemaless).await;
-    let scope = verifier::full::Scope {
-        columns: args.columns.clone(),
-        ids: args.ids,
-    };
-    let id = verifier::full::plan_scoped(pool, &legacy, chunk_size, args.restart, &scope)
-        .await
-        .map_err(|e| match e {
-            verifier::Error::Usage(_) => crate::UsageError(e.to_string()).into(),
-            other => anyhow::Error::from(other),
-        })?;
-    let before = verifier::full::status(pool, id).await?;
-    eprintln!(
-        "full diff run {id}: {} of {} chunks done before, {workers} workers{}",
-        before.done,
-        before.chunks,
-        if flags.verify.strict {
-            ", strict (every matching value read again through PostgreSQL's casts)"
-        } else {
-            ""
-        }
-    );
-    let diff = Arc::new(tripstore::triage::full_diff(&legacy, &schemaless, &flags));
-    let progress = Arc::new(Progress::default());
-    let cancel = CancellationToken::new();
-    let started = Instant::now();
-    let mut task = {
-        let (diff, progress, cancel) = (diff.clone(), progress.clone(), cancel.clone());
-        tokio::spawn(async move { diff.run(id, workers, &progress, &cancel).await })
-    };
-    let plain = args.plain || !std::io::stderr().is_terminal();
-    let mut tick = tokio::time::interval(if plain {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_millis(250)
-    });
-    tick.tick().await;
-    let status = loop {
-        tokio::select! {
-            result = &mut task => break result??,
-            _ = crate::shutdown::stopped() => {
-                cancel.cancel();
-                eprintln!("\nstopping: `verify full` again continues this run");
-            }
-            _ = tick.tick() => {
-                let secs = started.elapsed().as_secs_f64().max(1e-3);
-                let chunks = progress.chunks.load(Ordering::Relaxed) + before.done;
-                let parents = progress.parents.load(Ordering::Relaxed);
-                let eta = if chunks > before.done {
-                    crate::clock::eta(
-                        (before.chunks - chunks.min(before.chunks)) as f64 * secs
-                            / (chunks - before.done) as f64,
-                    )
-                } else {
-                    "--".into()
-                };
-                let line = format!(
-                    "{chunks}/{} chunks, {parents} parents ({:.0}/s), {} mismatches, ETA {eta}",
-                    before.chunks,
-                    parents as f64 / secs,
-                    progress.mismatches.load(Ordering::Relaxed)
-                );
-                if plain {
-                    eprintln!("{line}");
-                } else {
-                    eprint!("\r{line}\x1b[K");
-                    let _ = std::io::stderr().flush();
-                }
-            }
-        }
-    };
-    if !plain {
-        eprintln!();
-    }
-    let secs = started.elapsed().as_secs_f64().max(1e-3);
-    let parents = progress.parents.load(Ordering::Relaxed);
-    let found = progress.mismatches.load(Ordering::Relaxed);
-    println!(
-        "run {}: {} of {} chunks{}, {} parents, {} cells compared, {} mismatches{}",
-        status.id,
-        status.done,
-        status.chunks,
-        strict_count(status.strict_chunks),
-        status.parents,
-        status.cells,
-        status.mismatches,
-        if status.sample_row_keys.is_empty() {
-            String::new()
-        } else {
-            format!(" (e.g. {})", status.sample_row_keys.join(", "))
-        }
-    );
-    println!(
-        "this process: {parents} parents in {secs:.1}s ({:.0} parents/s), {found} mismatches",
-        parents as f64 / secs
-    );
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "run": status.id, "chunks": status.chunks, "done": status.done,
-                "parents": status.parents, "cells": status.cells,
-                "mismatches": status.mismatches, "sample_row_keys": status.sample_row_keys,
-                "strict_chunks": status.strict_chunks,
-                "parents_per_s": parents as f64 / secs,
-            })
-        );
-    }
-    legacy.close().await;
-    schemaless.close().await;
-    if status.mismatches > 0 {
-        anyhow::bail!(
-            "the stores differ in {} (row, column)s: `mezzanine verify report` lists them, `mezzanine verify repair --all` rewrites them",
-            status.mismatches
-        );
-    }
-    Ok(())
 }
 
 async fn repair(
@@ -417,117 +274,5 @@ async fn repair(
     if failed > 0 {
         anyhow::bail!("{failed} repairs failed");
     }
-    Ok(())
-}
-
-async fn report(
-    config: &config::Config,
-    pool: &sqlx::PgPool,
-    args: ReportArgs,
-) -> anyhow::Result<()> {
-    let since = if args.all_time {
-        None
-    } else {
-        tripstore::gates::verification_window(pool).await?
-    };
-    let legacy = legacy::LegacyStore::connect(config).await?;
-    let schemaless = MySqlStore::connect(config)?;
-    take_lost_writes(pool, &schemaless).await;
-    schemaless.close().await;
-    let report = verifier::report::read(pool, Some(&legacy), since).await?;
-    let mismatches = verifier::store::mismatches(pool, true, None, args.limit).await?;
-    let last_run = verifier::full::latest(pool).await?;
-    let gates = &config.gates;
-    let passes = report.open_mismatches == 0
-        && report.totals.samples >= gates.min_samples
-        && report.upper_bound <= gates.max_mismatch_upper_bound
-        && report
-            .coverage
-            .iter()
-            .all(|c| c.share() >= gates.min_coverage);
-    legacy.close().await;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "report": report, "open": mismatches, "full_diff": last_run,
-                "gates_pass": passes,
-            })
-        );
-        return Ok(());
-    }
-    let t = &report.totals;
-    println!(
-        "window: {}",
-        match since {
-            Some(s) => format!("samples since {} (the gates' window)", crate::clock::utc(s)),
-            None => "all samples".into(),
-        }
-    );
-    println!(
-        "samples {}  matches {}  mismatches {}  (transient {}, unsettled {}, not yet backfilled {}, replay errors {}, dropped {})",
-        t.samples, t.matches, t.mismatches, t.transient, t.unsettled, t.pending_backfill, t.replay_errors, t.dropped
-    );
-    println!(
-        "mismatch rate {:.6}, 95% upper bound {:.6} (gates.max_mismatch_upper_bound {})",
-        report.mismatch_rate, report.upper_bound, gates.max_mismatch_upper_bound
-    );
-    println!(
-        "{:<18} {:>10} {:>10} {:>10}",
-        "column", "samples", "matches", "mismatches"
-    );
-    for c in &report.by_column {
-        println!(
-            "{:<18} {:>10} {:>10} {:>10}",
-            c.column, c.counts.samples, c.counts.matches, c.counts.mismatches
-        );
-    }
-    println!("coverage (parent rows verified since their last write):");
-    for c in &report.coverage {
-        println!(
-            "  {:<18} {} of {} ({:.2}%)",
-            c.column,
-            c.verified,
-            c.rows,
-            c.share() * 100.0
-        );
-    }
-    if let Some(run) = &last_run {
-        println!(
-            "full diff run {}: {} of {} chunks{}, {} parents, {} mismatches{}",
-            run.id,
-            run.done,
-            run.chunks,
-            strict_count(run.strict_chunks),
-            run.parents,
-            run.mismatches,
-            if run.finished_at.is_some() {
-                ", finished"
-            } else {
-                ", unfinished"
-            }
-        );
-    }
-    println!("open mismatches: {}", report.open_mismatches);
-    for m in &mismatches {
-        println!(
-            "  {} {} ({} {}, seen {}x, last {}): legacy {} | schemaless {}",
-            m.row_key,
-            m.column,
-            m.source,
-            m.read_kind,
-            m.occurrences,
-            crate::clock::utc(m.last_seen),
-            m.legacy,
-            m.schemaless
-        );
-    }
-    println!(
-        "gates (samples >= {}, upper bound <= {}, no open mismatch, coverage >= {}): {}",
-        gates.min_samples,
-        gates.max_mismatch_upper_bound,
-        gates.min_coverage,
-        if passes { "PASS" } else { "NOT YET" }
-    );
     Ok(())
 }

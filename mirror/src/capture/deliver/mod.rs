@@ -43,6 +43,9 @@
 //! - `truncate`: a table was truncated; which rows it held is no longer
 //!   known, so no tombstone can be written;
 //! - `conflict`: any other address holding another body.
+//!
+//! Its rooms: `cells` (a change's cells) and `write` (writing and
+//! parking); this file reads the slot or the queue and the current rows.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -55,6 +58,12 @@ use sqlx::{PgConnection, Row};
 
 use super::change::Change;
 use crate::error::Error;
+
+mod cells;
+mod write;
+
+use cells::Plan;
+use write::Refusal;
 
 /// What one batch of captured changes did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -87,16 +96,6 @@ impl Captured {
         self.parked += other.parked;
         self.more |= other.more;
     }
-}
-
-/// What an entry becomes.
-enum Plan {
-    /// A cell to write (its address in the batch's cells).
-    Cell(CellKey),
-    /// Nothing to write.
-    Skip,
-    /// Set aside: kind, reason, the legacy body if there is one.
-    Park(&'static str, String, Option<Body>),
 }
 
 /// How many more changes a read of the logical slot takes than a batch of
@@ -368,157 +367,4 @@ impl CaptureDelivery {
             .read_current(conn, &parents, &row_keys, &children)
             .await?)
     }
-
-    /// What `entry` becomes, adding its cell (if any) to `cells`.
-    fn plan(&self, entry: &Change, current: &Current, cells: &mut BTreeMap<CellKey, Cell>) -> Plan {
-        let layout = self.legacy.layout();
-        let mut add = |cell: Cell| {
-            let key = cell.key.clone();
-            cells.entry(key.clone()).or_insert(cell);
-            Plan::Cell(key)
-        };
-        match (entry.op.as_str(), entry.column.as_deref()) {
-            ("t", column) => Plan::Park(
-                "truncate",
-                format!(
-                    "the table of {} was truncated: which rows it held is no longer known, so Schemaless keeps their cells; delete them there by hand, or tombstone them",
-                    column.map_or_else(|| format!("the parent table {}", layout.table), |c| format!("column {c}"))
-                ),
-                None,
-            ),
-            ("d", None) => {
-                let Some(uuid) = entry.row_key else {
-                    return Plan::Skip;
-                };
-                let back = current
-                    .parents
-                    .values()
-                    .any(|p| p.row_key.is_some_and(|r| r.uuid() == uuid));
-                if back {
-                    return Plan::Skip;
-                }
-                add(tombstone::row_tombstone(
-                    RowKey::from(uuid),
-                    &self.tombstones,
-                ))
-            }
-            (op, Some(name)) => {
-                let Some((_, column)) = layout.column(name) else {
-                    // The layout changed since: the column is not mapped.
-                    return Plan::Skip;
-                };
-                let Some(parent_id) = entry.parent_id else {
-                    return Plan::Skip;
-                };
-                let parent = current.parents.get(&parent_id);
-                match (op, column.kind) {
-                    ("w", ColumnKind::Row) => {
-                        let Some(parent) = parent else {
-                            return Plan::Skip;
-                        };
-                        match parent.cells.iter().find(|(c, _)| c.as_str() == name) {
-                            Some((_, Ok(Some(cell)))) => add(cell.clone()),
-                            Some((_, Err(e))) => Plan::Park("unreadable", e.to_string(), None),
-                            _ => Plan::Skip,
-                        }
-                    }
-                    ("w", ColumnKind::Child) => {
-                        let Some(ref_key) = entry.ref_key else {
-                            return Plan::Skip;
-                        };
-                        match current
-                            .children
-                            .get(&(column.name.clone(), parent_id, ref_key))
-                        {
-                            Some(Ok(cell)) => add(cell.clone()),
-                            Some(Err(e)) => Plan::Park("unreadable", e.to_string(), None),
-                            None => Plan::Skip,
-                        }
-                    }
-                    ("d", ColumnKind::Child) => {
-                        let Some(ref_key) = entry.ref_key else {
-                            return Plan::Skip;
-                        };
-                        if current
-                            .children
-                            .contains_key(&(column.name.clone(), parent_id, ref_key))
-                        {
-                            return Plan::Skip;
-                        }
-                        // A child of a deleted parent: the parent's own
-                        // tombstone hides the whole row.
-                        let Some(row_key) = parent.and_then(|p| p.row_key) else {
-                            return Plan::Skip;
-                        };
-                        add(tombstone::cell_tombstone(
-                            row_key,
-                            &self.tombstones,
-                            &column.name,
-                            ref_key,
-                        ))
-                    }
-                    _ => Plan::Skip,
-                }
-            }
-            _ => Plan::Skip,
-        }
-    }
-
-    fn conflict_kind(&self, key: &CellKey) -> &'static str {
-        match self.legacy.layout().column(key.column.as_str()) {
-            Some((_, c)) if c.kind == ColumnKind::Row => "no_new_version",
-            Some(_) => "edited_in_place",
-            None => "conflict",
-        }
-    }
-
-    /// Writes `cells` in batches; per address, how it was taken or why
-    /// not. Fails as a whole on anything that is not about one cell.
-    async fn write(
-        &self,
-        cells: Vec<Cell>,
-    ) -> Result<HashMap<CellKey, Result<WriteOutcome, Refusal>>, Error> {
-        let mut out = HashMap::with_capacity(cells.len());
-        for batch in schemaless::cell::batches(&cells, &self.limits) {
-            self.write_batch(batch.to_vec(), &mut out).await?;
-        }
-        Ok(out)
-    }
-
-    async fn write_batch(
-        &self,
-        cells: Vec<Cell>,
-        out: &mut HashMap<CellKey, Result<WriteOutcome, Refusal>>,
-    ) -> Result<(), Error> {
-        match self.target.put_cells(cells.clone()).await {
-            Ok(results) => {
-                for (cell, result) in cells.into_iter().zip(results) {
-                    out.insert(cell.key, result.map_err(|_| Refusal::Conflict));
-                }
-                Ok(())
-            }
-            Err(schemaless::Error::InvalidInput { .. }) if cells.len() > 1 => {
-                // One cell spoils the batch: find it by writing them one at
-                // a time.
-                for cell in cells {
-                    Box::pin(self.write_batch(vec![cell], out)).await?;
-                }
-                Ok(())
-            }
-            Err(schemaless::Error::InvalidInput { field, message }) => {
-                let key = cells[0].key.clone();
-                out.insert(key, Err(Refusal::Refused(format!("{field}: {message}"))));
-                Ok(())
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-}
-
-/// Why Schemaless did not take a cell.
-enum Refusal {
-    /// Another body is stored at the address.
-    Conflict,
-    /// The cell is invalid for Schemaless (over its limits).
-    Refused(String),
 }

@@ -36,6 +36,9 @@
 //!
 //! It runs on a database (`mzbench_capture`) and a Schemaless instance of
 //! its own, created afresh each run.
+//!
+//! Its rooms: `writers` (the round's load) and `lag` (the probes); this
+//! file runs the rounds and reports.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -54,6 +57,12 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use super::stats::Latencies;
+
+mod lag;
+mod writers;
+
+use lag::measure_lag;
+use writers::{write_for, Round};
 
 #[derive(Args)]
 pub struct CaptureArgs {
@@ -108,108 +117,6 @@ impl Method {
             relay,
         })
     }
-}
-
-/// What one round measured.
-#[derive(Default)]
-struct Round {
-    latencies: Vec<Duration>,
-    elapsed: Duration,
-}
-
-impl Round {
-    fn add(&mut self, other: Round) {
-        self.latencies.extend(other.latencies);
-        self.elapsed += other.elapsed;
-    }
-
-    fn figures(&self) -> (f64, f64, f64, usize) {
-        let l = Latencies::new(self.latencies.clone());
-        (
-            l.percentile_us(50.0),
-            l.percentile_us(99.0),
-            l.len() as f64 / self.elapsed.as_secs_f64(),
-            l.len(),
-        )
-    }
-}
-
-/// One app transaction of the mix; its latency.
-async fn write_one(pool: &PgPool, rng: &mut SmallRng, trips: u64) -> anyhow::Result<Duration> {
-    let id = rng.random_range(1..=trips) as i64;
-    let started = Instant::now();
-    match rng.random_range(0..10) {
-        0..=3 => {
-            sqlx::query("UPDATE trips SET status = $1, version = version + 1 WHERE id = $2")
-                .bind(["requested", "accepted", "completed", "disputed"][rng.random_range(0..4)])
-                .bind(id)
-                .execute(pool)
-                .await?;
-        }
-        4..=6 => {
-            sqlx::query(
-                "INSERT INTO trip_notes (trip_id, seq, author, body, created_at)
-                 VALUES ($1, nextval('mzbench_note_seq'), 'bench', $2, now())",
-            )
-            .bind(id)
-            .bind(format!("note {}", rng.random::<u32>()))
-            .execute(pool)
-            .await?;
-        }
-        _ => {
-            let mut tx = pool.begin().await?;
-            let (trip,): (i64,) = sqlx::query_as(
-                "INSERT INTO trips (driver_uuid, rider_uuid, city_id, status, fare, currency, distance_km, requested_at)
-                 VALUES (gen_random_uuid(), gen_random_uuid(), $1, 'requested', 12.50, 'EUR', 4.2, now())
-                 RETURNING id",
-            )
-            .bind(rng.random_range(1..40))
-            .fetch_one(&mut *tx)
-            .await?;
-            sqlx::query(
-                "INSERT INTO trip_notes (trip_id, seq, author, body, created_at)
-                 VALUES ($1, nextval('mzbench_note_seq'), 'rider', 'first note', now())",
-            )
-            .bind(trip)
-            .execute(&mut *tx)
-            .await?;
-            tx.commit().await?;
-        }
-    }
-    Ok(started.elapsed())
-}
-
-/// `writers` writers run the mix for `length`.
-async fn write_for(
-    pool: &PgPool,
-    writers: u64,
-    trips: u64,
-    seed: u64,
-    length: Duration,
-) -> anyhow::Result<Round> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let tasks: Vec<_> = (0..writers)
-        .map(|w| {
-            let (pool, stop) = (pool.clone(), stop.clone());
-            tokio::spawn(async move {
-                let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(7919).wrapping_add(w));
-                let mut latencies = Vec::new();
-                while !stop.load(Ordering::Relaxed) {
-                    latencies.push(write_one(&pool, &mut rng, trips).await?);
-                }
-                Ok::<_, anyhow::Error>(latencies)
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(length).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut round = Round::default();
-    for task in tasks {
-        round.latencies.extend(task.await??);
-    }
-    round.elapsed = started.elapsed();
-    Ok(round)
 }
 
 pub async fn run(args: CaptureArgs, config_path: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -428,98 +335,4 @@ pub async fn run(args: CaptureArgs, config_path: &Path, cluster_dir: &Path) -> a
     schemaless.close().await;
     pool.close().await;
     Ok(())
-}
-
-/// `rate` trip updates per second for `length`, paced; one in ten probed
-/// until its new version is readable in Schemaless. Returns the lags, the
-/// writes made, the time taken, and the probes that timed out.
-async fn measure_lag(
-    pool: &PgPool,
-    schemaless: &MySqlStore,
-    rate: u64,
-    length: Duration,
-    trips: u64,
-) -> anyhow::Result<(Vec<Duration>, u64, Duration, u64)> {
-    let writers = rate.div_ceil(100).clamp(1, 16);
-    let written = Arc::new(AtomicU64::new(0));
-    let timeouts = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..writers)
-        .map(|w| {
-            let (pool, schemaless, written, timeouts) = (
-                pool.clone(),
-                schemaless.clone(),
-                written.clone(),
-                timeouts.clone(),
-            );
-            let every = Duration::from_secs_f64(writers as f64 / rate as f64);
-            tokio::spawn(async move {
-                let mut rng = SmallRng::seed_from_u64(77 + w);
-                let mut tick = tokio::time::interval(every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-                let mut probes = Vec::new();
-                let mut n = 0u64;
-                while started.elapsed() < length {
-                    tick.tick().await;
-                    let id = rng.random_range(1..=trips) as i64;
-                    let (uuid, version): (uuid::Uuid, i64) = sqlx::query_as(
-                        "UPDATE trips SET status = 'moving', version = version + 1 WHERE id = $1 RETURNING uuid, version",
-                    )
-                    .bind(id)
-                    .fetch_one(&pool)
-                    .await?;
-                    let committed = Instant::now();
-                    written.fetch_add(1, Ordering::Relaxed);
-                    n += 1;
-                    if n.is_multiple_of(10) {
-                        let (schemaless, timeouts) = (schemaless.clone(), timeouts.clone());
-                        probes.push(tokio::spawn(async move {
-                            probe(&schemaless, RowKey::from(uuid), version, committed, &timeouts)
-                                .await
-                        }));
-                    }
-                }
-                let mut lags = Vec::new();
-                for p in probes {
-                    lags.extend(p.await??);
-                }
-                Ok::<_, anyhow::Error>(lags)
-            })
-        })
-        .collect();
-    let mut lags = Vec::new();
-    for task in tasks {
-        lags.extend(task.await??);
-    }
-    Ok((
-        lags,
-        written.load(Ordering::Relaxed),
-        started.elapsed(),
-        timeouts.load(Ordering::Relaxed),
-    ))
-}
-
-/// Reads `row`'s BASE from the master every 2 ms until its ref key
-/// reaches `version`: the time since `committed`, or `None` after 10 s.
-async fn probe(
-    schemaless: &MySqlStore,
-    row: RowKey,
-    version: i64,
-    committed: Instant,
-    timeouts: &AtomicU64,
-) -> anyhow::Result<Option<Duration>> {
-    let base = Column::new("BASE")?;
-    while committed.elapsed() < Duration::from_secs(10) {
-        if let Some(cell) = schemaless
-            .get_cell_latest(&row, &base, ReadFrom::Master)
-            .await?
-        {
-            if cell.cell.key.ref_key.get() >= version {
-                return Ok(Some(committed.elapsed()));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    timeouts.fetch_add(1, Ordering::Relaxed);
-    Ok(None)
 }

@@ -6,7 +6,7 @@
 //! thousands. Kept one id at a time, their saved form outgrew its column
 //! and the save failed for ever. As ranges, a run is one entry; the set is
 //! also bounded ([`MAX_RANGES`]): past it the ranges given up on first are
-//! dropped (counted in `schemaless_follower_awaited_dropped_total`), since
+//! dropped (counted in `mezzanine_schemaless_follower_awaited_dropped_total`), since
 //! a hole minutes old is all but certainly a rollback.
 //!
 //! Saved as text: `first-last` or `id`, comma-separated (the older form,
@@ -111,7 +111,7 @@ impl Awaited {
             let &(_, oldest) = self.by_age.first().expect("more than MAX_RANGES ranges");
             self.take(oldest);
             self.dropped += 1;
-            metrics::counter!("schemaless_follower_awaited_dropped_total").increment(1);
+            metrics::counter!("mezzanine_schemaless_follower_awaited_dropped_total").increment(1);
         }
     }
 

@@ -15,9 +15,9 @@
 //! shutting down or refusing writes because it is read-only): a duplicate
 //! key or a bad statement is an answer, and an answering node is healthy.
 //!
-//! The state is exported as the gauge `schemaless_breaker_state{node}` (0
+//! The state is exported as the gauge `mezzanine_schemaless_breaker_state{node}` (0
 //! closed, 1 half-open, 2 open) and the counter
-//! `schemaless_breaker_opened_total{node}`.
+//! `mezzanine_schemaless_breaker_opened_total{node}`.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ pub enum BreakerState {
 }
 
 impl BreakerState {
-    /// The value of the `schemaless_breaker_state` gauge.
+    /// The value of the `mezzanine_schemaless_breaker_state` gauge.
     pub fn gauge(self) -> f64 {
         match self {
             BreakerState::Closed => 0.0,
@@ -190,7 +190,7 @@ impl Breaker {
             drop(s);
             if was == BreakerState::Closed {
                 tracing::warn!(node = %self.node, error, "circuit breaker opened");
-                metrics::counter!("schemaless_breaker_opened_total", "node" => self.node.clone())
+                metrics::counter!("mezzanine_schemaless_breaker_opened_total", "node" => self.node.clone())
                     .increment(1);
             }
             self.export(BreakerState::Open);
@@ -198,7 +198,7 @@ impl Breaker {
     }
 
     fn export(&self, state: BreakerState) {
-        metrics::gauge!("schemaless_breaker_state", "node" => self.node.clone()).set(state.gauge());
+        metrics::gauge!("mezzanine_schemaless_breaker_state", "node" => self.node.clone()).set(state.gauge());
     }
 }
 

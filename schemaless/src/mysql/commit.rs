@@ -131,9 +131,9 @@ impl Committer {
         self.transactions.fetch_add(1, Ordering::Relaxed);
         self.calls_carried
             .fetch_add(calls as u64, Ordering::Relaxed);
-        metrics::counter!("schemaless_write_transactions_total", "cluster" => self.cluster.clone())
+        metrics::counter!("mezzanine_schemaless_write_transactions_total", "cluster" => self.cluster.clone())
             .increment(1);
-        metrics::counter!("schemaless_write_calls_total", "cluster" => self.cluster.clone())
+        metrics::counter!("mezzanine_schemaless_write_calls_total", "cluster" => self.cluster.clone())
             .increment(calls as u64);
         let combined = calls > 1;
         let each = |outcome: fn() -> Outcome| (0..calls).map(|_| outcome()).collect();

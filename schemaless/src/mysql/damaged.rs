@@ -6,7 +6,7 @@
 //! address failed its whole batch on every retry, a reconciler pass
 //! aborted. Readers that walk many cells now record it in
 //! `<instance>_meta.damaged_cells` on its master (where, what could be
-//! read of its address, why), count it in `schemaless_damaged_cells_total`,
+//! read of its address, why), count it in `mezzanine_schemaless_damaged_cells_total`,
 //! and go on without it:
 //!
 //! - change-log followers (triggers, index maintainers, the reverse
@@ -131,7 +131,7 @@ pub(crate) async fn record(store: &MySqlStore, master: &Node, source: &str, dama
     .bind(reason.clone())
     .bind(crate::cell::now_micros());
     match master.execute_prepared(query).await {
-        Ok(()) => metrics::counter!("schemaless_damaged_cells_total").increment(1),
+        Ok(()) => metrics::counter!("mezzanine_schemaless_damaged_cells_total").increment(1),
         Err(e) => tracing::warn!("recording damaged cell {cell}: {e}"),
     }
 }

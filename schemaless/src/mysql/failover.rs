@@ -135,7 +135,7 @@ pub async fn refresh(topology: &Topology) -> Vec<String> {
         };
         if cluster.promote(member, p.epoch) {
             tracing::warn!(cluster = %cluster.name, master = %p.master, epoch = p.epoch, "new master");
-            metrics::counter!("schemaless_promotions_seen_total", "cluster" => cluster.name.clone())
+            metrics::counter!("mezzanine_schemaless_promotions_seen_total", "cluster" => cluster.name.clone())
                 .increment(1);
             changed.push(cluster.name.clone());
         }

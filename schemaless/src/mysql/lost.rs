@@ -115,7 +115,7 @@ pub(super) async fn record(node: &Node, meta: &str, found: &[Found]) -> Result<(
         "{} buffered writes lost to another body at their address; recorded in buffer_conflicts",
         found.len()
     );
-    metrics::counter!("schemaless_buffer_conflicts_recorded_total").increment(found.len() as u64);
+    metrics::counter!("mezzanine_schemaless_buffer_conflicts_recorded_total").increment(found.len() as u64);
     Ok(())
 }
 
@@ -151,7 +151,7 @@ pub async fn read(
     }
     let mut out: Vec<LostWrite> = merged.into_values().collect();
     out.sort_by_key(|l| (l.found_at, l.buffered_at));
-    metrics::gauge!("schemaless_buffer_conflicts_untaken")
+    metrics::gauge!("mezzanine_schemaless_buffer_conflicts_untaken")
         .set(out.iter().filter(|l| l.taken_at.is_none()).count() as f64);
     (out, failed)
 }

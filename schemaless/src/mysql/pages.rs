@@ -83,8 +83,8 @@ impl PageReaders {
     fn counted(&self, pages: usize) {
         self.statements.fetch_add(1, Ordering::Relaxed);
         self.pages.fetch_add(pages as u64, Ordering::Relaxed);
-        metrics::counter!("schemaless_changelog_statements_total").increment(1);
-        metrics::counter!("schemaless_changelog_pages_total").increment(pages as u64);
+        metrics::counter!("mezzanine_schemaless_changelog_statements_total").increment(1);
+        metrics::counter!("mezzanine_schemaless_changelog_pages_total").increment(pages as u64);
     }
     fn combiner(&self, node: &Node) -> Arc<Combiner<PageRequest, Page>> {
         let mut by_node = self

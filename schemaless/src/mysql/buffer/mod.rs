@@ -27,7 +27,7 @@
 //!   an earlier one. It was acknowledged (`Buffered`), so it is recorded in
 //!   `<instance>_meta.buffer_conflicts` with both bodies (see
 //!   [`super::lost`]) before its buffered copy is deleted, and counted in
-//!   `schemaless_buffer_conflicts_total`;
+//!   `mezzanine_schemaless_buffer_conflicts_total`;
 //! - the master does not answer: it waits.
 //!
 //! Every step is idempotent — a replayed cell that landed meanwhile comes
@@ -160,7 +160,7 @@ pub(super) async fn write(
             ),
         });
     }
-    metrics::counter!("schemaless_buffered_cells_total").increment((cells * wanted) as u64);
+    metrics::counter!("mezzanine_schemaless_buffered_cells_total").increment((cells * wanted) as u64);
     Ok(Held { nodes: took, at })
 }
 

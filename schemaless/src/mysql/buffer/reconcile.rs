@@ -51,9 +51,9 @@ pub async fn reconcile_once(store: &MySqlStore) -> Result<Pass> {
             Err(e) => return Err(e),
         }
     }
-    metrics::counter!("schemaless_buffer_replayed_total").increment(total.replayed);
-    metrics::counter!("schemaless_buffer_drained_total").increment(total.drained);
-    metrics::counter!("schemaless_buffer_conflicts_total").increment(total.conflicts);
+    metrics::counter!("mezzanine_schemaless_buffer_replayed_total").increment(total.replayed);
+    metrics::counter!("mezzanine_schemaless_buffer_drained_total").increment(total.drained);
+    metrics::counter!("mezzanine_schemaless_buffer_conflicts_total").increment(total.conflicts);
     Ok(total)
 }
 
@@ -113,7 +113,7 @@ async fn reconcile_table(store: &MySqlStore, node: &Node) -> Result<Pass> {
         lock.close_on_drop();
     }
     let pass = result?;
-    metrics::gauge!("schemaless_buffer_pending", "node" => node.label.clone())
+    metrics::gauge!("mezzanine_schemaless_buffer_pending", "node" => node.label.clone())
         .set(pass.pending as f64);
     Ok(pass)
 }

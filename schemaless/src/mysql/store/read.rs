@@ -37,7 +37,7 @@ impl MySqlStore {
             match read(reader.node).await {
                 Ok(value) => {
                     if reader.stale {
-                        metrics::counter!("schemaless_reads_failed_over_total", "cluster" => cluster.name.clone())
+                        metrics::counter!("mezzanine_schemaless_reads_failed_over_total", "cluster" => cluster.name.clone())
                             .increment(1);
                     }
                     return Ok(Answer {

@@ -182,7 +182,7 @@ impl MySqlStore {
                     "master unavailable, {} cells handed off: {e}",
                     indexes.len()
                 );
-                metrics::counter!("schemaless_writes_handed_off_total")
+                metrics::counter!("mezzanine_schemaless_writes_handed_off_total")
                     .increment(indexes.len() as u64);
                 Ok(indexes
                     .into_iter()

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use crate::layout::{quote, Field};
+use crate::layout::{quote, Field, Shape};
 use crate::store::LegacyStore;
 
 /// The most entries one query returns.
@@ -67,7 +67,7 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
     }
     let column = &layout.columns[index.column];
     // The entry's table alias: the parent for a row column, the child else.
-    let alias = match column.kind {
+    let alias = match column.kind() {
         ColumnKind::Row => "p",
         ColumnKind::Child => "c",
     };
@@ -152,18 +152,15 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
         .map(|f| f.conversion.read_expr(&col(f)))
         .collect::<Vec<_>>()
         .join(", ");
-    let from = match column.kind {
-        ColumnKind::Row => format!(
+    let from = match &column.shape {
+        Shape::Row => format!(
             "FROM {table} p WHERE p.{uuid} IS NOT NULL AND p.{v} IS NOT NULL",
             table = layout.table_sql,
             uuid = layout.uuid_sql,
             v = column.ref_key_sql,
         ),
-        ColumnKind::Child => {
-            let parent = column
-                .parent_sql
-                .as_deref()
-                .expect("a child has a parent key");
+        Shape::Child { parent_sql } => {
+            let parent = parent_sql;
             format!(
                 "FROM {child} c JOIN {table} p ON p.{id} = c.{parent}
                  WHERE p.{uuid} IS NOT NULL

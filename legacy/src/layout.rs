@@ -48,19 +48,32 @@ pub struct Field {
     pub max_chars: Option<usize>,
 }
 
+/// Where a layout column's cells live. A child carries its key to the
+/// parent, so no code that joins a child to its parent can find it
+/// missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// The parent row itself: one cell per entity, its ref key the
+    /// version column.
+    Row,
+    /// One cell per row of a child table.
+    Child {
+        /// The child's foreign key to the parent id, quoted.
+        parent_sql: String,
+    },
+}
+
 /// One Schemaless column of the layout.
 #[derive(Clone, Debug)]
 pub struct ColumnLayout {
     /// The Schemaless column.
     pub name: Column,
-    /// Parent row or child table.
-    pub kind: ColumnKind,
+    /// Parent row or child table, with the child's key to its parent.
+    pub shape: Shape,
     /// The table the cells come from, as in the config.
     pub table: String,
     /// Quoted and schema-qualified.
     pub(crate) table_sql: String,
-    /// The child's foreign key to the parent id (quoted), `child` only.
-    pub(crate) parent_sql: Option<String>,
     /// The ref key column, quoted.
     pub(crate) ref_key_sql: String,
     /// The body's fields, in JSON name order.
@@ -90,9 +103,12 @@ impl ColumnLayout {
         &self.table_sql
     }
 
-    /// The child's foreign key to the parent id, quoted (`child` only).
-    pub fn parent_sql(&self) -> Option<&str> {
-        self.parent_sql.as_deref()
+    /// Parent row or child table, as the config names it.
+    pub fn kind(&self) -> ColumnKind {
+        match self.shape {
+            Shape::Row => ColumnKind::Row,
+            Shape::Child { .. } => ColumnKind::Child,
+        }
     }
 
     /// The ref key column, quoted.
@@ -244,6 +260,14 @@ impl TableInfo {
 }
 
 impl Layout {
+    /// The child columns, each with its key to the parent id (quoted).
+    pub fn children(&self) -> impl Iterator<Item = (&ColumnLayout, &str)> {
+        self.columns.iter().filter_map(|c| match &c.shape {
+            Shape::Child { parent_sql } => Some((c, parent_sql.as_str())),
+            Shape::Row => None,
+        })
+    }
+
     /// Resolves the config's layout and indexes against the live schema.
     pub async fn resolve(
         layout: &config::Layout,
@@ -282,6 +306,17 @@ impl Layout {
         let mut columns = Vec::with_capacity(layout.columns.len());
         for spec in &layout.columns {
             let what = format!("layout column {}", spec.name);
+            let shape = match (spec.kind, &spec.parent) {
+                (ColumnKind::Row, _) => Shape::Row,
+                (ColumnKind::Child, Some(parent)) => Shape::Child {
+                    parent_sql: quote(parent),
+                },
+                (ColumnKind::Child, None) => {
+                    return Err(Error::Layout(format!(
+                        "{what}: a child column needs `parent`, its key to the parent id"
+                    )))
+                }
+            };
             let (table, info) = match spec.kind {
                 ColumnKind::Row => (layout.table.clone(), None),
                 ColumnKind::Child => {
@@ -330,10 +365,9 @@ impl Layout {
             }
             columns.push(ColumnLayout {
                 name: Column::new(&spec.name).map_err(|e| Error::Layout(format!("{what}: {e}")))?,
-                kind: spec.kind,
+                shape,
                 table_sql: format!("{}.{}", quote(schema), quote(&table)),
                 table,
-                parent_sql: spec.parent.as_deref().map(quote),
                 ref_key_sql: quote(&spec.ref_key),
                 fields,
             });

@@ -13,9 +13,8 @@ use schemaless::{Body, Cell, Column, Error, Result, RowKey};
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use crate::layout::ColumnLayout;
+use crate::layout::{ColumnLayout, Shape};
 use crate::store::{read_body, LegacyStore, TransactionHook};
-use config::ColumnKind;
 
 impl LegacyStore {
     /// Every cell of one row as the legacy tables hold it: the current
@@ -41,15 +40,15 @@ impl LegacyStore {
 
     async fn column_rows(&self, column: &ColumnLayout, row_key: Uuid) -> Result<Vec<(i64, Body)>> {
         let layout = &*self.layout;
-        let sql = match column.kind {
-            ColumnKind::Row => format!(
+        let sql = match &column.shape {
+            Shape::Row => format!(
                 "/* mezzanine */ SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 AND p.{v} IS NOT NULL",
                 v = column.ref_key_sql,
                 exprs = column.read_exprs("p"),
                 table = layout.table_sql,
                 uuid = layout.uuid_sql,
             ),
-            ColumnKind::Child => format!(
+            Shape::Child { parent_sql } => format!(
                 "/* mezzanine */ SELECT c.{s}::int8, {exprs} FROM {table} c JOIN {parent_table} p ON p.{id} = c.{parent}
                  WHERE p.{uuid} = $1 ORDER BY c.{s}",
                 s = column.ref_key_sql,
@@ -57,7 +56,7 @@ impl LegacyStore {
                 table = column.table_sql,
                 parent_table = layout.table_sql,
                 id = layout.id_sql,
-                parent = column.parent_sql.as_deref().expect("a child has a parent key"),
+                parent = parent_sql,
                 uuid = layout.uuid_sql,
             ),
         };
@@ -87,20 +86,20 @@ impl LegacyStore {
     pub fn current_ref_keys_sql(&self, column: &Column) -> Option<String> {
         let layout = &*self.layout;
         let (_, c) = self.layout.column(column.as_str())?;
-        Some(match c.kind {
-            ColumnKind::Row => format!(
+        Some(match &c.shape {
+            Shape::Row => format!(
                 "/* mezzanine */ SELECT p.{uuid} AS row_key, COALESCE(p.{v}::int8, -1) AS ref_key FROM {table} p WHERE p.{uuid} IS NOT NULL",
                 uuid = layout.uuid_sql,
                 v = c.ref_key_sql,
                 table = layout.table_sql,
             ),
-            ColumnKind::Child => format!(
+            Shape::Child { parent_sql } => format!(
                 "/* mezzanine */ SELECT p.{uuid} AS row_key, COALESCE((SELECT max(c.{s})::int8 FROM {child} c WHERE c.{parent} = p.{id}), -1) AS ref_key
                  FROM {table} p WHERE p.{uuid} IS NOT NULL",
                 uuid = layout.uuid_sql,
                 s = c.ref_key_sql,
                 child = c.table_sql,
-                parent = c.parent_sql.as_deref().expect("a child has a parent key"),
+                parent = parent_sql,
                 id = layout.id_sql,
                 table = layout.table_sql,
             ),
@@ -129,8 +128,8 @@ impl LegacyStore {
         })?;
         schemaless::cell::check_cells_of(row_key, column, &cells)?;
         let layout = &*self.layout;
-        let hook = match layout_column.kind {
-            ColumnKind::Row => {
+        let hook = match &layout_column.shape {
+            Shape::Row => {
                 let [cell] = cells.as_slice() else {
                     return Err(Error::invalid(
                         "cells",
@@ -152,16 +151,13 @@ impl LegacyStore {
                     ref_key: Some(cell.key.ref_key.get()),
                 }
             }
-            ColumnKind::Child => MakeRoom {
+            Shape::Child { parent_sql } => MakeRoom {
                 sql: format!(
                     "/* mezzanine */ DELETE FROM {table} c USING {parent_table} p WHERE p.{id} = c.{parent} AND p.{uuid} = $1",
                     table = layout_column.table_sql,
                     parent_table = layout.table_sql,
                     id = layout.id_sql,
-                    parent = layout_column
-                        .parent_sql
-                        .as_deref()
-                        .expect("a child has a parent key"),
+                    parent = parent_sql,
                     uuid = layout.uuid_sql,
                 ),
                 row_key: row_key.uuid(),

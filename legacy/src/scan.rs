@@ -18,7 +18,7 @@ use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
-use crate::layout::{ColumnLayout, Layout};
+use crate::layout::{ColumnLayout, Layout, Shape};
 use crate::store::{read_cell, LegacyStore};
 
 /// What part of a chunk a scan reads: some columns of the layout, and
@@ -197,12 +197,15 @@ impl LegacyStore {
             by_id.insert(id, (row_key, kept));
         }
 
-        for column in child_columns(layout).filter(|c| filter.reads(c.name.as_str())) {
+        for (column, parent) in layout
+            .children()
+            .filter(|(c, _)| filter.reads(c.name.as_str()))
+        {
             let sql = child_select(
                 column,
+                parent,
                 &format!(
                     "WHERE c.{parent} >= $1 AND c.{parent} < $2 ORDER BY c.{parent}, c.{ref_key}",
-                    parent = parent_key(column),
                     ref_key = column.ref_key_sql()
                 ),
             );
@@ -292,19 +295,19 @@ impl LegacyStore {
                     ),
                 ));
             };
-            if column.kind != ColumnKind::Child {
+            let Shape::Child { parent_sql } = &column.shape else {
                 return Err(Error::invalid(
                     "column",
                     format!("{name} is a row column, not a child table"),
                 ));
-            }
+            };
             let (wanted_parents, wanted_refs): (Vec<i64>, Vec<i64>) = keys.into_iter().unzip();
             let sql = child_select(
                 column,
+                parent_sql,
                 &format!(
                     "JOIN unnest($1::int8[], $2::int8[]) AS k(parent, ref_key)
-                     ON c.{parent} = k.parent AND c.{ref_key} = k.ref_key",
-                    parent = parent_key(column),
+                     ON c.{parent_sql} = k.parent AND c.{ref_key} = k.ref_key",
                     ref_key = column.ref_key_sql()
                 ),
             );
@@ -363,18 +366,10 @@ impl LegacyStore {
 }
 
 fn row_columns(layout: &Layout) -> impl Iterator<Item = &ColumnLayout> {
-    layout.columns.iter().filter(|c| c.kind == ColumnKind::Row)
-}
-
-fn child_columns(layout: &Layout) -> impl Iterator<Item = &ColumnLayout> {
     layout
         .columns
         .iter()
-        .filter(|c| c.kind == ColumnKind::Child)
-}
-
-fn parent_key(column: &ColumnLayout) -> &str {
-    column.parent_sql().expect("a child has a parent key")
+        .filter(|c| c.kind() == ColumnKind::Row)
 }
 
 /// `SELECT` of the parents matching `filter` (on alias `p`): id, row key,
@@ -400,11 +395,11 @@ fn parent_select(layout: &Layout, filter: &str) -> String {
 }
 
 /// `SELECT` of a child column's rows (alias `c`), `tail` being a join
-/// and/or a `WHERE`: parent id, ref key, fields.
-fn child_select(column: &ColumnLayout, tail: &str) -> String {
+/// and/or a `WHERE`: parent id, ref key, fields. `parent` is the child's
+/// key to the parent id.
+fn child_select(column: &ColumnLayout, parent: &str, tail: &str) -> String {
     format!(
         "/* mezzanine */ SELECT c.{parent}::int8, c.{ref_key}::int8, {exprs} FROM {table} c {tail}",
-        parent = parent_key(column),
         ref_key = column.ref_key_sql(),
         exprs = column.read_exprs("c"),
         table = column.table_sql(),

@@ -101,7 +101,7 @@ async fn assert_visible_equal(
     }
     let visible = tombstone::visible(stored, tombstones).unwrap();
     type View = BTreeMap<(RowKey, String), BTreeMap<i64, Body>>;
-    let kind = |column: &str| legacy.layout().column(column).map(|(_, c)| c.kind);
+    let kind = |column: &str| legacy.layout().column(column).map(|(_, c)| c.kind());
     let mut theirs: View = BTreeMap::new();
     for s in visible {
         let cell = s.cell;

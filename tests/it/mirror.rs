@@ -114,7 +114,7 @@ pub(crate) async fn assert_stores_equal(legacy: &LegacyStore, schemaless: &MySql
             .column(cell.key.column.as_str())
             .unwrap_or_else(|| panic!("{} is not a layout column", cell.key))
             .1
-            .kind
+            .kind()
     };
     let mut latest: BTreeMap<(RowKey, String), &Cell> = BTreeMap::new();
     let mut schemaless_rows = BTreeSet::new();

@@ -68,7 +68,7 @@ impl Repair<'_> {
             .legacy
             .layout()
             .column(column.as_str())
-            .map(|(_, c)| c.kind)
+            .map(|(_, c)| c.kind())
             .ok_or_else(|| {
                 Error::Refused(format!(
                     "{column} is not a column of the layout (its columns are {})",

@@ -34,8 +34,7 @@
 
 use std::collections::BTreeMap;
 
-use config::ColumnKind;
-use legacy::layout::{quote, ColumnLayout, Field};
+use legacy::layout::{quote, ColumnLayout, Field, Shape};
 use legacy::LegacyStore;
 use schemaless::{Cell, RowKey};
 use serde_json::{json, Map, Value};
@@ -245,21 +244,21 @@ fn statement(
     fields: &[usize],
 ) -> String {
     let parent = legacy.layout();
-    let rows = match layout.kind {
-        ColumnKind::Row => format!(
+    let rows = match &layout.shape {
+        Shape::Row => format!(
             "JOIN {table} t ON t.{uuid} = (s.e->>'k')::uuid AND t.{ref_key} = (s.e->>'r')::int8",
             table = parent.table_sql(),
             uuid = parent.uuid_sql(),
             ref_key = layout.ref_key_sql(),
         ),
-        ColumnKind::Child => format!(
+        Shape::Child { parent_sql } => format!(
             "JOIN {table} p ON p.{uuid} = (s.e->>'k')::uuid
              JOIN {child} t ON t.{parent_key} = p.{id} AND t.{ref_key} = (s.e->>'r')::int8",
             table = parent.table_sql(),
             uuid = parent.uuid_sql(),
             id = parent.id_sql(),
             child = layout.table_sql(),
-            parent_key = layout.parent_sql().unwrap_or("NULL"),
+            parent_key = parent_sql,
             ref_key = layout.ref_key_sql(),
         ),
     };

@@ -29,7 +29,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use config::ColumnKind;
 use schemaless::{
     Answer, Body, Cell, CellKey, CellResult, CellStore, Column, Error, IndexEntry, IndexQuery,
     ReadFrom, Result, RowKey, ShardPage, StoredCell,
@@ -37,7 +36,7 @@ use schemaless::{
 use sqlx::{AssertSqlSafe, PgPool, Row};
 use uuid::Uuid;
 
-use crate::layout::{ColumnLayout, Layout};
+use crate::layout::{ColumnLayout, Layout, Shape};
 
 mod hook;
 mod read;
@@ -212,8 +211,8 @@ impl CellStore for LegacyStore {
         let (_, column) = self.column(column)?;
         let layout = &*self.layout;
         let uuids: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();
-        let sql = match column.kind {
-            ColumnKind::Row => format!(
+        let sql = match &column.shape {
+            Shape::Row => format!(
                 "/* mezzanine */ SELECT p.{uuid}, p.{v}::int8, {exprs} FROM {table} p
                  WHERE p.{uuid} = ANY($1) AND p.{v} IS NOT NULL",
                 uuid = layout.uuid_sql,
@@ -221,7 +220,7 @@ impl CellStore for LegacyStore {
                 exprs = column.read_exprs("p"),
                 table = layout.table_sql,
             ),
-            ColumnKind::Child => format!(
+            Shape::Child { parent_sql } => format!(
                 "/* mezzanine */ SELECT p.{uuid}, c.{s}::int8, {exprs} FROM {table} c
                  JOIN {parent_table} p ON p.{id} = c.{parent} WHERE p.{uuid} = ANY($1)",
                 uuid = layout.uuid_sql,
@@ -230,10 +229,7 @@ impl CellStore for LegacyStore {
                 table = column.table_sql,
                 parent_table = layout.table_sql,
                 id = layout.id_sql,
-                parent = column
-                    .parent_sql
-                    .as_deref()
-                    .expect("a child has a parent key"),
+                parent = parent_sql,
             ),
         };
         let found = sqlx::query(AssertSqlSafe(sql))

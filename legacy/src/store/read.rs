@@ -2,7 +2,6 @@
 //! one child row; values are read back through the layout's conversions,
 //! and anything that cannot be is a corrupt cell naming where.
 
-use config::ColumnKind;
 use schemaless::{Body, Cell, CellKey, Error, RefKey, Result, RowKey, StoredCell};
 use serde_json::Map;
 use sqlx::postgres::PgRow;
@@ -10,14 +9,16 @@ use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use super::LegacyStore;
-use crate::layout::ColumnLayout;
+use crate::layout::{ColumnLayout, Shape};
 
 impl LegacyStore {
-    /// A child cell by parent UUID and ref key (the latest when `None`).
+    /// A child cell by parent UUID and ref key (the latest when `None`);
+    /// `parent` is the child's key to the parent id.
     pub(super) async fn child_cell<'e, E>(
         &self,
         executor: E,
         column: &ColumnLayout,
+        parent: &str,
         row_key: Uuid,
         ref_key: Option<i64>,
     ) -> Result<Option<(i64, Body)>>
@@ -25,10 +26,6 @@ impl LegacyStore {
         E: sqlx::PgExecutor<'e>,
     {
         let layout = &*self.layout;
-        let parent = column
-            .parent_sql
-            .as_deref()
-            .expect("a child has a parent key");
         let filter = if ref_key.is_some() {
             format!("AND c.{} = $2", column.ref_key_sql)
         } else {
@@ -70,8 +67,8 @@ impl LegacyStore {
     pub(super) async fn cell(&self, key: &CellKey) -> Result<Option<StoredCell>> {
         let (_, column) = self.column(&key.column)?;
         let wanted = key.ref_key.get();
-        match column.kind {
-            ColumnKind::Row => match self.row_cell(column, key.row_key.uuid()).await? {
+        match &column.shape {
+            Shape::Row => match self.row_cell(column, key.row_key.uuid()).await? {
                 Some((v, body)) if v == wanted => Ok(Some(stored(key.row_key, column, v, body)?)),
                 Some((v, _)) if v > wanted => Err(Error::Unsupported {
                     operation: "get_cell",
@@ -82,8 +79,8 @@ impl LegacyStore {
                 }),
                 _ => Ok(None),
             },
-            ColumnKind::Child => self
-                .child_cell(&self.pool, column, key.row_key.uuid(), Some(wanted))
+            Shape::Child { parent_sql } => self
+                .child_cell(&self.pool, column, parent_sql, key.row_key.uuid(), Some(wanted))
                 .await?
                 .map(|(v, body)| stored(key.row_key, column, v, body))
                 .transpose(),
@@ -123,10 +120,10 @@ impl LegacyStore {
         column: &ColumnLayout,
         row_key: &RowKey,
     ) -> Result<Option<StoredCell>> {
-        let found = match column.kind {
-            ColumnKind::Row => self.row_cell(column, row_key.uuid()).await?,
-            ColumnKind::Child => {
-                self.child_cell(&self.pool, column, row_key.uuid(), None)
+        let found = match &column.shape {
+            Shape::Row => self.row_cell(column, row_key.uuid()).await?,
+            Shape::Child { parent_sql } => {
+                self.child_cell(&self.pool, column, parent_sql, row_key.uuid(), None)
                     .await?
             }
         };

@@ -3,7 +3,6 @@
 //! guarded upserts, child columns as idempotent inserts), every value
 //! read back through the read conversion, lost races retried.
 
-use config::ColumnKind;
 use schemaless::{
     cell::check_batch, Body, Cell, CellKey, CellResult, Conflict, Error, RefKey, Result, RowKey,
     WriteOutcome,
@@ -15,7 +14,7 @@ use uuid::Uuid;
 
 use super::hook::{SKIP_CAPTURE, SKIP_CAPTURE_MARKED};
 use super::{read_body, LegacyStore, TransactionHook};
-use crate::layout::{quote, ColumnLayout};
+use crate::layout::{quote, ColumnLayout, Shape};
 
 /// How many times a batch is tried when it loses a race or a deadlock.
 const ATTEMPTS: usize = 5;
@@ -160,8 +159,8 @@ impl LegacyStore {
                         .bind(cell.canonical.to_string()),
                 }
             };
-        match column.kind {
-            ColumnKind::Row => {
+        match &column.shape {
+            Shape::Row => {
                 let select = format!(
                     "/* mezzanine */ SELECT p.{v}::int8, {exprs} FROM {table} p WHERE p.{uuid} = $1 FOR UPDATE",
                     v = column.ref_key_sql,
@@ -223,11 +222,8 @@ impl LegacyStore {
                 self.check_read_back(column, &row, cell)?;
                 Ok(Ok(WriteOutcome::Written))
             }
-            ColumnKind::Child => {
-                let parent = column
-                    .parent_sql
-                    .as_deref()
-                    .expect("a child has a parent key");
+            Shape::Child { parent_sql } => {
+                let parent = parent_sql;
                 let insert = format!(
                     "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}, {cols})
                      SELECT p.{id}, $2, {casts} FROM {parent_table} p WHERE p.{uuid} = $1
@@ -260,7 +256,7 @@ impl LegacyStore {
                     self.check_read_back(column, &row, cell)?;
                     return Ok(Ok(WriteOutcome::Written));
                 }
-                match self.child_cell(&mut **tx, column, cell.row_key, Some(cell.ref_key)).await? {
+                match self.child_cell(&mut **tx, column, parent_sql, cell.row_key, Some(cell.ref_key)).await? {
                     Some((_, stored)) => Ok(same_or_conflict(&stored, &cell.canonical, key())),
                     None => Err(Error::invalid(
                         "row_key",

@@ -35,7 +35,6 @@
 
 use std::time::Duration;
 
-use config::ColumnKind;
 use legacy::layout::{quote, Layout};
 use sqlx::{PgPool, Row};
 
@@ -71,15 +70,8 @@ fn identities(layout: &Layout) -> Vec<Identity> {
         table_sql: layout.table_sql().to_string(),
         keys: vec![unquote(layout.uuid_sql())],
     }];
-    for column in layout
-        .columns
-        .iter()
-        .filter(|c| c.kind == ColumnKind::Child)
-    {
-        let keys = vec![
-            unquote(column.parent_sql().expect("a child has a parent key")),
-            unquote(column.ref_key_sql()),
-        ];
+    for (column, parent) in layout.children() {
+        let keys = vec![unquote(parent), unquote(column.ref_key_sql())];
         match out.iter_mut().find(|i| i.table_sql == column.table_sql()) {
             Some(existing) => {
                 for k in keys {

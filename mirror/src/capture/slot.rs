@@ -131,7 +131,7 @@ fn role(layout: &Layout, relation: &pgoutput::Relation) -> Role {
         let row_columns = layout
             .columns
             .iter()
-            .filter(|c| c.kind == ColumnKind::Row)
+            .filter(|c| c.kind() == ColumnKind::Row)
             .filter_map(|c| Some((c.name.to_string(), at(&unquote(c.ref_key_sql()))?)))
             .collect();
         return Role::Parent {
@@ -141,13 +141,12 @@ fn role(layout: &Layout, relation: &pgoutput::Relation) -> Role {
         };
     }
     let columns: Vec<(String, usize, usize)> = layout
-        .columns
-        .iter()
-        .filter(|c| c.kind == ColumnKind::Child && c.table == relation.name)
-        .filter_map(|c| {
+        .children()
+        .filter(|(c, _)| c.table == relation.name)
+        .filter_map(|(c, parent)| {
             Some((
                 c.name.to_string(),
-                at(&unquote(c.parent_sql()?))?,
+                at(&unquote(parent))?,
                 at(&unquote(c.ref_key_sql()))?,
             ))
         })

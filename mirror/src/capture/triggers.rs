@@ -88,15 +88,11 @@ pub(crate) struct TriggerPlan {
 pub fn plan(layout: &Layout, bump_version: bool) -> Vec<TablePlan> {
     let mut tables = vec![parent_plan(layout, bump_version)];
     // A child table may carry several layout columns.
-    let mut children: Vec<(&str, Vec<&ColumnLayout>)> = Vec::new();
-    for column in layout
-        .columns
-        .iter()
-        .filter(|c| c.kind == ColumnKind::Child)
-    {
+    let mut children: Vec<(&str, Vec<(&ColumnLayout, &str)>)> = Vec::new();
+    for (column, parent) in layout.children() {
         match children.iter_mut().find(|(t, _)| *t == column.table_sql()) {
-            Some((_, columns)) => columns.push(column),
-            None => children.push((column.table_sql(), vec![column])),
+            Some((_, columns)) => columns.push((column, parent)),
+            None => children.push((column.table_sql(), vec![(column, parent)])),
         }
     }
     for (_, columns) in children {
@@ -233,7 +229,7 @@ fn parent_plan(layout: &Layout, bump_version: bool) -> TablePlan {
     let row_columns: Vec<&ColumnLayout> = layout
         .columns
         .iter()
-        .filter(|c| c.kind == ColumnKind::Row)
+        .filter(|c| c.kind() == ColumnKind::Row)
         .collect();
     let old_row_key_gone = enqueue(
         "NULL",
@@ -309,13 +305,14 @@ fn bump_body(row_columns: &[&ColumnLayout]) -> String {
     capture_body(record.trim_end(), "NEW")
 }
 
-fn child_plan(layout: &Layout, columns: &[&ColumnLayout]) -> TablePlan {
-    let first = columns[0];
+/// The capture plan of one child table; `columns` are its layout columns,
+/// each with its key to the parent id.
+fn child_plan(layout: &Layout, columns: &[(&ColumnLayout, &str)]) -> TablePlan {
+    let first = columns[0].0;
     let table_sql = first.table_sql();
     let mut record = String::new();
     let mut truncated = String::new();
-    for column in columns {
-        let p = column.parent_sql().expect("a child has a parent key");
+    for &(column, p) in columns {
         let r = column.ref_key_sql();
         let name = format!("'{}'", column.name.as_str());
         let mut compared = vec![key(p), key(r)];

@@ -198,7 +198,8 @@ impl Breaker {
     }
 
     fn export(&self, state: BreakerState) {
-        metrics::gauge!("mezzanine_schemaless_breaker_state", "node" => self.node.clone()).set(state.gauge());
+        metrics::gauge!("mezzanine_schemaless_breaker_state", "node" => self.node.clone())
+            .set(state.gauge());
     }
 }
 

@@ -115,7 +115,8 @@ pub(super) async fn record(node: &Node, meta: &str, found: &[Found]) -> Result<(
         "{} buffered writes lost to another body at their address; recorded in buffer_conflicts",
         found.len()
     );
-    metrics::counter!("mezzanine_schemaless_buffer_conflicts_recorded_total").increment(found.len() as u64);
+    metrics::counter!("mezzanine_schemaless_buffer_conflicts_recorded_total")
+        .increment(found.len() as u64);
     Ok(())
 }
 

@@ -196,7 +196,7 @@ impl FullDiff {
                 continue;
             };
             let theirs = row.iter().filter(|c| c.key.column == unit.column);
-            match layout.kind {
+            match layout.kind() {
                 ColumnKind::Row => cells.extend(theirs.max_by_key(|c| c.key.ref_key).cloned()),
                 ColumnKind::Child => cells.extend(theirs.cloned()),
             }
@@ -232,7 +232,7 @@ impl FullDiff {
                     .iter()
                     .filter(|c| c.key.column == column.name)
                     .collect();
-                let unit = match column.kind {
+                let unit = match column.kind() {
                     ColumnKind::Row => compare::one_cell(
                         &self.rules,
                         &self.legacy,

@@ -51,7 +51,7 @@ impl CaptureDelivery {
                     return Plan::Skip;
                 };
                 let parent = current.parents.get(&parent_id);
-                match (op, column.kind) {
+                match (op, column.kind()) {
                     ("w", ColumnKind::Row) => {
                         let Some(parent) = parent else {
                             return Plan::Skip;
@@ -106,7 +106,7 @@ impl CaptureDelivery {
 
     pub(super) fn conflict_kind(&self, key: &CellKey) -> &'static str {
         match self.legacy.layout().column(key.column.as_str()) {
-            Some((_, c)) if c.kind == ColumnKind::Row => "no_new_version",
+            Some((_, c)) if c.kind() == ColumnKind::Row => "no_new_version",
             Some(_) => "edited_in_place",
             None => "conflict",
         }

@@ -351,7 +351,7 @@ impl CaptureDelivery {
             match (entry.op.as_str(), entry.column.as_deref()) {
                 ("d", None) => row_keys.extend(entry.row_key),
                 ("w" | "d", Some(name)) => match layout.column(name) {
-                    Some((_, c)) if c.kind == ColumnKind::Row => parents.extend(entry.parent_id),
+                    Some((_, c)) if c.kind() == ColumnKind::Row => parents.extend(entry.parent_id),
                     Some((_, c)) => {
                         if let (Some(p), Some(r)) = (entry.parent_id, entry.ref_key) {
                             children.push((c.name.clone(), p, r));

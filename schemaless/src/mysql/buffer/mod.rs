@@ -160,7 +160,8 @@ pub(super) async fn write(
             ),
         });
     }
-    metrics::counter!("mezzanine_schemaless_buffered_cells_total").increment((cells * wanted) as u64);
+    metrics::counter!("mezzanine_schemaless_buffered_cells_total")
+        .increment((cells * wanted) as u64);
     Ok(Held { nodes: took, at })
 }
 

@@ -125,7 +125,8 @@ impl MySqlStore {
         if one_host {
             tracing::warn!("{}", config::ONE_HOST_WARNING);
         }
-        metrics::gauge!("mezzanine_schemaless_durability_one_host").set(f64::from(u8::from(one_host)));
+        metrics::gauge!("mezzanine_schemaless_durability_one_host")
+            .set(f64::from(u8::from(one_host)));
         let topology = Topology::from_config(config)?;
         let committers = topology
             .clusters

@@ -217,3 +217,15 @@ pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<
     }
     Ok(None)
 }
+
+/// When the backfill's last chunk finished (seconds since the epoch),
+/// over every plan; None before any chunk has. The gates count samples
+/// from then on: samples before it find rows not copied yet.
+pub async fn last_done_at(pool: &PgPool) -> Result<Option<f64>, Error> {
+    sqlx::query_scalar(
+        "/* mezzanine */ SELECT extract(epoch FROM max(done_at))::float8 FROM mezzanine.backfill_chunks",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres("reading when the backfill's last chunk finished"))
+}

@@ -126,14 +126,7 @@ impl Guard {
         let settings = &self.config.guard;
         let span = Duration::from_millis(settings.window_ms);
         let window = report::window(&self.pool, span).await?;
-        let new_mismatches: i64 = sqlx::query_scalar(
-            "/* mezzanine */ SELECT count(*) FROM mezzanine.verify_mismatches
-             WHERE resolved_at IS NULL AND last_seen > now() - make_interval(secs => $1)",
-        )
-        .bind(span.as_secs_f64())
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| tripstore::Error::Gate(format!("reading the open mismatches: {e}")))?;
+        let new_mismatches = verifier::store::open_seen_within(&self.pool, span).await?;
         let (_, outbox_oldest, _) = mirror::status::outbox(&self.pool).await?;
         let capture_oldest = if self.config.capture.enabled {
             mirror::capture::status::queue(&self.pool)

@@ -46,6 +46,18 @@ pub fn text<I: sqlx::ColumnIndex<MySqlRow> + Copy>(row: &MySqlRow, index: I) -> 
         })
 }
 
+/// A count of seconds, whether the server sends it as an unsigned or a
+/// signed integer or as text (a negative one as 0); None for NULL.
+fn seconds(row: &MySqlRow, column: &str) -> Option<u64> {
+    if let Ok(value) = row.try_get::<Option<u64>, _>(column) {
+        return value;
+    }
+    if let Ok(value) = row.try_get::<Option<i64>, _>(column) {
+        return value.map(|s| s.max(0) as u64);
+    }
+    text(row, column).and_then(|s| s.parse().ok())
+}
+
 /// One row of [`SHOW_REPLICA_STATUS`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplicaStatus {
@@ -70,7 +82,7 @@ impl ReplicaStatus {
         Some(ReplicaStatus {
             io_running: yes("Slave_IO_Running"),
             sql_running: yes("Slave_SQL_Running"),
-            seconds_behind: text(row, "Seconds_Behind_Master").and_then(|s| s.parse().ok()),
+            seconds_behind: seconds(row, "Seconds_Behind_Master"),
             received: text(row, "Gtid_IO_Pos").unwrap_or_default(),
             last_error: [text(row, "Last_IO_Error"), text(row, "Last_SQL_Error")]
                 .into_iter()

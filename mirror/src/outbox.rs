@@ -66,3 +66,14 @@ impl TransactionHook for Outbox {
         Ok(())
     }
 }
+
+/// Whether the outbox holds a change of any of `rows` (parent UUIDs) not
+/// delivered yet.
+pub async fn holds(pool: &sqlx::PgPool, rows: &[Uuid]) -> std::result::Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))",
+    )
+    .bind(rows)
+    .fetch_one(pool)
+    .await
+}

@@ -56,6 +56,13 @@ pub enum WriteOutcome {
     /// key is already stored, and this store keeps only the latest (the
     /// legacy model's parent row). Nothing changed; the latest cell is what
     /// every store agrees on, so replays in any order end the same.
+    ///
+    /// Only the legacy model answers it, yet it belongs to the shared
+    /// API: the facade, the reverse mirror and the HTTP workers hand
+    /// outcomes through `CellStore` without knowing which store answered,
+    /// and a caller must be able to tell "nothing changed because newer
+    /// data is there" from `Written` without a second, legacy-only result
+    /// type that every generic caller would have to convert.
     Superseded,
 }
 

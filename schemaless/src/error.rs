@@ -106,6 +106,12 @@ pub enum Error {
     Schema(String),
     /// The store cannot do this at all (e.g. the legacy model has no change
     /// log). Final: retrying cannot help.
+    ///
+    /// Shared rather than legacy-only because `CellStore` is one trait
+    /// over stores of unequal reach (the legacy model, the memory model
+    /// without every version, a worker of an older release): a generic
+    /// caller, the facade above all, needs one final "not here" it can
+    /// route around, whichever store said it.
     #[error("{operation} is unsupported here: {reason}")]
     Unsupported {
         /// The API call.

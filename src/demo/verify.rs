@@ -22,13 +22,7 @@ pub(super) async fn verify_steps(
 
     step("16. verify: every read sampled and replayed on Schemaless, then a full diff");
     // A fresh verification for this run of the demo.
-    sqlx::raw_sql(
-        "TRUNCATE mezzanine.verify_mismatches, mezzanine.verify_stats, mezzanine.verify_coverage,
-                  mezzanine.verify_runs CASCADE;
-         DELETE FROM mezzanine.verify_settings",
-    )
-    .execute(pool)
-    .await?;
+    verifier::store::reset(pool).await?;
     store.sampler().set(Settings {
         sample_rate: 1.0,
         max_samples_per_sec: 5000,

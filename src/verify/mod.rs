@@ -132,9 +132,7 @@ async fn sample(
     args: SampleArgs,
 ) -> anyhow::Result<()> {
     if args.reset {
-        sqlx::query("/* mezzanine */ DELETE FROM mezzanine.verify_settings")
-            .execute(pool)
-            .await?;
+        verifier::store::forget_settings(pool).await?;
         println!(
             "stored sampling forgotten; facades started from now use [verify]: rate {}, at most {}/s",
             config.verify.sample_rate, config.verify.max_samples_per_sec

@@ -49,6 +49,9 @@ pub enum Error {
     /// The verifier failed (its tables, its figures).
     #[error(transparent)]
     Verify(#[from] verifier::Error),
+    /// The backfill's plans could not be read.
+    #[error(transparent)]
+    Backfill(#[from] backfill::Error),
 }
 
 impl Error {

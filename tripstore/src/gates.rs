@@ -471,13 +471,14 @@ impl MigrationGate {
 /// Reads the mode and backfill tables, which must exist (`mode::ensure_control`,
 /// `backfill::plan::ensure_tables`): the dashboard asks every few seconds.
 pub async fn verification_window(pool: &PgPool) -> Result<Option<f64>, Error> {
-    sqlx::query_scalar(
-        "/* mezzanine */ SELECT greatest(
-             (SELECT extract(epoch FROM max(h.at))::float8 FROM mezzanine.mode_history h
-              WHERE h.to_mode = (SELECT mode FROM mezzanine.mode) AND h.kind = 'mode'),
-             (SELECT extract(epoch FROM max(done_at))::float8 FROM mezzanine.backfill_chunks))",
+    let mode_since: Option<f64> = sqlx::query_scalar(
+        "/* mezzanine */ SELECT extract(epoch FROM max(h.at))::float8 FROM mezzanine.mode_history h
+         WHERE h.to_mode = (SELECT mode FROM mezzanine.mode) AND h.kind = 'mode'",
     )
     .fetch_one(pool)
     .await
-    .map_err(|e| Error::postgres("reading the verification window", e))
+    .map_err(|e| Error::postgres("reading the verification window", e))?;
+    let backfilled = backfill::status::last_done_at(pool).await?;
+    // GREATEST in SQL ignores NULLs; so does this.
+    Ok(mode_since.into_iter().chain(backfilled).reduce(f64::max))
 }

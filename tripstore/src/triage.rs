@@ -38,13 +38,9 @@ impl MirrorTriage {
     /// Whether the outbox or capture (its queue, its slot) holds changes
     /// of `rows`.
     async fn outbox_holds(&self, rows: &[Uuid]) -> Result<bool, String> {
-        let outbox: bool = sqlx::query_scalar(
-            "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM mezzanine.outbox WHERE row_key = ANY($1))",
-        )
-        .bind(rows)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(|e| e.to_string())?;
+        let outbox = mirror::outbox::holds(&self.pool, rows)
+            .await
+            .map_err(|e| e.to_string())?;
         if outbox {
             return Ok(true);
         }
@@ -64,12 +60,7 @@ impl MirrorTriage {
 
     /// The reverse offsets of these shards, if the reverse mirror has any.
     async fn reverse_offsets(&self, shards: &[i32]) -> Result<Vec<(i32, i64)>, sqlx::Error> {
-        sqlx::query_as(
-            "/* mezzanine */ SELECT shard, added_id FROM mezzanine.reverse_offsets WHERE shard = ANY($1)",
-        )
-        .bind(shards)
-        .fetch_all(&self.pool)
-        .await
+        mirror::reverse::offsets(&self.pool, shards).await
     }
 }
 

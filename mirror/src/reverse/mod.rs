@@ -107,6 +107,17 @@ impl Applied {
 /// `primary` and forward again, the cells written in between are applied
 /// again, harmlessly). Returns how many offsets were set. Until it is
 /// called the reverse mirror does nothing.
+/// The reverse mirror's offsets of these shards (shard, last applied
+/// added_id); shards it has not started are absent.
+pub async fn offsets(pool: &PgPool, shards: &[i32]) -> Result<Vec<(i32, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "/* mezzanine */ SELECT shard, added_id FROM mezzanine.reverse_offsets WHERE shard = ANY($1)",
+    )
+    .bind(shards)
+    .fetch_all(pool)
+    .await
+}
+
 pub async fn start_offsets(pool: &PgPool, schemaless: &MySqlStore) -> Result<u64, Error> {
     let heads = schemaless.log_heads().await?;
     let shards: Vec<i32> = (0..heads.len() as i32).collect();

@@ -213,3 +213,16 @@ pub async fn mismatches(
         })
         .collect()
 }
+
+/// How many mismatches are open and were last seen within `span`: the
+/// guard's "new mismatches" over its window.
+pub async fn open_seen_within(pool: &PgPool, span: std::time::Duration) -> Result<i64, Error> {
+    sqlx::query_scalar(
+        "/* mezzanine */ SELECT count(*) FROM mezzanine.verify_mismatches
+         WHERE resolved_at IS NULL AND last_seen > now() - make_interval(secs => $1)",
+    )
+    .bind(span.as_secs_f64())
+    .fetch_one(pool)
+    .await
+    .map_err(Error::postgres("counting the mismatches seen lately"))
+}

@@ -27,8 +27,10 @@ mod mismatches;
 mod settings;
 
 pub use counts::{flush, Counts, Verified};
-pub use mismatches::{mismatches, record, resolve, take_buffer_conflicts, Mismatch};
-pub use settings::{set_settings, settings, Settings};
+pub use mismatches::{
+    mismatches, open_seen_within, record, resolve, take_buffer_conflicts, Mismatch,
+};
+pub use settings::{forget_settings, set_settings, settings, Settings};
 
 /// Creates the verifier's tables if they are missing.
 pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
@@ -145,4 +147,19 @@ impl Source {
             Source::Buffer => "buffer",
         }
     }
+}
+
+/// Starts verification afresh: mismatches, counts, coverage, full-diff
+/// runs and stored settings are all forgotten (a demo or a rehearsal
+/// that starts over; nothing a running migration should call).
+pub async fn reset(pool: &PgPool) -> Result<(), Error> {
+    sqlx::raw_sql(
+        "TRUNCATE mezzanine.verify_mismatches, mezzanine.verify_stats, mezzanine.verify_coverage,
+                  mezzanine.verify_runs CASCADE;
+         DELETE FROM mezzanine.verify_settings",
+    )
+    .execute(pool)
+    .await
+    .map(|_| ())
+    .map_err(Error::postgres("starting verification afresh"))
 }

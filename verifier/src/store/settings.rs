@@ -62,3 +62,13 @@ pub async fn set_settings(pool: &PgPool, settings: Settings, by: &str) -> Result
     .map_err(Error::postgres("setting the sampling"))?;
     Ok(())
 }
+
+/// Forgets the stored settings: facades started from now follow
+/// `[verify]` again.
+pub async fn forget_settings(pool: &PgPool) -> Result<(), Error> {
+    sqlx::query("/* mezzanine */ DELETE FROM mezzanine.verify_settings")
+        .execute(pool)
+        .await
+        .map(|_| ())
+        .map_err(Error::postgres("forgetting the sampling settings"))
+}

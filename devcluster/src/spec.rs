@@ -127,15 +127,47 @@ impl Spec {
         }
     }
 
-    /// Clusters with these names, `minions` minions each, on free ports
-    /// picked by the kernel.
+    /// Clusters with these names, `minions` minions each, on free ports.
+    ///
+    /// The ports are drawn below the kernel's ephemeral range
+    /// (`net.ipv4.ip_local_port_range`), never from it: a port the kernel
+    /// hands out for `bind(0)` is also what it hands the next outgoing
+    /// connection, so with many clients about, a server's port could be
+    /// taken by a client socket between the pick and the server's bind (or
+    /// a readiness ping could connect to itself on it). Each is checked by
+    /// binding it, and every listener is held until all are chosen so none
+    /// repeats.
     pub fn free_ports(names: &[&str], minions: usize) -> Result<Spec, Error> {
-        // Hold every listener until all ports are chosen so none repeats.
         let count = 1 + names.len() * (1 + minions);
-        let listeners: Vec<TcpListener> = (0..count)
-            .map(|_| TcpListener::bind("127.0.0.1:0"))
-            .collect::<Result<_, _>>()
-            .map_err(|e| Error::io("finding free ports", e))?;
+        let (low, high) = server_port_range();
+        let span = u64::from(high - low);
+        let mut state = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 32);
+        let mut listeners: Vec<TcpListener> = Vec::with_capacity(count);
+        for _ in 0..count * 200 {
+            if listeners.len() == count {
+                break;
+            }
+            // xorshift64*: no need for a crate to spread picks out.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            let port = low + (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % span) as u16;
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+                listeners.push(listener);
+            }
+        }
+        if listeners.len() < count {
+            return Err(Error::io(
+                "finding free ports",
+                std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!("fewer than {count} free ports in {low}-{high}"),
+                ),
+            ));
+        }
         let mut ports = listeners
             .iter()
             .map(|l| l.local_addr().map(|a| a.port()))
@@ -230,9 +262,41 @@ impl Spec {
     }
 }
 
+/// Where dev servers' ports are drawn from: from 10000 up to just below
+/// the kernel's ephemeral range (read from /proc; 32768 when unreadable,
+/// Linux's default start).
+fn server_port_range() -> (u16, u16) {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    // A range that starts this low leaves no room below it; no area is
+    // clear of it then, and the top, past Linux's default range, is the
+    // least used.
+    if ephemeral_low > 12000 {
+        (10000, ephemeral_low)
+    } else {
+        (61000, 65535)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_distinct_and_below_the_ephemeral_range() {
+        let spec = Spec::free_ports(&["a", "b", "c"], 2).unwrap();
+        let ports: Vec<u16> = spec.nodes().iter().map(|n| n.port).collect();
+        assert_eq!(ports.len(), 10);
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        let (low, high) = super::server_port_range();
+        assert!(
+            ports.iter().all(|p| (low..high).contains(p)),
+            "{ports:?} not in {low}-{high}"
+        );
+    }
 
     #[test]
     fn nodes_are_named_by_cluster_and_role_with_unique_server_ids() {

@@ -30,6 +30,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// How long a clean shutdown may take before it becomes a kill.
 const STOP_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a readiness ping may take.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Whether a node is serving.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeState {
@@ -274,7 +277,21 @@ impl Node {
     }
 
     /// Runs `SELECT 1` on the node.
+    ///
+    /// Bounded by [`PING_TIMEOUT`]: a connection that never gets a
+    /// greeting (a socket that connected to itself because a client held
+    /// the port, a frozen server) fails the ping instead of hanging it.
     pub async fn ping(&self) -> Result<(), sqlx::Error> {
+        match tokio::time::timeout(PING_TIMEOUT, self.ping_unbounded()).await {
+            Ok(result) => result,
+            Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{} did not answer within {PING_TIMEOUT:?}", self.spec.name),
+            ))),
+        }
+    }
+
+    async fn ping_unbounded(&self) -> Result<(), sqlx::Error> {
         match self.spec.role {
             Role::Postgres => {
                 let mut conn = sqlx::postgres::PgConnectOptions::from_str(&self.url())?

@@ -278,7 +278,7 @@ impl Node {
 
     /// Runs `SELECT 1` on the node.
     ///
-    /// Bounded by [`PING_TIMEOUT`]: a connection that never gets a
+    /// Bounded by `PING_TIMEOUT` (5 s): a connection that never gets a
     /// greeting (a socket that connected to itself because a client held
     /// the port, a frozen server) fails the ping instead of hanging it.
     pub async fn ping(&self) -> Result<(), sqlx::Error> {

@@ -4,7 +4,7 @@
 //!   column, and a put is an upsert guarded by it. A higher ref key
 //!   replaces the row's fields; the same ref key with the same body is
 //!   already present, with another body a conflict; a lower one is
-//!   [`WriteOutcome::Superseded`] and changes nothing (even when the body
+//!   [`schemaless::WriteOutcome::Superseded`] and changes nothing (even when the body
 //!   differs from what was once written at that ref key, which Schemaless
 //!   would call a conflict: the legacy row kept no history to compare
 //!   with). Only the latest cell exists, so `get_cell` of an older ref key

@@ -320,7 +320,7 @@ impl LegacyStore {
         self.storage(e)
     }
 
-    /// Writes a batch as [`CellStore::put_cells`] does, running `hook` in
+    /// Writes a batch as [`schemaless::CellStore::put_cells`] does, running `hook` in
     /// the batch's transaction: the hook's statements commit with the
     /// legacy write or not at all. The mirror's outbox and the reverse
     /// mirror's offsets are written this way. When the batch is tried

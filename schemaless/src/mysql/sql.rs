@@ -198,7 +198,7 @@ pub fn insert_cells<'a>(
 /// master: `START TRANSACTION`, one multi-row `INSERT` per shard, `COMMIT`,
 /// written straight into packets of at most `budget` bytes (a row that
 /// does not fit the packet ends it, and the next packet resumes the
-/// shard's insert). Run with [`super::store::run_transaction`].
+/// shard's insert). Run with `store::run_transaction_reusing`.
 pub struct InsertTransaction {
     packets: Vec<String>,
     sql: String,

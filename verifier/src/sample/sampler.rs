@@ -95,7 +95,7 @@ impl Sampler {
     }
 
     /// Changes the sampling of this facade (until the next stored setting
-    /// is read; see [`store::set_settings`] for every facade).
+    /// is read; see [`crate::store::set_settings`] for every facade).
     pub fn set(&self, settings: Settings) {
         self.shared.rate.store(
             settings.sample_rate.clamp(0.0, 1.0).to_bits(),

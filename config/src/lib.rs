@@ -15,7 +15,9 @@
 //!   PostgreSQL tables and how they map to Schemaless columns;
 //! - [`shards`]: shard ranges such as `"0-31"`;
 //! - [`locate`]: finds the line of a key in the source text, so that errors
-//!   found after parsing still point at the right place;
+//!   found after parsing still point at the right place (errors found while
+//!   parsing carry their key path from `serde_path_to_error` and their line
+//!   from toml's span);
 //! - [`urls`]: database URLs redacted for messages, their server, TLS;
 //! - [`validate`]: the checks that need more than one key at a time;
 //! - [`worker`]: `[worker]`, the HTTP workers and their tokens.
@@ -103,15 +105,11 @@ impl Config {
 
     /// Parses and validates configuration text; `file` labels errors.
     pub fn parse(text: &str, file: &str) -> Result<Config, Error> {
-        let config: Config = toml::from_str(text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let (line, key) = locate::describe_span(text, span);
-            Error::Invalid {
-                file: file.to_string(),
-                line,
-                key,
-                message: e.message().trim().to_string(),
-            }
+        let config: Config = deserialize(text).map_err(|(line, key, message)| Error::Invalid {
+            file: file.to_string(),
+            line,
+            key,
+            message,
         })?;
         validate::validate(&config).map_err(|problem| {
             let line = locate::line_of_key(text, &problem.key);
@@ -136,4 +134,26 @@ impl Config {
     pub fn cluster_for_shard(&self, shard: u32) -> Option<&Cluster> {
         self.clusters.iter().find(|c| c.shards.contains(shard))
     }
+}
+
+/// Deserializes `text`, or says where it fails: the line, the key path
+/// (`cluster[1].minions[0]`, tracked by `serde_path_to_error` as the
+/// deserializer walks the document) and toml's message. A syntax error
+/// has no path yet, only a line.
+fn deserialize(text: &str) -> Result<Config, (usize, String, String)> {
+    let document = toml::Deserializer::parse(text).map_err(|e| {
+        let line = e.span().map_or(1, |span| locate::line_at(text, span.start));
+        (line, "(syntax)".to_string(), e.message().trim().to_string())
+    })?;
+    serde_path_to_error::deserialize(document).map_err(|e| {
+        let key = match e.path().to_string().as_str() {
+            "." | "" => "(top level)".to_string(),
+            path => path.to_string(),
+        };
+        let line = match e.inner().span() {
+            Some(span) => locate::line_at(text, span.start),
+            None => locate::line_of_key(text, &key),
+        };
+        (line, key, e.inner().message().trim().to_string())
+    })
 }

@@ -1,8 +1,9 @@
 //! Finding where a key is in the source text.
 //!
-//! Serde errors come with a byte span; checks made after parsing come with a
-//! key path (`cluster[1].shards`). Both are turned into a 1-based line and a
-//! key path here, so every configuration error reads `file:line: key: ...`.
+//! Errors found while parsing come with a byte span (turned into a line
+//! here) and a key path; checks made after parsing come with a key path
+//! only (`cluster[1].shards`), whose line is found here, so every
+//! configuration error reads `file:line: key: ...`.
 
 use std::ops::Range;
 
@@ -14,72 +15,6 @@ pub fn line_at(text: &str, offset: usize) -> usize {
         .filter(|&&b| b == b'\n')
         .count()
         + 1
-}
-
-/// The line and dotted key path that a parse error's span points into.
-///
-/// The key is the enclosing table header (with the index of an array of
-/// tables) plus the key written on the span's line, if any.
-pub fn describe_span(text: &str, span: Range<usize>) -> (usize, String) {
-    let line_no = line_at(text, span.start);
-    let lines: Vec<&str> = text.lines().collect();
-    let mut table = String::new();
-    let mut counts: Vec<(String, usize)> = Vec::new();
-    for line in lines.iter().take(line_no.saturating_sub(1)) {
-        if let Some(header) = header_of(line) {
-            table = header;
-        }
-        if let Some(name) = array_header_of(line) {
-            match counts.iter_mut().find(|(n, _)| *n == name) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((name.clone(), 1)),
-            }
-            table = format!(
-                "{name}[{}]",
-                counts
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map_or(0, |(_, c)| c - 1)
-            );
-        }
-    }
-    let current = lines.get(line_no.saturating_sub(1)).copied().unwrap_or("");
-    if let Some(name) = array_header_of(current) {
-        let index = counts
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(0, |(_, c)| *c);
-        return (line_no, format!("{name}[{index}]"));
-    }
-    if let Some(header) = header_of(current) {
-        return (line_no, header);
-    }
-    let key = current
-        .split_once('=')
-        .map(|(k, _)| k.trim().trim_matches('"').to_string())
-        .unwrap_or_default();
-    let path = match (table.is_empty(), key.is_empty()) {
-        (true, true) => "(top level)".to_string(),
-        (true, false) => key,
-        (false, true) => table,
-        (false, false) => format!("{table}.{key}"),
-    };
-    (line_no, path)
-}
-
-fn header_of(line: &str) -> Option<String> {
-    let t = line.trim();
-    if t.starts_with("[[") {
-        return None;
-    }
-    let inner = t.strip_prefix('[')?.split(']').next()?;
-    Some(inner.trim().to_string())
-}
-
-fn array_header_of(line: &str) -> Option<String> {
-    let t = line.trim();
-    let inner = t.strip_prefix("[[")?.split("]]").next()?;
-    Some(inner.trim().to_string())
 }
 
 /// One step of a key path.
@@ -162,19 +97,5 @@ mod tests {
     #[test]
     fn falls_back_to_the_enclosing_table() {
         assert_eq!(line_of_key(TEXT, "cluster[1].master"), 8);
-    }
-
-    #[test]
-    fn describes_spans_with_their_table() {
-        let offset = TEXT.find("minions").unwrap();
-        assert_eq!(
-            describe_span(TEXT, offset..offset + 7),
-            (10, "cluster[1].minions".to_string())
-        );
-        let offset = TEXT.find("name = \"t\"").unwrap();
-        assert_eq!(
-            describe_span(TEXT, offset..offset + 4),
-            (2, "instance.name".to_string())
-        );
     }
 }

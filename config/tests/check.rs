@@ -153,8 +153,21 @@ fn missing_sections_and_syntax_errors_are_located() {
         invalid("[[cluster]]\nname = \"a\"\nmaster = \"mysql://h\"\nshards = \"0\"\n");
     assert!(message.contains("instance"), "{key}: {message}");
 
-    let (line, _, _) = invalid("[instance]\nname = \"t\"\nshard_count = = 3\n");
-    assert_eq!(line, 3);
+    let (line, key, _) = invalid("[instance]\nname = \"t\"\nshard_count = = 3\n");
+    assert_eq!((line, key.as_str()), (3, "(syntax)"));
+
+    // A wrong type deep inside an array of tables, found while parsing.
+    let (line, key, message) = invalid(&GOOD.replace(
+        "minions = [\"mysql://root@127.0.0.1:33062\"]",
+        "minions = [\"mysql://root@127.0.0.1:33062\", 7]",
+    ));
+    assert_eq!((line, key.as_str()), (8, "cluster[0].minions[1]"));
+    assert!(message.contains("string"), "{message}");
+
+    // A missing key is reported at its table.
+    let (line, key, message) = invalid(&GOOD.replace("shards = \"4-7\"\n", ""));
+    assert_eq!((line, key.as_str()), (11, "cluster[1]"));
+    assert!(message.contains("shards"), "{message}");
 }
 
 #[test]

@@ -1,25 +1,11 @@
 //! Times and durations as the commands print them.
 
-/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ`.
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (whole seconds; a
+/// time before 1970 or past jiff's range shows as the nearest end).
 pub fn utc(secs: f64) -> String {
-    let secs = secs.max(0.0) as i64;
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    let secs = (secs.max(0.0) as i64).min(jiff::Timestamp::MAX.as_second());
+    let at = jiff::Timestamp::from_second(secs).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Microseconds since the epoch as UTC text.
@@ -54,5 +40,7 @@ mod tests {
         assert_eq!(super::utc(0.0), "1970-01-01T00:00:00Z");
         assert_eq!(super::utc(951_782_400.0), "2000-02-29T00:00:00Z");
         assert_eq!(super::utc(1_796_000_000.5), "2026-11-30T00:53:20Z");
+        assert_eq!(super::utc(-5.0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc(1e300), "9999-12-30T22:00:00Z");
     }
 }

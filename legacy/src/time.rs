@@ -14,6 +14,14 @@
 //! be zero, since PostgreSQL would round them away. The calendar arithmetic
 //! is Howard Hinnant's `days_from_civil` (proleptic Gregorian), so no
 //! time-zone database is involved: offsets are explicit in the text.
+//!
+//! Why not `jiff` (which the CLI uses for its own clock): its civil types
+//! stop at years -9999..=9999, and PostgreSQL's timestamps run to 294276.
+//! A value past 9999 is a value the app can store, so the canonical form
+//! must carry it; splitting the calendar into jiff's range plus a
+//! hand-written rest would give two sources of truth for one conversion.
+//! The arithmetic is two short functions, tested round-trip over the whole
+//! range against the formatter below.
 
 const MICROS_PER_SECOND: i64 = 1_000_000;
 const SECONDS_PER_DAY: i64 = 86_400;

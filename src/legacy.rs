@@ -1,6 +1,5 @@
 //! `mezzanine legacy init|seed|add-uuid`: the legacy PostgreSQL side.
 
-use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -72,7 +71,7 @@ pub async fn run(command: LegacyCommand, config_path: &Path) -> anyhow::Result<(
         LegacyCommand::Seed(args) => {
             let pool = legacy::connection::pool(legacy)?;
             let started = Instant::now();
-            let live = std::io::stderr().is_terminal();
+            let mut bar = crate::progress::Bar::new(false);
             let counts = legacy::trips::seed(
                 &pool,
                 &layout.schema,
@@ -80,21 +79,17 @@ pub async fn run(command: LegacyCommand, config_path: &Path) -> anyhow::Result<(
                 args.trips,
                 args.seed,
                 |c| {
-                    if live {
-                        let rate = c.trips as f64 / started.elapsed().as_secs_f64();
-                        let left = args.trips.saturating_sub(c.trips) as f64 / rate.max(1.0);
-                        eprint!(
-                            "\r{:>9} / {} trips  {:>8.0} trips/s  eta {:>4.0}s ",
-                            c.trips, args.trips, rate, left
-                        );
-                        let _ = std::io::stderr().flush();
-                    }
+                    let rate = c.trips as f64 / started.elapsed().as_secs_f64();
+                    let left = args.trips.saturating_sub(c.trips) as f64 / rate.max(1.0);
+                    bar.show(
+                        c.trips,
+                        args.trips,
+                        format!("trips, {rate:.0} trips/s, ETA {}", crate::clock::eta(left)),
+                    );
                 },
             )
             .await?;
-            if live {
-                eprintln!();
-            }
+            bar.finish();
             let elapsed = started.elapsed().as_secs_f64();
             println!(
                 "seeded {} trips, {} notes, {} billing attempts, {} fare adjustments ({} rows) in {elapsed:.1}s: {:.0} trips/s, {:.0} rows/s",
@@ -114,27 +109,20 @@ pub async fn run(command: LegacyCommand, config_path: &Path) -> anyhow::Result<(
             }
             let pool = legacy::connection::pool(legacy)?;
             let started = Instant::now();
-            let live = std::io::stderr().is_terminal();
-            let mut last_report = Instant::now();
+            let mut bar = crate::progress::Bar::new(false);
             let options = legacy::add_uuid::Options {
                 batch: args.batch,
                 pause: Duration::from_millis(args.pause_ms),
             };
             let report = legacy::add_uuid::run(&pool, layout, &options, |p| {
-                if live || last_report.elapsed() > Duration::from_secs(5) {
-                    last_report = Instant::now();
-                    let end = if live { "\r" } else { "\n" };
-                    eprint!(
-                        "filled {} rows; at id {} of {}{end}",
-                        p.filled, p.next_id, p.last_id
-                    );
-                    let _ = std::io::stderr().flush();
-                }
+                bar.show(
+                    u64::try_from(p.next_id).unwrap_or(0),
+                    u64::try_from(p.last_id).unwrap_or(0),
+                    format!("ids, {} rows filled", p.filled),
+                );
             })
             .await?;
-            if live {
-                eprintln!();
-            }
+            bar.finish();
             println!(
                 "{}.{}: column {}, {} rows filled by this run, unique index {}, NOT NULL {} ({:.1}s)",
                 layout.table,

@@ -57,19 +57,15 @@ pub(super) async fn full(
         let (diff, progress, cancel) = (diff.clone(), progress.clone(), cancel.clone());
         tokio::spawn(async move { diff.run(id, workers, &progress, &cancel).await })
     };
-    let plain = args.plain || !std::io::stderr().is_terminal();
-    let mut tick = tokio::time::interval(if plain {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_millis(250)
-    });
+    let mut bar = crate::progress::Bar::new(args.plain);
+    let mut tick = tokio::time::interval(bar.tick());
     tick.tick().await;
     let status = loop {
         tokio::select! {
             result = &mut task => break result??,
             _ = crate::shutdown::stopped() => {
                 cancel.cancel();
-                eprintln!("\nstopping: `verify full` again continues this run");
+                bar.println("stopping: `verify full` again continues this run");
             }
             _ = tick.tick() => {
                 let secs = started.elapsed().as_secs_f64().max(1e-3);
@@ -83,24 +79,19 @@ pub(super) async fn full(
                 } else {
                     "--".into()
                 };
-                let line = format!(
-                    "{chunks}/{} chunks, {parents} parents ({:.0}/s), {} mismatches, ETA {eta}",
+                bar.show(
+                    chunks,
                     before.chunks,
-                    parents as f64 / secs,
-                    progress.mismatches.load(Ordering::Relaxed)
+                    format!(
+                        "chunks, {parents} parents ({:.0}/s), {} mismatches, ETA {eta}",
+                        parents as f64 / secs,
+                        progress.mismatches.load(Ordering::Relaxed)
+                    ),
                 );
-                if plain {
-                    eprintln!("{line}");
-                } else {
-                    eprint!("\r{line}\x1b[K");
-                    let _ = std::io::stderr().flush();
-                }
             }
         }
     };
-    if !plain {
-        eprintln!();
-    }
+    bar.finish();
     let secs = started.elapsed().as_secs_f64().max(1e-3);
     let parents = progress.parents.load(Ordering::Relaxed);
     let found = progress.mismatches.load(Ordering::Relaxed);

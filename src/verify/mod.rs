@@ -4,11 +4,10 @@
 //! `full` and `report` have rooms of their own; `sample` and `repair` are
 //! here.
 
-use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::{Args, Subcommand};
 use schemaless::{MySqlStore, RowKey};

@@ -46,22 +46,24 @@ pub async fn run(command: BufferCommand, config_path: &Path) -> anyhow::Result<(
     }
     match command {
         BufferCommand::Status => {
-            println!("{:<36} {:>10} {:>12}", "MASTER", "BUFFERED", "OLDEST");
+            let mut table =
+                crate::table::Table::new(&["MASTER", "BUFFERED", "OLDEST", "ERROR"]).right(&[1, 2]);
             let mut unread = 0;
             for (node, backlog) in buffer::backlog(&store).await {
                 match backlog {
-                    Ok((count, oldest)) => println!(
-                        "{:<36} {:>10} {:>12}",
-                        node,
-                        count,
-                        oldest.map_or("-".into(), |us| format!("{:.1}s", us as f64 / 1e6))
-                    ),
+                    Ok((count, oldest)) => table.row([
+                        node.to_string(),
+                        count.to_string(),
+                        oldest.map_or("-".into(), |us| format!("{:.1}s", us as f64 / 1e6)),
+                        String::new(),
+                    ]),
                     Err(e) => {
                         unread += 1;
-                        println!("{node:<36} {:>10} {:>12}  {e}", "?", "?")
+                        table.row([node.to_string(), "?".into(), "?".into(), e.to_string()]);
                     }
                 }
             }
+            table.print("");
             let (lost, failed) = schemaless::mysql::lost::read(&store, false).await;
             let untaken: Vec<_> = lost.iter().filter(|l| l.taken_at.is_none()).collect();
             println!(

@@ -179,10 +179,15 @@ fn print_status(status: &CaptureStatus, settings: &config::Capture) {
         settings.tombstone_column
     );
     if !status.tables.is_empty() {
-        println!("{:<40} {:<10} PROBLEMS", "TABLE", "STATE");
+        let mut table = crate::table::Table::new(&["TABLE", "STATE", "PROBLEMS"]);
         for t in &status.tables {
-            println!("{:<40} {:<10} {}", t.table, t.state, t.problems.join("; "));
+            table.row([
+                t.table.to_string(),
+                t.state.to_string(),
+                t.problems.join("; "),
+            ]);
         }
+        table.print("");
     }
     let q = &status.queue;
     if let Some(slot) = &q.slot {

@@ -140,25 +140,30 @@ async fn print_storage_nodes(config: &config::Config) -> anyhow::Result<()> {
         })
     });
     let results = futures::future::join_all(probes).await;
-    println!(
-        "{:<36} {:<14} {:<10} {:>9}  {:<16} LAST ERROR",
-        "STORAGE NODE", "ROLE", "BREAKER", "PING", "SEMI-SYNC"
-    );
+    let mut table = crate::table::Table::new(&[
+        "STORAGE NODE",
+        "ROLE",
+        "BREAKER",
+        "PING",
+        "SEMI-SYNC",
+        "LAST ERROR",
+    ])
+    .right(&[3]);
     for (node, role, outcome, semi_sync) in results {
         let (ping, error) = match outcome {
             Ok(t) => (format!("{:.1}ms", t.as_secs_f64() * 1000.0), String::new()),
             Err(e) => ("-".into(), e.to_string()),
         };
-        println!(
-            "{:<36} {:<14} {:<10} {:>9}  {:<16} {}",
-            node.label,
-            role,
+        table.row([
+            node.label.to_string(),
+            role.to_string(),
             node.breaker.state().to_string(),
             ping,
-            semi_sync,
-            error
-        );
+            semi_sync.to_string(),
+            error,
+        ]);
     }
+    table.print("");
     let durability = config.storage.durability;
     println!(
         "durability: {}{}",
@@ -407,10 +412,9 @@ pub fn spec_from_config(config_path: &Path, postgres_port: u16) -> anyhow::Resul
 
 /// Prints one line per node: name, role, port, pid, state, minion lag.
 pub async fn print_status(cluster: &DevCluster) {
-    println!(
-        "{:<12} {:<14} {:>6} {:>8} {:<8} REPLICATION",
-        "NODE", "ROLE", "PORT", "PID", "STATE"
-    );
+    let mut table =
+        crate::table::Table::new(&["NODE", "ROLE", "PORT", "PID", "STATE", "REPLICATION"])
+            .right(&[2, 3]);
     for node in cluster.nodes() {
         let state = node.state();
         let replication = match (&node.spec.role, state) {
@@ -443,16 +447,16 @@ pub async fn print_status(cluster: &DevCluster) {
             (Role::Master { .. }, NodeState::Running) => "binlog on, GTID".into(),
             _ => String::new(),
         };
-        println!(
-            "{:<12} {:<14} {:>6} {:>8} {:<8} {}",
-            node.spec.name,
+        table.row([
+            node.spec.name.to_string(),
             node.spec.role.to_string(),
-            node.spec.port,
+            node.spec.port.to_string(),
             node.pid().map_or("-".into(), |p| p.to_string()),
             state.to_string(),
-            replication
-        );
+            replication,
+        ]);
     }
+    table.print("");
 }
 
 fn yes_no(b: bool) -> &'static str {

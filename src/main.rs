@@ -54,6 +54,7 @@ mod schema;
 mod serve;
 mod shutdown;
 mod status;
+mod table;
 mod trigger;
 mod verify;
 mod worker;

@@ -324,46 +324,53 @@ async fn status(
             .filter(|s| args.all || s.lag > 0 || s.awaited > 0)
             .collect();
         if !shown.is_empty() {
-            println!(
-                "{:>6} {:>10} {:>10} {:>8} {:>8} {:>10}",
-                "SHARD", "OFFSET", "HEAD", "LAG", "AWAITED", "APPLIED"
-            );
+            let mut table =
+                crate::table::Table::new(&["SHARD", "OFFSET", "HEAD", "LAG", "AWAITED", "APPLIED"])
+                    .right(&[0, 1, 2, 3, 4, 5]);
             for s in shown {
-                println!(
-                    "{:>6} {:>10} {:>10} {:>8} {:>8} {:>10}",
-                    s.shard, s.offset, s.head, s.lag, s.awaited, s.applied
-                );
+                table.row([
+                    s.shard.to_string(),
+                    s.offset.to_string(),
+                    s.head.to_string(),
+                    s.lag.to_string(),
+                    s.awaited.to_string(),
+                    s.applied.to_string(),
+                ]);
             }
+            table.print("");
         }
     }
     if status.workers.is_empty() {
         println!("workers: none has written a heartbeat in the last hour");
     } else {
         println!("workers:");
-        println!(
-            "  {:<8} {:<40} {:>10} {:>9} {:>8} {:>7}  STATE",
-            "KIND", "NAME", "CELLS", "CELLS/S", "FAILURES", "PARKED"
-        );
+        let mut table = crate::table::Table::new(&[
+            "KIND", "NAME", "CELLS", "CELLS/S", "FAILURES", "PARKED", "STATE",
+        ])
+        .right(&[2, 3, 4, 5]);
         for w in &status.workers {
-            println!(
-                "  {:<8} {:<40} {:>10} {:>9.0} {:>8} {:>7}  {}{}",
-                w.kind,
-                w.name,
-                w.cells,
-                w.rate,
-                w.failures,
-                w.parked,
-                if w.stale() {
-                    format!("gone (silent {:.0}s)", w.silent_secs)
-                } else {
-                    "live".into()
-                },
-                w.last_error
-                    .as_ref()
-                    .map(|e| format!("; last error: {e}"))
-                    .unwrap_or_default()
-            );
+            table.row([
+                w.kind.to_string(),
+                w.name.to_string(),
+                w.cells.to_string(),
+                format!("{:.0}", w.rate),
+                w.failures.to_string(),
+                w.parked.to_string(),
+                format!(
+                    "{}{}",
+                    if w.stale() {
+                        format!("gone (silent {:.0}s)", w.silent_secs)
+                    } else {
+                        "live".into()
+                    },
+                    w.last_error
+                        .as_ref()
+                        .map(|e| format!("; last error: {e}"))
+                        .unwrap_or_default()
+                ),
+            ]);
         }
+        table.print("  ");
     }
     Ok(())
 }

@@ -45,25 +45,25 @@ pub async fn run(command: TriggerCommand, config_path: &Path) -> anyhow::Result<
                 shards.len(),
                 owners.len()
             );
-            println!(
-                "{:>6} {:>10} {:>10} {:>8} {:>7} {:>8}  OWNER",
-                "SHARD", "OFFSET", "HEAD", "LAG", "PARKED", "RETRYING"
-            );
+            let mut table = crate::table::Table::new(&[
+                "SHARD", "OFFSET", "HEAD", "LAG", "PARKED", "RETRYING", "OWNER",
+            ])
+            .right(&[0, 1, 2, 3, 4, 5]);
             for s in shards
                 .iter()
                 .filter(|s| args.all || s.lag > 0 || s.parked > 0 || s.owner.is_none())
             {
-                println!(
-                    "{:>6} {:>10} {:>10} {:>8} {:>7} {:>8}  {}",
-                    s.shard,
-                    s.offset,
-                    s.head,
-                    s.lag,
-                    s.parked,
-                    s.retrying,
-                    s.owner.as_deref().unwrap_or("-")
-                );
+                table.row([
+                    s.shard.to_string(),
+                    s.offset.to_string(),
+                    s.head.to_string(),
+                    s.lag.to_string(),
+                    s.parked.to_string(),
+                    s.retrying.to_string(),
+                    s.owner.as_deref().unwrap_or("-").to_string(),
+                ]);
             }
+            table.print("");
         }
         TriggerCommand::Retry(args) => {
             trigger::check_name(&args.name).map_err(|e| crate::UsageError(e.to_string()))?;

@@ -166,10 +166,8 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
         .wait_all_caught_up(Duration::from_secs(120))
         .await
         .context("waiting for the minions")?;
-    println!(
-        "{:<8} {:<34} {:<8} {:>9} {:>9}",
-        "CLUSTER", "NODE", "ROLE", "SHARDS", "CELLS"
-    );
+    let mut table =
+        crate::table::Table::new(&["CLUSTER", "NODE", "ROLE", "SHARDS", "CELLS"]).right(&[4]);
     for c in &topology.clusters {
         let nodes = std::iter::once((c.master(), "master"))
             .chain(c.minions().into_iter().map(|m| (m, "minion")));
@@ -186,16 +184,16 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
                     .with_context(|| format!("counting cells on {}", node.label))?;
                 count += n;
             }
-            println!(
-                "{:<8} {:<34} {:<8} {:>9} {:>9}",
-                c.name,
-                node.label,
-                role,
+            table.row([
+                c.name.to_string(),
+                node.label.to_string(),
+                role.to_string(),
                 c.shards.to_string(),
-                count
-            );
+                count.to_string(),
+            ]);
         }
     }
+    table.print("");
     let page = store
         .get_cells_for_shard(shard, 0, 3, ReadFrom::Minion)
         .await?;

@@ -56,16 +56,17 @@ pub(super) async fn report(
         "mismatch rate {:.6}, 95% upper bound {:.6} (gates.max_mismatch_upper_bound {})",
         report.mismatch_rate, report.upper_bound, gates.max_mismatch_upper_bound
     );
-    println!(
-        "{:<18} {:>10} {:>10} {:>10}",
-        "column", "samples", "matches", "mismatches"
-    );
+    let mut table =
+        crate::table::Table::new(&["COLUMN", "SAMPLES", "MATCHES", "MISMATCHES"]).right(&[1, 2, 3]);
     for c in &report.by_column {
-        println!(
-            "{:<18} {:>10} {:>10} {:>10}",
-            c.column, c.counts.samples, c.counts.matches, c.counts.mismatches
-        );
+        table.row([
+            c.column.to_string(),
+            c.counts.samples.to_string(),
+            c.counts.matches.to_string(),
+            c.counts.mismatches.to_string(),
+        ]);
     }
+    table.print("");
     println!("coverage (parent rows verified since their last write):");
     for c in &report.coverage {
         println!(

@@ -11,6 +11,13 @@ use url::Url;
 /// Exponential backoff with full jitter: attempt `n` (from 1) waits a
 /// random time up to `min(max, base * 2^(n-1))`, so clients that failed
 /// together do not come back together.
+///
+/// This is the one retry in the workspace not on `schemaless::retry`
+/// (backon): backon's jitter only adds to each step, while a client fleet
+/// hitting one worker wants full jitter (a wait anywhere from zero), and
+/// the loop in `call` also moves to the next worker, honours a lone
+/// worker's `Retry-After` and stops at the call's deadline rather than at
+/// a count. `Backoff` is public: apps tune it through the builder.
 #[derive(Clone, Copy, Debug)]
 pub struct Backoff {
     /// The ceiling of the first wait.

@@ -7,6 +7,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use schemaless::retry::{self, Retryable};
+use schemaless::Failure;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, PgPool};
 
@@ -105,54 +107,38 @@ pub async fn present(pool: &PgPool, relations: &[&str], columns: &[(&str, &str)]
     .unwrap_or(false)
 }
 
-/// How many times [`ddl`] asks for its lock before it gives up.
-const DDL_ATTEMPTS: u32 = 30;
+/// How many times [`ddl`] asks for its lock again before it gives up.
+const DDL_RETRIES: usize = 29;
 
 /// Runs DDL that needs a strong lock (`sql`, one or more statements, in one
 /// transaction) with a short `lock_timeout`, retrying with a growing pause
-/// when the lock is not granted or a deadlock chose it, so that the app's
-/// statements never wait long behind it. Gives up after 30 attempts with
-/// the last error.
+/// (50 ms doubling to 2 s, with jitter) when the lock is not granted or a
+/// deadlock chose it, so that the app's statements never wait long behind
+/// it. Gives up after 30 attempts with the last error.
 pub async fn ddl(
     pool: &PgPool,
     lock_timeout: Duration,
     sql: &str,
     context: &str,
 ) -> Result<(), Error> {
-    let mut wait = Duration::from_millis(50);
-    for attempt in 1.. {
-        let mut tx = pool
-            .begin()
-            .await
-            .map_err(|e| Error::postgres(context.to_string(), e))?;
-        let result = sqlx::raw_sql(AssertSqlSafe(format!(
+    let attempt = || async {
+        let mut tx = pool.begin().await?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
             "SET LOCAL lock_timeout = '{}ms'; {sql}",
             lock_timeout.as_millis().max(1)
         )))
         .execute(&mut *tx)
-        .await;
-        match result {
-            Ok(_) => {
-                return tx
-                    .commit()
-                    .await
-                    .map_err(|e| Error::postgres(context.to_string(), e))
-            }
-            Err(e) if attempt < DDL_ATTEMPTS && lock_not_granted(&e) => {
-                tracing::info!("{context}: lock not granted, retrying in {wait:?}");
-                drop(tx);
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Err(Error::postgres(context.to_string(), e)),
-        }
-    }
-    unreachable!("the loop returns")
-}
-
-/// A lock timeout (55P03) or a deadlock (40P01): the DDL gave way.
-fn lock_not_granted(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|c| c == "55P03" || c == "40P01")
+        .await?;
+        tx.commit().await
+    };
+    attempt
+        .retry(retry::backoff(
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+            DDL_RETRIES,
+        ))
+        .when(|e| crate::classify(e) == Failure::Conflict)
+        .notify(|_, wait| tracing::info!("{context}: lock not granted, retrying in {wait:?}"))
+        .await
+        .map_err(|e| Error::postgres(context.to_string(), e))
 }

@@ -44,7 +44,7 @@ impl Error {
     /// timeout); layout and config errors are final.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Postgres { source, .. } => schemaless::error::driver_error_is_retryable(source),
+            Error::Postgres { source, .. } => crate::classify(source).is_retryable(),
             Error::Cell(e) => e.is_retryable(),
             _ => false,
         }

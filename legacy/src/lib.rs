@@ -42,6 +42,7 @@
 //! ```
 
 pub mod add_uuid;
+mod classify;
 pub mod connection;
 pub mod conversion;
 pub mod error;
@@ -55,6 +56,7 @@ pub mod store;
 pub mod time;
 pub mod trips;
 
+pub use classify::{classify, storage_error};
 pub use error::Error;
 pub use layout::Layout;
 pub use scan::{Chunk, Current, CurrentParent};

@@ -203,10 +203,10 @@ impl TransactionHook for MakeRoom {
         if let Some(r) = self.ref_key {
             query = query.bind(r);
         }
-        query.execute(tx).await.map_err(|e| Error::Storage {
-            node: "postgres (repair)".into(),
-            source: e,
-        })?;
+        query
+            .execute(tx)
+            .await
+            .map_err(|e| crate::storage_error("postgres (repair)", e))?;
         Ok(())
     }
 

@@ -39,7 +39,7 @@ impl Error {
         match self {
             Error::Cell(e) => e.is_retryable(),
             Error::Legacy(e) => e.is_retryable(),
-            Error::Postgres { source, .. } => schemaless::error::driver_error_is_retryable(source),
+            Error::Postgres { source, .. } => legacy::classify(source).is_retryable(),
             Error::Capture(_) => false,
         }
     }

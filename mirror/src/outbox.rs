@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use legacy::TransactionHook;
-use schemaless::{Cell, CellResult, Error, Result, WriteOutcome};
+use schemaless::{Cell, CellResult, Result, WriteOutcome};
 use uuid::Uuid;
 
 /// The hook a mirrored write runs in its legacy transaction: every cell the
@@ -59,10 +59,7 @@ impl TransactionHook for Outbox {
         .bind(&bodies)
         .execute(&mut *tx)
         .await
-        .map_err(|source| Error::Storage {
-            node: "postgres (mezzanine.outbox)".into(),
-            source,
-        })?;
+        .map_err(|source| legacy::storage_error("postgres (mezzanine.outbox)", source))?;
         Ok(())
     }
 }

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::capture::{CaptureDelivery, Captured};
 use crate::error::Error;
-use crate::worker::{Backoff, Heartbeat, WorkerStats};
+use crate::worker::{Heartbeat, WorkerStats};
 
 /// What one batch did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -316,7 +316,7 @@ impl Relay {
     /// second.
     pub async fn run(&self, cancel: CancellationToken, mut enabled: watch::Receiver<bool>) {
         let mut heartbeat = Heartbeat::new("relay");
-        let mut backoff = Backoff::new(&self.settings);
+        let mut backoff = crate::worker::pauses(&self.settings);
         let poll = Duration::from_millis(self.settings.relay_poll_ms);
         let linger = Duration::from_millis(self.settings.relay_linger_ms);
         // Whether the last batch was full: then the next is taken at once.

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use schemaless::retry::Pauses;
 use sqlx::PgPool;
 
 /// How often a worker writes its heartbeat.
@@ -139,53 +140,12 @@ impl Heartbeat {
     }
 }
 
-/// The wait after consecutive failures: `first`, doubled each time, at
-/// most `max`.
-pub(crate) struct Backoff {
-    first: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(settings: &config::Mirror) -> Backoff {
-        let first = Duration::from_millis(settings.retry_backoff_ms);
-        Backoff {
-            first,
-            max: Duration::from_millis(settings.max_backoff_ms),
-            next: first,
-        }
-    }
-
-    /// The wait before the next attempt, and doubles the one after.
-    pub(crate) fn failed(&mut self) -> Duration {
-        let wait = self.next;
-        self.next = (self.next * 2).min(self.max);
-        wait
-    }
-
-    pub(crate) fn succeeded(&mut self) {
-        self.next = self.first;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_max_and_resets() {
-        let settings = config::Mirror {
-            retry_backoff_ms: 100,
-            max_backoff_ms: 350,
-            ..config::Mirror::default()
-        };
-        let mut backoff = Backoff::new(&settings);
-        let waits: Vec<u64> = (0..4)
-            .map(|_| backoff.failed().as_millis() as u64)
-            .collect();
-        assert_eq!(waits, [100, 200, 350, 350]);
-        backoff.succeeded();
-        assert_eq!(backoff.failed(), Duration::from_millis(100));
-    }
+/// The pauses after consecutive failures: from `mirror.retry_backoff_ms`,
+/// doubling with jitter, at most `mirror.max_backoff_ms`; short again
+/// after a success.
+pub(crate) fn pauses(settings: &config::Mirror) -> Pauses {
+    Pauses::new(
+        Duration::from_millis(settings.retry_backoff_ms),
+        Duration::from_millis(settings.max_backoff_ms),
+    )
 }

@@ -51,6 +51,11 @@ pub enum Error {
         /// The driver's error.
         #[source]
         source: sqlx::Error,
+        /// What it means, decided when it was made by the classifier of
+        /// the driver that raised it ([`crate::mysql::classify`] for
+        /// MariaDB, `legacy::classify` for PostgreSQL), so this crate
+        /// needs no other database's error codes.
+        failure: Failure,
     },
     /// The write transaction this call's cells were combined into (see
     /// [`crate::mysql::commit`]) failed because its node did: down,
@@ -170,35 +175,37 @@ impl Error {
     /// and corrupt cells are final.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Storage { source, .. } => driver_error_is_retryable(source),
+            Error::Storage { failure, .. } => failure.is_retryable(),
             Error::Timeout { .. } | Error::Unavailable { .. } | Error::NodeFailed { .. } => true,
             Error::Remote { retryable, .. } => *retryable,
             _ => false,
         }
     }
 
+    /// What a database error means, if this is one.
+    pub fn failure(&self) -> Option<Failure> {
+        match self {
+            Error::Storage { failure, .. } => Some(*failure),
+            _ => None,
+        }
+    }
+
     /// Whether a table or database does not exist (yet): an instance whose
     /// schema predates a table has nothing in it.
     pub fn is_missing_table(&self) -> bool {
-        matches!(self, Error::Storage { source: sqlx::Error::Database(db), .. }
-            if db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|e| matches!(e.number(), 1146 | 1049)))
+        self.failure() == Some(Failure::MissingTable)
     }
 
-    /// Whether a MySQL statement failed on a duplicate key: on a cell
-    /// insert, an address that exists.
+    /// Whether a statement failed on a duplicate key: on a cell insert, an
+    /// address that exists.
     pub fn is_unique_violation(&self) -> bool {
-        matches!(self, Error::Storage { source: sqlx::Error::Database(db), .. } if db.is_unique_violation())
+        self.failure() == Some(Failure::UniqueViolation)
     }
 
-    /// A deadlock or lock wait timeout on MySQL: the statement was rolled
-    /// back and may simply be tried again.
+    /// A deadlock, lock wait timeout or serialization failure: the
+    /// statement was rolled back and may simply be tried again.
     pub fn is_lock_conflict(&self) -> bool {
-        matches!(self, Error::Storage { source: sqlx::Error::Database(db), .. }
-            if db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|m| matches!(m.number(), 1205 | 1213)))
+        self.failure() == Some(Failure::Conflict)
     }
 
     /// Whether the node itself failed — down, frozen, shutting down, or no
@@ -208,58 +215,69 @@ impl Error {
     pub fn is_unavailable(&self) -> bool {
         match self {
             Error::Timeout { .. } | Error::Unavailable { .. } | Error::NodeFailed { .. } => true,
-            Error::Storage { source, .. } => match source {
-                sqlx::Error::Io(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::WorkerCrashed
-                | sqlx::Error::Protocol(_) => true,
-                sqlx::Error::Database(db) => db
-                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    // server shutting down, read-only (a demoted master),
-                    // connection killed
-                    .is_some_and(|e| matches!(e.number(), 1053 | 1290 | 1927)),
-                _ => false,
-            },
-            _ => false,
+            _ => self.failure() == Some(Failure::Unavailable),
         }
     }
 }
 
-/// Whether a driver error may go away if the same call is tried again: a
-/// node that could not be reached, a pool that timed out, a deadlock or
-/// lock timeout, a server shutting down (by MySQL error number or by
-/// SQLSTATE, which PostgreSQL reports too).
-pub fn driver_error_is_retryable(source: &sqlx::Error) -> bool {
-    match source {
-        sqlx::Error::Io(_)
-        | sqlx::Error::PoolTimedOut
-        | sqlx::Error::WorkerCrashed
-        | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => {
-            let mysql = db
-                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|e| {
-                    matches!(
-                        e.number(),
-                        // too many connections, server shutting down,
-                        // lock wait timeout, deadlock, read-only (a
-                        // master being replaced), query interrupted
-                        1040 | 1053 | 1205 | 1213 | 1290 | 1317 | 1927
-                    )
-                });
-            // The same cases by SQLSTATE, which the legacy model's
-            // PostgreSQL reports: serialization failure, deadlock,
-            // lock not available, statement timeout, too many
-            // connections, shutdown, connection failures.
-            let sqlstate = db.code().is_some_and(|code| {
-                matches!(
-                    code.as_ref(),
-                    "40001" | "40P01" | "55P03" | "57014" | "53300" | "57P01" | "57P02" | "57P03"
-                ) || code.starts_with("08")
-            });
-            mysql || sqlstate
+/// What a database error means to its caller, whichever database said it.
+///
+/// Each driver has exactly one classifier that turns its error numbers or
+/// SQLSTATEs into a `Failure`: [`crate::mysql::classify`] for MariaDB,
+/// `legacy::classify` for PostgreSQL. Every retry decision, breaker and
+/// fallback asks the kind, never an error code, so a code learned once is
+/// known everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// A deadlock, a lock wait that timed out, a serialization failure:
+    /// the statement or transaction was rolled back; running it again is
+    /// the cure.
+    Conflict,
+    /// The node failed: unreachable, connection lost, shutting down, or
+    /// read-only (a master being replaced). It counts against the node.
+    Unavailable,
+    /// The node is up but turned this call away for now: too many
+    /// connections, a statement timeout, a query interrupted, a connection
+    /// error the server reported. Retried, not held against the node.
+    Busy,
+    /// A duplicate key.
+    UniqueViolation,
+    /// The table or database does not exist (yet).
+    MissingTable,
+    /// The statement or a value is larger than the server takes (a packet
+    /// over `max_allowed_packet`): retrying sends the same bytes.
+    TooLarge,
+    /// A value the server cannot take as its column's type: too long, out
+    /// of range, malformed (PostgreSQL's data exceptions, class 22).
+    BadValue,
+    /// A value a NOT NULL or CHECK constraint refuses.
+    ConstraintViolation,
+    /// Anything else: a final answer from the server.
+    Other,
+}
+
+impl Failure {
+    /// Whether the same call may succeed if simply tried again.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Failure::Conflict | Failure::Unavailable | Failure::Busy
+        )
+    }
+
+    /// The kind of the driver's own failures, which no server sent: an I/O
+    /// error, a pool that timed out, a crashed connection worker, a broken
+    /// protocol exchange are all the node being unreachable. `None` for a
+    /// server's error, which the driver's classifier reads.
+    pub fn of_transport(source: &sqlx::Error) -> Option<Failure> {
+        match source {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_) => Some(Failure::Unavailable),
+            _ => None,
         }
-        _ => false,
     }
 }
 

@@ -56,6 +56,7 @@ pub mod error;
 pub mod index;
 pub mod memory;
 pub mod mysql;
+pub mod retry;
 pub mod routing;
 pub mod tombstone;
 
@@ -64,6 +65,6 @@ pub use api::{
     ShardPage, WriteOutcome,
 };
 pub use cell::{Body, Cell, CellKey, Column, RefKey, RowKey, StoredCell};
-pub use error::{Error, Result};
+pub use error::{Error, Failure, Result};
 pub use memory::MemoryStore;
 pub use mysql::MySqlStore;

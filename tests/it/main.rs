@@ -80,6 +80,7 @@ mod bad_input;
 mod capture;
 mod cells;
 mod changelog;
+mod classify;
 mod cli;
 mod connections;
 mod cutover;

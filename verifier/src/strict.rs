@@ -222,9 +222,7 @@ async fn run(legacy: &LegacyStore, sql: &str, docs: &Value) -> Result<Vec<Checke
 /// A data exception (SQLSTATE class 22): a value that does not read as
 /// its type, as opposed to a failing connection.
 fn data_exception(e: &sqlx::Error) -> bool {
-    e.as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|code| code.starts_with("22"))
+    legacy::classify(e) == schemaless::Failure::BadValue
 }
 
 fn database_message(e: &sqlx::Error) -> String {

@@ -129,21 +129,21 @@ async fn accept_loop(
         .header_read_timeout(listen.header_read_timeout)
         .max_buf_size(listen.max_header_buffer.max(8192));
     let http = Arc::new(http);
-    let mut backoff = Duration::from_millis(5);
+    let mut backoff =
+        schemaless::retry::Pauses::new(Duration::from_millis(5), Duration::from_secs(1));
     loop {
         let (stream, _) = tokio::select! {
             _ = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => {
-                    backoff = Duration::from_millis(5);
+                    backoff.succeeded();
                     a
                 }
                 Err(e) => {
                     // Out of file descriptors, say: wait, or the loop
                     // would spin a core while the condition lasts.
                     tracing::warn!("accepting a connection: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    tokio::time::sleep(backoff.failed()).await;
                     continue;
                 }
             },

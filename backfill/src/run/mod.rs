@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use legacy::scan::ScanFilter;
 use legacy::LegacyStore;
+use schemaless::retry::Pauses;
 use schemaless::{routing, Cell, CellKey, CellStore, MySqlStore, WriteOutcome};
 use sqlx::{PgPool, Row};
 use tokio_util::sync::CancellationToken;
@@ -210,7 +211,7 @@ impl Backfill {
     /// One worker: claims and copies chunks until none is left to claim.
     /// Returns false when cancelled first.
     async fn worker(&self, cancel: CancellationToken) -> Result<bool, Error> {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Pauses::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             if cancel.is_cancelled() {
                 return Ok(false);
@@ -255,7 +256,7 @@ impl Backfill {
                 .expect("in-progress lock")
                 .remove(&chunk.id);
             match copied {
-                Ok(()) => backoff = Duration::from_millis(100),
+                Ok(()) => backoff.succeeded(),
                 Err(e) => {
                     let _ = self.release(&chunk, &e.to_string()).await;
                     let what = format!(
@@ -268,13 +269,12 @@ impl Backfill {
         }
     }
 
-    /// Counts and logs a failed attempt, then waits `backoff` (doubled for
-    /// the next failure, at most 10 s).
-    async fn failed(&self, what: &str, cancel: &CancellationToken, backoff: &mut Duration) {
+    /// Counts and logs a failed attempt, then pauses (100 ms doubling with
+    /// jitter to at most 10 s while attempts keep failing).
+    async fn failed(&self, what: &str, cancel: &CancellationToken, backoff: &mut Pauses) {
         Progress::add(&self.progress.failures, 1);
         tracing::warn!("{}: {what}", self.owner);
-        sleep_or_cancel(cancel, *backoff).await;
-        *backoff = (*backoff * 2).min(Duration::from_secs(10));
+        sleep_or_cancel(cancel, backoff.failed()).await;
     }
 
     /// Claims the first pending chunk, or a running one whose owner went

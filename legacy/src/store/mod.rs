@@ -105,10 +105,7 @@ impl LegacyStore {
     }
 
     pub(crate) fn storage(&self, source: sqlx::Error) -> Error {
-        Error::Storage {
-            node: self.label.clone(),
-            source,
-        }
+        crate::storage_error(self.label.clone(), source)
     }
 
     fn column(&self, column: &Column) -> Result<(usize, &ColumnLayout)> {

@@ -3,9 +3,12 @@
 //! guarded upserts, child columns as idempotent inserts), every value
 //! read back through the read conversion, lost races retried.
 
+use std::time::Duration;
+
+use schemaless::retry::{self, Retryable};
 use schemaless::{
-    cell::check_batch, Body, Cell, CellKey, CellResult, Conflict, Error, RefKey, Result, RowKey,
-    WriteOutcome,
+    cell::check_batch, Body, Cell, CellKey, CellResult, Conflict, Error, Failure, RefKey, Result,
+    RowKey, WriteOutcome,
 };
 use serde_json::{Map, Value};
 use sqlx::postgres::{PgDatabaseError, PgRow};
@@ -16,8 +19,9 @@ use super::hook::{SKIP_CAPTURE, SKIP_CAPTURE_MARKED};
 use super::{read_body, LegacyStore, TransactionHook};
 use crate::layout::{quote, ColumnLayout, Shape};
 
-/// How many times a batch is tried when it loses a race or a deadlock.
-const ATTEMPTS: usize = 5;
+/// How many times a batch is tried again when it loses a race or a
+/// deadlock.
+const RETRIES: usize = 4;
 
 /// A cell checked against the layout, ready to write.
 struct Prepared {
@@ -91,16 +95,7 @@ pub(super) fn canonicalize(
 /// A batch that lost a race (two writers creating one parent row: unique
 /// violation) or a deadlock is tried again from the start.
 fn retry_batch(e: &Error) -> bool {
-    match e {
-        Error::Storage { source, .. } => {
-            e.is_retryable()
-                || source
-                    .as_database_error()
-                    .and_then(|db| db.code())
-                    .is_some_and(|code| code == "23505")
-        }
-        _ => false,
-    }
+    matches!(e, Error::Storage { .. }) && (e.is_retryable() || e.is_unique_violation())
 }
 
 impl LegacyStore {
@@ -298,24 +293,27 @@ impl LegacyStore {
     /// range, a NOT NULL or CHECK constraint) are bad input naming the
     /// field; the rest are storage errors.
     fn write_error(&self, column: &ColumnLayout, e: sqlx::Error) -> Error {
-        if let Some(db) = e.as_database_error() {
-            if let Some(pg) = db.try_downcast_ref::<PgDatabaseError>() {
-                let code = pg.code();
-                if code.starts_with("22") || matches!(code, "23502" | "23514") {
-                    let field = pg
-                        .column()
-                        .and_then(|sql| column.fields.iter().find(|f| f.sql == sql))
-                        .map_or_else(|| "body".to_string(), |f| format!("body.{}", f.json));
-                    return Error::invalid(
-                        &field,
-                        format!(
-                            "PostgreSQL refuses the value for {}: {}",
-                            column.table,
-                            pg.message()
-                        ),
-                    );
-                }
-            }
+        let refused = matches!(
+            crate::classify(&e),
+            Failure::BadValue | Failure::ConstraintViolation
+        );
+        let refusal = e
+            .as_database_error()
+            .filter(|_| refused)
+            .and_then(|db| db.try_downcast_ref::<PgDatabaseError>());
+        if let Some(pg) = refusal {
+            let field = pg
+                .column()
+                .and_then(|sql| column.fields.iter().find(|f| f.sql == sql))
+                .map_or_else(|| "body".to_string(), |f| format!("body.{}", f.json));
+            return Error::invalid(
+                &field,
+                format!(
+                    "PostgreSQL refuses the value for {}: {}",
+                    column.table,
+                    pg.message()
+                ),
+            );
         }
         self.storage(e)
     }
@@ -350,17 +348,14 @@ impl LegacyStore {
         let mut order: Vec<usize> = (0..cells.len()).collect();
         order.sort_by(|&a, &b| cells[a].key.cmp(&cells[b].key));
 
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.write_batch(&prepared, &order, &canonical, hook).await {
-                Ok(results) => return Ok(results),
-                Err(e) if attempt < ATTEMPTS && retry_batch(&e) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(5 << attempt)).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        (|| self.write_batch(&prepared, &order, &canonical, hook))
+            .retry(retry::backoff(
+                Duration::from_millis(10),
+                Duration::from_millis(200),
+                RETRIES,
+            ))
+            .when(retry_batch)
+            .await
     }
 
     /// `cell` with its body in canonical form (every field present, each

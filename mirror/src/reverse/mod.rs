@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::relay::changed;
-use crate::worker::{Backoff, Heartbeat, WorkerStats};
+use crate::worker::{Heartbeat, WorkerStats};
 
 mod offset;
 mod parked;
@@ -405,7 +405,7 @@ impl ReverseMirror {
     pub async fn run(&self, cancel: CancellationToken, mut enabled: watch::Receiver<bool>) {
         let pool = self.legacy.pool().clone();
         let mut heartbeat = Heartbeat::new("reverse");
-        let mut backoff = Backoff::new(&self.settings);
+        let mut backoff = crate::worker::pauses(&self.settings);
         let poll = Duration::from_millis(self.settings.reverse_poll_ms);
         tracing::info!("{} started", heartbeat.name());
         while !cancel.is_cancelled() {

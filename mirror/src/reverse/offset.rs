@@ -152,8 +152,5 @@ impl TransactionHook for OffsetHook {
 }
 
 pub(super) fn storage(source: sqlx::Error) -> schemaless::Error {
-    schemaless::Error::Storage {
-        node: "postgres (mezzanine.reverse_offsets)".into(),
-        source,
-    }
+    legacy::storage_error("postgres (mezzanine.reverse_offsets)", source)
 }

@@ -181,7 +181,7 @@ fn shared_failure(e: &Error) -> Error {
             node: node.clone(),
             reason: reason.clone(),
         },
-        Error::Storage { node, source } => Error::NodeFailed {
+        Error::Storage { node, source, .. } => Error::NodeFailed {
             node: node.clone(),
             reason: source.to_string(),
         },

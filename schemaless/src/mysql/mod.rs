@@ -28,6 +28,7 @@
 pub mod awaited;
 pub mod breaker;
 pub mod buffer;
+mod classify;
 mod combine;
 pub mod commit;
 pub mod conn;
@@ -46,5 +47,6 @@ pub mod store;
 pub mod topology;
 pub mod trigger;
 
+pub use classify::{classify, storage_error};
 pub use store::MySqlStore;
 pub use topology::Topology;

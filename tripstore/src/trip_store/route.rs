@@ -158,10 +158,7 @@ impl legacy::TransactionHook for StillLegacy {
             sqlx::query_scalar("/* mezzanine */ SELECT mode FROM mezzanine.mode FOR SHARE")
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(|e| schemaless::Error::Storage {
-                    node: "postgres (mezzanine.mode)".into(),
-                    source: e,
-                })?;
+                .map_err(|e| legacy::storage_error("postgres (mezzanine.mode)", e))?;
         match current.as_deref() {
             None | Some("legacy") => Ok(()),
             Some(other) => {

@@ -1,6 +1,8 @@
 //! Counts per second and column, and coverage, flushed in one
 //! transaction.
 
+use schemaless::retry::Retryable;
+
 use super::*;
 
 /// Counts of one column in one flush (or summed over a window).
@@ -74,22 +76,18 @@ pub async fn flush(
     // Rows are locked in one order (column, then row key) by every writer,
     // but a deadlock with another kind of writer is still possible: it
     // rolls back and is simply redone.
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match flush_once(pool, counts, verified).await {
-            Err(Error::Postgres { source, .. })
-                if attempt < 5
-                    && source
-                        .as_database_error()
-                        .and_then(|db| db.code())
-                        .is_some_and(|code| code == "40P01" || code == "40001") =>
-            {
-                tokio::time::sleep(std::time::Duration::from_millis(10 << attempt)).await;
-            }
-            other => return other,
-        }
-    }
+    let conflict = |e: &Error| {
+        matches!(e, Error::Postgres { source, .. }
+            if legacy::classify(source) == schemaless::Failure::Conflict)
+    };
+    (|| flush_once(pool, counts, verified))
+        .retry(schemaless::retry::backoff(
+            std::time::Duration::from_millis(20),
+            std::time::Duration::from_millis(320),
+            4,
+        ))
+        .when(conflict)
+        .await
 }
 
 async fn flush_once(

@@ -117,10 +117,7 @@ impl Node {
         let semi_sync: Arc<std::sync::Mutex<Option<SemiSync>>> = Arc::default();
         let seen_semi_sync = semi_sync.clone();
         let options = MySqlConnectOptions::from_str(url)
-            .map_err(|source| Error::Storage {
-                node: label.clone(),
-                source,
-            })?
+            .map_err(|source| crate::mysql::storage_error(label.clone(), source))?
             .statement_cache_capacity(statement_cache.max(1));
         let pool = MySqlPoolOptions::new()
             .max_connections(storage.max_connections_per_node)
@@ -221,10 +218,7 @@ impl Node {
 
     /// Wraps a driver error with this node's name.
     pub fn error(&self, source: sqlx::Error) -> Error {
-        Error::Storage {
-            node: self.label.clone(),
-            source,
-        }
+        crate::mysql::storage_error(self.label.clone(), source)
     }
 
     /// A connection from the pool (waiting at most

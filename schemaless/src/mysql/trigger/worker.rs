@@ -18,6 +18,7 @@ use crate::cell::StoredCell;
 use crate::error::{Error, Result};
 use crate::mysql::awaited::Awaited;
 use crate::mysql::follow::ShardFollower;
+use crate::retry::Pauses;
 
 /// The shard tasks of a runner. Dropped with the runner (a cancelled or
 /// aborted `run`), it aborts them: no shard task outlives its runner.
@@ -53,17 +54,17 @@ pub(super) enum Handled {
 impl ShardWorker {
     pub(super) async fn run(self) {
         let s = &self.shared;
-        let mut backoff = Duration::from_millis(100);
+        let mut pauses = Pauses::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             match self.follow().await {
                 Ok(()) => return,
                 Err(e) => {
-                    tracing::warn!(trigger = %s.name, shard = self.shard, "{e}; retrying in {backoff:?}");
+                    let pause = pauses.failed();
+                    tracing::warn!(trigger = %s.name, shard = self.shard, "{e}; retrying in {pause:?}");
                     tokio::select! {
                         _ = self.cancel.cancelled() => return,
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(pause) => {}
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         }
@@ -242,7 +243,10 @@ impl ShardWorker {
     /// Calls the handler with retries; parks or stops on exhaustion.
     pub(super) async fn handle(&self, cell: &StoredCell) -> Result<Handled> {
         let s = &self.shared;
-        let mut wait = Duration::from_millis(s.options.retry_backoff_ms);
+        let mut pauses = Pauses::new(
+            Duration::from_millis(s.options.retry_backoff_ms),
+            Duration::from_secs(30),
+        );
         let mut tries = 0;
         loop {
             if !s.holds(self.shard) || self.cancel.is_cancelled() {
@@ -279,9 +283,8 @@ impl ShardWorker {
             tracing::debug!(trigger = %s.name, shard = self.shard, "try {tries} of {}: {error}", cell.cell.key);
             tokio::select! {
                 _ = self.cancel.cancelled() => return Ok(Handled::Stop),
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(pauses.failed()) => {}
             }
-            wait = (wait * 2).min(Duration::from_secs(30));
         }
     }
 

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use axum::response::Html;
+use axum::response::{Html, IntoResponse};
 use axum::routing::get;
 use axum::{Json, Router};
 use clap::Args;
@@ -67,7 +67,7 @@ struct Dashboard {
     refresh_ms: u64,
     /// Coverage is a scan of the parent table: computed at most every
     /// 30 s.
-    coverage: Mutex<(Option<std::time::Instant>, Value)>,
+    coverage: Mutex<(Option<std::time::Instant>, Vec<CoverageFigure>)>,
     /// The layout as the SQL reader sees it, for the inventory.
     model: Option<query::Model>,
     /// The inventory of the app's SQL, and the (instant, calls touching
@@ -96,7 +96,7 @@ pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
         legacy,
         capture: config.capture.clone(),
         refresh_ms: args.refresh_ms.max(200),
-        coverage: Mutex::new((None, Value::Null)),
+        coverage: Mutex::new((None, Vec::new())),
         model: query::Model::from_config(&config),
         inventory: Mutex::new(Inventory::default()),
     });
@@ -146,11 +146,12 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
                 let dashboard = dashboard.clone();
                 async move {
                     match dashboard.status().await {
-                        Ok(v) => (StatusCode::OK, Json(v)),
+                        Ok(status) => (StatusCode::OK, Json(status)).into_response(),
                         Err(e) => (
                             StatusCode::SERVICE_UNAVAILABLE,
                             Json(json!({ "error": format!("{e:#}") })),
-                        ),
+                        )
+                            .into_response(),
                     }
                 }
             }),
@@ -167,7 +168,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
 
 impl Dashboard {
     /// Every figure of the page.
-    async fn status(&self) -> anyhow::Result<Value> {
+    async fn status(&self) -> anyhow::Result<Status> {
         let pool = &self.pool;
         let mode = tripstore::mode::read(pool).await?;
         let (depth, oldest, parked) = mirror::status::outbox(pool).await?;
@@ -187,33 +188,51 @@ impl Dashboard {
                 let coverage = verifier::report::coverage(pool, &self.legacy).await?;
                 *cached = (
                     Some(std::time::Instant::now()),
-                    json!(coverage
+                    coverage
                         .iter()
-                        .map(|c| json!({"column": c.column, "verified": c.verified, "rows": c.rows, "share": c.share()}))
-                        .collect::<Vec<_>>()),
+                        .map(|c| CoverageFigure {
+                            column: c.column.clone(),
+                            verified: c.verified,
+                            rows: c.rows,
+                            share: c.share(),
+                        })
+                        .collect(),
                 );
             }
             cached.1.clone()
         };
         let inventory = self.inventory().await;
-        Ok(json!({
-            "generated_at": verifier_now(),
-            "mode": {"mode": mode.mode.as_str(), "since": mode.changed_at, "by": mode.changed_by, "forced": mode.forced},
-            "outbox": {"depth": depth, "oldest_secs": oldest.unwrap_or(0.0), "parked": parked},
-            "backfill": {
-                "planned": backfill.plan.is_some(),
-                "chunks": backfill.total(), "done": backfill.done, "failed": backfill.failed,
-                "running": backfill.running, "parents_done": backfill.parents_done,
-                "cells_done": backfill.cells_done, "cells_per_sec": backfill.recent_cells_per_sec,
-                "complete": backfill.complete(),
+        Ok(Status {
+            generated_at: verifier_now(),
+            mode: ModeFigures {
+                mode: mode.mode,
+                since: mode.changed_at,
+                by: mode.changed_by,
+                forced: mode.forced,
             },
-            "verify": report,
-            "coverage": coverage,
-            "mismatches": mismatches,
-            "full_diff": full,
-            "capture": capture,
-            "inventory": inventory,
-        }))
+            outbox: Outbox {
+                depth,
+                oldest_secs: oldest.unwrap_or(0.0),
+                parked,
+            },
+            backfill: BackfillFigures {
+                planned: backfill.plan.is_some(),
+                chunks: backfill.total(),
+                done: backfill.done,
+                failed: backfill.failed,
+                running: backfill.running,
+                parents_done: backfill.parents_done,
+                cells_done: backfill.cells_done,
+                cells_per_sec: backfill.recent_cells_per_sec,
+                complete: backfill.complete(),
+            },
+            verify: report,
+            coverage,
+            mismatches,
+            full_diff: full,
+            capture,
+            inventory,
+        })
     }
 
     /// The app's statements on the layout tables, from pg_stat_statements:
@@ -276,7 +295,7 @@ impl Dashboard {
                     "calls_per_minute": per_minute,
                     "translatable_calls": summary.translatable_calls,
                     "translatable_share": summary.translatable_share(),
-                    "per_class": summary.json()["summary"].clone(),
+                    "per_class": summary.figures(),
                     "top_untranslated": untranslated.iter().take(10).map(|e| json!({
                         "sql": query::audit::one_line(&e.analysis.sql, 200),
                         "class": e.analysis.class.as_str(),
@@ -298,58 +317,116 @@ fn verifier_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Sets the gauges `/metrics` renders from a status object.
-fn set_gauges(v: &Value) {
-    let current = v["mode"]["mode"].as_str().unwrap_or_default();
+/// Every figure of the dashboard: what `/api/status` sends (the page's
+/// script reads these names) and what `/metrics` sets its gauges from.
+#[derive(serde::Serialize)]
+struct Status {
+    generated_at: f64,
+    mode: ModeFigures,
+    outbox: Outbox,
+    backfill: BackfillFigures,
+    verify: verifier::report::Report,
+    coverage: Vec<CoverageFigure>,
+    mismatches: Vec<verifier::store::Mismatch>,
+    full_diff: Option<verifier::full::RunStatus>,
+    capture: mirror::capture::status::CaptureStatus,
+    inventory: Value,
+}
+
+#[derive(serde::Serialize)]
+struct ModeFigures {
+    #[serde(serialize_with = "mode_name")]
+    mode: tripstore::Mode,
+    since: String,
+    by: String,
+    forced: bool,
+}
+
+fn mode_name<S: serde::Serializer>(mode: &tripstore::Mode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(mode.as_str())
+}
+
+#[derive(serde::Serialize)]
+struct Outbox {
+    depth: u64,
+    oldest_secs: f64,
+    parked: u64,
+}
+
+#[derive(serde::Serialize)]
+struct BackfillFigures {
+    planned: bool,
+    chunks: u64,
+    done: u64,
+    failed: u64,
+    running: u64,
+    parents_done: u64,
+    cells_done: u64,
+    cells_per_sec: f64,
+    complete: bool,
+}
+
+/// The verified share of one column (cached: counting is a scan).
+#[derive(Clone, serde::Serialize)]
+struct CoverageFigure {
+    column: String,
+    verified: u64,
+    rows: u64,
+    share: f64,
+}
+
+/// Sets the gauges `/metrics` renders from the status.
+fn set_gauges(status: &Status) {
     for m in tripstore::Mode::ALL {
         metrics::gauge!("mezzanine_mode", "mode" => m.as_str())
-            .set(f64::from(u8::from(m.as_str() == current)));
+            .set(f64::from(u8::from(m == status.mode.mode)));
     }
-    let n = |x: &Value| x.as_f64().unwrap_or(0.0);
-    metrics::gauge!("mezzanine_outbox_depth").set(n(&v["outbox"]["depth"]));
-    metrics::gauge!("mezzanine_outbox_oldest_age_seconds").set(n(&v["outbox"]["oldest_secs"]));
-    metrics::gauge!("mezzanine_outbox_parked").set(n(&v["outbox"]["parked"]));
-    let c = &v["capture"];
-    metrics::gauge!("mezzanine_capture_queue_depth").set(n(&c["queue"]["depth"]));
-    metrics::gauge!("mezzanine_capture_oldest_age_seconds").set(n(&c["queue"]["oldest_secs"]));
+    let outbox = &status.outbox;
+    metrics::gauge!("mezzanine_outbox_depth").set(outbox.depth as f64);
+    metrics::gauge!("mezzanine_outbox_oldest_age_seconds").set(outbox.oldest_secs);
+    metrics::gauge!("mezzanine_outbox_parked").set(outbox.parked as f64);
+    let queue = &status.capture.queue;
+    metrics::gauge!("mezzanine_capture_queue_depth").set(queue.depth as f64);
+    metrics::gauge!("mezzanine_capture_oldest_age_seconds").set(queue.oldest_secs.unwrap_or(0.0));
     metrics::gauge!("mezzanine_capture_slot_retained_bytes")
-        .set(n(&c["queue"]["slot"]["retained_bytes"]));
+        .set(queue.slot.as_ref().map_or(0.0, |s| s.retained_bytes as f64));
     for kind in crate::metrics::CAPTURE_PARKED_KINDS {
         metrics::gauge!("mezzanine_capture_parked", "kind" => kind)
-            .set(n(&c["queue"]["parked_by_kind"][kind]));
+            .set(queue.parked_by_kind.get(kind).copied().unwrap_or(0) as f64);
     }
     for state in ["installed", "missing", "partial", "stale"] {
-        let count = c["tables"]
-            .as_array()
-            .map_or(0, |t| t.iter().filter(|t| t["state"] == state).count());
+        let count = status
+            .capture
+            .tables
+            .iter()
+            .filter(|t| t.state == state)
+            .count();
         metrics::gauge!("mezzanine_capture_tables", "state" => state).set(count as f64);
     }
-    let b = &v["backfill"];
-    let pending = n(&b["chunks"]) - n(&b["done"]) - n(&b["failed"]) - n(&b["running"]);
+    let b = &status.backfill;
+    let pending = b.chunks.saturating_sub(b.done + b.failed + b.running);
     for (state, value) in [
-        ("done", n(&b["done"])),
-        ("failed", n(&b["failed"])),
-        ("running", n(&b["running"])),
-        ("pending", pending.max(0.0)),
+        ("done", b.done),
+        ("failed", b.failed),
+        ("running", b.running),
+        ("pending", pending),
     ] {
-        metrics::gauge!("mezzanine_backfill_chunks", "state" => state).set(value);
+        metrics::gauge!("mezzanine_backfill_chunks", "state" => state).set(value as f64);
     }
-    metrics::gauge!("mezzanine_backfill_parents_done").set(n(&b["parents_done"]));
-    metrics::gauge!("mezzanine_backfill_cells_done").set(n(&b["cells_done"]));
-    let r = &v["verify"];
-    if let Some(columns) = r["by_column"].as_array() {
-        for c in columns {
-            let column = c["column"].as_str().unwrap_or_default().to_string();
-            metrics::gauge!("mezzanine_verify_samples", "column" => column.clone())
-                .set(n(&c["samples"]));
-            metrics::gauge!("mezzanine_verify_matches", "column" => column.clone())
-                .set(n(&c["matches"]));
-            metrics::gauge!("mezzanine_verify_mismatches", "column" => column)
-                .set(n(&c["mismatches"]));
-        }
+    metrics::gauge!("mezzanine_backfill_parents_done").set(b.parents_done as f64);
+    metrics::gauge!("mezzanine_backfill_cells_done").set(b.cells_done as f64);
+    let r = &status.verify;
+    for c in &r.by_column {
+        let column = c.column.clone();
+        metrics::gauge!("mezzanine_verify_samples", "column" => column.clone())
+            .set(c.counts.samples as f64);
+        metrics::gauge!("mezzanine_verify_matches", "column" => column.clone())
+            .set(c.counts.matches as f64);
+        metrics::gauge!("mezzanine_verify_mismatches", "column" => column)
+            .set(c.counts.mismatches as f64);
     }
-    metrics::gauge!("mezzanine_verify_dropped").set(n(&r["totals"]["dropped"]));
-    metrics::gauge!("mezzanine_verify_replay_seconds_mean").set(n(&r["replay_mean_ms"]) / 1000.0);
-    metrics::gauge!("mezzanine_verify_mismatch_upper_bound").set(n(&r["upper_bound"]));
-    metrics::gauge!("mezzanine_verify_open_mismatches").set(n(&r["open_mismatches"]));
+    metrics::gauge!("mezzanine_verify_dropped").set(r.totals.dropped as f64);
+    metrics::gauge!("mezzanine_verify_replay_seconds_mean").set(r.replay_mean_ms / 1000.0);
+    metrics::gauge!("mezzanine_verify_mismatch_upper_bound").set(r.upper_bound);
+    metrics::gauge!("mezzanine_verify_open_mismatches").set(r.open_mismatches as f64);
 }

@@ -155,6 +155,12 @@ impl Summary {
 
     /// The last `--json` line.
     pub fn json(&self) -> Value {
+        json!({ "summary": self.figures() })
+    }
+
+    /// The figures themselves: statements, calls, the translatable calls
+    /// and share, and the statements of each class by its name.
+    pub fn figures(&self) -> Value {
         let mut summary = json!({
             "statements": self.statements,
             "calls": self.calls,
@@ -164,7 +170,7 @@ impl Summary {
         for (class, n) in &self.per_class {
             summary[class.as_str()] = json!(n);
         }
-        json!({ "summary": summary })
+        summary
     }
 }
 

@@ -42,29 +42,17 @@ pub fn options(url: &str, statement_timeout_ms: u64) -> Result<PgConnectOptions,
     ]))
 }
 
-/// How long a pooled connection may sit idle before it is pinged on its
-/// way out of the pool.
-const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
-
 /// A pool to the legacy database (connections are opened lazily; the first
 /// query says whether the server is there).
 pub fn pool(legacy: &config::Legacy) -> Result<PgPool, Error> {
-    Ok(PgPoolOptions::new()
-        .max_connections(legacy.max_connections)
-        .acquire_timeout(Duration::from_millis(legacy.statement_timeout_ms.max(1000)))
-        // sqlx pings every idle connection before handing it out, a round
-        // trip per statement; only one idle for a while is pinged (and a
-        // dead one replaced), as the Schemaless nodes do.
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PING_IDLE_AFTER {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
-        .connect_lazy_with(options(&legacy.url, legacy.statement_timeout_ms)?))
+    // Only a connection idle for a while is pinged on its way out, as the
+    // Schemaless nodes' are.
+    Ok(schemaless::pool::ping_if_idle(
+        PgPoolOptions::new()
+            .max_connections(legacy.max_connections)
+            .acquire_timeout(Duration::from_millis(legacy.statement_timeout_ms.max(1000))),
+    )
+    .connect_lazy_with(options(&legacy.url, legacy.statement_timeout_ms)?))
 }
 
 /// `host:port/database` of a URL, without user or password, for messages.

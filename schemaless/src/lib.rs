@@ -56,6 +56,7 @@ pub mod error;
 pub mod index;
 pub mod memory;
 pub mod mysql;
+pub mod pool;
 pub mod retry;
 pub mod routing;
 pub mod tombstone;

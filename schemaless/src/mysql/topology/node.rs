@@ -4,10 +4,6 @@
 
 use super::*;
 
-/// How long a pooled connection may sit idle before it is pinged on its
-/// way out of the pool.
-const PING_IDLE_AFTER: Duration = Duration::from_secs(1);
-
 /// One MySQL/MariaDB server and its connection pool.
 #[derive(Clone, Debug)]
 pub struct Node {
@@ -119,56 +115,46 @@ impl Node {
         let options = MySqlConnectOptions::from_str(url)
             .map_err(|source| crate::mysql::storage_error(label.clone(), source))?
             .statement_cache_capacity(statement_cache.max(1));
-        let pool = MySqlPoolOptions::new()
-            .max_connections(storage.max_connections_per_node)
-            .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms))
-            // sqlx pings every idle connection before handing it out: a
-            // round trip for each statement of the hot paths, a third of a
-            // point read's cost. A connection back from work within the
-            // last second is as alive as the ping would say; one idle for
-            // longer is pinged, and a dead one replaced, as before.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_IDLE_AFTER {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
+        // Only a connection idle for a while is pinged on acquire (see
+        // crate::pool).
+        let pool = crate::pool::ping_if_idle(
+            MySqlPoolOptions::new()
+                .max_connections(storage.max_connections_per_node)
+                .acquire_timeout(Duration::from_millis(storage.connect_timeout_ms)),
+        )
+        .after_connect(move |conn, _| {
+            let seen_packet = seen_packet.clone();
+            let seen_semi_sync = seen_semi_sync.clone();
+            Box::pin(async move {
+                // Whether an acknowledged write is on a second host.
+                let settings = sqlx::query(SemiSync::SQL)
+                    .fetch_one(&mut *conn)
+                    .await
+                    .map_or_else(|_| SemiSync::off(), |row| SemiSync::of(&row));
+                *seen_semi_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings);
+                // Statements are cut to fit the server's packet limit.
+                if let Ok(limit) = sqlx::query_scalar::<_, u64>("SELECT @@max_allowed_packet")
+                    .fetch_one(&mut *conn)
+                    .await
+                {
+                    seen_packet.store(limit as usize, std::sync::atomic::Ordering::Relaxed);
+                }
+                // MariaDB copies the text of every row-changing
+                // statement into the binlog as an annotation, by
+                // default. Our inserts carry their bodies as hex, so
+                // that would write every body three times over (twice
+                // as text) on the master and again on every minion:
+                // it cost a third of the write throughput. The row
+                // events themselves are unaffected. MySQL has no such
+                // variable, and a server that refuses it keeps its
+                // default; neither is an error.
+                let _ = sqlx::raw_sql("SET SESSION binlog_annotate_row_events = OFF")
+                    .execute(&mut *conn)
+                    .await;
+                Ok(())
             })
-            .after_connect(move |conn, _| {
-                let seen_packet = seen_packet.clone();
-                let seen_semi_sync = seen_semi_sync.clone();
-                Box::pin(async move {
-                    // Whether an acknowledged write is on a second host.
-                    let settings = sqlx::query(SemiSync::SQL)
-                        .fetch_one(&mut *conn)
-                        .await
-                        .map_or_else(|_| SemiSync::off(), |row| SemiSync::of(&row));
-                    *seen_semi_sync.lock().unwrap_or_else(|p| p.into_inner()) = Some(settings);
-                    // Statements are cut to fit the server's packet limit.
-                    if let Ok(limit) = sqlx::query_scalar::<_, u64>("SELECT @@max_allowed_packet")
-                        .fetch_one(&mut *conn)
-                        .await
-                    {
-                        seen_packet.store(limit as usize, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    // MariaDB copies the text of every row-changing
-                    // statement into the binlog as an annotation, by
-                    // default. Our inserts carry their bodies as hex, so
-                    // that would write every body three times over (twice
-                    // as text) on the master and again on every minion:
-                    // it cost a third of the write throughput. The row
-                    // events themselves are unaffected. MySQL has no such
-                    // variable, and a server that refuses it keeps its
-                    // default; neither is an error.
-                    let _ = sqlx::raw_sql("SET SESSION binlog_annotate_row_events = OFF")
-                        .execute(&mut *conn)
-                        .await;
-                    Ok(())
-                })
-            })
-            .connect_lazy_with(options);
+        })
+        .connect_lazy_with(options);
         Ok(Node {
             breaker: Arc::new(Breaker::new(
                 &label,

@@ -37,6 +37,7 @@ use async_trait::async_trait;
 use legacy::{LegacyStore, TransactionHook};
 use schemaless::mysql::awaited::Awaited;
 use schemaless::mysql::follow::ShardFollower;
+use schemaless::retry::{self, Retryable};
 use schemaless::{Cell, CellResult, CellStore, MySqlStore, ReadFrom, StoredCell, WriteOutcome};
 use sqlx::{PgPool, Row};
 use tokio::sync::{watch, Mutex};
@@ -191,14 +192,29 @@ impl ReverseMirror {
     /// Applies until every shard is caught up with what its change log
     /// holds now. Returns the total.
     pub async fn catch_up(&self) -> Result<Applied, Error> {
+        // A pass that fails for a moment (a lock held by the running
+        // reverse mirror past the statement timeout, a deadlock, a lost
+        // connection) is tried again: the step back to `mirror` waits on
+        // this catch-up and should not fail for a passing contention.
+        // Applying is idempotent and the offsets only move forward.
+        let step = || {
+            (|| self.step())
+                .retry(retry::backoff(
+                    Duration::from_millis(200),
+                    Duration::from_secs(3),
+                    6,
+                ))
+                .when(Error::is_retryable)
+                .notify(|e, wait| tracing::warn!("reverse mirror catch-up: {e}; again in {wait:?}"))
+        };
         let mut total = Applied::default();
         loop {
-            let applied = self.step().await?;
+            let applied = step().await?;
             if applied.total() == 0 {
                 // A hole waits out its grace period before it is settled:
                 // look once more after it.
                 tokio::time::sleep(schemaless::mysql::follow::HOLE_GRACE * 5).await;
-                let again = self.step().await?;
+                let again = step().await?;
                 if again.total() == 0 {
                     return Ok(total);
                 }

@@ -37,9 +37,5 @@ pub fn classify(source: &sqlx::Error) -> Failure {
 /// A PostgreSQL error as the cell API reports it, classified; `node` says
 /// which database or table (`postgres (mezzanine.outbox)`).
 pub fn storage_error(node: impl Into<String>, source: sqlx::Error) -> Error {
-    Error::Storage {
-        node: node.into(),
-        failure: classify(&source),
-        source,
-    }
+    Error::classified(node, source, classify)
 }

@@ -158,6 +158,20 @@ impl Error {
         }
     }
 
+    /// A database error from `node`, its meaning decided by `classify`, the
+    /// classifier of the driver that raised it.
+    pub fn classified(
+        node: impl Into<String>,
+        source: sqlx::Error,
+        classify: fn(&sqlx::Error) -> Failure,
+    ) -> Error {
+        Error::Storage {
+            node: node.into(),
+            failure: classify(&source),
+            source,
+        }
+    }
+
     /// Prefixes the field of an input error with the cell's index in its
     /// batch: `body` becomes `cells[3].body`.
     pub fn in_batch(self, index: usize) -> Error {

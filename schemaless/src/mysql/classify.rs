@@ -44,9 +44,5 @@ pub fn classify(source: &sqlx::Error) -> Failure {
 
 /// A storage node's error, classified.
 pub fn storage_error(node: impl Into<String>, source: sqlx::Error) -> Error {
-    Error::Storage {
-        node: node.into(),
-        failure: classify(&source),
-        source,
-    }
+    Error::classified(node, source, classify)
 }

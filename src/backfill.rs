@@ -186,9 +186,11 @@ pub async fn run(command: BackfillCommand, config_path: &Path) -> anyhow::Result
                 metrics::record_backfill(&main, None);
                 print!("{}", metrics::render());
             } else if args.json {
-                let mut json = status_json(&main);
-                json["plans"] = statuses.iter().map(status_json).collect();
-                println!("{json}");
+                let json = StatusJson {
+                    main: PlanJson::of(&main),
+                    plans: statuses.iter().map(PlanJson::of).collect(),
+                };
+                println!("{}", serde_json::to_string(&json)?);
             } else if statuses.is_empty() {
                 println!("no backfill plan (`mezzanine backfill plan`)");
             } else {
@@ -450,26 +452,75 @@ fn print_status(status: &backfill::PlanStatus) {
     }
 }
 
-fn status_json(status: &backfill::PlanStatus) -> serde_json::Value {
-    serde_json::json!({
-        "name": status.plan.as_ref().map(|p| p.name.clone()),
-        "scope": status.plan.as_ref().map(|p| p.scope()),
-        "columns": status.plan.as_ref().and_then(|p| p.columns.clone()),
-        "predicate": status.plan.as_ref().and_then(|p| p.predicate.clone()),
-        "planned": status.plan.is_some(),
-        "complete": status.complete(),
-        "paused": status.plan.as_ref().is_some_and(|p| p.paused),
-        "chunks": status.total(),
-        "pending": status.pending,
-        "running": status.running,
-        "done": status.done,
-        "failed": status.failed,
-        "parents_done": status.parents_done,
-        "cells_done": status.cells_done,
-        "cells_written": status.cells_written,
-        "recent_cells_per_sec": status.recent_cells_per_sec,
-        "failures": status.failures.iter().map(|c| serde_json::json!({
-            "id": c.id, "start_id": c.start_id, "end_id": c.end_id, "error": c.error,
-        })).collect::<Vec<_>>(),
-    })
+/// `backfill status --json`: the main plan's figures at the top level, as
+/// before plans had names, and every plan in `plans`.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    #[serde(flatten)]
+    main: PlanJson<'a>,
+    plans: Vec<PlanJson<'a>>,
+}
+
+/// One plan's figures.
+#[derive(serde::Serialize)]
+struct PlanJson<'a> {
+    name: Option<&'a str>,
+    scope: Option<String>,
+    columns: Option<&'a [String]>,
+    predicate: Option<&'a str>,
+    planned: bool,
+    complete: bool,
+    paused: bool,
+    chunks: u64,
+    pending: u64,
+    running: u64,
+    done: u64,
+    failed: u64,
+    parents_done: u64,
+    cells_done: u64,
+    cells_written: u64,
+    recent_cells_per_sec: f64,
+    failures: Vec<FailedChunkJson<'a>>,
+}
+
+#[derive(serde::Serialize)]
+struct FailedChunkJson<'a> {
+    id: i64,
+    start_id: i64,
+    end_id: i64,
+    error: Option<&'a str>,
+}
+
+impl<'a> PlanJson<'a> {
+    fn of(status: &'a backfill::PlanStatus) -> PlanJson<'a> {
+        let plan = status.plan.as_ref();
+        PlanJson {
+            name: plan.map(|p| p.name.as_str()),
+            scope: plan.map(|p| p.scope()),
+            columns: plan.and_then(|p| p.columns.as_deref()),
+            predicate: plan.and_then(|p| p.predicate.as_deref()),
+            planned: plan.is_some(),
+            complete: status.complete(),
+            paused: plan.is_some_and(|p| p.paused),
+            chunks: status.total(),
+            pending: status.pending,
+            running: status.running,
+            done: status.done,
+            failed: status.failed,
+            parents_done: status.parents_done,
+            cells_done: status.cells_done,
+            cells_written: status.cells_written,
+            recent_cells_per_sec: status.recent_cells_per_sec,
+            failures: status
+                .failures
+                .iter()
+                .map(|c| FailedChunkJson {
+                    id: c.id,
+                    start_id: c.start_id,
+                    end_id: c.end_id,
+                    error: c.error.as_deref(),
+                })
+                .collect(),
+        }
+    }
 }

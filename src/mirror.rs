@@ -252,25 +252,20 @@ async fn status(
         return Ok(());
     }
     if args.json {
-        let json = serde_json::json!({
-            "mode": mode.as_str(),
-            "outbox_depth": status.outbox_depth,
-            "outbox_oldest_secs": status.outbox_oldest_secs,
-            "outbox_parked": status.outbox_parked,
-            "capture": status.capture,
-            "reverse_lag": status.reverse_lag(),
-            "reverse_error": status.reverse_error,
-            "reverse_parked": status.reverse_parked,
-            "lost_buffered_writes": status.lost_buffered_writes,
-            "reverse": status.reverse.iter().map(|s| serde_json::json!({
-                "shard": s.shard, "offset": s.offset, "head": s.head, "lag": s.lag,
-                "awaited": s.awaited, "applied": s.applied,
-            })).collect::<Vec<_>>(),
-            "workers": status.workers.iter().map(|w| serde_json::json!({
-                "name": w.name, "kind": w.kind, "silent_secs": w.silent_secs, "cells": w.cells,
-                "rate": w.rate, "failures": w.failures, "parked": w.parked, "last_error": w.last_error,
-            })).collect::<Vec<_>>(),
-        });
+        let json = StatusJson {
+            mode: mode.as_str(),
+            outbox_depth: status.outbox_depth,
+            outbox_oldest_secs: status.outbox_oldest_secs,
+            outbox_parked: status.outbox_parked,
+            capture: &status.capture,
+            reverse_lag: status.reverse_lag(),
+            reverse_error: status.reverse_error.as_deref(),
+            reverse_parked: status.reverse_parked,
+            lost_buffered_writes: status.lost_buffered_writes,
+            reverse: &status.reverse,
+            workers: &status.workers,
+        };
+        let json = serde_json::to_string(&json)?;
         println!("{json}");
         return Ok(());
     }
@@ -430,4 +425,20 @@ async fn load(config: &config::Config, args: &LoadArgs) -> anyhow::Result<()> {
     );
     store.close().await;
     Ok(())
+}
+
+/// `mirror status --json`.
+#[derive(serde::Serialize)]
+struct StatusJson<'a> {
+    mode: &'static str,
+    outbox_depth: u64,
+    outbox_oldest_secs: Option<f64>,
+    outbox_parked: u64,
+    capture: &'a mirror::capture::Queue,
+    reverse_lag: u64,
+    reverse_error: Option<&'a str>,
+    reverse_parked: u64,
+    lost_buffered_writes: Option<u64>,
+    reverse: &'a [mirror::status::ShardLag],
+    workers: &'a [mirror::status::Worker],
 }

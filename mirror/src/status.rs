@@ -44,7 +44,7 @@ impl MirrorStatus {
 }
 
 /// The reverse mirror's position on one shard.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ShardLag {
     /// The shard.
     pub shard: u32,
@@ -61,7 +61,7 @@ pub struct ShardLag {
 }
 
 /// A relay or reverse mirror, from its heartbeat row.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize)]
 pub struct Worker {
     /// `kind:host:pid:suffix`.
     pub name: String,

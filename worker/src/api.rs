@@ -270,7 +270,9 @@ where
 /// The most entries or cells one page returns.
 pub const MAX_PAGE: usize = 10_000;
 
-/// A comparison of an index query.
+/// A comparison of an index query, as the HTTP API spells it: the wire
+/// twin of [`FilterOp`], so that the OpenAPI schema (`ToSchema`) and the
+/// lowercase names stay out of the store crate.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {

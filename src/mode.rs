@@ -218,12 +218,20 @@ async fn set(args: SetArgs, config: &config::Config, pool: &sqlx::PgPool) -> any
             format!("mode {} -> {} would be taken", plan.from, plan.to)
         };
         if args.json {
-            let json = serde_json::json!({
-                "from": plan.from,
-                "to": plan.to,
-                "pass": plan.passes(),
-                "gates": plan.checks,
-            });
+            /// `mode set --dry-run --json`.
+            #[derive(serde::Serialize)]
+            struct DryRun<'a> {
+                from: tripstore::Mode,
+                to: tripstore::Mode,
+                pass: bool,
+                gates: &'a [tripstore::mode::Check],
+            }
+            let json = DryRun {
+                from: plan.from,
+                to: plan.to,
+                pass: plan.passes(),
+                gates: &plan.checks,
+            };
             println!("{}", serde_json::to_string_pretty(&json)?);
         } else {
             println!("dry run: {}", verdict);

@@ -79,7 +79,7 @@ struct Dashboard {
 #[derive(Default)]
 struct Inventory {
     at: Option<std::time::Instant>,
-    value: Value,
+    value: InventoryFigures,
     readings: std::collections::VecDeque<(std::time::Instant, u64)>,
 }
 
@@ -239,9 +239,9 @@ impl Dashboard {
     /// how many, calls per minute (between readings at least a minute
     /// apart when there are), the translatable share of calls, and the
     /// untranslated statements most called, with their reasons.
-    async fn inventory(&self) -> Value {
+    async fn inventory(&self) -> InventoryFigures {
         let Some(model) = &self.model else {
-            return json!({"available": false, "error": "the config has no [layout]"});
+            return InventoryFigures::unavailable("the config has no [layout]".into());
         };
         let mut inventory = self.inventory.lock().await;
         if inventory
@@ -252,7 +252,7 @@ impl Dashboard {
         }
         let now = std::time::Instant::now();
         let value = match legacy::statements::read(&self.pool, 1).await {
-            Err(e) => json!({"available": false, "error": e.to_string()}),
+            Err(e) => InventoryFigures::unavailable(e.to_string()),
             Ok(statements) => {
                 let entries: Vec<query::audit::Entry> = statements
                     .into_iter()
@@ -288,21 +288,28 @@ impl Dashboard {
                     })
                     .collect();
                 untranslated.sort_by_key(|e| std::cmp::Reverse(e.weight()));
-                json!({
-                    "available": true,
-                    "statements": entries.len(),
-                    "calls": summary.calls,
-                    "calls_per_minute": per_minute,
-                    "translatable_calls": summary.translatable_calls,
-                    "translatable_share": summary.translatable_share(),
-                    "per_class": summary.figures(),
-                    "top_untranslated": untranslated.iter().take(10).map(|e| json!({
-                        "sql": query::audit::one_line(&e.analysis.sql, 200),
-                        "class": e.analysis.class.as_str(),
-                        "calls": e.weight(),
-                        "reason": e.analysis.reason,
-                    })).collect::<Vec<_>>(),
-                })
+                InventoryFigures {
+                    available: true,
+                    error: None,
+                    figures: Some(AppSql {
+                        statements: entries.len(),
+                        calls: summary.calls,
+                        calls_per_minute: per_minute,
+                        translatable_calls: summary.translatable_calls,
+                        translatable_share: summary.translatable_share(),
+                        per_class: summary.figures(),
+                        top_untranslated: untranslated
+                            .iter()
+                            .take(10)
+                            .map(|e| Untranslated {
+                                sql: query::audit::one_line(&e.analysis.sql, 200),
+                                class: e.analysis.class.as_str(),
+                                calls: e.weight(),
+                                reason: e.analysis.reason.clone(),
+                            })
+                            .collect(),
+                    }),
+                }
             }
         };
         inventory.at = Some(now);
@@ -330,20 +337,56 @@ struct Status {
     mismatches: Vec<verifier::store::Mismatch>,
     full_diff: Option<verifier::full::RunStatus>,
     capture: mirror::capture::status::CaptureStatus,
-    inventory: Value,
+    inventory: InventoryFigures,
+}
+
+/// The inventory of the app's SQL: the figures, or why there are none.
+#[derive(Clone, Default, serde::Serialize)]
+struct InventoryFigures {
+    available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    figures: Option<AppSql>,
+}
+
+impl InventoryFigures {
+    fn unavailable(error: String) -> InventoryFigures {
+        InventoryFigures {
+            available: false,
+            error: Some(error),
+            figures: None,
+        }
+    }
+}
+
+/// The app's statements on the layout tables, from pg_stat_statements.
+#[derive(Clone, serde::Serialize)]
+struct AppSql {
+    statements: usize,
+    calls: u64,
+    calls_per_minute: Option<f64>,
+    translatable_calls: u64,
+    translatable_share: Option<f64>,
+    per_class: Value,
+    top_untranslated: Vec<Untranslated>,
+}
+
+/// One statement the cell API cannot answer, with its calls and reason.
+#[derive(Clone, serde::Serialize)]
+struct Untranslated {
+    sql: String,
+    class: &'static str,
+    calls: u64,
+    reason: Option<String>,
 }
 
 #[derive(serde::Serialize)]
 struct ModeFigures {
-    #[serde(serialize_with = "mode_name")]
     mode: tripstore::Mode,
     since: String,
     by: String,
     forced: bool,
-}
-
-fn mode_name<S: serde::Serializer>(mode: &tripstore::Mode, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(mode.as_str())
 }
 
 #[derive(serde::Serialize)]

@@ -115,16 +115,31 @@ pub(super) async fn full(
         parents as f64 / secs
     );
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "run": status.id, "chunks": status.chunks, "done": status.done,
-                "parents": status.parents, "cells": status.cells,
-                "mismatches": status.mismatches, "sample_row_keys": status.sample_row_keys,
-                "strict_chunks": status.strict_chunks,
-                "parents_per_s": parents as f64 / secs,
-            })
-        );
+        /// `verify full --json`: the run's figures and this process's rate.
+        #[derive(serde::Serialize)]
+        struct FullJson<'a> {
+            run: i64,
+            chunks: u64,
+            done: u64,
+            parents: u64,
+            cells: u64,
+            mismatches: u64,
+            sample_row_keys: &'a [String],
+            strict_chunks: u64,
+            parents_per_s: f64,
+        }
+        let json = FullJson {
+            run: status.id,
+            chunks: status.chunks,
+            done: status.done,
+            parents: status.parents,
+            cells: status.cells,
+            mismatches: status.mismatches,
+            sample_row_keys: &status.sample_row_keys,
+            strict_chunks: status.strict_chunks,
+            parents_per_s: parents as f64 / secs,
+        };
+        println!("{}", serde_json::to_string(&json)?);
     }
     legacy.close().await;
     schemaless.close().await;

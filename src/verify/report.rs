@@ -31,13 +31,21 @@ pub(super) async fn report(
             .all(|c| c.share() >= gates.min_coverage);
     legacy.close().await;
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "report": report, "open": mismatches, "full_diff": last_run,
-                "gates_pass": passes,
-            })
-        );
+        /// `verify report --json`.
+        #[derive(serde::Serialize)]
+        struct ReportJson<'a> {
+            report: &'a verifier::report::Report,
+            open: &'a [verifier::store::Mismatch],
+            full_diff: Option<&'a verifier::full::RunStatus>,
+            gates_pass: bool,
+        }
+        let json = ReportJson {
+            report: &report,
+            open: &mismatches,
+            full_diff: last_run.as_ref(),
+            gates_pass: passes,
+        };
+        println!("{}", serde_json::to_string(&json)?);
         return Ok(());
     }
     let t = &report.totals;

@@ -64,6 +64,10 @@ pub enum Role {
     Master {
         /// Its cluster.
         cluster: String,
+        /// How many minions replicate from it. With none, its commits do
+        /// not wait for a semi-synchronous acknowledgement that could never
+        /// come.
+        minions: usize,
     },
     /// A MariaDB replica.
     Minion {
@@ -85,7 +89,7 @@ impl std::fmt::Display for Role {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Role::Postgres => f.write_str("postgres"),
-            Role::Master { cluster } => write!(f, "master of {cluster}"),
+            Role::Master { cluster, .. } => write!(f, "master of {cluster}"),
             Role::Minion { cluster, .. } => write!(f, "minion of {cluster}"),
         }
     }
@@ -207,10 +211,12 @@ impl Spec {
                 .iter()
                 .find(|(name, _)| *name == master)
                 .map_or(c.master_port, |(_, port)| *port);
+            let minions = members.len().saturating_sub(1);
             for (name, port) in members {
                 let role = if name == master {
                     Role::Master {
                         cluster: c.name.clone(),
+                        minions,
                     }
                 } else {
                     Role::Minion {
@@ -335,7 +341,8 @@ mod tests {
         assert_eq!(
             role("a-minion1"),
             Role::Master {
-                cluster: "a".into()
+                cluster: "a".into(),
+                minions: 2
             }
         );
         assert_eq!(

@@ -113,10 +113,17 @@ impl Node {
                     "--rpl-semi-sync-master-wait-point=AFTER_SYNC".into(),
                     "--rpl-semi-sync-master-timeout=86400000".into(),
                 ]);
-                if matches!(role, Role::Minion { .. }) {
-                    command.args(["--read-only=1", "--slave-parallel-threads=4"]);
-                } else {
-                    command.arg("--rpl-semi-sync-master-enabled=1");
+                match role {
+                    Role::Minion { .. } => {
+                        command.args(["--read-only=1", "--slave-parallel-threads=4"]);
+                    }
+                    // A master without minions (a one-server cluster)
+                    // would wait a day for an acknowledgement on every
+                    // commit.
+                    Role::Master { minions: 0, .. } => {}
+                    _ => {
+                        command.arg("--rpl-semi-sync-master-enabled=1");
+                    }
                 }
                 if self.has_tls() {
                     let tls = self.tls_dir();

@@ -63,6 +63,10 @@
 //!   write with buffered writes (promotion, reconciler), and how many
 //!   without; a frozen master's breaker and read failover; a minion down;
 //!   a reconciler killed mid-replay;
+//! - [`backup`]: a backup under write load restored into a fresh
+//!   cluster and compared with the source as of each shard's position;
+//!   point-in-time restore; a restore cut short and continued; damaged
+//!   files, non-empty targets and other bad input changing nothing;
 //! - [`tls`]: verify-full TLS to PostgreSQL and MariaDB, a wrong CA
 //!   refused;
 //! - [`worker`]: the facade over HTTP: every endpoint in every mode
@@ -76,6 +80,7 @@
 mod add_uuid;
 mod availability;
 mod backfill;
+mod backup;
 mod bad_input;
 mod capture;
 mod cells;

@@ -8,6 +8,8 @@
 //! - `combine`: concurrent calls combined into fewer round trips (group
 //!   commit and the index maintainer's applies);
 //! - [`breaker`]: a circuit breaker per storage node;
+//! - [`backup`]: backups of every shard's cells, their manifest, and
+//!   restores (whole or to a point in each change log);
 //! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
 //! - [`lost`]: buffered writes that lost to another body, recorded;
 //! - [`replay`]: the buffers replayed to a promoted master;
@@ -26,6 +28,7 @@
 //!   verifier.
 
 pub mod awaited;
+pub mod backup;
 pub mod breaker;
 pub mod buffer;
 mod classify;

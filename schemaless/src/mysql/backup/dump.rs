@@ -11,8 +11,10 @@
 //!
 //! The snapshot is taken on a minion when the cluster has one that
 //! answers (a replica applies the master's transactions in commit order,
-//! so its state is one the master had), falling back to the others and
-//! then the master. A node that fails mid-shard is left and the shard is
+//! so its state is one the master had), once it has applied everything
+//! its master had when the backup started (`MASTER_GTID_WAIT`: every write
+//! acknowledged before the backup is in it), falling back to the others
+//! and then the master. A node that fails mid-shard is left and the shard is
 //! read again, whole, from the next one.
 
 use std::fmt::Write as _;
@@ -20,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Row};
 
 use super::format::{Record, Writer};
 use super::manifest::{Manifest, ShardEntry, FORMAT, MAX_MISSING_RANGES};
@@ -75,14 +77,17 @@ pub async fn backup(
     };
     prepare_directory(dir)?;
     let started_at_us = now_micros();
+    let positions = master_positions(topology).await;
     // Futures made in a loop, not by a closure in the stream: a closure
     // borrowing the topology makes the caller's future lose `Send` (the
     // compiler cannot prove it for every lifetime).
     let mut dumps = Vec::with_capacity(shards.len());
     for shard in shards {
+        let position = &positions[topology.cluster_index(shard)?];
         dumps.push(dump_shard(
             topology,
             shard,
+            position.as_deref(),
             dir,
             options.page_cells,
             progress,
@@ -113,15 +118,18 @@ pub async fn backup(
 /// files with another's.
 fn prepare_directory(dir: &Path) -> Result<(), BackupError> {
     match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(BackupError::Refused(format!(
-                    "{} is not empty: a backup goes into a new or empty directory",
-                    dir.display()
-                )));
-            }
-            Ok(())
-        }
+        Ok(mut entries) => match entries.next() {
+            None => Ok(()),
+            Some(_) if !dir.join(super::MANIFEST).exists() => Err(BackupError::Refused(format!(
+                "{} is not empty and has no manifest: an unfinished backup or other files; \
+                     delete it or choose a new or empty directory",
+                dir.display()
+            ))),
+            Some(_) => Err(BackupError::Refused(format!(
+                "{} is not empty: it holds a backup; a backup goes into a new or empty directory",
+                dir.display()
+            ))),
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).map_err(|e| BackupError::io(dir, e))
         }
@@ -129,10 +137,35 @@ fn prepare_directory(dir: &Path) -> Result<(), BackupError> {
     }
 }
 
+/// Each cluster's master's GTID position as the backup starts (`None`
+/// for a master that does not answer): a minion's snapshot is taken only
+/// once it has applied that much, so that every write acknowledged before
+/// the backup began is in it. (Semi-sync acknowledges a write once a
+/// minion has *received* it; applying may come later.)
+async fn master_positions(topology: &Topology) -> Vec<Option<String>> {
+    let mut positions = Vec::with_capacity(topology.clusters.len());
+    for cluster in &topology.clusters {
+        let master = cluster.master();
+        let position = match master
+            .fetch_all("SELECT CAST(@@gtid_binlog_pos AS CHAR)".into())
+            .await
+        {
+            Ok(rows) => rows.first().and_then(|r| r.try_get(0).ok()),
+            Err(e) => {
+                tracing::warn!(cluster = %cluster.name, error = %e, "the master does not answer: its shards are backed up as its minions have them");
+                None
+            }
+        };
+        positions.push(position);
+    }
+    positions
+}
+
 /// One shard, from the first node that completes it.
 async fn dump_shard(
     topology: &Topology,
     shard: u32,
+    master_position: Option<&str>,
     dir: &Path,
     page_cells: usize,
     progress: &(dyn Fn(u64) + Sync),
@@ -148,8 +181,14 @@ async fn dump_shard(
         readers.push(cluster.master());
     }
     let mut last_error = None;
+    let master = cluster.master();
     for node in readers {
-        match dump_from(topology, &node, shard, &path, page_cells, progress).await {
+        let wait_for = master_position.filter(|_| !Arc::ptr_eq(&node, &master));
+        match dump_from(
+            topology, &node, shard, wait_for, &path, page_cells, progress,
+        )
+        .await
+        {
             Ok(entry) => return Ok(entry),
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
@@ -166,17 +205,37 @@ async fn dump_shard(
     Err(last_error.expect("at least one node was tried"))
 }
 
-/// One shard from `node`, inside one consistent snapshot.
+/// One shard from `node`, inside one consistent snapshot taken once the
+/// node has applied `wait_for` (a master's GTID position).
 async fn dump_from(
     topology: &Topology,
     node: &Node,
     shard: u32,
+    wait_for: Option<&str>,
     path: &Path,
     page_cells: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ShardEntry, BackupError> {
     let database = topology.database(shard);
     let mut conn = node.acquire().await?;
+    if let Some(position) = wait_for {
+        // Within the request timeout (the statement's own limit is half
+        // of it, so a lagging minion answers -1 rather than timing out).
+        let wait = sqlx::query("SELECT MASTER_GTID_WAIT(?, ?)")
+            .bind(position.to_string())
+            .bind(node.request_timeout.as_secs_f64() / 2.0);
+        let reached: Option<i64> = node
+            .run(&mut conn, |c| Box::pin(wait.fetch_one(c)))
+            .await?
+            .try_get(0)
+            .map_err(|e| node.error(e))?;
+        if reached != Some(0) {
+            return Err(BackupError::Store(crate::Error::Timeout {
+                node: node.label.clone(),
+                after: node.request_timeout / 2,
+            }));
+        }
+    }
     conn.begin_transaction();
     node.run(&mut conn, |c| {
         Box::pin(async move {

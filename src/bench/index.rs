@@ -336,7 +336,7 @@ impl Floor {
     async fn new(topology: &Topology) -> anyhow::Result<Floor> {
         let mut held = Vec::with_capacity(topology.clusters.len());
         for cluster in &topology.clusters {
-            let database = topology.database(cluster.shards.first);
+            let database = topology.database(cluster.configured.first);
             let mut connection = cluster.master().pool.acquire().await?;
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "CREATE TABLE IF NOT EXISTS `{database}`.`bench_floor` \

@@ -75,9 +75,7 @@ pub(super) async fn time_reads(
     let held = tokio::sync::Mutex::new(held);
     let cluster_index = |shard: u32| {
         topology
-            .clusters
-            .iter()
-            .position(|c| c.shards.contains(shard))
+            .cluster_index(shard)
             .context("a shard of no cluster")
     };
     let raw = RawReads {

@@ -168,12 +168,13 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
         .context("waiting for the minions")?;
     let mut table =
         crate::table::Table::new(&["CLUSTER", "NODE", "ROLE", "SHARDS", "CELLS"]).right(&[4]);
-    for c in &topology.clusters {
+    for (i, c) in topology.clusters.iter().enumerate() {
+        let shards = topology.shards_of(i);
         let nodes = std::iter::once((c.master(), "master"))
             .chain(c.minions().into_iter().map(|m| (m, "minion")));
         for (node, role) in nodes {
             let mut count: i64 = 0;
-            for shard in c.shards.iter() {
+            for &shard in &shards {
                 let sql = format!(
                     "SELECT COUNT(*) FROM `{}`.`entity`",
                     topology.database(shard)
@@ -188,7 +189,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
                 c.name.to_string(),
                 node.label.to_string(),
                 role.to_string(),
-                c.shards.to_string(),
+                c.configured.to_string(),
                 count.to_string(),
             ]);
         }

@@ -116,7 +116,7 @@ async fn concurrent_page_reads_are_combined_and_each_gets_its_own_page() {
     }
     let topology = t.store.topology();
     let master = topology.clusters[0].master();
-    let shards: Vec<u32> = topology.clusters[0].shards.iter().collect();
+    let shards: Vec<u32> = topology.shards_of(0);
     // Each shard's whole log, read alone, page by page.
     let mut logs = std::collections::HashMap::new();
     for &shard in &shards {

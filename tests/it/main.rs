@@ -67,6 +67,9 @@
 //!   cluster and compared with the source as of each shard's position;
 //!   point-in-time restore; a restore cut short and continued; damaged
 //!   files, non-empty targets and other bad input changing nothing;
+//! - [`placement`]: a shard placed on another cluster is read and written
+//!   there by every store after its refresh; the newest epoch wins; bad
+//!   placements change nothing;
 //! - [`tls`]: verify-full TLS to PostgreSQL and MariaDB, a wrong CA
 //!   refused;
 //! - [`worker`]: the facade over HTTP: every endpoint in every mode
@@ -100,6 +103,7 @@ mod legacy_scan;
 mod mirror;
 mod mode;
 mod model;
+mod placement;
 mod query;
 mod runbook;
 mod schema;

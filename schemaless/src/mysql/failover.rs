@@ -78,7 +78,7 @@ async fn recorded(node: &Node, meta: &str) -> Result<Vec<Promotion>> {
 /// The nodes promotions are read from: every master that answers, and
 /// every member of a cluster whose master does not (a single cluster's
 /// promotion is recorded only on its own new master).
-fn sources(topology: &Topology) -> Vec<std::sync::Arc<Node>> {
+pub(crate) fn sources(topology: &Topology) -> Vec<std::sync::Arc<Node>> {
     let mut nodes = Vec::new();
     for cluster in &topology.clusters {
         let master = cluster.master();

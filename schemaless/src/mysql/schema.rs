@@ -70,11 +70,13 @@ pub async fn apply(topology: &Topology) -> Result<ApplyReport> {
     for cluster in &topology.clusters {
         check_meta(topology, cluster).await?;
     }
+    // Shards are completed where they are now, after any shard move.
+    super::topology::placement::refresh(topology).await;
     let mut report = ApplyReport::default();
-    for cluster in &topology.clusters {
+    for (i, cluster) in topology.clusters.iter().enumerate() {
         report
             .clusters
-            .push(apply_cluster(topology, cluster).await?);
+            .push(apply_cluster(topology, cluster, &topology.shards_of(i)).await?);
     }
     report.elapsed = started.elapsed();
     Ok(report)
@@ -85,13 +87,15 @@ pub async fn apply(topology: &Topology) -> Result<ApplyReport> {
 /// entity table. Returns the shards that are missing, if any.
 pub async fn verify(topology: &Topology) -> Result<Vec<u32>> {
     let mut missing = Vec::new();
-    for cluster in &topology.clusters {
+    super::topology::placement::refresh(topology).await;
+    for (i, cluster) in topology.clusters.iter().enumerate() {
+        let shards = topology.shards_of(i);
         if !check_meta(topology, cluster).await? {
-            missing.extend(cluster.shards.iter());
+            missing.extend(shards);
             continue;
         }
         let existing = existing_shards(topology, &cluster.master()).await?;
-        missing.extend(cluster.shards.iter().filter(|s| !existing.contains(s)));
+        missing.extend(shards.into_iter().filter(|s| !existing.contains(s)));
     }
     Ok(missing)
 }
@@ -168,7 +172,11 @@ fn shard_of_database(instance: &str, database: &str) -> Option<u32> {
     }
 }
 
-async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<ClusterReport> {
+async fn apply_cluster(
+    topology: &Topology,
+    cluster: &ClusterNodes,
+    shards: &[u32],
+) -> Result<ClusterReport> {
     let node = &cluster.master();
     let meta = meta_database(&topology.instance);
     for statement in [
@@ -185,6 +193,7 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
         super::lost::create_conflicts_table(&meta),
         super::damaged::create_damaged_table(&meta),
         super::failover::create_topology_table(&meta),
+        super::topology::placement::create_placement_table(&meta),
     ] {
         execute(node, statement).await?;
     }
@@ -199,9 +208,9 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
     .map_err(|e| node.error(e))?;
 
     let existing = existing_shards(topology, node).await?;
-    let missing: Vec<u32> = cluster
-        .shards
+    let missing: Vec<u32> = shards
         .iter()
+        .copied()
         .filter(|s| !existing.contains(s))
         .collect();
     // Collected first: a stream over a borrowing closure makes the future
@@ -226,7 +235,7 @@ async fn apply_cluster(topology: &Topology, cluster: &ClusterNodes) -> Result<Cl
         cluster: cluster.name.clone(),
         master: node.label.clone(),
         created: missing.len() as u32,
-        existing: cluster.shards.len() - missing.len() as u32,
+        existing: (shards.len() - missing.len()) as u32,
     })
 }
 

@@ -92,8 +92,8 @@ impl MySqlStore {
     pub async fn log_heads(&self) -> Result<Vec<u64>> {
         let topology = &self.inner.topology;
         let mut heads = vec![0u64; topology.shard_count as usize];
-        let reads = topology.clusters.iter().enumerate().map(|(i, cluster)| {
-            let shards: Vec<u32> = cluster.shards.iter().collect();
+        let reads = topology.clusters.iter().enumerate().map(|(i, _)| {
+            let shards: Vec<u32> = topology.shards_of(i);
             async move { self.heads_of(i, &shards).await }
         });
         for rows in futures::future::try_join_all(reads).await? {

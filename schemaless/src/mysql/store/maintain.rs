@@ -49,6 +49,7 @@ pub(super) async fn maintain(
         if refreshed.elapsed() >= every.refresh {
             refreshed = Instant::now();
             crate::mysql::failover::refresh(&store.inner.topology).await;
+            crate::mysql::topology::placement::refresh(&store.inner.topology).await;
         }
         if let Some(period) = every.reconcile {
             if reconciled.elapsed() >= period {

@@ -11,11 +11,18 @@
 //! cluster promote` records a promotion, and every store picks it up (see
 //! [`super::failover`]). The members themselves are fixed by config.
 //!
+//! Which cluster holds a shard starts as config says and can change while
+//! the store runs too: a shard move records the shard's new cluster (its
+//! *placement*), and every store picks it up (see [`placement`]). The
+//! shard map is one atomic per shard, so a lookup on the hot path is one
+//! load.
+//!
 //! One storage node, its pool, breaker and statements, is [`node`]'s
 //! room; this file holds the clusters, their roles and readers, and the
 //! shard map.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -27,6 +34,7 @@ use super::conn::{NodeConnection, Spares};
 use crate::api::ReadFrom;
 use crate::error::{Error, Result};
 pub mod node;
+pub mod placement;
 
 pub use config::urls::redact;
 pub use node::{packet_budget, Node, SemiSync};
@@ -40,8 +48,9 @@ pub struct ClusterNodes {
     /// then the minions. Which of them is the master now is in `roles`.
     pub members: Vec<Arc<Node>>,
     roles: Arc<RwLock<Roles>>,
-    /// The shards it holds.
-    pub shards: config::ShardRange,
+    /// The shards config gives it. Which it holds now (after shard moves)
+    /// is [`Topology::shards_of`].
+    pub configured: config::ShardRange,
 }
 
 /// Which member is the master, since which promotion.
@@ -155,8 +164,13 @@ pub struct Topology {
     pub shard_count: u32,
     /// The clusters, in config order.
     pub clusters: Vec<ClusterNodes>,
-    /// For each shard, its index in `clusters`.
-    cluster_of_shard: Vec<usize>,
+    /// For each shard, its index in `clusters` now, and the epoch of the
+    /// placement that put it there (0: as configured). Shared by clones.
+    cluster_of_shard: Arc<[AtomicUsize]>,
+    placement_epoch: Arc<[AtomicU64]>,
+    /// Held while a placement is applied, so that the epoch and the
+    /// cluster of a shard change together.
+    placing: Arc<std::sync::Mutex<()>>,
     /// Whether point reads use prepared statements (see
     /// [`Topology::prepared_reads`]).
     prepared_reads: bool,
@@ -211,7 +225,7 @@ impl Topology {
                     master: 0,
                     epoch: 0,
                 })),
-                shards: c.shards,
+                configured: c.shards,
             });
         }
         // Config validation guarantees full coverage; check the invariant
@@ -225,7 +239,9 @@ impl Topology {
             instance: config.instance.name.clone(),
             shard_count: config.instance.shard_count,
             clusters,
-            cluster_of_shard,
+            placement_epoch: cluster_of_shard.iter().map(|_| AtomicU64::new(0)).collect(),
+            cluster_of_shard: cluster_of_shard.into_iter().map(AtomicUsize::new).collect(),
+            placing: Arc::default(),
             prepared_reads,
         })
     }
@@ -243,24 +259,60 @@ impl Topology {
 
     /// The cluster holding `shard`.
     pub fn cluster(&self, shard: u32) -> Result<&ClusterNodes> {
-        self.cluster_of_shard
-            .get(shard as usize)
-            .map(|&i| &self.clusters[i])
-            .ok_or(Error::NoSuchShard {
-                shard,
-                shard_count: self.shard_count,
-            })
+        self.cluster_index(shard).map(|i| &self.clusters[i])
     }
 
     /// The index in `clusters` of the cluster holding `shard`.
     pub fn cluster_index(&self, shard: u32) -> Result<usize> {
         self.cluster_of_shard
             .get(shard as usize)
-            .copied()
+            .map(|i| i.load(Ordering::Relaxed))
             .ok_or(Error::NoSuchShard {
                 shard,
                 shard_count: self.shard_count,
             })
+    }
+
+    /// The shards `clusters[cluster]` holds now, in order.
+    pub fn shards_of(&self, cluster: usize) -> Vec<u32> {
+        self.cluster_of_shard
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.load(Ordering::Relaxed) == cluster)
+            .map(|(shard, _)| shard as u32)
+            .collect()
+    }
+
+    /// The epoch of the placement in force for `shard` (0: as configured).
+    pub fn placement_epoch(&self, shard: u32) -> u64 {
+        self.placement_epoch
+            .get(shard as usize)
+            .map_or(0, |e| e.load(Ordering::Relaxed))
+    }
+
+    /// Puts `shard` on `clusters[cluster]` if `epoch` is newer than the
+    /// placement in force. Returns whether the shard's cluster changed.
+    pub(crate) fn place(&self, shard: u32, cluster: usize, epoch: u64) -> bool {
+        let (Some(slot), Some(known)) = (
+            self.cluster_of_shard.get(shard as usize),
+            self.placement_epoch.get(shard as usize),
+        ) else {
+            return false;
+        };
+        if cluster >= self.clusters.len() {
+            return false;
+        }
+        let _placing = self.placing.lock().unwrap_or_else(|p| p.into_inner());
+        if known.load(Ordering::Acquire) >= epoch {
+            return false;
+        }
+        known.store(epoch, Ordering::Release);
+        slot.swap(cluster, Ordering::AcqRel) != cluster
+    }
+
+    /// The index in `clusters` of the cluster named `name`.
+    pub fn cluster_named(&self, name: &str) -> Option<usize> {
+        self.clusters.iter().position(|c| c.name == name)
     }
 
     /// The node a read of `shard` goes to: the first of

@@ -134,9 +134,10 @@ pub(super) async fn upkeep(s: Arc<Shared>, cluster: usize, cancel: CancellationT
 
 /// The shards of `cluster` this runner holds now.
 fn owned(s: &Shared, cluster: usize) -> Vec<u32> {
-    s.store.topology().clusters[cluster]
-        .shards
-        .iter()
+    s.store
+        .topology()
+        .shards_of(cluster)
+        .into_iter()
         .filter(|shard| s.holds(*shard))
         .collect()
 }
@@ -147,9 +148,9 @@ fn owned(s: &Shared, cluster: usize) -> Vec<u32> {
 /// their workers have published newer ones meanwhile.
 async fn save_positions(s: &Shared, cluster: usize) -> crate::error::Result<()> {
     let topology = s.store.topology();
-    let taken: Vec<(u32, Position)> = topology.clusters[cluster]
-        .shards
-        .iter()
+    let taken: Vec<(u32, Position)> = topology
+        .shards_of(cluster)
+        .into_iter()
         .filter_map(|shard| {
             s.published[shard as usize]
                 .lock()

@@ -20,13 +20,18 @@ impl Trigger {
         let s = &self.shared;
         let topology = s.store.topology();
         let nodes = &topology.clusters[cluster];
+        // Where the shards are now: a shard moved here is claimed here, one
+        // moved away is no longer claimed on its old cluster.
+        let shards = topology.shards_of(cluster);
+        if shards.is_empty() {
+            return Ok(Vec::new());
+        }
         let name = literal(&s.name);
         let owner = literal(&s.owner);
         let ttl = s.options.lease_ms * 1000;
-        let claims: Vec<String> = nodes
-            .shards
+        let claims: Vec<String> = shards
             .iter()
-            .map(|shard| {
+            .map(|&shard| {
                 format!(
                     "INSERT INTO `{db}`.`trigger_leases` (name, owner, expires_at)
                      VALUES ({name}, {owner}, {NOW_MICROS} + {ttl})
@@ -38,10 +43,9 @@ impl Trigger {
             })
             .collect();
         nodes.master().execute(claims.join(";")).await?;
-        let owners: Vec<String> = nodes
-            .shards
+        let owners: Vec<String> = shards
             .iter()
-            .map(|shard| {
+            .map(|&shard| {
                 format!(
                     "SELECT {shard}, owner FROM `{}`.`trigger_leases` WHERE name = {name}",
                     topology.database(shard)
@@ -49,8 +53,7 @@ impl Trigger {
             })
             .collect();
         let rows = nodes.master().fetch_all(owners.join(" UNION ALL ")).await?;
-        let mut held: HashMap<u32, bool> =
-            nodes.shards.iter().map(|shard| (shard, false)).collect();
+        let mut held: HashMap<u32, bool> = shards.iter().map(|&shard| (shard, false)).collect();
         for row in rows {
             let shard: i64 = row.try_get(0).map_err(|e| nodes.master().error(e))?;
             let holder: String = row.try_get(1).map_err(|e| nodes.master().error(e))?;

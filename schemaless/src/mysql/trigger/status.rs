@@ -77,10 +77,10 @@ pub async fn status(store: &MySqlStore, name: &str) -> Result<Vec<ShardStatus>> 
 pub async fn names(store: &MySqlStore) -> Result<Vec<String>> {
     let topology = store.topology();
     let mut names = std::collections::BTreeSet::new();
-    for cluster in &topology.clusters {
-        let parts: Vec<String> = cluster
-            .shards
-            .iter()
+    for (i, cluster) in topology.clusters.iter().enumerate() {
+        let parts: Vec<String> = topology
+            .shards_of(i)
+            .into_iter()
             .map(|shard| {
                 format!(
                     "SELECT name FROM `{}`.`trigger_offsets`",

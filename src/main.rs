@@ -10,6 +10,7 @@
 //! - [`buffer`]: `buffer reconcile|status`, the buffers of buffered writes;
 //! - [`check`]: `config check`;
 //! - [`schema`]: `schema apply`;
+//! - [`shard`]: `shard status`, where each shard is now;
 //! - [`legacy`]: `legacy init|seed|add-uuid`, the PostgreSQL side;
 //! - [`mode`]: `mode show|set|reads|history`, where the facade sends
 //!   calls;
@@ -54,6 +55,7 @@ mod progress;
 mod query;
 mod schema;
 mod serve;
+mod shard;
 mod shutdown;
 mod status;
 mod table;
@@ -107,6 +109,10 @@ enum Command {
     /// Create the Schemaless instance's shard databases.
     #[command(subcommand)]
     Schema(schema::SchemaCommand),
+    /// Where each shard is now: the clusters' shards against config, and
+    /// the placements recorded since.
+    #[command(subcommand)]
+    Shard(shard::ShardCommand),
     /// The legacy PostgreSQL tables: the sample data set and the online
     /// UUID column.
     #[command(subcommand)]
@@ -325,6 +331,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Buffer(c) => buffer::run(c, &cli.config).await,
         Command::Config(c) => check::run(c),
         Command::Schema(c) => schema::run(c, &cli.config).await,
+        Command::Shard(c) => shard::run(c, &cli.config).await,
         Command::Legacy(c) => legacy::run(c, &cli.config).await,
         Command::Mode(c) => mode::run(c, &cli.config).await,
         Command::Status(args) => status::run(args, &cli.config).await,

@@ -8,7 +8,7 @@ use schemaless::mysql::topology::placement;
 use schemaless::mysql::{schema, Topology};
 use schemaless::{CellStore, MySqlStore, ReadFrom};
 
-use crate::harness::{cell, row, Instance};
+use crate::harness::{cell, cluster, config_file, mezzanine, row, Instance};
 
 /// A row number whose row key lands on `shard` of `shard_count`.
 fn row_on(shard: u32, shard_count: u32, skip: usize) -> u128 {
@@ -81,6 +81,24 @@ async fn a_recorded_placement_moves_the_shards_reads_and_writes_everywhere() {
     assert_eq!(entity_rows(&t, 0, shard).await, 1);
     assert_eq!(entity_rows(&t, 1, shard).await, 1);
     assert_eq!(t.store.log_heads().await.unwrap()[shard as usize], 1);
+
+    // `shard status` shows where the shards are now.
+    let text = format!(
+        "{}\n[storage]\ntopology_refresh_ms = 100\n",
+        cluster().config_toml(&t.config.instance.name, 8)
+    );
+    let file = config_file(&text);
+    let output = mezzanine(file.path(), &["shard", "status", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let status: serde_json::Value = serde_json::from_slice(output.stdout.trim_ascii()).unwrap();
+    assert_eq!(status["clusters"][0]["holds"], "0,2-3");
+    assert_eq!(status["clusters"][1]["holds"], "1,4-7");
+    assert_eq!(status["clusters"][1]["configured"], "4-7");
+    assert_eq!(status["placements"][0]["shard"], 1);
+    assert_eq!(status["placements"][0]["cluster"], "b");
+    assert_eq!(status["placements"][0]["epoch"], 1);
 
     // The other store follows within its refresh period, by its own
     // maintenance task.

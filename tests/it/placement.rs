@@ -113,6 +113,24 @@ async fn a_recorded_placement_moves_the_shards_reads_and_writes_everywhere() {
     let got = other.get_cell(&after.key, ReadFrom::Master).await.unwrap();
     assert_eq!(got.unwrap().cell, after);
 
+    // A store connected after the move reads placements at once, not a
+    // refresh period later (here ten minutes).
+    let slow_text = format!(
+        "{}\n[storage]\ntopology_refresh_ms = 600000\n",
+        cluster().config_toml(&t.config.instance.name, 8)
+    );
+    let late =
+        MySqlStore::connect(&config::Config::parse(&slow_text, "slow.toml").unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while late.topology().cluster(shard).unwrap().name != "b" {
+        assert!(
+            Instant::now() < deadline,
+            "a new store kept the config's placement"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    late.close().await;
+
     // A fresh topology (a command) applies it on its first refresh.
     let fresh = Topology::from_config(&t.config).unwrap();
     assert_eq!(fresh.cluster(shard).unwrap().name, "a");

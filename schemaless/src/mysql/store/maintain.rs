@@ -1,5 +1,5 @@
-//! The store's background work: probes of open breakers, promotions
-//! re-read, and (if configured) the buffer reconciler.
+//! The store's background work: probes of open breakers, promotions and
+//! shard placements re-read, and (if configured) the buffer reconciler.
 
 use std::sync::Weak;
 use std::time::{Duration, Instant};
@@ -26,7 +26,12 @@ pub(super) async fn maintain(
     every: Maintenance,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    let mut refreshed = Instant::now();
+    // Promotions and placements are first read at the first tick, not a
+    // whole period after connecting: a process started after a shard move
+    // would otherwise route the shard by config for up to a period.
+    let mut refreshed = Instant::now()
+        .checked_sub(every.refresh)
+        .unwrap_or_else(Instant::now);
     let mut reconciled = Instant::now();
     loop {
         tokio::select! {

@@ -67,6 +67,8 @@
 //!   cluster and compared with the source as of each shard's position;
 //!   point-in-time restore; a restore cut short and continued; damaged
 //!   files, non-empty targets and other bad input changing nothing;
+//! - [`moves`]: a shard copied to another cluster under writes ends equal
+//!   to its source; a copy started again over a partial one too;
 //! - [`placement`]: a shard placed on another cluster is read and written
 //!   there by every store after its refresh; the newest epoch wins; bad
 //!   placements change nothing;
@@ -103,6 +105,7 @@ mod legacy_scan;
 mod mirror;
 mod mode;
 mod model;
+mod moves;
 mod placement;
 mod query;
 mod runbook;

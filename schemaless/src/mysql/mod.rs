@@ -12,6 +12,7 @@
 //!   restores (whole or to a point in each change log);
 //! - [`buffer`]: buffered writes, hinted handoff and the reconciler;
 //! - [`lost`]: buffered writes that lost to another body, recorded;
+//! - [`moves`]: shard moves between clusters: the copy so far;
 //! - [`replay`]: the buffers replayed to a promoted master;
 //! - [`failover`]: promoting a minion, and every store learning of it;
 //! - [`follow`]: reading a shard's change log in order without skipping
@@ -41,6 +42,7 @@ pub mod follow;
 mod history;
 pub mod index;
 pub mod lost;
+pub mod moves;
 pub mod pages;
 mod repair;
 pub mod replay;

@@ -217,15 +217,7 @@ async fn apply_cluster(
     // not `Send` (a compiler limitation with higher-ranked lifetimes).
     let creates: Vec<_> = missing
         .iter()
-        .map(|&shard| async move {
-            let database = topology.database(shard);
-            execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;
-            execute(node, sql::create_entity_table(&database)).await?;
-            for statement in sql::create_trigger_tables(&database) {
-                execute(node, statement).await?;
-            }
-            Ok::<(), Error>(())
-        })
+        .map(|&shard| create_shard(node, topology.database(shard)))
         .collect();
     futures::stream::iter(creates)
         .buffer_unordered(DDL_PARALLELISM)
@@ -237,6 +229,16 @@ async fn apply_cluster(
         created: missing.len() as u32,
         existing: (shards.len() - missing.len()) as u32,
     })
+}
+
+/// Creates a shard database and its tables on `node`, those missing.
+pub async fn create_shard(node: &Node, database: String) -> Result<()> {
+    execute(node, format!("CREATE DATABASE IF NOT EXISTS `{database}`")).await?;
+    execute(node, sql::create_entity_table(&database)).await?;
+    for statement in sql::create_trigger_tables(&database) {
+        execute(node, statement).await?;
+    }
+    Ok(())
 }
 
 async fn execute(node: &Node, statement: String) -> Result<()> {

@@ -22,13 +22,13 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use sqlx::{AssertSqlSafe, Row};
+use sqlx::Row;
 
-use super::format::{Record, Writer};
+use super::format::Writer;
 use super::manifest::{Manifest, ShardEntry, FORMAT, MAX_MISSING_RANGES};
-use super::{now_micros, record_of_row, shard_file, BackupError};
+use super::snapshot::Snapshot;
+use super::{now_micros, shard_file, BackupError};
 use crate::api::ReadFrom;
-use crate::mysql::sql;
 use crate::mysql::topology::{Node, Topology};
 
 /// What to back up and how.
@@ -51,10 +51,6 @@ impl Default for BackupOptions {
         }
     }
 }
-
-/// Stored bytes of body per page past its first cell (a page of large
-/// cells is cut short, as every change-log read is).
-const PAGE_BYTES: usize = 16 << 20;
 
 /// Backs up the instance into `dir`, which must be empty or not exist.
 /// `progress` is called after every page with the cells it held. The
@@ -216,65 +212,24 @@ async fn dump_from(
     page_cells: usize,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ShardEntry, BackupError> {
-    let database = topology.database(shard);
-    let mut conn = node.acquire().await?;
-    if let Some(position) = wait_for {
-        // Within the request timeout (the statement's own limit is half
-        // of it, so a lagging minion answers -1 rather than timing out).
-        let wait = sqlx::query("SELECT MASTER_GTID_WAIT(?, ?)")
-            .bind(position.to_string())
-            .bind(node.request_timeout.as_secs_f64() / 2.0);
-        let reached: Option<i64> = node
-            .run(&mut conn, |c| Box::pin(wait.fetch_one(c)))
-            .await?
-            .try_get(0)
-            .map_err(|e| node.error(e))?;
-        if reached != Some(0) {
-            return Err(BackupError::Store(crate::Error::Timeout {
-                node: node.label.clone(),
-                after: node.request_timeout / 2,
-            }));
-        }
-    }
-    conn.begin_transaction();
-    node.run(&mut conn, |c| {
-        Box::pin(async move {
-            sqlx::raw_sql(
-                "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; \
-                 START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY",
-            )
-            .execute(c)
-            .await
-            .map(|_| ())
-        })
-    })
-    .await?;
+    let mut snapshot =
+        Snapshot::open(node, topology.database(shard), shard, wait_for, page_cells).await?;
     let mut writer = Writer::create(path)?;
     let mut missing = Missing::default();
     let mut after = 0u64;
     loop {
-        let text = sql::select_changes(&database, after, page_cells, PAGE_BYTES);
-        let rows = node
-            .run(&mut conn, |c| {
-                Box::pin(sqlx::raw_sql(AssertSqlSafe(text)).fetch_all(c))
-            })
-            .await?;
-        if rows.is_empty() {
+        let page = snapshot.next_page().await?;
+        if page.is_empty() {
             break;
         }
-        for row in &rows {
-            let record: Record = record_of_row(row, node, shard)?;
+        for record in &page {
             missing.saw(after, record.added_id);
             after = record.added_id;
-            writer.push(&record)?;
+            writer.push(record)?;
         }
-        progress(rows.len() as u64);
+        progress(page.len() as u64);
     }
-    node.run(&mut conn, |c| {
-        Box::pin(async move { sqlx::raw_sql("COMMIT").execute(c).await.map(|_| ()) })
-    })
-    .await?;
-    conn.end_transaction();
+    snapshot.close().await?;
     let written = writer.finish()?;
     Ok(ShardEntry {
         shard,

@@ -11,7 +11,11 @@
 //! - [`restore`]: `mezzanine restore`: into an instance with no cells,
 //!   all of it or up to an added_id per shard (point in time within the
 //!   change log), compared with the manifest afterwards;
-//! - `manifest::verify`: `mezzanine backup verify`.
+//! - `manifest::verify`: `mezzanine backup verify`;
+//! - [`insert`]: rows written back with their own added_ids (a restore's
+//!   and a shard copy's writes);
+//! - [`snapshot`]: a shard's rows read inside one consistent snapshot (the
+//!   backup's reader, and a shard copy's).
 //!
 //! What is backed up is the cells: the entity table is the change log and
 //! the whole truth of a shard. Index entries, trigger offsets and buffers
@@ -21,8 +25,10 @@
 
 pub mod dump;
 pub mod format;
+pub mod insert;
 pub mod manifest;
 pub mod restore;
+pub mod snapshot;
 
 use std::path::{Path, PathBuf};
 
@@ -99,6 +105,35 @@ pub(crate) fn record_of_row(
         body: row.try_get(4).map_err(field)?,
         created_at: row.try_get(5).map_err(field)?,
     })
+}
+
+/// The cell count and content digest of a shard's entity table as `node`
+/// holds it now (read page by page, not in one snapshot: meant for a shard
+/// no one writes, such as a restore's target).
+pub async fn shard_digest(
+    node: &super::topology::Node,
+    database: &str,
+    shard: u32,
+) -> Result<(u64, String), BackupError> {
+    use sqlx::Row;
+    let mut digest = format::ContentDigest::default();
+    let mut after = 0;
+    loop {
+        let rows = node
+            .fetch_all(super::sql::select_changes(
+                database,
+                after,
+                2000,
+                snapshot::PAGE_BYTES,
+            ))
+            .await?;
+        let Some(last) = rows.last() else { break };
+        after = last.try_get(0).map_err(|e| node.error(e))?;
+        for row in &rows {
+            digest.add(&record_of_row(row, node, shard)?);
+        }
+    }
+    Ok((digest.cells(), digest.finish()))
 }
 
 /// Unix time in microseconds.

@@ -28,13 +28,12 @@ use std::path::Path;
 
 use futures::StreamExt;
 use serde::Serialize;
-use sqlx::Row;
 
-use super::format::{ContentDigest, Reader, Record};
+use super::format::{ContentDigest, Reader};
+use super::insert::Inserter;
 use super::manifest::{check_entry, Manifest, ShardEntry};
-use super::{now_micros, record_of_row, BackupError};
+use super::{now_micros, BackupError};
 use crate::mysql::schema::{self, meta_database};
-use crate::mysql::sql;
 use crate::mysql::topology::{Node, Topology};
 
 /// How far into each shard's change log to restore.
@@ -305,12 +304,6 @@ impl Marker {
     }
 }
 
-/// Statement text per insert, at most (well under any packet budget).
-const INSERT_BYTES: usize = 1 << 20;
-
-/// Rows per insert, at most.
-const INSERT_ROWS: usize = 1000;
-
 async fn restore_shard(
     dir: &Path,
     topology: &Topology,
@@ -320,35 +313,19 @@ async fn restore_shard(
 ) -> Result<RestoredShard, BackupError> {
     let node = topology.cluster(entry.shard)?.master();
     let database = topology.database(entry.shard);
-    let budget = INSERT_BYTES.min(node.packet_budget());
     let mut reader = Reader::open(&entry.path(dir))?;
     let mut expected = ContentDigest::default();
     let mut position = 0;
-    let mut statement = String::new();
-    let mut rows = 0;
+    let mut inserter = Inserter::new(&node, database.clone());
     while let Some(record) = reader.next_record()? {
         if until.is_some_and(|last| record.added_id > last) {
             break;
         }
         position = record.added_id;
         expected.add(&record);
-        if rows > 0 && statement.len() + 2 * record.body.len() + 200 > budget {
-            node.execute(std::mem::take(&mut statement)).await?;
-            progress(rows);
-            rows = 0;
-        }
-        push_row(&mut statement, &database, &record, rows == 0);
-        rows += 1;
-        if rows as usize >= INSERT_ROWS {
-            node.execute(std::mem::take(&mut statement)).await?;
-            progress(rows);
-            rows = 0;
-        }
+        progress(inserter.push(&record).await?);
     }
-    if rows > 0 {
-        node.execute(statement).await?;
-        progress(rows);
-    }
+    progress(inserter.flush().await?);
     let whole = position == entry.position;
     let cells = expected.cells();
     let expected = expected.finish();
@@ -360,7 +337,7 @@ async fn restore_shard(
             reason: "it changed during the restore".into(),
         });
     }
-    let (found_cells, found) = read_back(&node, &database, entry.shard).await?;
+    let (found_cells, found) = super::shard_digest(&node, &database, entry.shard).await?;
     if found_cells != cells || found != expected {
         return Err(BackupError::Mismatch {
             shard: entry.shard,
@@ -376,42 +353,6 @@ async fn restore_shard(
         whole,
         content_sha256: expected,
     })
-}
-
-/// Appends one row to a multi-row `INSERT IGNORE`, starting it if `first`.
-fn push_row(statement: &mut String, database: &str, record: &Record, first: bool) {
-    if first {
-        let _ = write!(
-            statement,
-            "INSERT IGNORE INTO `{database}`.`entity` ({}) VALUES ",
-            sql::CELL_COLUMNS
-        );
-    } else {
-        statement.push(',');
-    }
-    let _ = write!(statement, "({}, ", record.added_id);
-    sql::push_hex(statement, &record.row_key);
-    // The reader admits only `[A-Za-z0-9_]` column names.
-    let _ = write!(statement, ", '{}', {}, ", record.column, record.ref_key);
-    sql::push_hex(statement, &record.body);
-    let _ = write!(statement, ", {})", record.created_at);
-}
-
-/// The cell count and content digest of a shard as the target holds it.
-async fn read_back(node: &Node, database: &str, shard: u32) -> Result<(u64, String), BackupError> {
-    let mut digest = ContentDigest::default();
-    let mut after = 0;
-    loop {
-        let rows = node
-            .fetch_all(sql::select_changes(database, after, 2000, 16 << 20))
-            .await?;
-        let Some(last) = rows.last() else { break };
-        after = last.try_get(0).map_err(|e| node.error(e))?;
-        for row in &rows {
-            digest.add(&record_of_row(row, node, shard)?);
-        }
-    }
-    Ok((digest.cells(), digest.finish()))
 }
 
 #[cfg(test)]

@@ -22,6 +22,11 @@
 //! hand-written rest would give two sources of truth for one conversion.
 //! The arithmetic is two short functions, tested round-trip over the whole
 //! range against the formatter below.
+//!
+//! One job in one file (over 500 lines with its tests): parsing and
+//! printing the three canonical forms share the calendar arithmetic and
+//! the range checks, and splitting them would separate a form from its
+//! inverse.
 
 const MICROS_PER_SECOND: i64 = 1_000_000;
 const SECONDS_PER_DAY: i64 = 86_400;

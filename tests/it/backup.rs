@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use devcluster::{DevCluster, Spec};
@@ -15,7 +15,7 @@ use schemaless::mysql::backup::Manifest;
 use schemaless::{CellStore, MySqlStore};
 use sqlx::Row;
 
-use crate::harness::{cell, cluster, config_file, mezzanine};
+use crate::harness::{cell, cluster, config_file, mezzanine, wait_past};
 
 const SHARDS: u32 = 8;
 
@@ -114,10 +114,12 @@ async fn a_backup_under_writes_restores_exactly_into_a_fresh_cluster() {
 
     // Writers keep going while the backup runs.
     let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..2u128)
         .map(|w| {
             let store = store.clone();
             let stop = stop.clone();
+            let acked = acked.clone();
             tokio::spawn(async move {
                 let mut n = 100_000 * (w + 1);
                 let mut written = 0;
@@ -128,12 +130,13 @@ async fn a_backup_under_writes_restores_exactly_into_a_fresh_cluster() {
                         r.unwrap();
                     }
                     written += 10;
+                    acked.fetch_add(10, Ordering::Relaxed);
                 }
                 written
             })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    wait_past(&acked, 0, "the writers' first cells").await;
     let dir = tempfile::tempdir().unwrap();
     let backup_dir = dir.path().join("b1");
     let backup_path = backup_dir.to_str().unwrap().to_string();

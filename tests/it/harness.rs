@@ -100,6 +100,18 @@ impl Instance {
     }
 }
 
+/// Waits until `counter` passes `above`, failing the test after a minute.
+pub async fn wait_past(counter: &std::sync::atomic::AtomicU64, above: u64, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while counter.load(Ordering::Relaxed) <= above {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "waited a minute for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 const ROW_BASE: u128 = 0x6f1c_1a0e_8a3b_4a55_9d1e_0000_0000_0000;
 
 /// A deterministic row key from a number (for readable tests).

@@ -4,14 +4,14 @@
 //! again over a partial one ends the same; a copy to the shard's own
 //! cluster is refused.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use schemaless::mysql::backup::BackupError;
 use schemaless::mysql::moves::ShardCopy;
 use schemaless::CellStore;
 
-use crate::harness::{cell, row, Instance};
+use crate::harness::{cell, row, wait_past, Instance};
 
 fn rows_on(shard: u32, shard_count: u32) -> impl Iterator<Item = u128> {
     (0u128..).filter(move |&n| schemaless::routing::shard_of(&row(n), shard_count) == shard)
@@ -39,10 +39,12 @@ async fn a_shard_copied_under_writes_ends_equal_to_its_source() {
     ));
 
     let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
     let writers: Vec<_> = (0..2usize)
         .map(|w| {
             let store = t.store.clone();
             let stop = stop.clone();
+            let progress = progress.clone();
             tokio::spawn(async move {
                 let mut rows = rows_on(shard, 8).skip(1000 + w * 100_000);
                 let mut acked = 0u64;
@@ -56,21 +58,24 @@ async fn a_shard_copied_under_writes_ends_equal_to_its_source() {
                         r.unwrap();
                         acked += 1;
                     }
+                    progress.fetch_add(5, Ordering::Relaxed);
                 }
                 acked
             })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    wait_past(&progress, 0, "the writers' first cells").await;
     let mut copy = ShardCopy::start(topology, shard, 1).await.unwrap();
     assert!(
         copy.copied() >= 500,
         "{} copied by the snapshot",
         copy.copied()
     );
+    // Passes while the writers go on: each after more cells were written.
     for _ in 0..5 {
+        let seen = progress.load(Ordering::Relaxed);
         copy.catch_up().await.unwrap();
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        wait_past(&progress, seen, "more writes between passes").await;
     }
     stop.store(true, Ordering::Relaxed);
     let mut acked = 0;

@@ -225,13 +225,7 @@ impl ShardFollower {
         if !self.from_minion {
             return Ok(());
         }
-        let rows = master
-            .fetch_all("SELECT CAST(@@gtid_binlog_pos AS CHAR)".into())
-            .await?;
-        let position: String = rows
-            .first()
-            .and_then(|r| r.try_get(0).ok())
-            .unwrap_or_default();
+        let position = master.gtid_binlog_pos().await?;
         let query = sqlx::query("SELECT MASTER_GTID_WAIT(?, ?)")
             .bind(position)
             .bind(self.node.request_timeout.as_secs_f64() / 2.0);

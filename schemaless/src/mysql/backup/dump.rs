@@ -22,13 +22,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use sqlx::Row;
 
 use super::format::Writer;
 use super::manifest::{Manifest, ShardEntry, FORMAT, MAX_MISSING_RANGES};
-use super::snapshot::Snapshot;
+use super::snapshot::{self, Snapshot};
 use super::{now_micros, shard_file, BackupError};
-use crate::api::ReadFrom;
 use crate::mysql::topology::{Node, Topology};
 
 /// What to back up and how.
@@ -141,12 +139,8 @@ fn prepare_directory(dir: &Path) -> Result<(), BackupError> {
 async fn master_positions(topology: &Topology) -> Vec<Option<String>> {
     let mut positions = Vec::with_capacity(topology.clusters.len());
     for cluster in &topology.clusters {
-        let master = cluster.master();
-        let position = match master
-            .fetch_all("SELECT CAST(@@gtid_binlog_pos AS CHAR)".into())
-            .await
-        {
-            Ok(rows) => rows.first().and_then(|r| r.try_get(0).ok()),
+        let position = match cluster.master().gtid_binlog_pos().await {
+            Ok(position) => Some(position),
             Err(e) => {
                 tracing::warn!(cluster = %cluster.name, error = %e, "the master does not answer: its shards are backed up as its minions have them");
                 None
@@ -168,17 +162,9 @@ async fn dump_shard(
 ) -> Result<ShardEntry, BackupError> {
     let cluster = topology.cluster(shard)?;
     let path = dir.join(shard_file(shard));
-    let mut readers: Vec<Arc<Node>> = cluster
-        .readers(ReadFrom::Minion)
-        .into_iter()
-        .map(|r| r.node)
-        .collect();
-    if readers.is_empty() {
-        readers.push(cluster.master());
-    }
     let mut last_error = None;
     let master = cluster.master();
-    for node in readers {
+    for node in snapshot::sources(cluster) {
         let wait_for = master_position.filter(|_| !Arc::ptr_eq(&node, &master));
         match dump_from(
             topology, &node, shard, wait_for, &path, page_cells, progress,

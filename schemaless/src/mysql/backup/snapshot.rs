@@ -8,11 +8,29 @@ use super::format::Record;
 use super::{record_of_row, BackupError};
 use crate::mysql::conn::NodeConnection;
 use crate::mysql::sql;
-use crate::mysql::topology::Node;
+use std::sync::Arc;
+
+use crate::api::ReadFrom;
+use crate::mysql::topology::{ClusterNodes, Node};
 
 /// Stored bytes of body per page past its first cell (a page of large
 /// cells is cut short, as every change-log read is).
 pub const PAGE_BYTES: usize = 16 << 20;
+
+/// The nodes a snapshot of one of `cluster`'s shards is taken from, in
+/// the order to try: its minions that answer, in random order, then its
+/// master (always, even with an open breaker: it fails fast then).
+pub fn sources(cluster: &ClusterNodes) -> Vec<Arc<Node>> {
+    let mut nodes: Vec<Arc<Node>> = cluster
+        .readers(ReadFrom::Minion)
+        .into_iter()
+        .map(|r| r.node)
+        .collect();
+    if nodes.is_empty() {
+        nodes.push(cluster.master());
+    }
+    nodes
+}
 
 /// A snapshot open on one connection of `node`.
 pub struct Snapshot<'a> {

@@ -18,13 +18,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sqlx::Row;
-
-use crate::api::ReadFrom;
 use crate::mysql::awaited::{Awaited, RECHECK_RANGES};
 use crate::mysql::backup::format::Record;
 use crate::mysql::backup::insert::Inserter;
-use crate::mysql::backup::snapshot::{Snapshot, PAGE_BYTES};
+use crate::mysql::backup::snapshot::{self, Snapshot, PAGE_BYTES};
 use crate::mysql::backup::{record_of_row, shard_digest, BackupError};
 use crate::mysql::topology::{Node, Topology};
 use crate::mysql::{schema, sql};
@@ -69,21 +66,9 @@ impl ShardCopy {
         let target_node = to.master();
         schema::create_shard(&target_node, database.clone()).await?;
         let source = from.master();
-        let position: Option<String> = source
-            .fetch_all("SELECT CAST(@@gtid_binlog_pos AS CHAR)".into())
-            .await?
-            .first()
-            .and_then(|r| r.try_get(0).ok());
         // The snapshot from a minion that has applied everything the
         // master had now, else from the master.
-        let mut readers: Vec<Arc<Node>> = from
-            .readers(ReadFrom::Minion)
-            .into_iter()
-            .map(|r| r.node)
-            .collect();
-        if readers.is_empty() {
-            readers.push(source.clone());
-        }
+        let position = source.gtid_binlog_pos().await?;
         let mut copy = ShardCopy {
             shard,
             database,
@@ -94,10 +79,8 @@ impl ShardCopy {
             copied: 0,
         };
         let mut last_error = None;
-        for node in readers {
-            let wait_for = position
-                .as_deref()
-                .filter(|_| !Arc::ptr_eq(&node, &copy.source));
+        for node in snapshot::sources(from) {
+            let wait_for = Some(position.as_str()).filter(|_| !Arc::ptr_eq(&node, &copy.source));
             match copy.copy_snapshot(&node, wait_for).await {
                 Ok(()) => return Ok(copy),
                 Err(BackupError::Store(e)) if e.is_retryable() => {

@@ -320,6 +320,18 @@ impl Node {
         result
     }
 
+    /// The node's `@@gtid_binlog_pos`: on a master, every transaction it
+    /// has committed, for a minion to wait for (`MASTER_GTID_WAIT`).
+    pub async fn gtid_binlog_pos(&self) -> Result<String> {
+        let rows = self
+            .fetch_all("SELECT CAST(@@gtid_binlog_pos AS CHAR)".into())
+            .await?;
+        Ok(rows
+            .first()
+            .and_then(|r| sqlx::Row::try_get(r, 0).ok())
+            .unwrap_or_default())
+    }
+
     /// Runs text SQL (one or more statements) and returns its rows.
     pub async fn fetch_all(&self, sql: String) -> Result<Vec<MySqlRow>> {
         let mut conn = self.acquire().await?;

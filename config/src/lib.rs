@@ -132,7 +132,9 @@ impl Config {
 
     /// The cluster whose shard range holds `shard`, if any.
     pub fn cluster_for_shard(&self, shard: u32) -> Option<&Cluster> {
-        self.clusters.iter().find(|c| c.shards.contains(shard))
+        self.clusters
+            .iter()
+            .find(|c| c.shards.is_some_and(|r| r.contains(shard)))
     }
 }
 

@@ -210,6 +210,12 @@ impl Error {
         self.failure() == Some(Failure::MissingTable)
     }
 
+    /// Whether the shard was being moved or had moved away from the node
+    /// written (see [`Failure::Moving`]).
+    pub fn is_moving(&self) -> bool {
+        self.failure() == Some(Failure::Moving)
+    }
+
     /// Whether a statement failed on a duplicate key: on a cell insert, an
     /// address that exists.
     pub fn is_unique_violation(&self) -> bool {
@@ -255,6 +261,11 @@ pub enum Failure {
     /// connections, a statement timeout, a query interrupted, a connection
     /// error the server reported. Retried, not held against the node.
     Busy,
+    /// The shard is being moved to another cluster and its writes are
+    /// fenced for a moment (or it has moved, and this node holds its old,
+    /// read-only copy): re-read the placements and try again (see
+    /// [`crate::mysql::moves`]).
+    Moving,
     /// A duplicate key.
     UniqueViolation,
     /// The table or database does not exist (yet).
@@ -276,7 +287,7 @@ impl Failure {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            Failure::Conflict | Failure::Unavailable | Failure::Busy
+            Failure::Conflict | Failure::Unavailable | Failure::Busy | Failure::Moving
         )
     }
 

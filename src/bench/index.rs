@@ -335,8 +335,12 @@ struct Floor {
 impl Floor {
     async fn new(topology: &Topology) -> anyhow::Result<Floor> {
         let mut held = Vec::with_capacity(topology.clusters.len());
-        for cluster in &topology.clusters {
-            let database = topology.database(cluster.configured.first);
+        for (i, cluster) in topology.clusters.iter().enumerate() {
+            // A cluster holding no shard has no index entries to time.
+            let Some(&first) = topology.shards_of(i).first() else {
+                continue;
+            };
+            let database = topology.database(first);
             let mut connection = cluster.master().pool.acquire().await?;
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
                 "CREATE TABLE IF NOT EXISTS `{database}`.`bench_floor` \

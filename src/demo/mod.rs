@@ -189,7 +189,7 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
                 c.name.to_string(),
                 node.label.to_string(),
                 role.to_string(),
-                c.configured.to_string(),
+                c.configured.map_or("-".to_string(), |r| r.to_string()),
                 count.to_string(),
             ]);
         }

@@ -111,6 +111,7 @@ mod query;
 mod runbook;
 mod schema;
 mod servers;
+mod shard_move;
 mod tls;
 mod triggers;
 mod verify;

@@ -40,7 +40,7 @@ async fn dropping_an_instance_leaves_one_whose_name_extends_it_alone() {
 async fn a_config_built_in_code_with_a_range_past_the_shards_is_an_error() {
     let text = cluster().config_toml("codebuilt", 4);
     let mut config = config::Config::parse(&text, "t.toml").unwrap();
-    config.clusters[1].shards.last = 9;
+    config.clusters[1].shards.as_mut().unwrap().last = 9;
     let err = Topology::from_config(&config).unwrap_err();
     assert!(err.to_string().contains("past the last shard 3"), "{err}");
 }

@@ -105,9 +105,12 @@ pub struct Cluster {
     /// replication), used for `ReadFrom::Minion` reads. May be empty.
     #[serde(default)]
     pub minions: Vec<String>,
-    /// `cluster.shards`: the shards this cluster holds, `"FIRST-LAST"`
-    /// (inclusive) or a single number.
-    pub shards: ShardRange,
+    /// `cluster.shards`: the shards this cluster is created with,
+    /// `"FIRST-LAST"` (inclusive) or a single number. Left out, the
+    /// cluster starts with none: a cluster added to split another
+    /// (`mezzanine cluster add`), which gets shards by `shard move`.
+    #[serde(default)]
+    pub shards: Option<ShardRange>,
 }
 
 /// `[limits]`: checked at the cell API boundary, before anything is written.

@@ -55,19 +55,23 @@ pub(super) fn instance_and_clusters(config: &Config) -> Result<(), Problem> {
         for (k, minion) in cluster.minions.iter().enumerate() {
             check_url(minion).map_err(|m| problem(format!("cluster[{i}].minions[{k}]"), m))?;
         }
-        if cluster.shards.last >= instance.shard_count {
+        let Some(shards) = cluster.shards else {
+            continue;
+        };
+        if shards.last >= instance.shard_count {
             return Err(problem(
                 format!("cluster[{i}].shards"),
                 format!(
                     "shard range {} reaches past the last shard {} (shard_count = {})",
-                    cluster.shards,
+                    shards,
                     instance.shard_count - 1,
                     instance.shard_count
                 ),
             ));
         }
         for (j, other) in config.clusters[..i].iter().enumerate() {
-            let (a, b) = (cluster.shards, other.shards);
+            let Some(b) = other.shards else { continue };
+            let a = shards;
             if a.first <= b.last && b.first <= a.last {
                 return Err(problem(
                     format!("cluster[{i}].shards"),
@@ -83,9 +87,14 @@ pub(super) fn instance_and_clusters(config: &Config) -> Result<(), Problem> {
     distinct_nodes(config)?;
     // No overlaps, so the ranges cover everything iff their sizes add up;
     // find the first uncovered shard to say where the gap is.
-    let covered: u64 = config.clusters.iter().map(|c| c.shards.len() as u64).sum();
+    let covered: u64 = config
+        .clusters
+        .iter()
+        .filter_map(|c| c.shards)
+        .map(|r| r.len() as u64)
+        .sum();
     if covered != instance.shard_count as u64 {
-        let mut ranges: Vec<_> = config.clusters.iter().map(|c| c.shards).collect();
+        let mut ranges: Vec<_> = config.clusters.iter().filter_map(|c| c.shards).collect();
         ranges.sort_by_key(|r| r.first);
         let mut next = 0;
         for r in &ranges {

@@ -25,6 +25,13 @@ pub fn classify(source: &sqlx::Error) -> Failure {
         1040 | 1317 => Failure::Busy,
         // duplicate entry
         1062 | 1586 => Failure::UniqueViolation,
+        // a signal from a trigger: the fence of a shard move
+        1644 if db
+            .message()
+            .starts_with(crate::mysql::moves::fence::MESSAGE) =>
+        {
+            Failure::Moving
+        }
         // no such table, no such database
         1146 | 1049 => Failure::MissingTable,
         // out of range, truncated, incorrect value, data too long,

@@ -1,21 +1,34 @@
 //! Shard moves: a shard's home changed from one cluster to another while
 //! it takes writes.
 //!
-//! Built so far: [`copy`], the bulk of a move: a consistent snapshot of
-//! the shard copied to the target cluster's master with every cell's own
-//! added_id, then the source's change log followed from the snapshot's
-//! position until the copy is level, and [`crate::mysql::topology::placement`],
-//! which switches where every store sends the shard.
+//! - [`copy`]: the bulk of a move, a consistent snapshot of the shard
+//!   copied to the target cluster's master with every cell's own
+//!   added_id, then the source's change log followed until the copy is
+//!   nearly level. Keeping the added_ids keeps every trigger, index and
+//!   reverse-mirror offset valid on the new home.
+//! - [`fence`]: triggers that refuse the shard's writes for the last pass
+//!   and the switch, with a deadline so a dead mover's fence lifts itself.
+//! - [`side`]: the shard's other tables (trigger bookkeeping, index
+//!   entries), copied whole under the fence.
+//! - [`run`]: the phases in the order that makes a move safe to kill
+//!   anywhere, and resume, rollback and `shard gc`.
+//! - [`state`]: each move's phase, on every master, for `shard status`.
 //!
-//! To come, in this order (see the notes): fencing the source
-//! shard's writes for at most about a second (a `BEFORE INSERT` trigger
-//! with a deadline, so a mover that dies lifts its own fence; writes that
-//! meet it refresh placements and retry, none fails), the last catch-up
-//! under the fence, a permanent fence on the old copy and then the
-//! placement (that order, so a crash never leaves two writable homes), the
-//! trigger and index bookkeeping of the shard, the move's state kept for
-//! `shard status`, resume and rollback, and `shard gc`.
+//! The switch itself is a placement ([`crate::mysql::topology::placement`]),
+//! which every store re-reads; a store that meets a fence or the old
+//! copy's renamed table re-reads it at once (see
+//! [`crate::error::Failure::Moving`]).
 
 pub mod copy;
+pub mod fence;
+pub mod run;
+pub mod side;
+pub mod state;
 
 pub use copy::ShardCopy;
+pub use run::{MoveOptions, MoveReport};
+pub use state::{MoveRecord, Phase};
+
+/// What the old copy's `entity` table is renamed to once the shard has
+/// moved: readable by an operator until `shard gc`, invisible to stores.
+pub const MOVED_ENTITY: &str = "moved_entity";

@@ -40,7 +40,8 @@
 //! - `transaction`: statements cut into packets, run on one connection;
 //! - `read`: reads with failover, and decoding entity rows;
 //! - `changes`: the change signal and change-log reads;
-//! - `maintain`: probes, promotions re-read, the in-app reconciler.
+//! - `maintain`: probes, promotions re-read, the in-app reconciler;
+//! - `moving`: calls that meet a shard move's fence or its old copy.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +59,7 @@ use crate::routing::shard_of;
 
 mod changes;
 mod maintain;
+mod moving;
 mod read;
 mod transaction;
 mod write;
@@ -114,6 +116,17 @@ pub(super) struct Pending {
     pub(super) index: usize,
     pub(super) cell: Cell,
     pub(super) encoded: Vec<u8>,
+}
+
+impl Pending {
+    /// The same cell, for a write that goes again (after a shard move).
+    pub(super) fn again(&self) -> Pending {
+        Pending {
+            index: self.index,
+            cell: self.cell.clone(),
+            encoded: self.encoded.clone(),
+        }
+    }
 }
 
 impl MySqlStore {
@@ -302,8 +315,8 @@ impl CellStore for MySqlStore {
         limit: usize,
         from: ReadFrom,
     ) -> Result<ShardPage> {
-        let node = self.inner.topology.reader(shard, from)?;
         if limit == 0 {
+            self.inner.topology.cluster_index(shard)?;
             return Ok(ShardPage {
                 cells: Vec::new(),
                 next: after,
@@ -315,9 +328,19 @@ impl CellStore for MySqlStore {
             limit,
             self.inner.limits.max_batch_bytes,
         );
-        let cells = self.fetch(&node, shard, sql).await?;
-        let next = cells.last().map_or(after, |c| c.added_id);
-        Ok(ShardPage { cells, next })
+        let waited = std::time::Instant::now();
+        loop {
+            let cluster = self.inner.topology.cluster_index(shard)?;
+            let node = self.inner.topology.reader(shard, from)?;
+            match self.fetch(&node, shard, sql.clone()).await {
+                Ok(cells) => {
+                    let next = cells.last().map_or(after, |c| c.added_id);
+                    return Ok(ShardPage { cells, next });
+                }
+                Err(e) if self.follows_move(&e, &[shard], cluster, waited).await => {}
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     async fn get_column_cells_answer(

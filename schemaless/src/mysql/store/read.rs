@@ -20,7 +20,8 @@ impl MySqlStore {
     /// Runs `read` on the nodes of `shard`'s cluster in
     /// [`crate::mysql::topology::ClusterNodes::readers`] order until one answers:
     /// a node that fails (down, frozen) passes the read to the next, an
-    /// error answer ends it.
+    /// error answer ends it, unless it says the shard moved away (then the
+    /// read follows it).
     pub(crate) async fn read_failover<T, F, Fut>(
         &self,
         shard: u32,
@@ -31,7 +32,28 @@ impl MySqlStore {
         F: FnMut(Arc<Node>) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let cluster = self.inner.topology.cluster(shard)?;
+        let waited = std::time::Instant::now();
+        loop {
+            let index = self.inner.topology.cluster_index(shard)?;
+            match self.read_cluster(index, from, &mut read).await {
+                Err(e) if self.follows_move(&e, &[shard], index, waited).await => continue,
+                answer => return answer,
+            }
+        }
+    }
+
+    /// [`MySqlStore::read_failover`] on one cluster.
+    async fn read_cluster<T, F, Fut>(
+        &self,
+        index: usize,
+        from: ReadFrom,
+        read: &mut F,
+    ) -> Result<Answer<T>>
+    where
+        F: FnMut(Arc<Node>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let cluster = &self.inner.topology.clusters[index];
         let mut last = None;
         for reader in cluster.readers(from) {
             match read(reader.node).await {

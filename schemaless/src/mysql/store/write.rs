@@ -14,6 +14,7 @@ use crate::api::{CellResult, Conflict, WriteOutcome};
 use crate::cell::{check_batch, now_micros, Body, Cell, CellKey};
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::mysql::commit::Groups;
 use crate::mysql::sql;
 use crate::mysql::topology::Node;
 
@@ -88,31 +89,57 @@ impl MySqlStore {
         // address give every writer the same lock order, so overlapping
         // batches wait for each other instead of deadlocking. The sort is
         // stable: copies of one address keep their batch order.
-        let mut by_node: BTreeMap<usize, Vec<(u32, Vec<Pending>)>> = BTreeMap::new();
-        for (shard, mut items) in groups {
-            items.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
-            by_node
-                .entry(self.inner.topology.cluster_index(shard)?)
-                .or_default()
-                .push((shard, items));
-        }
-        let shards: Vec<u32> = by_node
-            .values()
-            .flat_map(|groups| groups.iter().map(|(shard, _)| *shard))
+        let mut todo: Vec<(u32, Vec<Pending>)> = groups
+            .into_iter()
+            .map(|(shard, mut items)| {
+                items.sort_by(|a, b| a.cell.key.cmp(&b.cell.key));
+                (shard, items)
+            })
             .collect();
+        let shards: Vec<u32> = todo.iter().map(|(shard, _)| *shard).collect();
         let mut results: Vec<Option<CellResult>> = vec![None; count];
-        let mut writes = futures::stream::iter(
-            by_node
-                .into_iter()
-                .map(|(cluster, groups)| self.write_cluster(cluster, groups)),
-        )
-        .buffer_unordered(self.inner.topology.clusters.len().max(1));
-        while let Some(node_results) = writes.try_next().await? {
-            for (index, result) in node_results {
-                results[index] = Some(result);
+        // A cluster's part that meets a shard move goes again, to where
+        // the placements put its shards then (see `moving`).
+        let waited = std::time::Instant::now();
+        while !todo.is_empty() {
+            let mut by_node: BTreeMap<usize, Vec<(u32, Vec<Pending>)>> = BTreeMap::new();
+            for (shard, items) in todo {
+                by_node
+                    .entry(self.inner.topology.cluster_index(shard)?)
+                    .or_default()
+                    .push((shard, items));
+            }
+            let mut writes = futures::stream::iter(by_node.into_iter().map(|(cluster, groups)| {
+                let groups = Arc::new(groups);
+                async move {
+                    (
+                        cluster,
+                        groups.clone(),
+                        self.write_cluster(cluster, groups).await,
+                    )
+                }
+            }))
+            .buffer_unordered(self.inner.topology.clusters.len().max(1));
+            todo = Vec::new();
+            while let Some((cluster, groups, outcome)) = writes.next().await {
+                match outcome {
+                    Ok(node_results) => {
+                        for (index, result) in node_results {
+                            results[index] = Some(result);
+                        }
+                    }
+                    Err(e) => {
+                        let of_groups: Vec<u32> = groups.iter().map(|(s, _)| *s).collect();
+                        if !self.follows_move(&e, &of_groups, cluster, waited).await {
+                            return Err(e);
+                        }
+                        todo.extend(groups.iter().map(|(shard, items)| {
+                            (*shard, items.iter().map(Pending::again).collect())
+                        }));
+                    }
+                }
             }
         }
-        drop(writes);
         for shard in shards {
             self.inner.signal.notify(shard);
         }
@@ -129,7 +156,7 @@ impl MySqlStore {
         groups: Vec<(u32, Vec<Pending>)>,
     ) -> Result<Vec<(usize, CellResult)>> {
         let shards: Vec<u32> = groups.iter().map(|(s, _)| *s).collect();
-        let results = self.write_node(groups).await?;
+        let results = self.write_node(Arc::new(groups)).await?;
         for shard in shards {
             self.inner.signal.notify(shard);
         }
@@ -142,7 +169,7 @@ impl MySqlStore {
     async fn write_cluster(
         &self,
         cluster: usize,
-        groups: Vec<(u32, Vec<Pending>)>,
+        groups: Groups,
     ) -> Result<Vec<(usize, CellResult)>> {
         if self.inner.buffer_secondaries == 0 {
             if self.inner.durability == config::Durability::TwoHosts {
@@ -176,6 +203,13 @@ impl MySqlStore {
                     .collect();
                 crate::mysql::buffer::forget(self, &held, &refused).await;
                 Ok(results)
+            }
+            Err(e) if e.is_moving() || e.is_missing_table() => {
+                // The write goes again where the shard is now, buffered
+                // again there: these copies are not needed.
+                let all: Vec<&CellKey> = keys.values().collect();
+                crate::mysql::buffer::forget(self, &held, &all).await;
+                Err(e)
             }
             Err(e) if e.is_unavailable() => {
                 tracing::debug!(
@@ -222,10 +256,7 @@ impl MySqlStore {
     /// transaction is rolled back whole and every group takes the careful
     /// path ([`MySqlStore::write_group`]), which compares and inserts what
     /// is missing.
-    async fn write_node(
-        &self,
-        groups: Vec<(u32, Vec<Pending>)>,
-    ) -> Result<Vec<(usize, CellResult)>> {
+    async fn write_node(&self, groups: Groups) -> Result<Vec<(usize, CellResult)>> {
         let Some(&(first_shard, _)) = groups.first() else {
             return Ok(Vec::new());
         };
@@ -236,7 +267,6 @@ impl MySqlStore {
                 .iter()
                 .all(|p| seen.insert(&p.cell.key) && !sql::needs_bind(&p.encoded))
         });
-        let groups = Arc::new(groups);
         if fast {
             match self.inner.committers[cluster]
                 .write(self, cluster, groups.clone())

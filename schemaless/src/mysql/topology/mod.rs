@@ -48,9 +48,10 @@ pub struct ClusterNodes {
     /// then the minions. Which of them is the master now is in `roles`.
     pub members: Vec<Arc<Node>>,
     roles: Arc<RwLock<Roles>>,
-    /// The shards config gives it. Which it holds now (after shard moves)
-    /// is [`Topology::shards_of`].
-    pub configured: config::ShardRange,
+    /// The shards config gives it (none for a cluster added to split
+    /// another). Which it holds now (after shard moves) is
+    /// [`Topology::shards_of`].
+    pub configured: Option<config::ShardRange>,
 }
 
 /// Which member is the master, since which promotion.
@@ -190,7 +191,7 @@ impl Topology {
         let most_shards = config
             .clusters
             .iter()
-            .map(|c| c.shards.len())
+            .map(|c| c.shards.map_or(0, |r| r.len()))
             .max()
             .unwrap_or(0);
         let prepared_reads = most_shards <= MAX_PREPARED_SHARDS_PER_NODE;
@@ -201,7 +202,7 @@ impl Topology {
         };
         let mut cluster_of_shard = vec![usize::MAX; config.instance.shard_count as usize];
         for (i, c) in config.clusters.iter().enumerate() {
-            for shard in c.shards.iter() {
+            for shard in c.shards.iter().flat_map(|r| r.iter()) {
                 // A config built in code skips validation: refuse a range
                 // past the shard count rather than index out of bounds.
                 let slot = cluster_of_shard.get_mut(shard as usize).ok_or_else(|| {

@@ -104,7 +104,7 @@ pub async fn refresh(topology: &Topology) -> Vec<u32> {
             continue;
         };
         if topology.place(p.shard, cluster, p.epoch) {
-            tracing::warn!(shard = p.shard, cluster = %p.cluster, epoch = p.epoch, "shard placed on another cluster");
+            tracing::info!(shard = p.shard, cluster = %p.cluster, epoch = p.epoch, "shard placed on another cluster");
             metrics::counter!("mezzanine_schemaless_placements_seen_total").increment(1);
             changed.push(p.shard);
         }

@@ -34,7 +34,14 @@ pub enum ClusterCommand {
     /// within `storage.topology_refresh_ms`. Refused while the master
     /// still answers, and for a minion that received less than another.
     Promote(PromoteArgs),
+    /// Add a cluster to the config file, holding no shards yet, and create
+    /// the instance's metadata on its master: the first step of splitting
+    /// a cluster. Roll the new config out to every process, then move
+    /// shards to it with `mezzanine shard move`.
+    Add(add::AddArgs),
 }
+
+mod add;
 
 #[derive(Args)]
 pub struct PromoteArgs {
@@ -102,6 +109,7 @@ pub async fn run(command: ClusterCommand, config: &Path, dir: &Path) -> anyhow::
             print_storage_nodes(&crate::load_config(config)?).await
         }
         ClusterCommand::Promote(args) => promote(args, config, dir).await,
+        ClusterCommand::Add(args) => add::add(args, config).await,
     }
 }
 

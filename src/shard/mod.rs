@@ -1,5 +1,7 @@
-//! `mezzanine shard status`: which cluster holds each shard now, against
-//! the ranges config gave the clusters, and the placements recorded since.
+//! `mezzanine shard`: `status` (which cluster holds each shard now,
+//! against the ranges config gave the clusters, the placements recorded
+//! since and the moves in progress) here; `move`, `resume`, `rollback` and
+//! `gc` in [`moving`].
 
 use std::path::Path;
 
@@ -9,6 +11,8 @@ use schemaless::mysql::Topology;
 use serde::Serialize;
 
 use crate::table::Table;
+
+mod moving;
 
 #[derive(Subcommand)]
 pub enum ShardCommand {
@@ -20,6 +24,23 @@ pub enum ShardCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Moves shards to another cluster while they take writes: copies each
+    /// shard (a snapshot, then its change log), fences its writes for the
+    /// last cells (writers wait, none fail), switches the placement every
+    /// store follows, and keeps the old copy read-only until `shard gc`.
+    /// One shard at a time.
+    Move(moving::MoveArgs),
+    /// Finishes every move that was killed or failed: one that had not
+    /// switched starts again from its copy (keeping what it copied), one
+    /// that had switched only finishes.
+    Resume(moving::OutputArgs),
+    /// Gives up every unfinished move (or those of SHARDS) that has not
+    /// switched: lifts its fences and drops the partial copy; the shard
+    /// stays where it was. A switched move is refused (move it back).
+    Rollback(moving::RollbackArgs),
+    /// Drops the old copies of moves finished at least the grace period
+    /// ago, from the clusters the shards left.
+    Gc(moving::GcArgs),
 }
 
 /// `shard status --json`.
@@ -29,6 +50,9 @@ struct Status {
     shard_count: u32,
     clusters: Vec<ClusterShards>,
     placements: Vec<Placed>,
+    /// Every move still in progress, and the finished ones whose old copy
+    /// `shard gc` has not dropped yet.
+    moves: Vec<schemaless::mysql::moves::MoveRecord>,
 }
 
 #[derive(Serialize)]
@@ -56,6 +80,10 @@ pub async fn run(command: ShardCommand, config_path: &Path) -> anyhow::Result<()
     let topology = Topology::from_config(&config)?;
     let result = match command {
         ShardCommand::Status { json } => status(&topology, json).await,
+        ShardCommand::Move(args) => moving::start(&topology, args).await,
+        ShardCommand::Resume(args) => moving::resume(&topology, args).await,
+        ShardCommand::Rollback(args) => moving::rollback(&topology, args).await,
+        ShardCommand::Gc(args) => moving::gc(&topology, args).await,
     };
     topology.close().await;
     result
@@ -65,7 +93,13 @@ async fn status(topology: &Topology, json: bool) -> anyhow::Result<()> {
     let mut recorded: Vec<_> = placement::recorded(topology).await.into_values().collect();
     recorded.sort_by_key(|p| p.shard);
     placement::refresh(topology).await;
+    let moves: Vec<_> = schemaless::mysql::moves::state::recorded(topology)
+        .await
+        .into_iter()
+        .filter(|m| m.phase.in_progress() || m.phase == schemaless::mysql::moves::Phase::Done)
+        .collect();
     let status = Status {
+        moves,
         instance: topology.instance.clone(),
         shard_count: topology.shard_count,
         clusters: topology
@@ -76,7 +110,7 @@ async fn status(topology: &Topology, json: bool) -> anyhow::Result<()> {
                 let shards = topology.shards_of(i);
                 ClusterShards {
                     name: c.name.clone(),
-                    configured: c.configured.to_string(),
+                    configured: c.configured.map_or("-".to_string(), |r| r.to_string()),
                     holds: ranges(&shards),
                     shards: shards.len(),
                 }
@@ -110,6 +144,7 @@ async fn status(topology: &Topology, json: bool) -> anyhow::Result<()> {
         ]);
     }
     table.print("  ");
+    moving::print_moves(&status.moves);
     if status.placements.is_empty() {
         println!("no shard has moved: every shard is where config put it");
         return Ok(());

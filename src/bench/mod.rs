@@ -17,7 +17,9 @@
 //!   the lag from a commit to its cells readable in Schemaless;
 //! - [`availability`]: write throughput and latency with buffered writes
 //!   off and on, and the time from a master's death to the first write
-//!   taken, on private servers of its own (it kills a master).
+//!   taken, on private servers of its own (it kills a master);
+//! - [`moves`]: a shard move's copy against `LOAD DATA`, its fence, and
+//!   write latency on the moved shards before and during the moves.
 
 mod availability;
 mod backfill;
@@ -26,6 +28,7 @@ mod cells;
 mod cpu;
 mod index;
 mod mirror;
+mod moves;
 mod point_reads;
 mod stats;
 mod verify;
@@ -72,6 +75,11 @@ pub enum BenchCommand {
     /// concurrency: get_cell_latest p50/p99 and put throughput, on the
     /// dev cluster.
     Worker(worker::WorkerArgs),
+    /// A shard move's copy throughput against a raw LOAD DATA of the same
+    /// cells into the same target master, the fence's length, and write
+    /// p99 on the moved shards before and during the moves, on the dev
+    /// cluster.
+    Move(moves::MoveArgs),
 }
 
 pub async fn run(command: BenchCommand, config: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
@@ -111,6 +119,7 @@ async fn run_one(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Availability(args) => availability::run(args, config, cluster_dir).await,
         BenchCommand::Capture(args) => capture::run(args, config, cluster_dir).await,
         BenchCommand::Worker(args) => worker::run(args, config, cluster_dir).await,
+        BenchCommand::Move(args) => moves::run(args, config, cluster_dir).await,
     }
 }
 

@@ -41,11 +41,42 @@ impl<'a> Inserter<'a> {
         }
     }
 
+    /// The statements inserting `records`, cut as [`Inserter::push`]
+    /// cuts them, each with its row count: for a caller that sends several
+    /// at once.
+    pub fn statements(&mut self, records: &[Record]) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        for record in records {
+            if self.full_before(record) {
+                out.push(self.take());
+            }
+            self.push_row(record);
+            if self.rows >= INSERT_ROWS {
+                out.push(self.take());
+            }
+        }
+        if self.rows > 0 {
+            out.push(self.take());
+        }
+        out
+    }
+
+    fn full_before(&self, record: &Record) -> bool {
+        self.rows > 0 && self.statement.len() + 2 * record.body.len() + 200 > self.budget
+    }
+
+    fn take(&mut self) -> (String, u64) {
+        (
+            std::mem::take(&mut self.statement),
+            std::mem::take(&mut self.rows),
+        )
+    }
+
     /// Adds a row; returns how many rows were written by a statement this
     /// sent (0 if it only buffered).
     pub async fn push(&mut self, record: &Record) -> Result<u64, BackupError> {
         let mut written = 0;
-        if self.rows > 0 && self.statement.len() + 2 * record.body.len() + 200 > self.budget {
+        if self.full_before(record) {
             written = self.flush().await?;
         }
         self.push_row(record);

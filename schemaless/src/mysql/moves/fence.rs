@@ -41,6 +41,18 @@ pub enum Hold {
     Always,
 }
 
+/// Which tables a fence covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every table of the shard's database: what the last pass and the
+    /// copy of the other tables need frozen.
+    Shard,
+    /// Only `entity`: the cells, which is what the switch needs held.
+    /// (Each trigger is a DDL statement of a few milliseconds, and the
+    /// fence's length is what writers wait.)
+    Entity,
+}
+
 /// The shard database's tables, entity first.
 pub async fn tables(node: &Node, database: &str) -> Result<Vec<String>> {
     let rows = node
@@ -60,7 +72,13 @@ pub async fn tables(node: &Node, database: &str) -> Result<Vec<String>> {
 /// refused while it holds. `entity` takes inserts only (cells are never
 /// changed); the trigger bookkeeping and index tables are changed in
 /// place, so they are fenced for updates and deletes too.
-pub async fn fence(node: &Node, database: &str, shard: u32, hold: Hold) -> Result<()> {
+pub async fn fence(
+    node: &Node,
+    database: &str,
+    shard: u32,
+    hold: Hold,
+    scope: Scope,
+) -> Result<()> {
     let condition = match hold {
         Hold::Until(ms) => {
             let now: f64 = node
@@ -76,7 +94,10 @@ pub async fn fence(node: &Node, database: &str, shard: u32, hold: Hold) -> Resul
     let mut statements = vec![format!(
         "SET SESSION lock_wait_timeout = {LOCK_WAIT_SECONDS}"
     )];
-    for (i, table) in tables(node, database).await?.iter().enumerate() {
+    for table in tables(node, database).await? {
+        if scope == Scope::Entity && table != "entity" {
+            continue;
+        }
         let events: &[&str] = if table == "entity" {
             &["INSERT"]
         } else {
@@ -84,17 +105,33 @@ pub async fn fence(node: &Node, database: &str, shard: u32, hold: Hold) -> Resul
         };
         for event in events {
             statements.push(format!(
-                "CREATE OR REPLACE TRIGGER `{database}`.`{PREFIX}{i}_{}` BEFORE {event} ON `{database}`.`{table}`
+                "CREATE OR REPLACE TRIGGER `{database}`.`{}` BEFORE {event} ON `{database}`.`{table}`
                  FOR EACH ROW IF {condition} THEN
                    SIGNAL SQLSTATE '45000' SET MYSQL_ERRNO = 1644,
                      MESSAGE_TEXT = '{MESSAGE}: shard {shard} is fenced for a move';
                  END IF",
-                &event[..1].to_ascii_lowercase()
+                trigger_name(&table, event)
             ));
         }
     }
     statements.push("SET SESSION lock_wait_timeout = DEFAULT".to_string());
     node.execute(statements.join(";\n")).await
+}
+
+/// The name of the fence trigger of `table` for `event`: named by the
+/// table, so fencing again (the table list changes when `entity` is
+/// renamed) replaces each table's own trigger. Trigger names take 64
+/// characters; a longer one ends in a hash of the table's name instead.
+fn trigger_name(table: &str, event: &str) -> String {
+    let event = event[..1].to_ascii_lowercase();
+    let name = format!("{PREFIX}{event}_{table}");
+    if name.len() <= 64 {
+        return name;
+    }
+    let hash = table.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{PREFIX}{event}_{hash:016x}")
 }
 
 /// Takes the fence of the shard database down, if it has one.
@@ -127,4 +164,25 @@ pub async fn fences(node: &Node, database: &str) -> Result<Vec<String>> {
     rows.iter()
         .map(|r| r.try_get::<String, _>(0).map_err(|e| node.error(e)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trigger_names_follow_the_table_and_fit() {
+        assert_eq!(trigger_name("entity", "INSERT"), "mz_fence_i_entity");
+        assert_eq!(
+            trigger_name("ix2_by_driver", "DELETE"),
+            "mz_fence_d_ix2_by_driver"
+        );
+        let long = "t".repeat(64);
+        let name = trigger_name(&long, "UPDATE");
+        assert!(
+            name.len() <= 64 && name.starts_with("mz_fence_u_"),
+            "{name}"
+        );
+        assert_ne!(name, trigger_name(&"u".repeat(64), "UPDATE"));
+    }
 }

@@ -30,11 +30,11 @@ use std::time::{Duration, Instant};
 
 use sqlx::Row;
 
-use super::fence::{self, Hold};
+use super::fence::{self, Hold, Scope};
 use super::state::{self, MoveRecord, Phase};
 use super::{side, ShardCopy, MOVED_ENTITY};
 use crate::mysql::backup::BackupError;
-use crate::mysql::topology::{placement, Node, Topology};
+use crate::mysql::topology::{placement, ClusterNodes, Node, Topology};
 
 /// How a move runs.
 #[derive(Clone, Debug)]
@@ -77,6 +77,10 @@ pub struct MoveReport {
     pub copy_ms: u64,
     /// How long writes to the shard were refused.
     pub fence_ms: u64,
+    /// When the fence went up and came down (microseconds since the
+    /// epoch, this host's clock), to line up with writers' latencies.
+    pub fenced_from_us: Option<i64>,
+    pub fenced_until_us: Option<i64>,
 }
 
 /// Checks a move of `shards` to the cluster named `target` and returns
@@ -149,6 +153,8 @@ pub async fn run(
         side_rows: 0,
         copy_ms: 0,
         fence_ms: 0,
+        fenced_from_us: None,
+        fenced_until_us: None,
     };
     placement::refresh(topology).await;
     let target_index = topology
@@ -168,40 +174,54 @@ pub async fn run(
                 break;
             }
         }
+        // The target's minions apply the copy before the switch, so that
+        // minion reads on the new home are not behind by a whole shard;
+        // then one more pass, for what came in meanwhile.
+        minions_applied(&topology.clusters[target_index]).await;
+        copy.catch_up().await?;
+        report.passes += 1;
         report.copy_ms = started.elapsed().as_millis() as u64;
         fenced_at = Some(Instant::now());
+        report.fenced_from_us = Some(crate::cell::now_micros());
+        let mut lap = Lap::new(record.shard);
+        let until = Hold::Until(options.fence_timeout.as_millis() as u64);
+        retry_ddl(|| fence::fence(&source, &database, record.shard, until, Scope::Shard)).await?;
+        lap.mark("source fenced");
+        record.copied = copy.copied();
+        save(topology, record, Phase::Fenced, options).await?;
+        lap.mark("phase saved");
+        copy.catch_up().await?;
+        lap.mark("last pass");
+        report.side_rows = side::copy(&source, &target, &database).await?;
+        lap.mark("other tables copied");
+        // The target takes no cell until the old copy is out of sight.
+        retry_ddl(|| fence::fence(&target, &database, record.shard, until, Scope::Entity)).await?;
+        lap.mark("target fenced");
+        // Cells never reach the source again: not even if the deadline
+        // lapses now. (Its other tables are made permanent after the
+        // switch, outside the writers' wait: see below.)
         retry_ddl(|| {
             fence::fence(
                 &source,
                 &database,
                 record.shard,
-                Hold::Until(options.fence_timeout.as_millis() as u64),
+                Hold::Always,
+                Scope::Entity,
             )
         })
         .await?;
-        record.copied = copy.copied();
-        save(topology, record, Phase::Fenced, options).await?;
-        copy.catch_up().await?;
-        report.side_rows = side::copy(&source, &target, &database).await?;
-        retry_ddl(|| {
-            fence::fence(
-                &target,
-                &database,
-                record.shard,
-                Hold::Until(options.fence_timeout.as_millis() as u64),
-            )
-        })
-        .await?;
-        retry_ddl(|| fence::fence(&source, &database, record.shard, Hold::Always)).await?;
+        lap.mark("source entity fenced for good");
         // The deadline may have lapsed on a slow pass: what it let in is
         // copied now, under the permanent fence.
         if copy.catch_up().await? > 0 {
             report.side_rows = side::copy(&source, &target, &database).await?;
         }
+        lap.mark("checking pass");
         let (on_source, on_target) = (
             level(&source, &database).await?,
             level(&target, &database).await?,
         );
+        lap.mark("counts compared");
         if on_source != on_target {
             // Writes resume at the source; `shard resume` starts over.
             fence::lift(&source, &database).await?;
@@ -216,6 +236,7 @@ pub async fn run(
         record.copied = copy.copied();
         report.copied = copy.copied();
         placement::record(topology, record.shard, &record.target).await?;
+        lap.mark("placement recorded");
     }
     // Switched: the old copy's reads sent to the new home, then its writes.
     retry_ddl(|| rename_old_copy(&source, &database)).await?;
@@ -223,10 +244,67 @@ pub async fn run(
     retry_ddl(|| fence::lift(&target, &database)).await?;
     if let Some(at) = fenced_at {
         report.fence_ms = at.elapsed().as_millis() as u64;
+        report.fenced_until_us = Some(crate::cell::now_micros());
     }
+    // The old copy's other tables refuse writes for good, long before the
+    // deadline: a store that has not read the placement yet (it re-reads
+    // it every `storage.topology_refresh_ms`) and writes an index entry
+    // or a trigger offset there is told to follow the move, never lets it
+    // land where no one will look.
+    retry_ddl(|| fence::fence(&source, &database, record.shard, Hold::Always, Scope::Shard))
+        .await?;
     record.fence_ms = Some(report.fence_ms);
     save(topology, record, Phase::Done, options).await?;
     Ok(report)
+}
+
+/// Times the steps under the fence (logged at debug level).
+struct Lap {
+    shard: u32,
+    last: Instant,
+}
+
+impl Lap {
+    fn new(shard: u32) -> Lap {
+        Lap {
+            shard,
+            last: Instant::now(),
+        }
+    }
+
+    fn mark(&mut self, step: &str) {
+        tracing::debug!(
+            shard = self.shard,
+            step,
+            ms = self.last.elapsed().as_secs_f64() * 1e3,
+            "shard move step"
+        );
+        self.last = Instant::now();
+    }
+}
+
+/// Waits (a minute at most) until every minion of `cluster` has applied
+/// what its master has now. A minion that does not is only warned about:
+/// it is behind as any minion may be, and the move does not need it.
+async fn minions_applied(cluster: &ClusterNodes) {
+    let position = match cluster.master().gtid_binlog_pos().await {
+        Ok(p)
+            if p.chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '-' | ',')) =>
+        {
+            p
+        }
+        Ok(_) | Err(_) => return,
+    };
+    for minion in cluster.minions() {
+        let waited = minion
+            .fetch_all(format!("SELECT MASTER_GTID_WAIT('{position}', 60)"))
+            .await
+            .map(|rows| rows.first().and_then(|r| r.try_get::<i64, _>(0).ok()));
+        if waited.as_ref().ok() != Some(&Some(0)) {
+            tracing::warn!(minion = %minion.label, "a minion of the move's target did not apply the copy within a minute; moving on");
+        }
+    }
 }
 
 /// The source and target masters of a record's move.

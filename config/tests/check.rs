@@ -86,6 +86,20 @@ fn gaps_are_rejected_naming_the_missing_shard() {
 }
 
 #[test]
+fn a_cluster_without_shards_is_one_added_for_a_split() {
+    let text =
+        format!("{GOOD}\n[[cluster]]\nname = \"c\"\nmaster = \"mysql://root@127.0.0.1:33081\"\n");
+    let config = Config::parse(&text, "split.toml").unwrap();
+    assert_eq!(config.clusters[2].shards, None);
+    assert_eq!(config.cluster_for_shard(5).unwrap().name, "b");
+    // It holds nothing: the others must still cover every shard.
+    let text = text.replace("shards = \"4-7\"\n", "");
+    let (_, key, message) = invalid(&text);
+    assert_eq!(key, "cluster");
+    assert!(message.contains("leave shard 4 uncovered"), "{message}");
+}
+
+#[test]
 fn ranges_past_the_shard_count_are_rejected() {
     let text = GOOD.replace("\"4-7\"", "\"4-8\"");
     let (line, key, message) = invalid(&text);
@@ -165,9 +179,10 @@ fn missing_sections_and_syntax_errors_are_located() {
     assert!(message.contains("string"), "{message}");
 
     // A missing key is reported at its table.
-    let (line, key, message) = invalid(&GOOD.replace("shards = \"4-7\"\n", ""));
+    let (line, key, message) =
+        invalid(&GOOD.replace("master = \"mysql://root@127.0.0.1:33071\"\n", ""));
     assert_eq!((line, key.as_str()), (11, "cluster[1]"));
-    assert!(message.contains("shards"), "{message}");
+    assert!(message.contains("master"), "{message}");
 }
 
 #[test]

@@ -273,6 +273,110 @@ fn run_trigger(trigger: Trigger) -> (CancellationToken, tokio::task::JoinHandle<
     )
 }
 
+/// An index maintainer and a recording trigger, run by a store; started
+/// again (from their saved offsets) on a store of a new config.
+struct Watchers {
+    version: u32,
+    seen: Seen,
+    running: Vec<(CancellationToken, tokio::task::JoinHandle<()>)>,
+}
+
+impl Watchers {
+    /// Builds a version of the index and makes it active, starts its
+    /// maintainer and the trigger, writes 200 cells and checks the index
+    /// answers what they imply. Returns them with those cells.
+    async fn start(
+        store: &MySqlStore,
+        config: &config::Config,
+    ) -> (Watchers, HashMap<CellKey, Body>) {
+        let version = index::create_version(store, "by_driver").await.unwrap();
+        let mut watchers = Watchers {
+            version,
+            seen: Arc::default(),
+            running: Vec::new(),
+        };
+        watchers.run(store, config);
+        until_caught_up(store, &index::trigger_name("by_driver", version)).await;
+        index::switch(store, "by_driver", version).await.unwrap();
+        let mut initial = HashMap::new();
+        for chunk in (50_000_000u128..50_000_200).collect::<Vec<_>>().chunks(50) {
+            let batch: Vec<_> = chunk
+                .iter()
+                .map(|&r| {
+                    cell(
+                        r,
+                        "BASE",
+                        1,
+                        json!({ "driver": DRIVERS[(r % 3) as usize], "n": r as u64 }),
+                    )
+                })
+                .collect();
+            for (c, r) in batch
+                .iter()
+                .zip(store.put_cells(batch.clone()).await.unwrap())
+            {
+                r.unwrap();
+                initial.insert(c.key.clone(), c.body.clone());
+            }
+        }
+        until_caught_up(store, &index::trigger_name("by_driver", version)).await;
+        assert_eq!(index_answers(store).await, expected_entries(&initial));
+        (watchers, initial)
+    }
+
+    fn run(&mut self, store: &MySqlStore, config: &config::Config) {
+        self.running.push(run_trigger(
+            Maintainer::trigger(store, "by_driver", self.version, &config.triggers).unwrap(),
+        ));
+        self.running.push(run_trigger(
+            Trigger::new(
+                "orders",
+                column("BASE"),
+                store.clone(),
+                Arc::new(Recorder {
+                    seen: self.seen.clone(),
+                }),
+                config.triggers.clone(),
+            )
+            .unwrap(),
+        ));
+    }
+
+    async fn stop(&mut self) {
+        for (cancel, run) in self.running.drain(..) {
+            cancel.cancel();
+            run.await.unwrap();
+        }
+    }
+
+    /// Once caught up: the index answers what the acknowledged cells
+    /// imply, and the trigger handled every cell, the first time in
+    /// added_id order per shard.
+    async fn check(mut self, store: &MySqlStore, acked: &HashMap<CellKey, Body>) {
+        until_caught_up(store, &index::trigger_name("by_driver", self.version)).await;
+        assert_eq!(index_answers(store).await, expected_entries(acked));
+        until_caught_up(store, "orders").await;
+        self.stop().await;
+        let seen = self.seen.lock().unwrap().clone();
+        let handled: BTreeSet<&String> = seen.iter().map(|s| &s.2).collect();
+        for key in acked.keys() {
+            assert!(handled.contains(&key.to_string()), "{key} never handled");
+        }
+        let mut first: HashMap<String, ()> = HashMap::new();
+        let mut last: HashMap<u32, u64> = HashMap::new();
+        for (shard, added_id, key) in &seen {
+            if first.insert(key.clone(), ()).is_some() {
+                continue;
+            }
+            assert!(
+                last.insert(*shard, *added_id)
+                    .is_none_or(|prev| prev < *added_id),
+                "shard {shard}: {key} (added_id {added_id}) handled after a later cell"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shards_move_under_load_with_a_trigger_and_an_index_running() {
     let t = Instance::with_limits(SHARDS, EXTRA).await;
@@ -282,51 +386,7 @@ async fn shards_move_under_load_with_a_trigger_and_an_index_running() {
         topology.clusters[1].name.clone(),
     );
     assert_eq!(topology.cluster(0).unwrap().name, a);
-
-    // The index: a version built and active, its maintainer running.
-    let version = index::create_version(&t.store, "by_driver").await.unwrap();
-    let (stop_index, index_run) = run_trigger(
-        Maintainer::trigger(&t.store, "by_driver", version, &t.config.triggers).unwrap(),
-    );
-    until_caught_up(&t.store, &index::trigger_name("by_driver", version)).await;
-    index::switch(&t.store, "by_driver", version).await.unwrap();
-    // A trigger recording what it handles.
-    let seen: Seen = Arc::default();
-    let (stop_trigger, trigger_run) = run_trigger(
-        Trigger::new(
-            "orders",
-            column("BASE"),
-            t.store.clone(),
-            Arc::new(Recorder { seen: seen.clone() }),
-            t.config.triggers.clone(),
-        )
-        .unwrap(),
-    );
-
-    // Cells before the move; the index answers what they imply.
-    let mut initial = HashMap::new();
-    for chunk in (50_000_000u128..50_000_200).collect::<Vec<_>>().chunks(50) {
-        let batch: Vec<_> = chunk
-            .iter()
-            .map(|&r| {
-                cell(
-                    r,
-                    "BASE",
-                    1,
-                    json!({ "driver": DRIVERS[(r % 3) as usize], "n": r as u64 }),
-                )
-            })
-            .collect();
-        for (c, r) in batch
-            .iter()
-            .zip(t.store.put_cells(batch.clone()).await.unwrap())
-        {
-            r.unwrap();
-            initial.insert(c.key.clone(), c.body.clone());
-        }
-    }
-    until_caught_up(&t.store, &index::trigger_name("by_driver", version)).await;
-    assert_eq!(index_answers(&t.store).await, expected_entries(&initial));
+    let (watchers, initial) = Watchers::start(&t.store, &t.config).await;
 
     let load = Load::start(&t.config, 0);
     load.more().await;
@@ -368,36 +428,7 @@ async fn shards_move_under_load_with_a_trigger_and_an_index_running() {
             "{tables:?}"
         );
     }
-
-    // The index answers what the acknowledged cells imply, moved shards
-    // included.
-    until_caught_up(&t.store, &index::trigger_name("by_driver", version)).await;
-    assert_eq!(index_answers(&t.store).await, expected_entries(&acked));
-
-    // The trigger handled every cell, the first time in added_id order
-    // per shard.
-    until_caught_up(&t.store, "orders").await;
-    let seen = seen.lock().unwrap().clone();
-    let handled: BTreeSet<&String> = seen.iter().map(|s| &s.2).collect();
-    for key in acked.keys() {
-        assert!(handled.contains(&key.to_string()), "{key} never handled");
-    }
-    let mut first: HashMap<String, ()> = HashMap::new();
-    let mut last: HashMap<u32, u64> = HashMap::new();
-    for (shard, added_id, key) in &seen {
-        if first.insert(key.clone(), ()).is_some() {
-            continue;
-        }
-        assert!(
-            last.insert(*shard, *added_id)
-                .is_none_or(|prev| prev < *added_id),
-            "shard {shard}: {key} (added_id {added_id}) handled after a later cell"
-        );
-    }
-    stop_trigger.cancel();
-    stop_index.cancel();
-    trigger_run.await.unwrap();
-    index_run.await.unwrap();
+    watchers.check(&t.store, &acked).await;
 
     // Done moves are listed until `shard gc` drops their old copies.
     let done = state::recorded(&mover).await;
@@ -602,7 +633,7 @@ async fn a_cluster_added_and_split_under_load_loses_nothing() {
     let at = text.find("\n[[cluster]]\nname = \"b\"").unwrap();
     let b_table = text[at..].to_string();
     let one_cluster = format!(
-        "{}\n",
+        "{}\n{EXTRA}",
         text[..at].replace("shards = \"0-3\"", "shards = \"0-7\"")
     );
     let config = applied(&one_cluster).await;
@@ -615,6 +646,8 @@ async fn a_cluster_added_and_split_under_load_loses_nothing() {
             .collect::<Vec<_>>()
     };
     let (master, minions) = (url("master").remove(0), url("minions"));
+    let store = MySqlStore::connect(&config).unwrap();
+    let (mut watchers, initial) = Watchers::start(&store, &config).await;
     let load = Load::start(&config, 0);
     load.more().await;
 
@@ -634,6 +667,9 @@ async fn a_cluster_added_and_split_under_load_loses_nothing() {
     // The stores of the load have the old config: as the runbook says,
     // every process gets the new one before shards move.
     let acked_before = load.finish().await;
+    watchers.stop().await;
+    let store = MySqlStore::connect(&split).unwrap();
+    watchers.run(&store, &split);
     let load = Load::start(&split, 10_000_000);
     load.more().await;
     let out = mezzanine(
@@ -657,12 +693,13 @@ async fn a_cluster_added_and_split_under_load_loses_nothing() {
     load.more().await;
     let mut acked = load.finish().await;
     acked.extend(acked_before);
-    let store = MySqlStore::connect(&split).unwrap();
+    acked.extend(initial);
     schemaless::mysql::topology::placement::refresh(store.topology()).await;
     let status = status_json(file.path());
     assert_eq!(status["clusters"][0]["holds"], "0-3", "{status}");
     assert_eq!(status["clusters"][1]["holds"], "4-7", "{status}");
     nothing_lost_or_duplicated(&store, &acked).await;
+    watchers.check(&store, &acked).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

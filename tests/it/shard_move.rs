@@ -72,8 +72,9 @@ struct Load {
 }
 
 impl Load {
-    /// Two writers of BASE cells (each write must succeed: a fence makes
-    /// writers wait, never fail) and one reader of acknowledged cells
+    /// Two writers of 4-cell batches, 5 ms apart (each write must succeed:
+    /// a fence makes writers wait, never fail) and one reader of
+    /// acknowledged cells
     /// (each read must be answered with the acknowledged body or flagged
     /// stale), on stores of `config` other than the mover's.
     fn start(config: &config::Config, from_row: u128) -> Load {
@@ -104,13 +105,16 @@ impl Load {
                         .put_cells(batch.clone())
                         .await
                         .expect("a write during a shard move");
-                    let mut acked = acked.lock().unwrap();
-                    for (c, r) in batch.into_iter().zip(results) {
-                        r.expect("a cell written during a shard move");
-                        acked.insert(c.key, c.body);
+                    {
+                        let mut acked = acked.lock().unwrap();
+                        for (c, r) in batch.into_iter().zip(results) {
+                            r.expect("a cell written during a shard move");
+                            acked.insert(c.key, c.body);
+                        }
                     }
-                    drop(acked);
                     written.fetch_add(4, Ordering::Relaxed);
+                    // Steady, not flat out: other tests share the cores.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }));
         }
@@ -148,6 +152,7 @@ impl Load {
                     );
                 }
                 read2.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }));
         Load {

@@ -123,15 +123,30 @@ pub async fn start_offsets(pool: &PgPool, schemaless: &MySqlStore) -> Result<u64
     let heads = schemaless.log_heads().await?;
     let shards: Vec<i32> = (0..heads.len() as i32).collect();
     let heads: Vec<i64> = heads.iter().map(|&h| h as i64).collect();
-    let done = sqlx::query(
-        "/* mezzanine */ INSERT INTO mezzanine.reverse_offsets (shard, added_id)
-         SELECT * FROM UNNEST($1::int4[], $2::int8[]) ON CONFLICT (shard) DO NOTHING",
-    )
-    .bind(&shards)
-    .bind(&heads)
-    .execute(pool)
-    .await
-    .map_err(Error::postgres("starting the reverse offsets"))?;
+    // A shard's row locked by a running reverse mirror (a step back from
+    // `schemaless`) makes this insert wait for it to commit; under load
+    // that can pass the statement timeout. It changes only the rows that
+    // are missing, so it is simply tried again.
+    let insert = || async {
+        sqlx::query(
+            "/* mezzanine */ INSERT INTO mezzanine.reverse_offsets (shard, added_id)
+             SELECT * FROM UNNEST($1::int4[], $2::int8[]) ON CONFLICT (shard) DO NOTHING",
+        )
+        .bind(&shards)
+        .bind(&heads)
+        .execute(pool)
+        .await
+        .map_err(Error::postgres("starting the reverse offsets"))
+    };
+    let done = insert
+        .retry(retry::backoff(
+            Duration::from_millis(200),
+            Duration::from_secs(3),
+            6,
+        ))
+        .when(Error::is_retryable)
+        .notify(|e, wait| tracing::warn!("{e}; again in {wait:?}"))
+        .await?;
     Ok(done.rows_affected())
 }
 

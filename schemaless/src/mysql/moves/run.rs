@@ -3,12 +3,15 @@
 //!
 //! The order of the steps is what makes a move safe to kill anywhere:
 //!
-//! 1. *copying*, *catching up*: [`ShardCopy`] while writes go on.
-//! 2. *fenced*: the source's fence (with a deadline) goes up; the last
-//!    pass copies what landed before it, then the shard's other tables.
-//! 3. The target is fenced too (with a deadline), and the source's fence
-//!    made permanent; one more pass copies anything a lapsed deadline let
-//!    in, and counts are compared.
+//! 1. *copying*, *catching up*: [`ShardCopy`] while writes go on, until a
+//!    pass copies little; the target's minions apply the copy; one more
+//!    pass.
+//! 2. *fenced*: the source's fence (every table, with a deadline) goes
+//!    up; the last pass copies what landed before it, then the shard's
+//!    other tables are copied whole.
+//! 3. The target's `entity` is fenced (with a deadline), and the source's
+//!    `entity` fence made permanent; one more pass copies anything a
+//!    lapsed deadline let in, and counts are compared.
 //! 4. The placement is recorded: from here the target is the shard's
 //!    home. Stores that have not read it yet still write the source and
 //!    meet its permanent fence; they re-read the placements and follow.
@@ -18,7 +21,13 @@
 //!    instead of an answer the new home has moved past. Only then is the
 //!    target's fence lifted: no write lands on the new home while a read
 //!    could still be answered by the old one.
-//! 6. *done*; `shard gc` drops the old copy after the grace period.
+//! 6. *done*: the old copy's other tables are fenced for good (outside
+//!    the writers' wait, long before the deadline); `shard gc` drops the
+//!    old copy after the grace period.
+//!
+//! Only `entity` is held inside the window writers wait through: each
+//! trigger is a DDL statement (a few milliseconds, replicated), and the
+//! rest needs holding only until the switch.
 //!
 //! Killed before step 4 a move leaves the shard at its source: fenced
 //! until the deadline at most (a permanent fence from step 3 until `shard

@@ -156,7 +156,11 @@ impl MySqlStore {
         groups: Vec<(u32, Vec<Pending>)>,
     ) -> Result<Vec<(usize, CellResult)>> {
         let shards: Vec<u32> = groups.iter().map(|(s, _)| *s).collect();
-        let results = self.write_node(Arc::new(groups)).await?;
+        let Some(&first) = shards.first() else {
+            return Ok(Vec::new());
+        };
+        let cluster = self.inner.topology.cluster_index(first)?;
+        let results = self.write_node(cluster, Arc::new(groups)).await?;
         for shard in shards {
             self.inner.signal.notify(shard);
         }
@@ -175,7 +179,7 @@ impl MySqlStore {
             if self.inner.durability == config::Durability::TwoHosts {
                 self.check_durable(cluster).await?;
             }
-            return self.write_node(groups).await;
+            return self.write_node(cluster, groups).await;
         }
         let held = crate::mysql::buffer::write(self, cluster, &groups).await?;
         let indexes: Vec<usize> = groups
@@ -186,7 +190,7 @@ impl MySqlStore {
             .iter()
             .flat_map(|(_, items)| items.iter().map(|p| (p.index, p.cell.key.clone())))
             .collect();
-        match self.write_node(groups).await {
+        match self.write_node(cluster, groups).await {
             Ok(results) => {
                 // An address the batch also wrote (a second copy of it
                 // conflicting with the first) keeps its buffered copies.
@@ -256,11 +260,15 @@ impl MySqlStore {
     /// transaction is rolled back whole and every group takes the careful
     /// path ([`MySqlStore::write_group`]), which compares and inserts what
     /// is missing.
-    async fn write_node(&self, groups: Groups) -> Result<Vec<(usize, CellResult)>> {
-        let Some(&(first_shard, _)) = groups.first() else {
+    ///
+    /// `cluster` is the one the groups were made for, not looked up again:
+    /// a shard placed elsewhere since must not take the others of its
+    /// group along (they would land where they do not live). A write to a
+    /// shard that moved meets its old home's fence and goes again.
+    async fn write_node(&self, cluster: usize, groups: Groups) -> Result<Vec<(usize, CellResult)>> {
+        if groups.is_empty() {
             return Ok(Vec::new());
-        };
-        let cluster = self.inner.topology.cluster_index(first_shard)?;
+        }
         let fast = groups.iter().all(|(_, items)| {
             let mut seen = HashSet::with_capacity(items.len());
             items

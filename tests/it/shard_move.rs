@@ -507,6 +507,35 @@ fn phase_of(status: &serde_json::Value, shard: u32) -> Option<String> {
         .map(|m| m["phase"].as_str().unwrap().to_string())
 }
 
+/// `shard move SHARD --to TO --hold-at PHASE` started in the background
+/// (with `extra` flags), once `shard status` shows the move holding at
+/// that phase (a minute at most).
+async fn move_held_at(
+    path: &std::path::Path,
+    shard: u32,
+    to: &str,
+    phase: &str,
+    extra: &[&str],
+) -> std::process::Child {
+    let shard_text = shard.to_string();
+    let mut args = vec!["shard", "move", &shard_text, "--to", to, "--hold-at", phase];
+    args.extend_from_slice(extra);
+    let child = mezzanine(path, &args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while phase_of(&status_json(path), shard).as_deref() != Some(phase) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the move of shard {shard} never reached {phase}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_move_killed_in_each_phase_resumes_to_the_same_end() {
     let (text, config) = instance_text("").await;
@@ -521,33 +550,14 @@ async fn a_move_killed_in_each_phase_resumes_to_the_same_end() {
         (3, "switched"),
     ] {
         load.more().await;
-        let mut child = mezzanine(
+        let mut child = move_held_at(
             file.path(),
-            &[
-                "shard",
-                "move",
-                &shard.to_string(),
-                "--to",
-                &b,
-                "--hold-at",
-                phase,
-                "--fence-timeout-ms",
-                "1500",
-            ],
+            shard,
+            &b,
+            phase,
+            &["--fence-timeout-ms", "1500"],
         )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-        let mut reached = false;
-        for _ in 0..600 {
-            if phase_of(&status_json(file.path()), shard).as_deref() == Some(phase) {
-                reached = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(reached, "the move of shard {shard} never reached {phase}");
+        .await;
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         // Writes go on (a fence lifts at its deadline; a switched
@@ -571,28 +581,8 @@ async fn a_move_killed_in_each_phase_resumes_to_the_same_end() {
     }
     // A move killed while catching up and rolled back: the shard stays,
     // the partial copy is gone.
-    let mut child = mezzanine(
-        file.path(),
-        &[
-            "shard",
-            "move",
-            "4",
-            "--to",
-            &config.clusters[0].name,
-            "--hold-at",
-            "catching_up",
-        ],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    for _ in 0..600 {
-        if phase_of(&status_json(file.path()), 4).as_deref() == Some("catching_up") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut child =
+        move_held_at(file.path(), 4, &config.clusters[0].name, "catching_up", &[]).await;
     child.kill().unwrap();
     child.wait().unwrap();
     let out = mezzanine(file.path(), &["shard", "rollback", "4"])
@@ -737,20 +727,7 @@ async fn bad_moves_are_refused_and_change_nothing() {
     );
 
     // Overlapping moves: one in progress holds its shard.
-    let mut child = mezzanine(
-        file.path(),
-        &["shard", "move", "1", "--to", b, "--hold-at", "catching_up"],
-    )
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::null())
-    .spawn()
-    .unwrap();
-    for _ in 0..600 {
-        if phase_of(&status_json(file.path()), 1).as_deref() == Some("catching_up") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut child = move_held_at(file.path(), 1, b, "catching_up", &[]).await;
     refused(
         &["shard", "move", "0-2", "--to", b],
         "is being moved already",

@@ -104,12 +104,7 @@ pub async fn plan(
     let Some(target_index) = topology.cluster_named(target) else {
         return Err(BackupError::Refused(format!(
             "no cluster named {target:?} in the config (clusters: {})",
-            topology
-                .clusters
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            topology.cluster_names()
         )));
     };
     placement::refresh(topology).await;

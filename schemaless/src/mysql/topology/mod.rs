@@ -311,6 +311,16 @@ impl Topology {
         slot.swap(cluster, Ordering::AcqRel) != cluster
     }
 
+    /// The clusters' names, comma separated: for messages naming a
+    /// cluster this config lacks.
+    pub fn cluster_names(&self) -> String {
+        self.clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The index in `clusters` of the cluster named `name`.
     pub fn cluster_named(&self, name: &str) -> Option<usize> {
         self.clusters.iter().position(|c| c.name == name)

@@ -129,12 +129,7 @@ pub async fn record(topology: &Topology, shard: u32, cluster: &str) -> Result<Pl
             "cluster",
             format!(
                 "no cluster named {cluster:?} in the config (clusters: {})",
-                topology
-                    .clusters
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                topology.cluster_names()
             ),
         )
     })?;

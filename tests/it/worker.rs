@@ -245,7 +245,10 @@ impl WorkerProcess {
             std::thread::spawn(move || {
                 let mut text = String::new();
                 let _ = pipe.read_to_string(&mut text);
-                stderr.lock().unwrap().push_str(&text);
+                stderr
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push_str(&text);
             });
         }
         let mut line = String::new();
@@ -255,7 +258,7 @@ impl WorkerProcess {
         let url = line
             .split_whitespace()
             .nth(2)
-            .unwrap_or_else(|| panic!("no address in {line:?}: {}", stderr.lock().unwrap()))
+            .unwrap_or_else(|| panic!("no address in {line:?}: {}", stderr.lock().unwrap().clone()))
             .to_string();
         let addr = url.trim_start_matches("http://").parse().unwrap();
         WorkerProcess {
@@ -462,6 +465,18 @@ fn hanging_put(addr: SocketAddr, body: &str) -> std::net::TcpStream {
     stream
 }
 
+/// Whether the worker has answered (or closed) `stream` already.
+fn answered(stream: &std::net::TcpStream) -> bool {
+    stream.set_nonblocking(true).unwrap();
+    let mut byte = [0u8; 1];
+    let answered = match stream.peek(&mut byte) {
+        Ok(_) => true,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    };
+    stream.set_nonblocking(false).unwrap();
+    answered
+}
+
 fn finish(mut stream: std::net::TcpStream, body: &str) -> String {
     stream.write_all(body.as_bytes()).unwrap();
     stream
@@ -516,9 +531,10 @@ async fn a_saturated_worker_sheds_with_retry_after_recovers_and_drains_on_sigter
     );
 
     // One request holds the only permit: the next is shed at once.
-    let hanging = hanging_put(worker.addr, &body);
+    let mut hanging = hanging_put(worker.addr, &body);
     let mut shed = None;
     let mut seen = Vec::new();
+    let mut resent = 0;
     for _ in 0..100 {
         let r = read().await.unwrap();
         if r.status().as_u16() == 503 {
@@ -526,13 +542,18 @@ async fn a_saturated_worker_sheds_with_retry_after_recovers_and_drains_on_sigter
             break;
         }
         seen.push(r.status().as_u16());
+        // The worker serves connections on tasks in no fixed order: a
+        // read may take the permit first, and the put is shed instead.
+        // Then the put is sent again, until it is the one holding.
+        if answered(&hanging) {
+            hanging = hanging_put(worker.addr, &body);
+            resent += 1;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let shed = shed.unwrap_or_else(|| {
-        panic!(
-            "a saturated worker answers 503; got {seen:?}; worker: {}",
-            worker.stderr.lock().unwrap()
-        )
+        let stderr = worker.stderr.lock().unwrap().clone();
+        panic!("a saturated worker answers 503; got {seen:?} (the held put sent again {resent} times); worker: {stderr}")
     });
     assert_eq!(shed.headers()["retry-after"], "1");
     let error: Value = shed.json().await.unwrap();

@@ -52,6 +52,7 @@ mod metrics;
 mod mirror;
 mod mode;
 mod progress;
+mod proxy;
 mod query;
 mod schema;
 mod serve;
@@ -173,6 +174,10 @@ enum Command {
     /// Serve the facade over HTTP/JSON to apps in any language, until
     /// SIGTERM (in-flight requests are drained).
     Worker(worker::WorkerArgs),
+    /// Speak PostgreSQL's wire protocol to apps: forward to the legacy
+    /// database, judging each statement by the mode; `proxy status` asks a
+    /// running one what it has done.
+    Proxy(proxy::ProxyArgs),
     /// Read and write cells through the facade, for ad-hoc work during a
     /// cutover.
     #[command(subcommand)]
@@ -349,6 +354,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(c) => bench::run(c, &cli.config, &cli.cluster_dir).await,
         Command::Query(c) => query::run(c, &cli.config).await,
         Command::Worker(args) => worker::run(args, &cli.config).await,
+        Command::Proxy(args) => proxy::run(args, &cli.config).await,
         Command::Cell(c) => cell::run(c, &cli.config).await,
     }
 }

@@ -21,6 +21,7 @@
 //! - [`urls`]: database URLs redacted for messages, their server, TLS;
 //! - [`validate`]: the checks that need more than one key at a time;
 //! - [`worker`]: `[worker]`, the HTTP workers and their tokens.
+//! - [`proxy`]: `[proxy]`, the PostgreSQL wire-protocol proxy.
 //!
 //! # Example
 //!
@@ -47,6 +48,7 @@ pub mod guard;
 pub mod layout;
 pub mod locate;
 pub mod model;
+pub mod proxy;
 pub mod shards;
 pub mod urls;
 mod validate;

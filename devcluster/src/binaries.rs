@@ -20,6 +20,9 @@ pub struct Binaries {
     /// PostgreSQL's `psql`, the client the demo and the tests write with
     /// when a writer must not be Mezzanine (it ships with the server).
     pub psql: PathBuf,
+    /// PostgreSQL's `pgbench` (it ships with the server): the proxy's
+    /// tests and benchmark.
+    pub pgbench: PathBuf,
 }
 
 impl Binaries {
@@ -76,6 +79,7 @@ impl Binaries {
                 initdb: pg.join("initdb"),
                 postgres: pg.join("postgres"),
                 psql: pg.join("psql"),
+                pgbench: pg.join("pgbench"),
             }),
             _ => Err(Error::MissingBinaries(
                 missing
@@ -156,6 +160,7 @@ mod tests {
             initdb: bin("initdb"),
             postgres: bin("postgres"),
             psql: bin("psql"),
+            pgbench: bin("pgbench"),
         };
         assert!(binaries.has_pg_module("pg_stat_statements"));
         assert!(!binaries.has_pg_module("no_such_module"));

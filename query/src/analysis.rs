@@ -76,6 +76,10 @@ pub struct Analysis {
     pub reason: Option<String>,
     /// The tables the statement names, as written, in order.
     pub tables: Vec<String>,
+    /// Whether the statement only reads: a query, or an EXPLAIN that does
+    /// not run it. Anything else (writes, DDL, `COPY`, an unparsed
+    /// statement) may change what it names.
+    pub reads: bool,
 }
 
 impl Analysis {
@@ -100,6 +104,7 @@ pub fn analyze_text(model: &Model, input: &str) -> Vec<Analysis> {
                 plan: None,
                 reason: Some(error),
                 tables: Vec::new(),
+                reads: false,
             },
             None => analyze(model, &piece.text),
         })
@@ -118,6 +123,7 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
                 plan: None,
                 reason: Some(e.to_string()),
                 tables: Vec::new(),
+                reads: false,
             }
         }
     };
@@ -131,6 +137,7 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
                 statements.len()
             )),
             tables: Vec::new(),
+            reads: false,
         };
     };
     let mut tables = Vec::new();
@@ -157,6 +164,12 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
         plan,
         reason,
         tables,
+        reads: matches!(
+            statement,
+            Statement::Query(_)
+                | Statement::ExplainTable { .. }
+                | Statement::Explain { analyze: false, .. }
+        ),
     }
 }
 

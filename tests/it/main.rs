@@ -107,6 +107,7 @@ mod mode;
 mod model;
 mod moves;
 mod placement;
+mod proxy;
 mod query;
 mod runbook;
 mod schema;

@@ -282,7 +282,7 @@ impl Drop for WorkerProcess {
     }
 }
 
-async fn forced(facade: &TripStore, mode: Mode) {
+pub(crate) async fn forced(facade: &TripStore, mode: Mode) {
     facade
         .set_mode(&ModeRequest {
             target: mode,

@@ -69,6 +69,9 @@ pub struct Config {
     /// `[worker]`: the HTTP workers serving the cell API.
     #[serde(default)]
     pub worker: crate::worker::Worker,
+    /// `[proxy]`: the PostgreSQL wire-protocol proxy.
+    #[serde(default)]
+    pub proxy: crate::proxy::Proxy,
     /// `[guard]`: when the guard steps the cutover back.
     #[serde(default)]
     pub guard: crate::guard::Guard,

@@ -55,7 +55,8 @@ pub(crate) fn validate(config: &Config) -> Result<(), Problem> {
     layout::indexes(config)?;
     layout::capture(config)?;
     crate::guard::validate(&config.guard)?;
-    crate::worker::validate(&config.worker)
+    crate::worker::validate(&config.worker)?;
+    crate::proxy::validate(&config.proxy)
 }
 
 fn check_postgres_url(text: &str) -> Result<(), String> {

@@ -1,0 +1,116 @@
+//! `[proxy]`: the PostgreSQL wire-protocol proxy apps connect to instead
+//! of PostgreSQL.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use crate::validate::Problem;
+
+/// `[proxy]`: how the proxy listens and how much it holds open.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proxy {
+    /// `proxy.listen`: the address apps connect to. Default
+    /// `127.0.0.1:6432`; port 0 picks a free one (the proxy prints it).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// `proxy.max_clients`: the most app connections served at once; the
+    /// next is refused with SQLSTATE `53300` (too many connections), as
+    /// PostgreSQL refuses past `max_connections`. 1–100000. Default 200.
+    #[serde(default = "default_max_clients")]
+    pub max_clients: usize,
+    /// `proxy.pool_size`: the most PostgreSQL connections the proxy opens
+    /// at once. Each app connection holds one for its whole session
+    /// (session pooling: prepared statements, `SET`, `LISTEN` and
+    /// transactions stay where the app left them); a client past the
+    /// limit waits up to `connect_timeout_ms` for one to be released.
+    /// 1–100000. Default 100.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+    /// `proxy.idle_timeout_ms`: an app connection sending nothing for this
+    /// long outside a transaction is closed with SQLSTATE `57P05`, as
+    /// PostgreSQL's `idle_session_timeout` does. 0 keeps idle sessions
+    /// open. 0–86400000. Default 0.
+    #[serde(default)]
+    pub idle_timeout_ms: u64,
+    /// `proxy.connect_timeout_ms`: how long a client waits for a
+    /// PostgreSQL connection (the pool, then the connect). 100–600000.
+    /// Default 10000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// `proxy.max_message_bytes`: the largest protocol message accepted
+    /// from an app; a larger one is answered with SQLSTATE `54000`
+    /// (program limit exceeded) and the connection is closed, since the
+    /// rest of the stream cannot be read safely. 1024–1073741823.
+    /// Default 67108864 (64 MiB).
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 6432))
+}
+
+fn default_max_clients() -> usize {
+    200
+}
+
+fn default_pool_size() -> usize {
+    100
+}
+
+fn default_connect_timeout_ms() -> u64 {
+    10_000
+}
+
+fn default_max_message_bytes() -> usize {
+    64 * 1024 * 1024
+}
+
+impl Default for Proxy {
+    fn default() -> Self {
+        Proxy {
+            listen: default_listen(),
+            max_clients: default_max_clients(),
+            pool_size: default_pool_size(),
+            idle_timeout_ms: 0,
+            connect_timeout_ms: default_connect_timeout_ms(),
+            max_message_bytes: default_max_message_bytes(),
+        }
+    }
+}
+
+fn within(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
+    if value < low || value > high {
+        return Err(Problem {
+            key: key.into(),
+            message: format!("must be between {low} and {high}, got {value}"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks `[proxy]`.
+pub(crate) fn validate(proxy: &Proxy) -> Result<(), Problem> {
+    within("proxy.max_clients", proxy.max_clients as u64, 1, 100_000)?;
+    within("proxy.pool_size", proxy.pool_size as u64, 1, 100_000)?;
+    within(
+        "proxy.idle_timeout_ms",
+        proxy.idle_timeout_ms,
+        0,
+        86_400_000,
+    )?;
+    within(
+        "proxy.connect_timeout_ms",
+        proxy.connect_timeout_ms,
+        100,
+        600_000,
+    )?;
+    within(
+        "proxy.max_message_bytes",
+        proxy.max_message_bytes as u64,
+        1024,
+        0x3fff_ffff,
+    )
+}

@@ -1,0 +1,191 @@
+//! `mezzanine proxy`: apps point their PostgreSQL connection string here
+//! instead of at PostgreSQL, and need no other change.
+//!
+//! The proxy speaks PostgreSQL's wire protocol (messages decoded and
+//! encoded with `pgwire`) and forwards each app connection to a
+//! PostgreSQL connection of its own, message by message
+//! ([`session`]). Every `Query` and `Parse` is read by the translator
+//! and judged by the mode ([`route`]): what the mode lets through goes to
+//! PostgreSQL byte for byte; what it refuses reaches the app as SQLSTATE
+//! `0A000` with the translator's reason. Counts and metrics in [`stats`].
+//!
+//! Its rooms: `frame` (whole messages off a byte stream, and the proxy's
+//! own messages), `route` (the mode's rules), `session` (one connection),
+//! `stats` (what `proxy status` shows).
+
+mod frame;
+pub mod route;
+mod session;
+pub mod stats;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tripstore::{Mode, TripStore};
+
+pub use route::{Decision, Router, Verdict};
+pub use stats::{Stats, Status};
+
+/// Why the proxy cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("{0}")]
+    Config(String),
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What every session shares.
+pub(crate) struct Shared {
+    settings: config::proxy::Proxy,
+    /// The legacy PostgreSQL server.
+    backend: SocketAddr,
+    router: Router,
+    stats: Stats,
+    /// One permit per app connection (`proxy.max_clients`).
+    clients: Arc<Semaphore>,
+    /// One permit per PostgreSQL connection (`proxy.pool_size`).
+    pool: Arc<Semaphore>,
+    facade: Arc<TripStore>,
+}
+
+impl Shared {
+    fn mode(&self) -> Mode {
+        self.facade.mode()
+    }
+}
+
+/// A proxy for the legacy database of `config`, following the mode of
+/// `facade`.
+pub struct Proxy {
+    shared: Arc<Shared>,
+}
+
+impl Proxy {
+    pub async fn new(config: &config::Config, facade: Arc<TripStore>) -> Result<Proxy, ProxyError> {
+        let legacy = config.legacy.as_ref().ok_or_else(|| {
+            ProxyError::Config("no [legacy] section: the proxy forwards to legacy.url".into())
+        })?;
+        let backend = backend_addr(&legacy.url).await?;
+        let settings = config.proxy.clone();
+        Ok(Proxy {
+            shared: Arc::new(Shared {
+                clients: Arc::new(Semaphore::new(settings.max_clients)),
+                pool: Arc::new(Semaphore::new(settings.pool_size)),
+                settings,
+                backend,
+                router: Router::new(query::Model::from_config(config)),
+                stats: Stats::default(),
+                facade,
+            }),
+        })
+    }
+
+    /// The PostgreSQL server apps are forwarded to.
+    pub fn backend(&self) -> SocketAddr {
+        self.shared.backend
+    }
+
+    /// What the proxy has done so far.
+    pub fn status(&self, listen: SocketAddr) -> Status {
+        self.shared
+            .stats
+            .status(listen, self.shared.mode(), &self.shared.settings)
+    }
+
+    /// Listens on `addr` and serves apps until `shutdown`; then takes no
+    /// new connection and waits up to `drain` for open ones to end.
+    pub async fn serve(
+        &self,
+        addr: SocketAddr,
+        shutdown: CancellationToken,
+        drain: Duration,
+    ) -> Result<Served, ProxyError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ProxyError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| ProxyError::Bind { addr, source })?;
+        let shared = self.shared.clone();
+        let done = tokio::spawn(accept_loop(listener, shared, shutdown, drain));
+        Ok(Served { addr, done })
+    }
+}
+
+/// A listening proxy.
+pub struct Served {
+    pub addr: SocketAddr,
+    /// Ends when the proxy has stopped.
+    pub done: JoinHandle<()>,
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    drain: Duration,
+) {
+    let sessions = TaskTracker::new();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                pause = Duration::from_millis(5);
+                sessions.spawn(session::serve(shared.clone(), stream));
+            }
+            Err(e) => {
+                // Out of file descriptors, say: wait rather than spin.
+                tracing::warn!("accepting a connection: {e}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+    drop(listener);
+    sessions.close();
+    if tokio::time::timeout(drain, sessions.wait()).await.is_err() {
+        tracing::warn!(
+            "{} app connections still open {drain:?} after shutdown began; closing them",
+            sessions.len()
+        );
+    }
+}
+
+/// The address of `legacy.url`'s server.
+async fn backend_addr(url: &str) -> Result<SocketAddr, ProxyError> {
+    let shown = config::urls::redact(url);
+    let parsed =
+        url::Url::parse(url).map_err(|e| ProxyError::Config(format!("legacy.url {shown}: {e}")))?;
+    let host = parsed
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| {
+            ProxyError::Config(format!(
+                "legacy.url {shown}: the proxy needs a TCP host (a Unix socket is not supported)"
+            ))
+        })?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = parsed.port().unwrap_or(5432);
+    let mut addrs = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .map_err(|e| ProxyError::Config(format!("legacy.url {shown}: resolving {host}: {e}")))?;
+    addrs
+        .next()
+        .ok_or_else(|| ProxyError::Config(format!("legacy.url {shown}: {host} has no address")))
+}

@@ -1,0 +1,172 @@
+//! What the proxy does with one statement, by the mode: the rules of the
+//! facade applied to SQL.
+//!
+//! Every statement is read by the translator (`query`), with the layout
+//! and the indexes from config; nothing here knows a table's name.
+//! - A statement inside an explicit transaction block is forwarded: one
+//!   transaction is never split across stores.
+//! - `legacy`, `mirror`, `shadow`: PostgreSQL is the source of truth and
+//!   capture mirrors plain SQL writes, so everything is forwarded.
+//! - `primary`: Schemaless is the source of truth. A statement that could
+//!   change a layout table and that the cell API cannot express is refused
+//!   with SQLSTATE `0A000` and the translator's reason; it would change
+//!   PostgreSQL behind the reverse mirror's back. Reads of layout tables
+//!   are forwarded: the reverse mirror keeps PostgreSQL current.
+//! - `schemaless`: PostgreSQL is no longer kept current, so statements on
+//!   layout tables that Schemaless does not answer are refused, reads too.
+//!
+//! Statements naming no layout table are forwarded in every mode.
+
+use query::{Analysis, Class, Model};
+use tripstore::Mode;
+
+/// Whether a statement goes to PostgreSQL or is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Forward,
+    /// Refused with SQLSTATE `0A000`; the reason names the construct.
+    Refuse(String),
+}
+
+/// A statement's class and verdict.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    /// The class of the first statement touching the layout (`other` if
+    /// none does), for the counts.
+    pub class: Class,
+    pub verdict: Verdict,
+}
+
+/// The translator's model, and the names a statement must contain to
+/// touch the layout at all.
+pub struct Router {
+    model: Option<Model>,
+    /// The layout's table names, lowercase: a statement whose text names
+    /// none of them (in any case) cannot touch a layout table, and is not
+    /// parsed. This keeps the parser off the path of everything else.
+    names: Vec<String>,
+}
+
+impl Router {
+    pub fn new(model: Option<Model>) -> Router {
+        let names = model
+            .as_ref()
+            .map(|m| {
+                std::iter::once(m.layout.table.to_lowercase())
+                    .chain(
+                        m.layout
+                            .columns
+                            .iter()
+                            .filter_map(|c| c.table.as_ref().map(|t| t.to_lowercase())),
+                    )
+                    .collect()
+            })
+            .unwrap_or_default();
+        Router { model, names }
+    }
+
+    /// The analyses of `sql` (one or more statements), or none when it
+    /// cannot touch the layout.
+    pub fn analyze(&self, sql: &str) -> Vec<Analysis> {
+        let Some(model) = &self.model else {
+            return Vec::new();
+        };
+        let lower = sql.to_lowercase();
+        if !self.names.iter().any(|n| lower.contains(n.as_str())) {
+            return Vec::new();
+        }
+        query::analyze_text(model, sql)
+    }
+
+    /// What to do with `sql` in `mode`.
+    pub fn decide(&self, sql: &str, mode: Mode, in_transaction: bool) -> Decision {
+        let analyses = self.analyze(sql);
+        let class = analyses
+            .iter()
+            .map(|a| a.class)
+            .find(|c| *c != Class::Other)
+            .unwrap_or(Class::Other);
+        let verdict = if in_transaction {
+            Verdict::Forward
+        } else {
+            analyses
+                .iter()
+                .find_map(|a| refusal(a, mode))
+                .map_or(Verdict::Forward, Verdict::Refuse)
+        };
+        Decision { class, verdict }
+    }
+}
+
+/// Why `mode` refuses the statement `analysis`, if it does.
+fn refusal(analysis: &Analysis, mode: Mode) -> Option<String> {
+    if !matches!(mode, Mode::Primary | Mode::Schemaless) {
+        return None;
+    }
+    let because = |why: &str| Some(format!("{mode} mode: {why}"));
+    match analysis.class {
+        Class::Other => None,
+        // The text names a layout table and the parser could not read it:
+        // nothing proves it does not write one.
+        Class::Unparsed => because(&format!(
+            "the statement names a layout table and the translator cannot parse it ({})",
+            analysis.reason.as_deref().unwrap_or("no reason given")
+        )),
+        Class::None if !analysis.reads || mode == Mode::Schemaless => because(&format!(
+            "the cell API cannot express it: {}",
+            analysis.reason.as_deref().unwrap_or("no reason given")
+        )),
+        Class::None => None,
+        Class::Write => because(
+            "a translatable write, and the proxy does not run writes through the facade yet; \
+             send it through a worker or the linked facade",
+        ),
+        Class::Row | Class::Index if mode == Mode::Schemaless => because(
+            "a translatable read, and the proxy does not serve reads from Schemaless yet; \
+             PostgreSQL is no longer kept current in this mode",
+        ),
+        Class::Row | Class::Index => None,
+    }
+}
+
+/// A statement PostgreSQL answers with the refusal as its error, so the
+/// error reaches the client in order with everything before it, and
+/// PostgreSQL's own rules (an error aborts the implicit transaction and,
+/// in the extended protocol, skips to `Sync`) hold unchanged.
+pub fn refusing_statement(reason: &str) -> String {
+    let literal = |text: &str| {
+        format!(
+            "'{}'",
+            text.replace('\'', "''")
+                .replace("$mezzanine$", "$ mezzanine $")
+        )
+    };
+    format!(
+        "DO $mezzanine$ BEGIN RAISE EXCEPTION USING ERRCODE = 'feature_not_supported', \
+         MESSAGE = {}, HINT = {}; END $mezzanine$",
+        literal(&format!("mezzanine proxy refused the statement: {reason}")),
+        literal("what each mode refuses, and why: docs/proxy.md, \"What is refused\"")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_quotes_any_text_safely() {
+        let sql = refusing_statement("it's $mezzanine$ odd");
+        assert!(sql.contains("it''s $ mezzanine $ odd"), "{sql}");
+        assert_eq!(sql.matches("$mezzanine$").count(), 2);
+    }
+
+    #[test]
+    fn without_a_layout_everything_is_forwarded_unparsed() {
+        let router = Router::new(None);
+        for mode in Mode::ALL {
+            let d = router.decide("DELETE FROM anything", mode, false);
+            assert_eq!(d.verdict, Verdict::Forward);
+            assert_eq!(d.class, Class::Other);
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! What the proxy has done: counts for `proxy status` and the same figures
+//! as metrics.
+//!
+//! | metric | kind | what |
+//! |---|---|---|
+//! | `mezzanine_proxy_clients` | gauge | app connections open |
+//! | `mezzanine_proxy_backends` | gauge | PostgreSQL connections open |
+//! | `mezzanine_proxy_connections_total{outcome}` | counter | app connections by how they began: `served`, `cancel`, `refused_full`, `no_backend`, `bad_startup` |
+//! | `mezzanine_proxy_statements_total{class,mode,route}` | counter | statements by translator class, mode, and `forwarded` or `refused` |
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use query::Class;
+use serde::Serialize;
+use tripstore::Mode;
+
+/// Where a statement went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// To PostgreSQL.
+    Forwarded,
+    /// Refused with SQLSTATE `0A000`.
+    Refused,
+}
+
+impl Route {
+    fn as_str(self) -> &'static str {
+        match self {
+            Route::Forwarded => "forwarded",
+            Route::Refused => "refused",
+        }
+    }
+}
+
+/// How an app connection began.
+#[derive(Clone, Copy, Debug)]
+pub enum Outcome {
+    Served,
+    Cancel,
+    RefusedFull,
+    NoBackend,
+    BadStartup,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Served => "served",
+            Outcome::Cancel => "cancel",
+            Outcome::RefusedFull => "refused_full",
+            Outcome::NoBackend => "no_backend",
+            Outcome::BadStartup => "bad_startup",
+        }
+    }
+}
+
+/// The running counts.
+#[derive(Default)]
+pub struct Stats {
+    clients: AtomicU64,
+    backends: AtomicU64,
+    connections: Mutex<BTreeMap<&'static str, u64>>,
+    statements: Mutex<BTreeMap<(Class, Mode, Route), u64>>,
+}
+
+/// One row of the statement counts.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StatementCount {
+    pub class: Class,
+    pub mode: Mode,
+    pub route: Route,
+    pub count: u64,
+}
+
+/// `proxy status`, as the proxy serves it on `/status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub listen: SocketAddr,
+    pub mode: Mode,
+    pub clients: u64,
+    pub max_clients: usize,
+    pub backends: u64,
+    pub pool_size: usize,
+    /// App connections by how they began.
+    pub connections: BTreeMap<&'static str, u64>,
+    pub statements: Vec<StatementCount>,
+}
+
+impl Stats {
+    pub fn connection(&self, outcome: Outcome) {
+        metrics::counter!("mezzanine_proxy_connections_total", "outcome" => outcome.as_str())
+            .increment(1);
+        *lock(&self.connections).entry(outcome.as_str()).or_default() += 1;
+    }
+
+    pub fn statement(&self, class: Class, mode: Mode, route: Route) {
+        metrics::counter!(
+            "mezzanine_proxy_statements_total",
+            "class" => class.as_str(),
+            "mode" => mode.as_str(),
+            "route" => route.as_str()
+        )
+        .increment(1);
+        *lock(&self.statements)
+            .entry((class, mode, route))
+            .or_default() += 1;
+    }
+
+    /// Counts an open app connection until the guard is dropped.
+    pub fn client(&self) -> Open<'_> {
+        Open::new(&self.clients, "mezzanine_proxy_clients")
+    }
+
+    /// Counts an open PostgreSQL connection until the guard is dropped.
+    pub fn backend(&self) -> Open<'_> {
+        Open::new(&self.backends, "mezzanine_proxy_backends")
+    }
+
+    pub fn status(
+        &self,
+        listen: SocketAddr,
+        mode: Mode,
+        settings: &config::proxy::Proxy,
+    ) -> Status {
+        Status {
+            listen,
+            mode,
+            clients: self.clients.load(Ordering::Relaxed),
+            max_clients: settings.max_clients,
+            backends: self.backends.load(Ordering::Relaxed),
+            pool_size: settings.pool_size,
+            connections: lock(&self.connections).clone(),
+            statements: lock(&self.statements)
+                .iter()
+                .map(|(&(class, mode, route), &count)| StatementCount {
+                    class,
+                    mode,
+                    route,
+                    count,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// An open connection, counted in a gauge while it lives.
+pub struct Open<'a> {
+    count: &'a AtomicU64,
+    gauge: &'static str,
+}
+
+impl<'a> Open<'a> {
+    fn new(count: &'a AtomicU64, gauge: &'static str) -> Open<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        metrics::gauge!(gauge).increment(1.0);
+        Open { count, gauge }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::Relaxed);
+        metrics::gauge!(self.gauge).decrement(1.0);
+    }
+}

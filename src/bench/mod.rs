@@ -30,6 +30,7 @@ mod index;
 mod mirror;
 mod moves;
 mod point_reads;
+mod proxy;
 mod stats;
 mod verify;
 mod worker;
@@ -75,6 +76,10 @@ pub enum BenchCommand {
     /// concurrency: get_cell_latest p50/p99 and put throughput, on the
     /// dev cluster.
     Worker(worker::WorkerArgs),
+    /// The proxy's cost: pgbench's select-only script straight to
+    /// PostgreSQL and through `mezzanine proxy`, same run, same clients:
+    /// p50/p99 latency and throughput.
+    Proxy(proxy::ProxyArgs),
     /// A shard move's copy throughput against a raw LOAD DATA of the same
     /// cells into the same target master, the fence's length, and write
     /// p99 on the moved shards before and during the moves, on the dev
@@ -119,6 +124,7 @@ async fn run_one(command: BenchCommand, config: &Path, cluster_dir: &Path) -> an
         BenchCommand::Availability(args) => availability::run(args, config, cluster_dir).await,
         BenchCommand::Capture(args) => capture::run(args, config, cluster_dir).await,
         BenchCommand::Worker(args) => worker::run(args, config, cluster_dir).await,
+        BenchCommand::Proxy(args) => proxy::run(args, config, cluster_dir).await,
         BenchCommand::Move(args) => moves::run(args, config, cluster_dir).await,
     }
 }

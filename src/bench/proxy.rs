@@ -1,0 +1,251 @@
+//! `mezzanine bench proxy`: what the proxy costs an app. pgbench's
+//! select-only script (prepared statements, several clients) straight to
+//! PostgreSQL and through the proxy, in the same run on the same servers:
+//! p50/p99 latency from pgbench's per-transaction log, and throughput.
+//! Rounds alternate direct, proxy, proxy, direct, so warming caches and
+//! noise favour neither. The proxy runs in this process on a free
+//! loopback port, sharing the machine's cores with the servers and
+//! pgbench, as it would beside an app.
+//!
+//! Reads served from Schemaless (`served_p50_ratio`) are not measured
+//! yet: the proxy forwards every read (docs/proxy.md says what it does in
+//! each mode); the figure is printed as null until it serves them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::stats::Latencies;
+
+#[derive(Args)]
+pub struct ProxyArgs {
+    /// Print one JSON object with every figure as the last line.
+    #[arg(long)]
+    json: bool,
+    /// pgbench clients, the same both ways.
+    #[arg(long, default_value_t = 8)]
+    clients: u32,
+    /// Seconds per path (split over two rounds each).
+    #[arg(long, default_value_t = 20)]
+    seconds: u64,
+    /// pgbench's scale factor (100,000 accounts each).
+    #[arg(long, default_value_t = 10)]
+    scale: u32,
+    /// The database the benchmark creates for itself.
+    #[arg(long, default_value = "mzbench_proxy")]
+    instance: String,
+}
+
+/// One pgbench round: its transactions' latencies and its throughput.
+struct Round {
+    latencies: Vec<Duration>,
+    tps: f64,
+}
+
+fn pgbench(
+    binary: &Path,
+    url: &str,
+    args: &[String],
+    log_prefix: Option<&Path>,
+) -> anyhow::Result<String> {
+    let mut command = Command::new(binary);
+    command.args(args);
+    if let Some(prefix) = log_prefix {
+        command
+            .arg("-l")
+            .arg(format!("--log-prefix={}", prefix.display()));
+    }
+    let out = command.arg(url).output()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        anyhow::bail!("pgbench {args:?} failed: {text}");
+    }
+    Ok(text)
+}
+
+/// A select-only round of `seconds` against `url`.
+fn round(
+    binary: &Path,
+    url: &str,
+    clients: u32,
+    seconds: u64,
+    dir: &Path,
+    name: &str,
+) -> anyhow::Result<Round> {
+    let prefix = dir.join(name);
+    let args: Vec<String> = [
+        "-S",
+        "-M",
+        "prepared",
+        "-n",
+        "-c",
+        &clients.to_string(),
+        "-j",
+        "2",
+        "-T",
+        &seconds.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let text = pgbench(binary, url, &args, Some(&prefix))?;
+    let tps = text
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("tps = ")?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .ok_or_else(|| anyhow::anyhow!("no tps in pgbench's output: {text}"))?;
+    // Each log line: client, transaction, latency in µs, script, epoch, µs.
+    let mut latencies = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path: PathBuf = entry?.path();
+        let file_name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !file_name.starts_with(&format!("{name}.")) {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path)?.lines() {
+            if let Some(us) = line.split_whitespace().nth(2).and_then(|v| v.parse().ok()) {
+                latencies.push(Duration::from_micros(us));
+            }
+        }
+    }
+    if latencies.is_empty() {
+        anyhow::bail!("pgbench logged no transaction for {name}");
+    }
+    Ok(Round { latencies, tps })
+}
+
+pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> anyhow::Result<()> {
+    if args.clients == 0 || args.seconds < 2 || args.scale == 0 {
+        return Err(crate::UsageError(
+            "--clients and --scale must be positive, --seconds at least 2".into(),
+        )
+        .into());
+    }
+    let mut config = super::own_instance(config_path, &args.instance, 4)?;
+    config.mirror.relay_in_app = false;
+    config.mirror.reverse_in_app = false;
+    config.capture.required = false;
+    config.proxy.max_clients = config.proxy.max_clients.max(args.clients as usize * 2);
+    config.proxy.pool_size = config.proxy.pool_size.max(args.clients as usize * 2);
+    super::fresh_data_set(&config, config_path, cluster_dir)
+        .await?
+        .close()
+        .await;
+    let direct_url = config
+        .legacy
+        .as_ref()
+        .map(|l| l.url.clone())
+        .unwrap_or_default();
+    let binary = devcluster::Binaries::find()?.pgbench;
+    eprintln!("loading pgbench's tables at scale {} ...", args.scale);
+    pgbench(
+        &binary,
+        &direct_url,
+        &["-i", "-q", "-s", &args.scale.to_string()].map(String::from),
+        None,
+    )?;
+    let facade = Arc::new(tripstore::TripStore::connect(&config).await?);
+    let proxy = proxy::Proxy::new(&config, facade.clone()).await?;
+    let shutdown = CancellationToken::new();
+    let served = proxy
+        .serve(
+            "127.0.0.1:0".parse()?,
+            shutdown.clone(),
+            Duration::from_secs(5),
+        )
+        .await?;
+    let mut proxied = url::Url::parse(&direct_url)?;
+    proxied.set_host(Some("127.0.0.1"))?;
+    let _ = proxied.set_port(Some(served.addr.port()));
+    let urls = [direct_url.clone(), proxied.to_string()];
+    // pgbench's per-transaction logs, removed at the end.
+    let logs = std::env::temp_dir().join(format!("mezzanine-bench-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&logs)?;
+    let half = (args.seconds / 2).max(1);
+    // Warm both paths (connections, plans, the buffer cache).
+    for (path, url) in urls.iter().enumerate() {
+        let warm = logs.join(format!("warm{path}"));
+        std::fs::create_dir_all(&warm)?;
+        let (binary, url, clients) = (binary.clone(), url.clone(), args.clients);
+        // pgbench is waited for off the runtime: the proxy runs on it.
+        tokio::task::spawn_blocking(move || round(&binary, &url, clients, 1, &warm, "w")).await??;
+    }
+    let mut latencies: [Vec<Duration>; 2] = Default::default();
+    let mut tps = [0.0f64; 2];
+    for (i, path) in [0usize, 1, 1, 0].into_iter().enumerate() {
+        eprintln!(
+            "select-only, round {}/4: {} ...",
+            i + 1,
+            ["direct", "proxy"][path]
+        );
+        let result = tokio::task::spawn_blocking({
+            let (binary, url, dir) = (binary.clone(), urls[path].clone(), logs.clone());
+            let clients = args.clients;
+            move || round(&binary, &url, clients, half, &dir, &format!("r{i}"))
+        })
+        .await??;
+        latencies[path].extend(result.latencies);
+        tps[path] += result.tps / 2.0;
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+    shutdown.cancel();
+    served.done.await?;
+    facade.close().await;
+    let [direct, through] = latencies.map(Latencies::new);
+    let figures = json!({
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "scale": args.scale,
+        "direct": {
+            "p50_us": direct.percentile_us(50.0),
+            "p99_us": direct.percentile_us(99.0),
+            "tps": tps[0],
+            "transactions": direct.len(),
+        },
+        "proxy": {
+            "p50_us": through.percentile_us(50.0),
+            "p99_us": through.percentile_us(99.0),
+            "tps": tps[1],
+            "transactions": through.len(),
+        },
+        "passthrough_p50_ratio": through.percentile_us(50.0) / direct.percentile_us(50.0),
+        "passthrough_p99_ratio": through.percentile_us(99.0) / direct.percentile_us(99.0),
+        "passthrough_throughput_ratio": tps[1] / tps[0],
+        "served_p50_ratio": null,
+    });
+    println!(
+        "select-only: direct p50 {:.0} us p99 {:.0} us {:.0} tps; proxy p50 {:.0} us p99 {:.0} us {:.0} tps",
+        direct.percentile_us(50.0),
+        direct.percentile_us(99.0),
+        tps[0],
+        through.percentile_us(50.0),
+        through.percentile_us(99.0),
+        tps[1],
+    );
+    println!(
+        "passthrough: p50 ratio {:.3} (target <= 1.3), throughput ratio {:.3} (target >= 0.75); reads served from Schemaless: not yet served by the proxy",
+        figures["passthrough_p50_ratio"].as_f64().unwrap_or_default(),
+        figures["passthrough_throughput_ratio"].as_f64().unwrap_or_default(),
+    );
+    if args.json {
+        println!("{figures}");
+    }
+    Ok(())
+}

@@ -46,6 +46,13 @@ pub struct Proxy {
     /// Default 67108864 (64 MiB).
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// `proxy.threads`: the OS threads relaying sessions, each running its
+    /// sessions on one single-threaded event loop (a session stays on one
+    /// thread). One suits a machine whose cores PostgreSQL keeps busy;
+    /// add threads when the proxy's own thread is at 100%. 1–256.
+    /// Default 1.
+    #[serde(default = "default_threads")]
+    pub threads: usize,
 }
 
 fn default_listen() -> SocketAddr {
@@ -64,6 +71,10 @@ fn default_connect_timeout_ms() -> u64 {
     10_000
 }
 
+fn default_threads() -> usize {
+    1
+}
+
 fn default_max_message_bytes() -> usize {
     64 * 1024 * 1024
 }
@@ -77,6 +88,7 @@ impl Default for Proxy {
             idle_timeout_ms: 0,
             connect_timeout_ms: default_connect_timeout_ms(),
             max_message_bytes: default_max_message_bytes(),
+            threads: default_threads(),
         }
     }
 }
@@ -107,6 +119,7 @@ pub(crate) fn validate(proxy: &Proxy) -> Result<(), Problem> {
         100,
         600_000,
     )?;
+    within("proxy.threads", proxy.threads as u64, 1, 256)?;
     within(
         "proxy.max_message_bytes",
         proxy.max_message_bytes as u64,

@@ -10,10 +10,12 @@
 //! `0A000` with the translator's reason. Counts and metrics in [`stats`].
 //!
 //! Its rooms: `frame` (whole messages off a byte stream, and the proxy's
-//! own messages), `route` (the mode's rules), `session` (one connection),
-//! `stats` (what `proxy status` shows).
+//! own messages), `route` (the mode's rules), `session` (one connection's
+//! opening and its PostgreSQL connection), `relay` (both directions of a
+//! session, each statement judged), `stats` (what `proxy status` shows).
 
 mod frame;
+mod relay;
 pub mod route;
 mod session;
 pub mod stats;
@@ -22,7 +24,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -116,10 +118,59 @@ impl Proxy {
         let addr = listener
             .local_addr()
             .map_err(|source| ProxyError::Bind { addr, source })?;
+        let listener = listener
+            .into_std()
+            .map_err(|source| ProxyError::Bind { addr, source })?;
+        // Sessions run on `proxy.threads` single-threaded runtimes of
+        // their own, each on its own OS thread: a session's reads, writes
+        // and wake-ups stay on one thread (the profile of `bench proxy`
+        // showed cross-thread wake-ups costing more than the relaying),
+        // and the proxy's CPU is bounded by its thread count, whatever the
+        // process's main runtime does.
+        let threads = self.shared.settings.threads.max(1);
+        let stop_helpers = CancellationToken::new();
+        let mut handles = Vec::with_capacity(threads);
+        let mut helpers = Vec::new();
+        for i in 1..threads {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let stop = stop_helpers.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("mz-proxy-{i}"))
+                .spawn(move || {
+                    let Ok(runtime) = single_threaded() else {
+                        return;
+                    };
+                    let _ = tx.send(runtime.handle().clone());
+                    runtime.block_on(stop.cancelled());
+                })
+                .map_err(|source| ProxyError::Bind { addr, source })?;
+            helpers.push(thread);
+            if let Ok(handle) = rx.recv() {
+                handles.push(handle);
+            }
+        }
         let shared = self.shared.clone();
-        let done = tokio::spawn(accept_loop(listener, shared, shutdown, drain));
+        let done = tokio::task::spawn_blocking(move || {
+            match single_threaded() {
+                Ok(runtime) => {
+                    handles.insert(0, runtime.handle().clone());
+                    runtime.block_on(accept_loop(listener, shared, shutdown, drain, handles));
+                }
+                Err(e) => tracing::error!("starting the proxy's runtime: {e}"),
+            }
+            stop_helpers.cancel();
+            for thread in helpers {
+                let _ = thread.join();
+            }
+        });
         Ok(Served { addr, done })
     }
+}
+
+fn single_threaded() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }
 
 /// A listening proxy.
@@ -130,12 +181,21 @@ pub struct Served {
 }
 
 async fn accept_loop(
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     drain: Duration,
+    runtimes: Vec<tokio::runtime::Handle>,
 ) {
+    let listener = match TcpListener::from_std(listener) {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!("listening: {e}");
+            return;
+        }
+    };
     let sessions = TaskTracker::new();
+    let mut next = 0usize;
     let mut pause = Duration::from_millis(5);
     loop {
         let accepted = tokio::select! {
@@ -145,7 +205,21 @@ async fn accept_loop(
         match accepted {
             Ok((stream, _)) => {
                 pause = Duration::from_millis(5);
-                sessions.spawn(session::serve(shared.clone(), stream));
+                // Round robin over the runtimes.
+                let runtime = &runtimes[next % runtimes.len()];
+                next = next.wrapping_add(1);
+                match stream.into_std() {
+                    Ok(stream) => {
+                        let shared = shared.clone();
+                        runtime.spawn(sessions.track_future(async move {
+                            match TcpStream::from_std(stream) {
+                                Ok(stream) => session::serve(shared, stream).await,
+                                Err(e) => tracing::warn!("taking a connection: {e}"),
+                            }
+                        }));
+                    }
+                    Err(e) => tracing::warn!("taking a connection: {e}"),
+                }
             }
             Err(e) => {
                 // Out of file descriptors, say: wait rather than spin.

@@ -174,7 +174,12 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
     let mut proxied = url::Url::parse(&direct_url)?;
     proxied.set_host(Some("127.0.0.1"))?;
     let _ = proxied.set_port(Some(served.addr.port()));
-    let urls = [direct_url.clone(), proxied.to_string()];
+    // The raw limit of any proxy hop: bytes copied both ways on a
+    // single-threaded runtime of its own, nothing read.
+    let raw = raw_relay(proxy.backend()).await?;
+    let mut relayed = proxied.clone();
+    let _ = relayed.set_port(Some(raw.port()));
+    let urls = [direct_url.clone(), proxied.to_string(), relayed.to_string()];
     // pgbench's per-transaction logs, removed at the end.
     let logs = std::env::temp_dir().join(format!("mezzanine-bench-proxy-{}", std::process::id()));
     std::fs::create_dir_all(&logs)?;
@@ -187,13 +192,13 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         // pgbench is waited for off the runtime: the proxy runs on it.
         tokio::task::spawn_blocking(move || round(&binary, &url, clients, 1, &warm, "w")).await??;
     }
-    let mut latencies: [Vec<Duration>; 2] = Default::default();
-    let mut tps = [0.0f64; 2];
-    for (i, path) in [0usize, 1, 1, 0].into_iter().enumerate() {
+    let mut latencies: [Vec<Duration>; 3] = Default::default();
+    let mut tps = [0.0f64; 3];
+    for (i, path) in [0usize, 1, 2, 2, 1, 0].into_iter().enumerate() {
         eprintln!(
-            "select-only, round {}/4: {} ...",
+            "select-only, round {}/6: {} ...",
             i + 1,
-            ["direct", "proxy"][path]
+            ["direct", "proxy", "raw relay"][path]
         );
         let result = tokio::task::spawn_blocking({
             let (binary, url, dir) = (binary.clone(), urls[path].clone(), logs.clone());
@@ -208,7 +213,7 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
     shutdown.cancel();
     served.done.await?;
     facade.close().await;
-    let [direct, through] = latencies.map(Latencies::new);
+    let [direct, through, relay] = latencies.map(Latencies::new);
     let figures = json!({
         "clients": args.clients,
         "seconds": args.seconds,
@@ -225,6 +230,15 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
             "tps": tps[1],
             "transactions": through.len(),
         },
+        "raw_relay": {
+            "p50_us": relay.percentile_us(50.0),
+            "p99_us": relay.percentile_us(99.0),
+            "tps": tps[2],
+            "transactions": relay.len(),
+        },
+        "raw_relay_p50_ratio": relay.percentile_us(50.0) / direct.percentile_us(50.0),
+        "raw_relay_throughput_ratio": tps[2] / tps[0],
+        "proxy_vs_raw_relay_throughput_ratio": tps[1] / tps[2],
         "passthrough_p50_ratio": through.percentile_us(50.0) / direct.percentile_us(50.0),
         "passthrough_p99_ratio": through.percentile_us(99.0) / direct.percentile_us(99.0),
         "passthrough_throughput_ratio": tps[1] / tps[0],
@@ -244,8 +258,48 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         figures["passthrough_p50_ratio"].as_f64().unwrap_or_default(),
         figures["passthrough_throughput_ratio"].as_f64().unwrap_or_default(),
     );
+    println!(
+        "a raw TCP relay (bytes copied, nothing read) in the same run: p50 ratio {:.3}, throughput ratio {:.3}; the proxy makes {:.3} of the raw relay's throughput",
+        figures["raw_relay_p50_ratio"].as_f64().unwrap_or_default(),
+        figures["raw_relay_throughput_ratio"].as_f64().unwrap_or_default(),
+        figures["proxy_vs_raw_relay_throughput_ratio"].as_f64().unwrap_or_default(),
+    );
     if args.json {
         println!("{figures}");
     }
     Ok(())
+}
+
+/// A relay that copies bytes between each connection and `backend`, on
+/// a single-threaded runtime of its own (as the proxy's sessions run):
+/// what one more TCP hop costs on this machine, whatever the proxy does.
+async fn raw_relay(backend: std::net::SocketAddr) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    std::thread::Builder::new()
+        .name("raw-relay".into())
+        .spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                while let Ok((mut app, _)) = listener.accept().await {
+                    tokio::spawn(async move {
+                        let _ = app.set_nodelay(true);
+                        if let Ok(mut pg) = tokio::net::TcpStream::connect(backend).await {
+                            let _ = pg.set_nodelay(true);
+                            let _ = tokio::io::copy_bidirectional(&mut app, &mut pg).await;
+                        }
+                    });
+                }
+            });
+        })?;
+    Ok(addr)
 }

@@ -4,12 +4,13 @@ through `mezzanine proxy`: its output must be identical.
 Server-side prepared statements from the first execution
 (prepare_threshold=0), results in text and in binary, NULLs, numeric,
 jsonb, arrays, timestamps, bytea, COPY both ways, a transaction rolled
-back, errors with their SQLSTATE, notices and notifications.
+back, a cancel request, errors with their SQLSTATE, notices and notifications.
 
     python3 workload.py postgres://user@host:port/db
 """
 
 import sys
+import threading
 
 import psycopg
 
@@ -63,6 +64,16 @@ with psycopg.connect(url, prepare_threshold=0, autocommit=True) as conn:
             conn.execute(sql)
         except psycopg.Error as e:
             show("error", (e.sqlstate, e.diag.message_primary))
+    # A cancel request (a connection of its own, carrying the key
+    # BackendKeyData gave) stops a running statement.
+    timer = threading.Timer(0.5, conn.cancel_safe)
+    timer.start()
+    try:
+        conn.execute("SELECT pg_sleep(30)")
+        show("cancel", "not cancelled")
+    except psycopg.errors.QueryCanceled as e:
+        show("cancel", (e.sqlstate, e.diag.message_primary))
+    timer.join()
     conn.execute("DO $$ BEGIN RAISE NOTICE 'a notice from %', 'plpgsql'; END $$")
     show("notices", notices)
     conn.execute("LISTEN proxy_clients")

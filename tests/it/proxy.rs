@@ -576,3 +576,27 @@ async fn a_proxy_killed_under_writes_loses_no_acknowledged_write() {
     let served = again.status()["connections"]["served"].as_u64().unwrap();
     assert!(served >= 4, "the writers reconnected: {served}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_closed_but_never_one_inside_a_transaction() {
+    let db = LegacyDb::trips().await;
+    let file = with_proxy(&db, "idle_timeout_ms = 300");
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let mut idle = raw_session(proxy.addr, &db);
+    let mut in_block = raw_session(proxy.addr, &db);
+    in_block.write_all(b"Q\0\0\0\x0aBEGIN\0").unwrap();
+    let (kinds, errors) = read_until_ready(&mut in_block);
+    assert!(errors.is_empty() && kinds.ends_with(b"Z"), "{errors}");
+    std::thread::sleep(Duration::from_millis(900));
+    // Idle outside a transaction: FATAL 57P05, then the connection ends.
+    let answer = read_to_close(&mut idle);
+    assert!(
+        answer.starts_with('E') && answer.contains("57P05"),
+        "{answer:?}"
+    );
+    // Inside one: still served, and the block commits.
+    in_block.write_all(b"Q\0\0\0\x0bCOMMIT\0").unwrap();
+    let (kinds, errors) = read_until_ready(&mut in_block);
+    assert!(errors.is_empty(), "{errors}");
+    assert_eq!(kinds, b"CZ", "COMMIT answered");
+}

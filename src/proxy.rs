@@ -65,9 +65,16 @@ async fn serve(args: ProxyArgs, config_path: &Path) -> anyhow::Result<()> {
         )
         .into());
     }
+    let tls = match (&config.proxy.tls_cert, &config.proxy.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            worker::stack::tls_acceptor(cert, key)
+                .map_err(|e| crate::UsageError(format!("proxy.tls_cert: {e}")))?,
+        ),
+        _ => None,
+    };
     let facade = Arc::new(tripstore::TripStore::connect(&config).await?);
     let proxy = Arc::new(
-        proxy::Proxy::new(&config, facade.clone())
+        proxy::Proxy::new(&config, facade.clone(), tls)
             .await
             .map_err(|e| crate::UsageError(e.to_string()))?,
     );

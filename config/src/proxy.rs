@@ -2,6 +2,7 @@
 //! of PostgreSQL.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -53,6 +54,14 @@ pub struct Proxy {
     /// Default 1.
     #[serde(default = "default_threads")]
     pub threads: usize,
+    /// `proxy.tls_cert`: a PEM certificate chain; with `tls_key`, the
+    /// proxy answers an app's SSL request with TLS and refuses apps that
+    /// do not ask for it (`sslmode=require` or stricter). The connection
+    /// to PostgreSQL is unchanged. Relative paths are read from the
+    /// working directory.
+    pub tls_cert: Option<PathBuf>,
+    /// `proxy.tls_key`: the PEM private key of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
 }
 
 fn default_listen() -> SocketAddr {
@@ -89,6 +98,8 @@ impl Default for Proxy {
             connect_timeout_ms: default_connect_timeout_ms(),
             max_message_bytes: default_max_message_bytes(),
             threads: default_threads(),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -120,6 +131,21 @@ pub(crate) fn validate(proxy: &Proxy) -> Result<(), Problem> {
         600_000,
     )?;
     within("proxy.threads", proxy.threads as u64, 1, 256)?;
+    match (&proxy.tls_cert, &proxy.tls_key) {
+        (Some(_), None) => {
+            return Err(Problem {
+                key: "proxy.tls_key".into(),
+                message: "tls_cert is set without tls_key".into(),
+            })
+        }
+        (None, Some(_)) => {
+            return Err(Problem {
+                key: "proxy.tls_cert".into(),
+                message: "tls_key is set without tls_cert".into(),
+            })
+        }
+        _ => {}
+    }
     within(
         "proxy.max_message_bytes",
         proxy.max_message_bytes as u64,

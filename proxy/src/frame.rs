@@ -7,7 +7,7 @@
 //! `Parse`, `Bind`, `Close`) to pgwire's decoders. Nothing is re-encoded
 //! unless the proxy changes it.
 
-use bytes::{BufMut, BytesMut};
+use bytes::BytesMut;
 use pgwire::error::ErrorInfo;
 use pgwire::messages::response::ErrorResponse;
 use pgwire::messages::{DecodeContext, Message, ProtocolVersion};
@@ -76,11 +76,6 @@ pub fn error(severity: &str, code: &str, message: &str, hint: Option<&str>) -> B
     let mut out = BytesMut::new();
     encode(&ErrorResponse::from(info), &mut out);
     out
-}
-
-/// The one-byte answer refusing SSL or GSS encryption (`N`).
-pub fn refuse_encryption(out: &mut BytesMut) {
-    out.put_u8(b'N');
 }
 
 #[cfg(test)]

@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     /// One permit per PostgreSQL connection (`proxy.pool_size`).
     pool: Arc<Semaphore>,
     facade: Arc<TripStore>,
+    /// TLS towards apps (`proxy.tls_cert`), required when set.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl Shared {
@@ -73,7 +75,12 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub async fn new(config: &config::Config, facade: Arc<TripStore>) -> Result<Proxy, ProxyError> {
+    /// `tls`: the acceptor of `proxy.tls_cert` and `proxy.tls_key`, if set.
+    pub async fn new(
+        config: &config::Config,
+        facade: Arc<TripStore>,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Result<Proxy, ProxyError> {
         let legacy = config.legacy.as_ref().ok_or_else(|| {
             ProxyError::Config("no [legacy] section: the proxy forwards to legacy.url".into())
         })?;
@@ -88,6 +95,7 @@ impl Proxy {
                 router: Router::new(query::Model::from_config(config)),
                 stats: Stats::default(),
                 facade,
+                tls,
             }),
         })
     }

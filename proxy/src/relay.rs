@@ -39,6 +39,8 @@ pub enum Fatal {
     #[error("the client sent nothing for {0:?}")]
     Idle(Duration),
     #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
     Io(#[from] std::io::Error),
 }
 
@@ -49,6 +51,7 @@ impl Fatal {
             Fatal::Frame(FrameError::TooLarge { .. }) => "54000",
             Fatal::Frame(FrameError::BadLength(_)) => "08P01",
             Fatal::Idle(_) => "57P05",
+            Fatal::Refused(_) => "28000",
             Fatal::Io(_) => "08006",
         }
     }
@@ -95,13 +98,13 @@ impl State {
 /// the app sent after its startup packet.
 pub async fn relay(
     shared: &Shared,
-    client: &mut TcpStream,
+    client: &mut crate::session::Opened,
     pg: &mut TcpStream,
     mut from_client: BytesMut,
 ) -> Result<(), Fatal> {
     let max = shared.settings.max_message_bytes;
     let idle_timeout = Duration::from_millis(shared.settings.idle_timeout_ms);
-    let (mut client_rd, mut client_wr) = client.split();
+    let (mut client_rd, mut client_wr) = tokio::io::split(client);
     let (mut pg_rd, mut pg_wr) = pg.split();
     let mut state = State::default();
     let mut to_pg = BytesMut::with_capacity(8192);

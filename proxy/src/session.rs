@@ -16,6 +16,9 @@ use pgwire::messages::startup::Startup;
 use pgwire::messages::{DecodeContext, Message, ProtocolVersion};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
 
 use crate::frame;
 use crate::relay::Fatal;
@@ -40,26 +43,28 @@ enum Opening {
 /// sends; every failure ends this connection only.
 pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
     let _ = client.set_nodelay(true);
-    let mut client = client;
     let mut buf = BytesMut::with_capacity(8192);
     let settings = &shared.settings;
     let connect_timeout = Duration::from_millis(settings.connect_timeout_ms);
-    let opening = match tokio::time::timeout(connect_timeout, open(&mut client, &mut buf)).await {
-        Ok(Ok(opening)) => opening,
-        Ok(Err(e)) => {
+    let opening = async {
+        let mut client = Some(Opened::Left(client));
+        let opening = open(&mut client, &mut buf, shared.tls.as_ref()).await;
+        (client, opening)
+    };
+    let (mut client, opening) = match tokio::time::timeout(connect_timeout, opening).await {
+        Ok((Some(client), Ok(opening))) => (client, opening),
+        Ok((client, Err(e))) => {
             shared.stats.connection(Outcome::BadStartup);
             tracing::debug!("startup: {e}");
-            fatal(&mut client, e.sqlstate(), &e.to_string()).await;
+            if let Some(mut client) = client {
+                fatal(&mut client, e.sqlstate(), &e.to_string()).await;
+            }
             return;
         }
+        Ok((None, Ok(_))) => return,
         Err(_) => {
+            // The stream went with the abandoned opening: it is closed.
             shared.stats.connection(Outcome::BadStartup);
-            fatal(
-                &mut client,
-                "08P01",
-                "no startup packet within proxy.connect_timeout_ms",
-            )
-            .await;
             return;
         }
     };
@@ -142,14 +147,27 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
     let _ = client.shutdown().await;
 }
 
-/// Reads the opening packets: SSL and GSS requests are answered `N`
-/// (the proxy speaks plain TCP to apps), then a startup packet or a
-/// cancel request.
-async fn open(client: &mut TcpStream, buf: &mut BytesMut) -> Result<Opening, Fatal> {
+/// An app's connection: plain TCP, or TLS when `proxy.tls_cert` is set
+/// and the app asked for it.
+pub type Opened = Either<TcpStream, TlsStream<TcpStream>>;
+
+/// Reads the opening packets: an SSL request is answered with TLS when
+/// the proxy has a certificate (then the rest is read encrypted), `N`
+/// otherwise, as is a GSS request; then a startup packet or a cancel
+/// request. `client` is `None` after a failed handshake.
+async fn open(
+    client: &mut Option<Opened>,
+    buf: &mut BytesMut,
+    tls: Option<&TlsAcceptor>,
+) -> Result<Opening, Fatal> {
+    let closed = || Fatal::Protocol("the client closed during startup".into());
     for _ in 0..3 {
+        let Some(stream) = client.as_mut() else {
+            return Err(closed());
+        };
         while buf.len() < 8 {
-            if client.read_buf(buf).await? == 0 {
-                return Err(Fatal::Protocol("the client closed during startup".into()));
+            if stream.read_buf(buf).await? == 0 {
+                return Err(closed());
             }
         }
         let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
@@ -159,17 +177,35 @@ async fn open(client: &mut TcpStream, buf: &mut BytesMut) -> Result<Opening, Fat
             )));
         }
         while buf.len() < len {
-            if client.read_buf(buf).await? == 0 {
-                return Err(Fatal::Protocol("the client closed during startup".into()));
+            if stream.read_buf(buf).await? == 0 {
+                return Err(closed());
             }
         }
         let code = i32::from_be_bytes([buf[4], buf[5], buf[6], buf[7]]);
         match code {
+            SSL_REQUEST if len == 8 && tls.is_some() && matches!(stream, Either::Left(_)) => {
+                let _ = buf.split_to(len);
+                if !buf.is_empty() {
+                    // Bytes sent before the handshake would be taken as
+                    // if they came encrypted (CVE-2021-23214).
+                    return Err(Fatal::Protocol(
+                        "data arrived after the SSL request, before the handshake".into(),
+                    ));
+                }
+                stream.write_all(b"S").await?;
+                let Some(Either::Left(tcp)) = client.take() else {
+                    return Err(closed());
+                };
+                let acceptor = tls.ok_or_else(closed)?;
+                let encrypted = acceptor
+                    .accept(tcp)
+                    .await
+                    .map_err(|e| Fatal::Protocol(format!("TLS handshake: {e}")))?;
+                *client = Some(Either::Right(encrypted));
+            }
             SSL_REQUEST | GSS_REQUEST if len == 8 => {
                 let _ = buf.split_to(len);
-                let mut answer = BytesMut::new();
-                frame::refuse_encryption(&mut answer);
-                client.write_all(&answer).await?;
+                stream.write_all(b"N").await?;
             }
             CANCEL_REQUEST if len == 16 => return Ok(Opening::Cancel(buf.split_to(len))),
             _ if code >> 16 == 3 => {
@@ -180,6 +216,13 @@ async fn open(client: &mut TcpStream, buf: &mut BytesMut) -> Result<Opening, Fat
                 let startup = Startup::decode(&mut copy, &ctx)
                     .map_err(|e| Fatal::Protocol(format!("malformed startup packet: {e}")))?;
                 match startup {
+                    Some(_) if tls.is_some() && matches!(stream, Either::Left(_)) => {
+                        return Err(Fatal::Refused(
+                            "the proxy accepts TLS connections only (proxy.tls_cert is set): \
+                             connect with sslmode=require or stricter"
+                                .into(),
+                        ))
+                    }
                     Some(s) if s.parameters.contains_key("user") => {
                         return Ok(Opening::Start(packet))
                     }
@@ -205,7 +248,7 @@ async fn open(client: &mut TcpStream, buf: &mut BytesMut) -> Result<Opening, Fat
 }
 
 /// Sends a `FATAL` error, best effort: the connection ends after it.
-async fn fatal(client: &mut TcpStream, sqlstate: &str, message: &str) {
+async fn fatal(client: &mut Opened, sqlstate: &str, message: &str) {
     let _ = client
         .write_all(&frame::error("FATAL", sqlstate, message, None))
         .await;

@@ -162,7 +162,7 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         None,
     )?;
     let facade = Arc::new(tripstore::TripStore::connect(&config).await?);
-    let proxy = proxy::Proxy::new(&config, facade.clone()).await?;
+    let proxy = proxy::Proxy::new(&config, facade.clone(), None).await?;
     let shutdown = CancellationToken::new();
     let served = proxy
         .serve(

@@ -600,3 +600,52 @@ async fn an_idle_session_is_closed_but_never_one_inside_a_transaction() {
     assert!(errors.is_empty(), "{errors}");
     assert_eq!(kinds, b"CZ", "COMMIT answered");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_certificate_apps_connect_over_tls_only() {
+    let db = LegacyDb::trips().await;
+    let (ca, cert, key) = crate::tls::certificates();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    std::fs::write(path("ca.crt"), &ca).unwrap();
+    std::fs::write(path("proxy.crt"), &cert).unwrap();
+    std::fs::write(path("proxy.key"), &key).unwrap();
+    let file = with_proxy(
+        &db,
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            path("proxy.crt"),
+            path("proxy.key")
+        ),
+    );
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    // Verified against the CA, for the proxy's address.
+    let url = format!(
+        "{}?sslmode=verify-full&sslrootcert={}",
+        proxy.url(&db),
+        path("ca.crt")
+    );
+    let (ok, out, err) = psql(&url, "\\set ON_ERROR_STOP 1\n\\conninfo\nSELECT 6 * 7;\n");
+    assert!(ok, "{err}");
+    assert!(out.contains("SSL connection"), "{out}");
+    assert!(out.contains(" 42\n"), "{out}");
+    // An app that does not ask for TLS is refused, with the reason.
+    let (ok, _, err) = psql(
+        &format!("{}?sslmode=disable", proxy.url(&db)),
+        "SELECT 1;\n",
+    );
+    assert!(!ok);
+    assert!(err.contains("TLS connections only"), "{err}");
+    // One that trusts another CA refuses the proxy.
+    let (other_ca, _, _) = crate::tls::certificates();
+    std::fs::write(path("other.crt"), &other_ca).unwrap();
+    let (ok, _, err) = psql(
+        &format!(
+            "{}?sslmode=verify-full&sslrootcert={}",
+            proxy.url(&db),
+            path("other.crt")
+        ),
+        "SELECT 1;\n",
+    );
+    assert!(!ok && err.contains("SSL"), "{err}");
+}

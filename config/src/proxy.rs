@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::validate::Problem;
+use crate::validate::{in_range, Problem};
 
 /// `[proxy]`: how the proxy listens and how much it holds open.
 #[derive(Clone, Debug, Deserialize)]
@@ -104,33 +104,23 @@ impl Default for Proxy {
     }
 }
 
-fn within(key: &str, value: u64, low: u64, high: u64) -> Result<(), Problem> {
-    if value < low || value > high {
-        return Err(Problem {
-            key: key.into(),
-            message: format!("must be between {low} and {high}, got {value}"),
-        });
-    }
-    Ok(())
-}
-
 /// Checks `[proxy]`.
 pub(crate) fn validate(proxy: &Proxy) -> Result<(), Problem> {
-    within("proxy.max_clients", proxy.max_clients as u64, 1, 100_000)?;
-    within("proxy.pool_size", proxy.pool_size as u64, 1, 100_000)?;
-    within(
+    in_range("proxy.max_clients", proxy.max_clients as u64, 1, 100_000)?;
+    in_range("proxy.pool_size", proxy.pool_size as u64, 1, 100_000)?;
+    in_range(
         "proxy.idle_timeout_ms",
         proxy.idle_timeout_ms,
         0,
         86_400_000,
     )?;
-    within(
+    in_range(
         "proxy.connect_timeout_ms",
         proxy.connect_timeout_ms,
         100,
         600_000,
     )?;
-    within("proxy.threads", proxy.threads as u64, 1, 256)?;
+    in_range("proxy.threads", proxy.threads as u64, 1, 256)?;
     match (&proxy.tls_cert, &proxy.tls_key) {
         (Some(_), None) => {
             return Err(Problem {
@@ -146,7 +136,7 @@ pub(crate) fn validate(proxy: &Proxy) -> Result<(), Problem> {
         }
         _ => {}
     }
-    within(
+    in_range(
         "proxy.max_message_bytes",
         proxy.max_message_bytes as u64,
         1024,

@@ -179,5 +179,27 @@ async fn status(from: SocketAddr, json: bool) -> anyhow::Result<()> {
         ]);
     }
     table.print("");
+    let sampling = field("sampling");
+    let count = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let statements = sampling.get("statements").cloned().unwrap_or(Value::Null);
+    let verifier = sampling.get("verifier").cloned().unwrap_or(Value::Null);
+    println!(
+        "sampled reads: {} drawn, {} offered to the verifier ({} cell reads), {} failed, {} with parameters not read",
+        count(&statements, "drawn"),
+        count(&statements, "offered"),
+        count(&sampling, "cell_reads"),
+        count(&statements, "failed"),
+        count(&statements, "params_not_read"),
+    );
+    println!(
+        "verifier: {} compared, {} equal, {} mismatches, {} transient, {} unsettled, {} replay errors, {} dropped",
+        count(&verifier, "samples"),
+        count(&verifier, "matches"),
+        count(&verifier, "mismatches"),
+        count(&verifier, "transient"),
+        count(&verifier, "unsettled"),
+        count(&verifier, "replay_errors"),
+        count(&verifier, "dropped"),
+    );
     Ok(())
 }

@@ -2,8 +2,6 @@
 //! API can answer, the calls each statement becomes, and the proof that a
 //! translated read returns the same rows ([`run`]).
 
-mod run;
-
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
@@ -84,17 +82,17 @@ pub async fn run(command: QueryCommand, config_path: &Path) -> anyhow::Result<()
     match command {
         QueryCommand::Audit(args) => audit(&config, &model, args).await,
         QueryCommand::Run(args) => {
-            let verdict = match run::run(&config, &model, &args.sql, &args.params).await {
+            let verdict = match query::run::run(&config, &model, &args.sql, &args.params).await {
                 Ok(verdict) => verdict,
-                Err(run::RunError::Untranslatable(why)) => {
+                Err(query::run::RunError::Untranslatable(why)) => {
                     return Err(crate::UsageError(format!("query run cannot run it: {why}")).into())
                 }
-                Err(run::RunError::Failed(e)) => return Err(e),
+                Err(query::run::RunError::Failed(e)) => return Err(e),
             };
             if args.json {
-                println!("{}", run::json(&verdict));
+                println!("{}", query::run::json(&verdict));
             } else {
-                print!("{}", run::text(&verdict));
+                print!("{}", query::run::text(&verdict));
             }
             if verdict.differences.is_empty() {
                 Ok(())

@@ -7,16 +7,20 @@
 //! ([`session`]). Every `Query` and `Parse` is read by the translator
 //! and judged by the mode ([`route`]): what the mode lets through goes to
 //! PostgreSQL byte for byte; what it refuses reaches the app as SQLSTATE
-//! `0A000` with the translator's reason. Counts and metrics in [`stats`].
+//! `0A000` with the translator's reason. Translatable reads are sampled
+//! for the verifier in the modes whose facade samples (`sample`). Counts
+//! and metrics in [`stats`].
 //!
 //! Its rooms: `frame` (whole messages off a byte stream, and the proxy's
 //! own messages), `route` (the mode's rules), `session` (one connection's
 //! opening and its PostgreSQL connection), `relay` (both directions of a
-//! session, each statement judged), `stats` (what `proxy status` shows).
+//! session, each statement judged), `sample` (translatable reads handed
+//! to the verifier), `stats` (what `proxy status` shows).
 
 mod frame;
 mod relay;
 pub mod route;
+mod sample;
 mod session;
 pub mod stats;
 
@@ -52,7 +56,8 @@ pub(crate) struct Shared {
     /// The legacy PostgreSQL server.
     backend: SocketAddr,
     router: Router,
-    stats: Stats,
+    stats: Arc<Stats>,
+    sampling: sample::Sampling,
     /// One permit per app connection (`proxy.max_clients`).
     clients: Arc<Semaphore>,
     /// One permit per PostgreSQL connection (`proxy.pool_size`).
@@ -86,14 +91,16 @@ impl Proxy {
         })?;
         let backend = backend_addr(&legacy.url).await?;
         let settings = config.proxy.clone();
+        let model = query::Model::from_config(config).map(Arc::new);
         Ok(Proxy {
             shared: Arc::new(Shared {
                 clients: Arc::new(Semaphore::new(settings.max_clients)),
                 pool: Arc::new(Semaphore::new(settings.pool_size)),
                 settings,
                 backend,
-                router: Router::new(query::Model::from_config(config)),
-                stats: Stats::default(),
+                router: Router::new(model.clone()),
+                stats: Arc::default(),
+                sampling: sample::Sampling::new(facade.clone(), model),
                 facade,
                 tls,
             }),
@@ -107,9 +114,12 @@ impl Proxy {
 
     /// What the proxy has done so far.
     pub fn status(&self, listen: SocketAddr) -> Status {
-        self.shared
-            .stats
-            .status(listen, self.shared.mode(), &self.shared.settings)
+        self.shared.stats.status(
+            listen,
+            self.shared.mode(),
+            &self.shared.settings,
+            self.shared.facade.sampler().totals(),
+        )
     }
 
     /// Listens on `addr` and serves apps until `shutdown`; then takes no

@@ -11,7 +11,7 @@
 //! neither side blocks the other: an app pipelining statements while
 //! PostgreSQL streams results cannot deadlock the two.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -21,8 +21,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::frame::{self, Frame, FrameError};
-use crate::route::{refusing_statement, Verdict};
-use crate::stats::Route;
+use crate::route::{refusing_statement, Decision, Verdict};
+use crate::sample::params_text;
+use crate::stats::{Route, SampleOutcome};
 use crate::Shared;
 
 /// Past this many bytes waiting for one side, the other is not read.
@@ -74,6 +75,9 @@ struct State {
     /// one): their `Bind`s lose their parameters, so PostgreSQL reaches
     /// the refusal at `Execute` instead of a parameter count mismatch.
     refused: HashSet<String>,
+    /// Prepared statements the verifier may sample (one translatable
+    /// read each): their SQL and the `Parse`'s parameter types.
+    reads: HashMap<String, (String, Vec<u32>)>,
 }
 
 impl State {
@@ -183,7 +187,13 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
                 out.extend_from_slice(&frame.bytes);
                 return;
             };
-            match route(shared, state, &query.query) {
+            let decision = route(shared, state, &query.query);
+            if decision.samplable && shared.sampling.wants() {
+                shared
+                    .sampling
+                    .sample(shared.stats.clone(), query.query.clone(), Vec::new());
+            }
+            match decision.verdict {
                 Verdict::Forward => out.extend_from_slice(&frame.bytes),
                 Verdict::Refuse(reason) => {
                     frame::encode(&Query::new(refusing_statement(&reason)), out)
@@ -196,12 +206,19 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
                 return;
             };
             let name = parse.name.clone().unwrap_or_default();
-            match route(shared, state, &parse.query) {
+            let decision = route(shared, state, &parse.query);
+            match decision.verdict {
                 Verdict::Forward => {
                     state.refused.remove(&name);
+                    if decision.samplable {
+                        state.reads.insert(name, (parse.query, parse.type_oids));
+                    } else {
+                        state.reads.remove(&name);
+                    }
                     out.extend_from_slice(&frame.bytes);
                 }
                 Verdict::Refuse(reason) => {
+                    state.reads.remove(&name);
                     state.refused.insert(name);
                     frame::encode(
                         &Parse::new(parse.name, refusing_statement(&reason), Vec::new()),
@@ -210,12 +227,13 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
                 }
             }
         }
-        b'B' if !state.refused.is_empty() => match frame::decode::<Bind>(&frame) {
-            Some(bind)
-                if state
-                    .refused
-                    .contains(bind.statement_name.as_deref().unwrap_or_default()) =>
-            {
+        b'B' if !state.refused.is_empty() || !state.reads.is_empty() => {
+            let Some(bind) = frame::decode::<Bind>(&frame) else {
+                out.extend_from_slice(&frame.bytes);
+                return;
+            };
+            let statement = bind.statement_name.as_deref().unwrap_or_default();
+            if state.refused.contains(statement) {
                 frame::encode(
                     &Bind::new(
                         bind.portal_name,
@@ -225,16 +243,29 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
                         Vec::new(),
                     ),
                     out,
-                )
+                );
+                return;
             }
-            _ => out.extend_from_slice(&frame.bytes),
-        },
-        b'C' if !state.refused.is_empty() => {
+            out.extend_from_slice(&frame.bytes);
+            if let Some((sql, types)) = state.reads.get(statement) {
+                if shared.sampling.wants() {
+                    match params_text(types, &bind.parameter_format_codes, &bind.parameters) {
+                        Some(params) => {
+                            shared
+                                .sampling
+                                .sample(shared.stats.clone(), sql.clone(), params)
+                        }
+                        None => shared.stats.sample(SampleOutcome::ParamsNotRead),
+                    }
+                }
+            }
+        }
+        b'C' if !state.refused.is_empty() || !state.reads.is_empty() => {
             if let Some(close) = frame::decode::<Close>(&frame) {
                 if close.target_type == b'S' {
-                    state
-                        .refused
-                        .remove(close.name.as_deref().unwrap_or_default());
+                    let name = close.name.as_deref().unwrap_or_default();
+                    state.refused.remove(name);
+                    state.reads.remove(name);
                 }
             }
             out.extend_from_slice(&frame.bytes);
@@ -247,8 +278,8 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
     }
 }
 
-/// The verdict on `sql`, counted.
-fn route(shared: &Shared, state: &mut State, sql: &str) -> Verdict {
+/// The decision on `sql`, counted.
+fn route(shared: &Shared, state: &mut State, sql: &str) -> Decision {
     let mode = shared.mode();
     let decision = shared.router.decide(sql, mode, state.in_transaction());
     let route = match decision.verdict {
@@ -259,7 +290,7 @@ fn route(shared: &Shared, state: &mut State, sql: &str) -> Verdict {
     if opens_transaction(sql) {
         state.begun = true;
     }
-    decision.verdict
+    decision
 }
 
 /// Whether `sql` begins with `BEGIN` or `START TRANSACTION` (after

@@ -17,6 +17,8 @@
 //!
 //! Statements naming no layout table are forwarded in every mode.
 
+use std::sync::Arc;
+
 use query::{Analysis, Class, Model};
 use tripstore::Mode;
 
@@ -35,12 +37,15 @@ pub struct Decision {
     /// none does), for the counts.
     pub class: Class,
     pub verdict: Verdict,
+    /// One statement the translator answers as a read, forwarded: the
+    /// verifier may sample it.
+    pub samplable: bool,
 }
 
 /// The translator's model, and the names a statement must contain to
 /// touch the layout at all.
 pub struct Router {
-    model: Option<Model>,
+    model: Option<Arc<Model>>,
     /// The layout's table names, lowercase: a statement whose text names
     /// none of them (in any case) cannot touch a layout table, and is not
     /// parsed. This keeps the parser off the path of everything else.
@@ -48,7 +53,7 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(model: Option<Model>) -> Router {
+    pub fn new(model: Option<Arc<Model>>) -> Router {
         let names = model
             .as_ref()
             .map(|m| {
@@ -94,7 +99,13 @@ impl Router {
                 .find_map(|a| refusal(a, mode))
                 .map_or(Verdict::Forward, Verdict::Refuse)
         };
-        Decision { class, verdict }
+        let samplable = verdict == Verdict::Forward
+            && matches!(analyses.as_slice(), [one] if matches!(one.class, Class::Row | Class::Index));
+        Decision {
+            class,
+            verdict,
+            samplable,
+        }
     }
 }
 

@@ -7,6 +7,10 @@
 //! | `mezzanine_proxy_backends` | gauge | PostgreSQL connections open |
 //! | `mezzanine_proxy_connections_total{outcome}` | counter | app connections by how they began: `served`, `cancel`, `refused_full`, `no_backend`, `bad_startup` |
 //! | `mezzanine_proxy_statements_total{class,mode,route}` | counter | statements by translator class, mode, and `forwarded` or `refused` |
+//! | `mezzanine_proxy_samples_total{outcome}` | counter | translatable reads sampled: `drawn`, then `offered` to the verifier or `failed` (values that did not evaluate, PostgreSQL unreachable); `params_not_read` drawn but not sampled (a NULL or binary parameter not read) |
+//!
+//! What the verifier made of the samples is in its own metrics
+//! (`mezzanine_verify_*`) and in `proxy status` as `sampling.verifier`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -32,6 +36,30 @@ impl Route {
         match self {
             Route::Forwarded => "forwarded",
             Route::Refused => "refused",
+        }
+    }
+}
+
+/// What became of a sampled statement.
+#[derive(Clone, Copy, Debug)]
+pub enum SampleOutcome {
+    /// Drawn by the sampler.
+    Drawn,
+    /// Its cell reads handed to the verifier.
+    Offered,
+    /// Not replayed: its values did not evaluate, or PostgreSQL failed.
+    Failed,
+    /// Drawn, but a parameter was NULL or in a binary form not read here.
+    ParamsNotRead,
+}
+
+impl SampleOutcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            SampleOutcome::Drawn => "drawn",
+            SampleOutcome::Offered => "offered",
+            SampleOutcome::Failed => "failed",
+            SampleOutcome::ParamsNotRead => "params_not_read",
         }
     }
 }
@@ -65,6 +93,20 @@ pub struct Stats {
     backends: AtomicU64,
     connections: Mutex<BTreeMap<&'static str, u64>>,
     statements: Mutex<BTreeMap<(Class, Mode, Route), u64>>,
+    samples: Mutex<BTreeMap<&'static str, u64>>,
+    sample_reads: AtomicU64,
+}
+
+/// The sampling of translatable reads, in `proxy status`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sampling {
+    /// Statements by outcome (`drawn`, `offered`, `failed`,
+    /// `params_not_read`).
+    pub statements: BTreeMap<&'static str, u64>,
+    /// Cell reads handed to the verifier.
+    pub cell_reads: u64,
+    /// What the verifier made of them, since the proxy started.
+    pub verifier: verifier::store::Counts,
 }
 
 /// One row of the statement counts.
@@ -88,6 +130,7 @@ pub struct Status {
     /// App connections by how they began.
     pub connections: BTreeMap<&'static str, u64>,
     pub statements: Vec<StatementCount>,
+    pub sampling: Sampling,
 }
 
 impl Stats {
@@ -110,6 +153,16 @@ impl Stats {
             .or_default() += 1;
     }
 
+    pub fn sample(&self, outcome: SampleOutcome) {
+        metrics::counter!("mezzanine_proxy_samples_total", "outcome" => outcome.as_str())
+            .increment(1);
+        *lock(&self.samples).entry(outcome.as_str()).or_default() += 1;
+    }
+
+    pub fn sample_reads(&self, n: u64) {
+        self.sample_reads.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Counts an open app connection until the guard is dropped.
     pub fn client(&self) -> Open<'_> {
         Open::new(&self.clients, "mezzanine_proxy_clients")
@@ -125,6 +178,7 @@ impl Stats {
         listen: SocketAddr,
         mode: Mode,
         settings: &config::proxy::Proxy,
+        verifier: verifier::store::Counts,
     ) -> Status {
         Status {
             listen,
@@ -143,6 +197,11 @@ impl Stats {
                     count,
                 })
                 .collect(),
+            sampling: Sampling {
+                statements: lock(&self.samples).clone(),
+                cell_reads: self.sample_reads.load(Ordering::Relaxed),
+                verifier,
+            },
         }
     }
 }

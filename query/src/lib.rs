@@ -13,7 +13,9 @@
 //! - [`write`]: INSERT and UPDATE, as `put_cell`s;
 //! - [`plan`]: the translation, and the calls it prints;
 //! - [`analysis`]: a statement's class, plan or reason;
-//! - [`audit`]: many statements, their report and its summary.
+//! - [`audit`]: many statements, their report and its summary;
+//! - [`run`]: a translated read executed both ways (`query run`, and the
+//!   proxy's samples).
 
 pub mod analysis;
 pub mod audit;
@@ -21,6 +23,7 @@ pub mod expr;
 pub mod model;
 pub mod plan;
 pub mod read;
+pub mod run;
 pub mod split;
 pub mod write;
 

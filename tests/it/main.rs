@@ -108,6 +108,7 @@ mod model;
 mod moves;
 mod placement;
 mod proxy;
+mod proxy_modes;
 mod query;
 mod runbook;
 mod schema;

@@ -14,14 +14,14 @@ use tripstore::{Mode, TripStore};
 use crate::harness::{cluster, config_file, mezzanine, LegacyDb};
 
 /// A `mezzanine proxy` process.
-struct ProxyProcess {
+pub(crate) struct ProxyProcess {
     child: Child,
     addr: SocketAddr,
     status: SocketAddr,
 }
 
 impl ProxyProcess {
-    fn start(config: &std::path::Path, listen: &str) -> ProxyProcess {
+    pub(crate) fn start(config: &std::path::Path, listen: &str) -> ProxyProcess {
         let mut child = mezzanine(
             config,
             &[
@@ -65,11 +65,11 @@ impl ProxyProcess {
         }
     }
 
-    fn url(&self, db: &LegacyDb) -> String {
+    pub(crate) fn url(&self, db: &LegacyDb) -> String {
         format!("postgres://postgres@{}/{}", self.addr, db.name)
     }
 
-    fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         let out = Command::new(env!("CARGO_BIN_EXE_mezzanine"))
             .args(["proxy", "status", "--json", "--from"])
             .arg(self.status.to_string())
@@ -92,7 +92,7 @@ fn binaries() -> devcluster::Binaries {
 }
 
 /// psql running `script` against `url`: (status, stdout, stderr).
-fn psql(url: &str, script: &str) -> (bool, String, String) {
+pub(crate) fn psql(url: &str, script: &str) -> (bool, String, String) {
     let mut child = Command::new(binaries().psql)
         .args(["-X", "-v", "VERBOSITY=verbose", "-d", url, "-f", "-"])
         .stdin(Stdio::piped())

@@ -31,6 +31,9 @@ struct Shared {
     tat: AtomicU64,
     queue: mpsc::Sender<Sample>,
     tally: Mutex<Tally>,
+    /// Every count since the sampler began (the tally is emptied by each
+    /// flush).
+    totals: Mutex<Counts>,
     started: Instant,
 }
 
@@ -108,8 +111,26 @@ impl Sampler {
     }
 
     pub(super) fn count(&self, column: &str, f: impl FnOnce(&mut Counts)) {
+        let mut counts = Counts::default();
+        f(&mut counts);
         let mut tally = self.shared.tally.lock().expect("sampler tally");
-        f(tally.counts.entry(column.to_string()).or_default());
+        tally
+            .counts
+            .entry(column.to_string())
+            .or_default()
+            .add(&counts);
+        drop(tally);
+        self.shared
+            .totals
+            .lock()
+            .expect("sampler totals")
+            .add(&counts);
+    }
+
+    /// Every count of this sampler since it began, over all columns: what
+    /// this process's samples came to.
+    pub fn totals(&self) -> Counts {
+        *self.shared.totals.lock().expect("sampler totals")
     }
 
     pub(super) fn verified(&self, units: &[Unit]) {
@@ -156,6 +177,7 @@ pub(super) fn with_queue(config: &config::Verify) -> (Sampler, mpsc::Receiver<Sa
             tat: AtomicU64::new(0),
             queue: sender,
             tally: Mutex::new(Tally::default()),
+            totals: Mutex::new(Counts::default()),
             started: Instant::now(),
         }),
     };

@@ -175,11 +175,12 @@ pub(super) async fn row_reads<S: CellStore>(
     Ok(rows.into_iter().skip(offset).collect())
 }
 
-pub(super) async fn index_reads<S: CellStore>(
+/// The index query `read` makes, its values evaluated, and the name of
+/// the column the index's entries come from; `None` for `LIMIT 0`.
+pub(super) async fn index_query(
     eval: &Evaluator<'_>,
-    store: &S,
     read: &IndexRead,
-) -> Result<Vec<Row>, RunError> {
+) -> Result<(Option<IndexQuery>, String), RunError> {
     let legacy = eval.legacy;
     let index = legacy
         .layout()
@@ -222,10 +223,18 @@ pub(super) async fn index_reads<S: CellStore>(
         descending: read.descending,
         limit: limit.clamp(1, schemaless::index::MAX_LIMIT),
     };
-    let entries = if limit == 0 {
-        Vec::new()
-    } else {
-        store.query_index(&query, ReadFrom::Master).await?
+    Ok(((limit > 0).then_some(query), column.name.to_string()))
+}
+
+pub(super) async fn index_reads<S: CellStore>(
+    eval: &Evaluator<'_>,
+    store: &S,
+    read: &IndexRead,
+) -> Result<Vec<Row>, RunError> {
+    let (query, column) = index_query(eval, read).await?;
+    let entries = match &query {
+        None => Vec::new(),
+        Some(query) => store.query_index(query, ReadFrom::Master).await?,
     };
     let keys: Vec<RowKey> = entries.iter().map(|e| e.row_key).collect();
     let mut cells = read_cells(store, &keys, &read.latest, &read.children).await?;
@@ -237,7 +246,7 @@ pub(super) async fn index_reads<S: CellStore>(
     };
     let mut rows = Vec::new();
     for (entry, (key, cells)) in entries.iter().zip(cells.iter_mut()) {
-        cells.entry = Some((column.name.to_string(), entry.fields.to_value()));
+        cells.entry = Some((column.clone(), entry.fields.to_value()));
         rows.extend(rows_of(key, cells, &shape));
     }
     Ok(rows)

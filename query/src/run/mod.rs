@@ -12,25 +12,28 @@
 //!
 //! Its rooms: `postgres` (binding, evaluating and re-reading on
 //! PostgreSQL), `cells` (the cell API calls and rows rebuilt from
-//! cells); this file runs both and compares.
+//! cells), `reads` (a statement's cell reads, for sampling); this file
+//! runs both and compares.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
+use crate::plan::{IndexRead, Keys, Output, Plan, Projected, RowRead};
 use legacy::layout::ColumnLayout;
 use legacy::LegacyStore;
-use query::plan::{IndexRead, Keys, Output, Plan, Projected, RowRead};
-use query::sqlparser::ast::{visit_expressions_mut, Expr, SetExpr, Statement};
-use query::sqlparser::dialect::PostgreSqlDialect;
-use query::sqlparser::parser::Parser;
 use schemaless::{CellStore, Column, Filter, FilterOp, IndexQuery, ReadFrom, RowKey, StoredCell};
 use serde_json::{json, Value};
+use sqlparser::ast::{visit_expressions_mut, Expr, SetExpr, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
 
 mod cells;
 mod postgres;
+mod reads;
 
 use cells::{index_reads, row_reads};
 use postgres::{postgres_rows, Evaluator};
+pub use reads::{cell_reads, CellRead};
 
 /// One result row: the outputs' values, then the ORDER BY values.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,6 +65,15 @@ impl<E: Into<anyhow::Error>> From<E> for RunError {
     }
 }
 
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Untranslatable(why) => write!(f, "not run: {why}"),
+            RunError::Failed(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
 fn untranslatable(why: impl Into<String>) -> RunError {
     RunError::Untranslatable(why.into())
 }
@@ -69,13 +81,13 @@ fn untranslatable(why: impl Into<String>) -> RunError {
 /// Runs `sql` with `params` both ways.
 pub async fn run(
     config: &config::Config,
-    model: &query::Model,
+    model: &crate::Model,
     sql: &str,
     params: &[String],
 ) -> Result<Verdict, RunError> {
     // The values are bound first, so the plan's expressions are literals.
     let statement = bind(sql, params)?;
-    let analysis = query::analyze(model, &statement.to_string());
+    let analysis = crate::analyze(model, &statement.to_string());
     let plan =
         match analysis.plan {
             Some(plan @ (Plan::Rows(_) | Plan::Index(_))) => plan,
@@ -138,11 +150,11 @@ fn bind(sql: &str, params: &[String]) -> Result<Statement, RunError> {
     let mut missing = None;
     let _ = visit_expressions_mut(&mut statement, |e| {
         if let Expr::Value(v) = e {
-            if let query::sqlparser::ast::Value::Placeholder(name) = &v.value {
+            if let sqlparser::ast::Value::Placeholder(name) = &v.value {
                 let n: Option<usize> = name.strip_prefix('$').and_then(|n| n.parse().ok());
                 match n.and_then(|n| n.checked_sub(1)).and_then(|i| params.get(i)) {
                     Some(value) => {
-                        v.value = query::sqlparser::ast::Value::SingleQuotedString(value.clone());
+                        v.value = sqlparser::ast::Value::SingleQuotedString(value.clone());
                     }
                     None => {
                         missing = Some(name.clone());

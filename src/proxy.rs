@@ -181,6 +181,12 @@ async fn status(from: SocketAddr, json: bool) -> anyhow::Result<()> {
     table.print("");
     let sampling = field("sampling");
     let count = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let served = field("served");
+    println!(
+        "translatable reads in shadow: {} served from Schemaless, {} from PostgreSQL",
+        count(&served, "schemaless"),
+        count(&served, "postgresql"),
+    );
     let statements = sampling.get("statements").cloned().unwrap_or(Value::Null);
     let verifier = sampling.get("verifier").cloned().unwrap_or(Value::Null);
     println!(

@@ -8,8 +8,11 @@
 //! and judged by the mode ([`route`]): what the mode lets through goes to
 //! PostgreSQL byte for byte; what it refuses reaches the app as SQLSTATE
 //! `0A000` with the translator's reason. Translatable reads are sampled
-//! for the verifier in the modes whose facade samples (`sample`). Counts
-//! and metrics in [`stats`].
+//! for the verifier in the modes whose facade samples (`sample`), and in
+//! `shadow` those sent with the simple protocol are answered from
+//! Schemaless at the read share: PostgreSQL renders the rows Schemaless
+//! gave in the app's session, so every byte is one PostgreSQL would have
+//! sent (`query::run::render_from`). Counts and metrics in [`stats`].
 //!
 //! Its rooms: `frame` (whole messages off a byte stream, and the proxy's
 //! own messages), `route` (the mode's rules), `session` (one connection's

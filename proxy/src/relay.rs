@@ -11,7 +11,7 @@
 //! neither side blocks the other: an app pipelining statements while
 //! PostgreSQL streams results cannot deadlock the two.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -21,9 +21,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::frame::{self, Frame, FrameError};
+use query::run::{Origin, Serving};
+use tokio::sync::oneshot;
+
 use crate::route::{refusing_statement, Decision, Verdict};
 use crate::sample::params_text;
-use crate::stats::{Route, SampleOutcome};
+use crate::stats::{Route, SampleOutcome, Store};
 use crate::Shared;
 
 /// Past this many bytes waiting for one side, the other is not read.
@@ -78,6 +81,17 @@ struct State {
     /// Prepared statements the verifier may sample (one translatable
     /// read each): their SQL and the `Parse`'s parameter types.
     reads: HashMap<String, (String, Vec<u32>)>,
+    /// One entry per `Query`, `Sync` and `FunctionCall` sent, in order, until its
+    /// `ReadyForQuery`: for a read served from Schemaless, the origins its
+    /// `RowDescription` must name.
+    units: VecDeque<Option<Vec<Origin>>>,
+}
+
+/// A `Query` waiting for Schemaless's answer; nothing the app sent after
+/// it is read until it is settled, so the order of statements holds.
+struct Pending {
+    query: Frame,
+    answer: oneshot::Receiver<Serving>,
 }
 
 impl State {
@@ -90,6 +104,7 @@ impl State {
     }
 
     fn ready(&mut self, status: u8) {
+        self.units.pop_front();
         self.status = status;
         self.unanswered = self.unanswered.saturating_sub(1);
         if self.unanswered == 0 {
@@ -110,20 +125,29 @@ pub async fn relay(
     let idle_timeout = Duration::from_millis(shared.settings.idle_timeout_ms);
     let (mut client_rd, mut client_wr) = tokio::io::split(client);
     let (mut pg_rd, mut pg_wr) = pg.split();
-    let mut state = State::default();
+    // The startup's own `ReadyForQuery` answers the first unit.
+    let mut state = State {
+        unanswered: 1,
+        units: VecDeque::from([None]),
+        ..State::default()
+    };
     let mut to_pg = BytesMut::with_capacity(8192);
     let mut from_pg = BytesMut::with_capacity(64 * 1024);
     let mut to_client = BytesMut::with_capacity(64 * 1024);
     let mut terminated = false;
+    let mut pending: Option<Pending> = None;
     loop {
-        while let Some(frame) = frame::next(&mut from_client, max)? {
+        while pending.is_none() {
+            let Some(frame) = frame::next(&mut from_client, max)? else {
+                break;
+            };
             terminated |= frame.kind == b'X';
-            message(shared, &mut state, frame, &mut to_pg);
+            pending = message(shared, &mut state, frame, &mut to_pg);
             if terminated {
                 break;
             }
         }
-        let scanned = complete(&from_pg, &mut state);
+        let scanned = complete(&mut from_pg, &mut state);
         if scanned > 0 {
             to_client.extend_from_slice(&from_pg.split_to(scanned));
         }
@@ -152,6 +176,10 @@ pub async fn relay(
                     return Ok(());
                 }
             }
+            served = async { (&mut pending.as_mut().expect("guarded").answer).await }, if pending.is_some() => {
+                let Pending { query, .. } = pending.take().expect("guarded");
+                settle(shared, &mut state, query, served, &mut to_pg);
+            }
             _ = tokio::time::sleep(idle_timeout), if watch_idle => {
                 let _ = pg_wr.write_all(b"X\0\0\0\x04").await;
                 return Err(Fatal::Idle(idle_timeout));
@@ -162,32 +190,72 @@ pub async fn relay(
 
 /// The length of the whole messages at the start of `buf`, noting each
 /// `ReadyForQuery`'s status before the app can see it.
-fn complete(buf: &BytesMut, state: &mut State) -> usize {
+fn complete(buf: &mut BytesMut, state: &mut State) -> usize {
     let mut at = 0;
     while buf.len() - at >= 5 {
         let len = u32::from_be_bytes([buf[at + 1], buf[at + 2], buf[at + 3], buf[at + 4]]) as usize;
         if buf.len() - at < len + 1 {
             break;
         }
-        if buf[at] == b'Z' && len == 5 {
-            state.ready(buf[at + 5]);
+        match buf[at] {
+            b'Z' if len == 5 => state.ready(buf[at + 5]),
+            b'T' => {
+                if let Some(Some(origins)) = state.units.front() {
+                    name_origins(&mut buf[at + 5..at + 1 + len], origins);
+                }
+            }
+            _ => {}
         }
         at += len + 1;
     }
     at
 }
 
-/// Appends what PostgreSQL is to get for `frame`.
-fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut) {
+/// Writes each column's table OID and attribute number into the body of
+/// a `RowDescription` (in place: both are fixed-width).
+fn name_origins(body: &mut [u8], origins: &[Origin]) {
+    let mut at = 2;
+    for origin in origins {
+        let Some(end) = body.get(at..).and_then(|b| b.iter().position(|&c| c == 0)) else {
+            return;
+        };
+        at += end + 1;
+        let Some(fixed) = body.get_mut(at..at + 18) else {
+            return;
+        };
+        fixed[0..4].copy_from_slice(&origin.table.to_be_bytes());
+        fixed[4..6].copy_from_slice(&origin.attnum.to_be_bytes());
+        at += 18;
+    }
+}
+
+/// Appends what PostgreSQL is to get for `frame`, or holds a `Query`
+/// Schemaless may answer.
+fn message(
+    shared: &Shared,
+    state: &mut State,
+    frame: Frame,
+    out: &mut BytesMut,
+) -> Option<Pending> {
     match frame.kind {
         b'Q' => {
             state.unanswered += 1;
             let Some(query) = frame::decode::<Query>(&frame) else {
                 // PostgreSQL names what is wrong with it.
+                state.units.push_back(None);
                 out.extend_from_slice(&frame.bytes);
-                return;
+                return None;
             };
+            let in_transaction = state.in_transaction();
             let decision = route(shared, state, &query.query);
+            if decision.samplable && !in_transaction && shared.sampling.may_serve() {
+                let answer = shared.sampling.serve(query.query);
+                return Some(Pending {
+                    query: frame,
+                    answer,
+                });
+            }
+            state.units.push_back(None);
             if decision.samplable && shared.sampling.wants() {
                 shared
                     .sampling
@@ -203,7 +271,7 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
         b'P' => {
             let Some(parse) = frame::decode::<Parse>(&frame) else {
                 out.extend_from_slice(&frame.bytes);
-                return;
+                return None;
             };
             let name = parse.name.clone().unwrap_or_default();
             let decision = route(shared, state, &parse.query);
@@ -230,7 +298,7 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
         b'B' if !state.refused.is_empty() || !state.reads.is_empty() => {
             let Some(bind) = frame::decode::<Bind>(&frame) else {
                 out.extend_from_slice(&frame.bytes);
-                return;
+                return None;
             };
             let statement = bind.statement_name.as_deref().unwrap_or_default();
             if state.refused.contains(statement) {
@@ -244,7 +312,7 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
                     ),
                     out,
                 );
-                return;
+                return None;
             }
             out.extend_from_slice(&frame.bytes);
             if let Some((sql, types)) = state.reads.get(statement) {
@@ -270,11 +338,43 @@ fn message(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut)
             }
             out.extend_from_slice(&frame.bytes);
         }
-        b'S' => {
+        // `Sync`, and a `FunctionCall`: each gets a `ReadyForQuery`.
+        b'S' | b'F' => {
             state.unanswered += 1;
+            state.units.push_back(None);
             out.extend_from_slice(&frame.bytes);
         }
         _ => out.extend_from_slice(&frame.bytes),
+    }
+    None
+}
+
+/// Sends a held `Query`: the statement rendering Schemaless's rows, or
+/// the app's own when it is to be forwarded.
+fn settle(
+    shared: &Shared,
+    state: &mut State,
+    query: Frame,
+    served: Result<Serving, oneshot::error::RecvError>,
+    out: &mut BytesMut,
+) {
+    match served {
+        Ok(Serving::Serve(rendering)) => {
+            shared.stats.served(Store::Schemaless);
+            state.units.push_back(Some(rendering.origins));
+            frame::encode(&Query::new(rendering.sql), out);
+        }
+        Ok(Serving::Forward(why)) => {
+            tracing::debug!("proxy: a translatable read is forwarded: {why}");
+            shared.stats.served(Store::Postgresql);
+            state.units.push_back(None);
+            out.extend_from_slice(&query.bytes);
+        }
+        Err(_) => {
+            shared.stats.served(Store::Postgresql);
+            state.units.push_back(None);
+            out.extend_from_slice(&query.bytes);
+        }
     }
 }
 
@@ -339,11 +439,58 @@ mod tests {
         };
         // CommandComplete "SELECT 1", then half a ReadyForQuery.
         let mut buf = BytesMut::from(&b"C\0\0\0\x0dSELECT 1\0Z\0\0"[..]);
-        assert_eq!(complete(&buf, &mut state), 14);
+        assert_eq!(complete(&mut buf, &mut state), 14);
         assert!(state.begun && state.unanswered == 1);
         buf.extend_from_slice(b"\0\x05T");
-        assert_eq!(complete(&buf, &mut state), 20);
+        assert_eq!(complete(&mut buf, &mut state), 20);
         assert_eq!(state.status, b'T');
         assert!(state.in_transaction() && !state.begun && state.unanswered == 0);
+    }
+
+    /// A `RowDescription` of fields (name, table OID, attribute number).
+    fn row_description(fields: &[(&str, u32, i16)]) -> BytesMut {
+        let mut body = Vec::new();
+        body.extend_from_slice(&(fields.len() as i16).to_be_bytes());
+        for (name, table, attnum) in fields {
+            body.extend_from_slice(name.as_bytes());
+            body.push(0);
+            body.extend_from_slice(&table.to_be_bytes());
+            body.extend_from_slice(&attnum.to_be_bytes());
+            // type OID, size, modifier, format
+            body.extend_from_slice(&[0, 0, 0, 25, 255, 255, 255, 255, 255, 255, 0, 0]);
+        }
+        let mut out = BytesMut::from(&b"T"[..]);
+        out.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    }
+
+    #[test]
+    fn a_served_reads_row_description_names_its_columns_origins() {
+        let served = vec![
+            Origin {
+                table: 16384,
+                attnum: 3,
+            },
+            Origin::default(),
+        ];
+        // The startup's unit, then a served read's, then a forwarded one's.
+        let mut state = State {
+            unanswered: 3,
+            units: VecDeque::from([None, Some(served), None]),
+            ..State::default()
+        };
+        let mut buf = BytesMut::from(&b"Z\0\0\0\x05I"[..]);
+        buf.extend_from_slice(&row_description(&[("fare", 0, 0), ("?column?", 0, 0)]));
+        buf.extend_from_slice(b"Z\0\0\0\x05I");
+        buf.extend_from_slice(&row_description(&[("x", 0, 0)]));
+        let len = buf.len();
+        assert_eq!(complete(&mut buf, &mut state), len);
+        let mut expected = BytesMut::from(&b"Z\0\0\0\x05I"[..]);
+        expected.extend_from_slice(&row_description(&[("fare", 16384, 3), ("?column?", 0, 0)]));
+        expected.extend_from_slice(b"Z\0\0\0\x05I");
+        expected.extend_from_slice(&row_description(&[("x", 0, 0)]));
+        assert_eq!(buf, expected, "only the served read's description changes");
+        assert_eq!(state.units.len(), 1);
     }
 }

@@ -6,7 +6,10 @@
 //! - A statement inside an explicit transaction block is forwarded: one
 //!   transaction is never split across stores.
 //! - `legacy`, `mirror`, `shadow`: PostgreSQL is the source of truth and
-//!   capture mirrors plain SQL writes, so everything is forwarded.
+//!   capture mirrors plain SQL writes, so everything is forwarded. (In
+//!   `shadow` the relay may answer a [`Decision::samplable`] read sent
+//!   with the simple protocol from Schemaless instead, at the read share:
+//!   `sample` and `query::run::render_from`.)
 //! - `primary`: Schemaless is the source of truth. A statement that could
 //!   change a layout table and that the cell API cannot express is refused
 //!   with SQLSTATE `0A000` and the translator's reason; it would change

@@ -1,5 +1,6 @@
 //! Sampling the translatable reads the proxy forwards, so the verifier
-//! checks what the app actually reads.
+//! checks what the app actually reads; and, in `shadow`, answering them
+//! from Schemaless ([`Sampling::serve`], [`query::run::render_from`]).
 //!
 //! A read the translator answers (class `row` or `index`, one statement,
 //! forwarded) is drawn against the facade's sampler (`verify.sample_rate`
@@ -29,7 +30,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use query::run::CellRead;
+use query::run::{CellRead, Serving};
 use query::Model;
 use schemaless::{CellStore, Column, ReadFrom};
 use tripstore::TripStore;
@@ -38,10 +39,13 @@ use verifier::Side;
 
 use crate::stats::{SampleOutcome, Stats};
 
-/// What sampling needs, shared by every session.
+/// What sampling and serving need, shared by every session.
 pub(crate) struct Sampling {
     facade: Arc<TripStore>,
     model: Option<Arc<Model>>,
+    /// Tables' OIDs and columns' attribute numbers and types, for served
+    /// reads.
+    catalog: Arc<query::run::Catalog>,
     /// The facade's runtime: its pools belong to it, and the relay's
     /// threads stay free of the replay's work.
     runtime: tokio::runtime::Handle,
@@ -52,6 +56,7 @@ impl Sampling {
         Sampling {
             facade,
             model,
+            catalog: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
         }
     }
@@ -81,6 +86,54 @@ impl Sampling {
             };
             stats.sample(outcome);
         });
+    }
+}
+
+impl Sampling {
+    /// Whether a translatable read may be served from Schemaless: the
+    /// mode is `shadow` and some read share is above 0%.
+    pub(crate) fn may_serve(&self) -> bool {
+        self.model.is_some() && self.facade.mode() == tripstore::Mode::Shadow && {
+            let share = self.facade.read_share();
+            share.default_bp > 0 || share.columns.values().any(|&bp| bp > 0)
+        }
+    }
+
+    /// Answers `sql` from Schemaless in the background, or says to
+    /// forward it (the read share, or a plan it cannot serve); an error
+    /// reading Schemaless is a forward too, logged.
+    pub(crate) fn serve(&self, sql: String) -> tokio::sync::oneshot::Receiver<Serving> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (facade, catalog, model) = (
+            self.facade.clone(),
+            self.catalog.clone(),
+            self.model.clone(),
+        );
+        self.runtime.spawn(async move {
+            let Some(model) = model else {
+                let _ = tx.send(Serving::Forward("no layout".into()));
+                return;
+            };
+            let share = facade.read_share();
+            let serves = |row: Option<&schemaless::RowKey>, column: &str| match row {
+                Some(row) => share.serves_schemaless(row, Some(column)),
+                None => share.share(Some(column)) == tripstore::ReadShare::ALL,
+            };
+            let served = query::run::render_from(
+                facade.legacy(),
+                facade.schemaless_reads(),
+                &catalog,
+                &model,
+                &sql,
+                &serves,
+            )
+            .await;
+            let _ = tx.send(served.unwrap_or_else(|e| {
+                tracing::warn!("proxy: a read is forwarded, Schemaless did not answer it: {e}");
+                Serving::Forward(format!("Schemaless did not answer: {e}"))
+            }));
+        });
+        rx
     }
 }
 

@@ -7,6 +7,7 @@
 //! | `mezzanine_proxy_backends` | gauge | PostgreSQL connections open |
 //! | `mezzanine_proxy_connections_total{outcome}` | counter | app connections by how they began: `served`, `cancel`, `refused_full`, `no_backend`, `bad_startup` |
 //! | `mezzanine_proxy_statements_total{class,mode,route}` | counter | statements by translator class, mode, and `forwarded` or `refused` |
+//! | `mezzanine_proxy_served_total{store}` | counter | translatable reads in `shadow` outside a transaction block, by the store that answered: `schemaless`, or `postgresql` (the read share, or a plan not served) |
 //! | `mezzanine_proxy_samples_total{outcome}` | counter | translatable reads sampled: `drawn`, then `offered` to the verifier or `failed` (values that did not evaluate, PostgreSQL unreachable); `params_not_read` drawn but not sampled (a NULL or binary parameter not read) |
 //!
 //! What the verifier made of the samples is in its own metrics
@@ -36,6 +37,24 @@ impl Route {
         match self {
             Route::Forwarded => "forwarded",
             Route::Refused => "refused",
+        }
+    }
+}
+
+/// Which store answered a translatable read the proxy could serve (in
+/// `shadow`).
+#[derive(Clone, Copy, Debug)]
+pub enum Store {
+    Schemaless,
+    /// Forwarded: the read share, or a plan Schemaless does not serve.
+    Postgresql,
+}
+
+impl Store {
+    fn as_str(self) -> &'static str {
+        match self {
+            Store::Schemaless => "schemaless",
+            Store::Postgresql => "postgresql",
         }
     }
 }
@@ -95,6 +114,7 @@ pub struct Stats {
     statements: Mutex<BTreeMap<(Class, Mode, Route), u64>>,
     samples: Mutex<BTreeMap<&'static str, u64>>,
     sample_reads: AtomicU64,
+    served: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// The sampling of translatable reads, in `proxy status`.
@@ -130,6 +150,9 @@ pub struct Status {
     /// App connections by how they began.
     pub connections: BTreeMap<&'static str, u64>,
     pub statements: Vec<StatementCount>,
+    /// Translatable reads considered for serving from Schemaless (in
+    /// `shadow`), by the store that answered.
+    pub served: BTreeMap<&'static str, u64>,
     pub sampling: Sampling,
 }
 
@@ -157,6 +180,11 @@ impl Stats {
         metrics::counter!("mezzanine_proxy_samples_total", "outcome" => outcome.as_str())
             .increment(1);
         *lock(&self.samples).entry(outcome.as_str()).or_default() += 1;
+    }
+
+    pub fn served(&self, store: Store) {
+        metrics::counter!("mezzanine_proxy_served_total", "store" => store.as_str()).increment(1);
+        *lock(&self.served).entry(store.as_str()).or_default() += 1;
     }
 
     pub fn sample_reads(&self, n: u64) {
@@ -197,6 +225,7 @@ impl Stats {
                     count,
                 })
                 .collect(),
+            served: lock(&self.served).clone(),
             sampling: Sampling {
                 statements: lock(&self.samples).clone(),
                 cell_reads: self.sample_reads.load(Ordering::Relaxed),

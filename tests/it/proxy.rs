@@ -16,7 +16,7 @@ use crate::harness::{cluster, config_file, mezzanine, LegacyDb};
 /// A `mezzanine proxy` process.
 pub(crate) struct ProxyProcess {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     status: SocketAddr,
 }
 
@@ -358,7 +358,7 @@ fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
 
 /// A raw connection through the proxy, past authentication (the dev
 /// cluster trusts loopback).
-fn raw_session(addr: SocketAddr, db: &LegacyDb) -> TcpStream {
+pub(crate) fn raw_session(addr: SocketAddr, db: &LegacyDb) -> TcpStream {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -382,22 +382,30 @@ fn raw_session(addr: SocketAddr, db: &LegacyDb) -> TcpStream {
 /// Reads messages up to `ReadyForQuery`; returns their type bytes and the
 /// text of any error.
 fn read_until_ready(stream: &mut TcpStream) -> (Vec<u8>, String) {
-    let mut kinds = Vec::new();
-    let mut errors = String::new();
+    let messages = messages_until_ready(stream);
+    let errors = messages
+        .iter()
+        .filter(|(kind, _)| *kind == b'E')
+        .map(|(_, body)| String::from_utf8_lossy(body).into_owned())
+        .collect();
+    (messages.into_iter().map(|(kind, _)| kind).collect(), errors)
+}
+
+/// The messages (type, body) up to and with `ReadyForQuery`, or up to
+/// the connection's end.
+pub(crate) fn messages_until_ready(stream: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
+    let mut messages = Vec::new();
     loop {
         let mut header = [0u8; 5];
         if stream.read_exact(&mut header).is_err() {
-            return (kinds, errors);
+            return messages;
         }
         let len = u32::from_be_bytes([header[1], header[2], header[3], header[4]]) as usize;
         let mut body = vec![0u8; len - 4];
         stream.read_exact(&mut body).unwrap();
-        kinds.push(header[0]);
-        if header[0] == b'E' {
-            errors.push_str(&String::from_utf8_lossy(&body));
-        }
+        messages.push((header[0], body));
         if header[0] == b'Z' {
-            return (kinds, errors);
+            return messages;
         }
     }
 }

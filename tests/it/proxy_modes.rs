@@ -1,10 +1,12 @@
 //! The proxy following the mode with reads the translator answers: in
 //! `mirror` they are sampled, replayed on Schemaless and recorded by the
-//! verifier, while the app gets PostgreSQL's answer.
+//! verifier, while the app gets PostgreSQL's answer; in `shadow` they are
+//! answered from Schemaless, in the bytes PostgreSQL would have sent.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use schemaless::CellStore;
 use serde_json::Value;
 
 use crate::harness::config_file;
@@ -124,5 +126,161 @@ async fn mirror_samples_the_translatable_reads_apps_send_and_answers_from_postgr
         count(sampling, &["verifier", "mismatches"]) >= 1,
         "{status}"
     );
+    facade.close().await;
+}
+
+/// One simple-protocol statement on a raw connection: every message
+/// PostgreSQL's answer is made of, byte for byte.
+fn raw_answer(stream: &mut std::net::TcpStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
+    use std::io::Write;
+    let mut message = vec![b'Q'];
+    message.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
+    message.extend_from_slice(sql.as_bytes());
+    message.push(0);
+    stream.write_all(&message).unwrap();
+    crate::proxy::messages_until_ready(stream)
+}
+
+/// The `(N rows)` line of psql's last answer.
+fn rows_line(out: &str) -> Option<&str> {
+    out.lines().rev().find(|l| l.starts_with('('))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_send_them() {
+    let (db, config, text, facade) = crate::verify::mirrored(30, 29, "").await;
+    crate::mirror::walk_to(&facade, &config, tripstore::Mode::Shadow).await;
+    let rows: Vec<(uuid::Uuid, String)> = sqlx::query_as(
+        "SELECT t.uuid, t.driver_uuid::text FROM trips t
+         WHERE EXISTS (SELECT 1 FROM trip_notes n WHERE n.trip_id = t.id)
+         ORDER BY t.id LIMIT 1",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let (known, known_driver) = rows[0].clone();
+    // The planted copy has the known trip's driver: the index read is of
+    // another one.
+    let driver: String = sqlx::query_scalar(
+        "SELECT driver_uuid::text FROM trips WHERE driver_uuid::text <> $1
+         GROUP BY driver_uuid ORDER BY count(*) DESC, driver_uuid LIMIT 1",
+    )
+    .bind(&known_driver)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // A trip only Schemaless has: the known trip's BASE cell under a new
+    // row key. PostgreSQL cannot answer it; only a read served from
+    // Schemaless can.
+    let base = schemaless::Column::new("BASE").unwrap();
+    let mut planted = facade
+        .schemaless()
+        .get_cell_latest(
+            &schemaless::RowKey::from(known),
+            &base,
+            schemaless::ReadFrom::Master,
+        )
+        .await
+        .unwrap()
+        .expect("the known trip's BASE cell")
+        .cell;
+    let planted_key = uuid::Uuid::new_v4();
+    planted.key.row_key = schemaless::RowKey::from(planted_key);
+    facade.schemaless().put_cell(planted).await.unwrap();
+
+    let file = config_file(&format!("{text}\n[proxy]\n"));
+    for step in [
+        &["index", "create", "trips_by_driver"][..],
+        &["index", "backfill", "trips_by_driver"],
+        &["index", "switch", "trips_by_driver"],
+    ] {
+        let out = crate::harness::mezzanine(file.path(), step)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{step:?}: {out:?}");
+    }
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let direct_url = crate::harness::cluster().postgres_url(&db.name);
+    let read_planted = format!(
+        "\\set ON_ERROR_STOP 1\nSELECT uuid, status, city_id FROM trips WHERE uuid = '{planted_key}';\n"
+    );
+    // The proxy's facade sees shadow at its next mode poll.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let through = loop {
+        let (ok, out, err) = psql(&proxy.url(&db), &read_planted);
+        assert!(ok, "{err}");
+        if out.contains(&planted_key.to_string()) {
+            break out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the planted row was never served: {out}; status {}",
+            proxy.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(rows_line(&through), Some("(1 row)"), "{through}");
+    let direct = psql(&direct_url, &read_planted).1;
+    assert_eq!(rows_line(&direct), Some("(0 rows)"), "{direct}");
+
+    // Inside a transaction block, and untranslatable: PostgreSQL answers.
+    let script = format!(
+        "\\set ON_ERROR_STOP 1\nBEGIN;\nSELECT uuid FROM trips WHERE uuid = '{planted_key}';\nCOMMIT;\n\
+         SELECT count(*) FROM trips;\n\
+         SELECT count(*) FROM trips WHERE uuid = '{planted_key}';\n"
+    );
+    let (ok, through, err) = psql(&proxy.url(&db), &script);
+    assert!(ok, "{err}");
+    assert_eq!(through, psql(&direct_url, &script).1);
+    assert!(through.contains("(0 rows)"), "{through}");
+
+    // Byte for byte: the messages PostgreSQL sends for a served read are
+    // those it sends for the same read of its own rows. Session settings
+    // that change how values are written apply to both.
+    let port = crate::harness::cluster().spec().postgres_port;
+    let mut served = crate::proxy::raw_session(proxy.addr, &db);
+    let mut own =
+        crate::proxy::raw_session(std::net::SocketAddr::from(([127, 0, 0, 1], port)), &db);
+    let settings =
+        "SET TimeZone = 'Asia/Kolkata'; SET DateStyle = 'SQL, DMY'; SET extra_float_digits = 0";
+    assert_eq!(
+        raw_answer(&mut served, settings),
+        raw_answer(&mut own, settings)
+    );
+    let reads = [
+        format!(
+            "SELECT uuid, status, fare, city_id, distance_km, requested_at, completed_at, \
+             rider_uuid, version, 1 AS one, 'x' FROM trips WHERE uuid = '{known}'"
+        ),
+        format!(
+            "SELECT t.uuid, n.seq, n.author, n.body AS said, n.created_at FROM trips t \
+             JOIN trip_notes n ON n.trip_id = t.id WHERE t.uuid = '{known}' ORDER BY n.seq DESC"
+        ),
+        format!(
+            "SELECT t.status, b.amount, b.succeeded, b.attempted_at FROM trips t \
+             LEFT JOIN billing_attempts b ON b.trip_id = t.id WHERE t.uuid IN ('{known}') ORDER BY b.seq LIMIT 2"
+        ),
+        format!(
+            "SELECT uuid, requested_at, city_id FROM trips WHERE driver_uuid = '{driver}' \
+             ORDER BY requested_at DESC LIMIT 3"
+        ),
+    ];
+    for sql in &reads {
+        let from_schemaless = raw_answer(&mut served, sql);
+        let from_postgresql = raw_answer(&mut own, sql);
+        assert!(
+            from_postgresql.iter().any(|(kind, _)| *kind == b'D'),
+            "{sql} has rows"
+        );
+        assert_eq!(from_schemaless, from_postgresql, "{sql}");
+    }
+    let status = proxy.status();
+    // The planted reads (at least one served) and the byte comparisons;
+    // the read in a transaction block is no translatable read served.
+    assert!(
+        count(&status, &["served", "schemaless"]) > reads.len() as u64,
+        "{status}"
+    );
+    assert_eq!(count(&status, &["served", "postgresql"]), 0, "{status}");
     facade.close().await;
 }

@@ -51,10 +51,20 @@ pub(super) async fn read_cells<S: CellStore>(
 /// cells (a parent without cells of an inner-joined child has none).
 /// What a read's result rows are made of.
 pub(super) struct Shape<'a> {
-    outputs: &'a [Projected],
-    order: &'a [(Projected, bool)],
-    children: &'a [String],
-    left: &'a [String],
+    pub(super) outputs: &'a [Projected],
+    pub(super) order: &'a [(Projected, bool)],
+    pub(super) children: &'a [String],
+    pub(super) left: &'a [String],
+}
+
+/// Whether the parent row `read` names has rows: one read at its latest
+/// cell exists only if it has one; one read through its children only if
+/// it has some (or a LEFT JOIN keeps it).
+pub(super) fn exists(read: &RowRead, cells: &RowCells) -> bool {
+    if !read.latest.is_empty() {
+        return !cells.latest.is_empty();
+    }
+    !cells.children.is_empty() || !read.left.is_empty()
 }
 
 pub(super) fn rows_of(key: &RowKey, cells: &RowCells, shape: &Shape) -> Vec<Row> {
@@ -151,14 +161,9 @@ pub(super) async fn row_reads<S: CellStore>(
     };
     let mut rows = Vec::new();
     for (key, cells) in &cells {
-        // A parent read at its latest cell exists only if it has one.
-        if !read.latest.is_empty() && cells.latest.is_empty() {
-            continue;
+        if exists(read, cells) {
+            rows.extend(rows_of(key, cells, &shape));
         }
-        if read.latest.is_empty() && cells.children.is_empty() && read.left.is_empty() {
-            continue;
-        }
-        rows.extend(rows_of(key, cells, &shape));
     }
     let offset = match &read.offset {
         Some(e) => eval.count(e).await?,

@@ -12,8 +12,9 @@
 //!
 //! Its rooms: `postgres` (binding, evaluating and re-reading on
 //! PostgreSQL), `cells` (the cell API calls and rows rebuilt from
-//! cells), `reads` (a statement's cell reads, for sampling); this file
-//! runs both and compares.
+//! cells), `reads` (a statement's cell reads, for sampling), `serve` (a
+//! read answered from Schemaless, for the proxy); this file runs both
+//! and compares.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -30,10 +31,12 @@ use sqlparser::parser::Parser;
 mod cells;
 mod postgres;
 mod reads;
+mod serve;
 
 use cells::{index_reads, row_reads};
 use postgres::{postgres_rows, Evaluator};
 pub use reads::{cell_reads, CellRead};
+pub use serve::{render_from, Catalog, Origin, Rendering, Serving};
 
 /// One result row: the outputs' values, then the ORDER BY values.
 #[derive(Clone, Debug, PartialEq)]

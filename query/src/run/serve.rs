@@ -1,0 +1,377 @@
+//! A translated read answered from Schemaless, as a statement PostgreSQL
+//! can render in the app's own session: the proxy's `shadow` serving.
+//!
+//! The rows come from the cells (the plan's cell API calls, rows rebuilt
+//! through the layout, as `query run` builds them). PostgreSQL does not
+//! read the app's tables for them: the proxy sends it a `SELECT` over a
+//! `VALUES` list holding those rows, each value written as the layout
+//! writes it (the text [`legacy::conversion::Conversion::accept`] gives,
+//! cast to the column's exact type, `numeric(10,2)` included), and with
+//! the statement's own `ORDER BY`, `LIMIT` and `OFFSET`. Running in the
+//! app's session, with its `TimeZone`, `DateStyle` and
+//! `extra_float_digits`, each value goes through the type's own output
+//! function in the format the app asked for, so the bytes are those
+//! PostgreSQL would have sent. Only the `RowDescription` differs: a
+//! `VALUES` column belongs to no table, so the proxy puts back each
+//! column's table and attribute number ([`Rendering::origins`]).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::*;
+
+/// Where a result column comes from, as `RowDescription` names it: the
+/// table's OID and the column's attribute number (0 and 0 for a value
+/// the statement computes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Origin {
+    pub table: u32,
+    pub attnum: i16,
+}
+
+/// The statement PostgreSQL runs to send the rows, and what its
+/// `RowDescription` must say instead of "no table".
+#[derive(Clone, Debug)]
+pub struct Rendering {
+    pub sql: String,
+    pub origins: Vec<Origin>,
+    /// Rows read from Schemaless (before `LIMIT`/`OFFSET`).
+    pub rows: usize,
+}
+
+/// Serve from Schemaless, or forward (and why).
+#[derive(Clone, Debug)]
+pub enum Serving {
+    Serve(Rendering),
+    Forward(String),
+}
+
+/// The catalog facts the renderings need, looked up once per column.
+#[derive(Default)]
+pub struct Catalog {
+    /// (quoted table, unquoted column) -> origin and `format_type`.
+    columns: Mutex<HashMap<(String, String), (Origin, String)>>,
+}
+
+impl Catalog {
+    async fn column(
+        &self,
+        legacy: &LegacyStore,
+        table_sql: &str,
+        column: &str,
+    ) -> Result<(Origin, String), RunError> {
+        let key = (table_sql.to_string(), column.to_string());
+        if let Some(found) = lock(&self.columns).get(&key) {
+            return Ok(found.clone());
+        }
+        let row: Option<(i64, i16, String)> = sqlx::query_as(
+            "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod)
+             FROM pg_attribute a WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
+        )
+        .bind(table_sql)
+        .bind(column)
+        .fetch_optional(legacy.pool())
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the catalog for {table_sql}.{column}: {e}"))?;
+        let (table, attnum, sql_type) =
+            row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
+        let found = (
+            Origin {
+                table: u32::try_from(table).unwrap_or(0),
+                attnum,
+            },
+            sql_type,
+        );
+        lock(&self.columns).insert(key, found.clone());
+        Ok(found)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Why an output's text cannot be given back exactly from its cell, if
+/// it cannot: Schemaless keeps the value of an unconstrained `numeric`
+/// (`1.50` is `1.5`) and of a `json` (its spacing and key order are not
+/// kept), not the text PostgreSQL stored. A `numeric(p,s)` gets its scale
+/// back from the cast.
+fn inexact(layout: &legacy::layout::Layout, p: &Projected) -> Option<String> {
+    let Output::Field { column, field } = &p.from else {
+        return None;
+    };
+    let f = layout.column(column)?.1.field(field)?;
+    let kept = match f.conversion {
+        legacy::conversion::Conversion::Numeric => f.sql_type.contains('('),
+        legacy::conversion::Conversion::Json => false,
+        _ => true,
+    };
+    (!kept).then(|| {
+        format!(
+            "{} is {}: Schemaless keeps its value, not the text PostgreSQL would send; \
+             PostgreSQL answers it",
+            p.name, f.sql_type
+        )
+    })
+}
+
+/// Whether the statement's select list has a `*` or `t.*`: the layout's
+/// view of a table (the columns it maps) is not the table's.
+fn selects_wildcard(statement: &Statement) -> bool {
+    let Statement::Query(query) = statement else {
+        return false;
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return false;
+    };
+    select.projection.iter().any(|item| {
+        matches!(
+            item,
+            sqlparser::ast::SelectItem::Wildcard(_)
+                | sqlparser::ast::SelectItem::QualifiedWildcard(..)
+        )
+    })
+}
+
+/// `"name"` with quotes doubled; also undoes it.
+fn unquote(quoted: &str) -> String {
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .map_or_else(|| quoted.to_string(), |q| q.replace("\"\"", "\""))
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// `sql` (no parameters) answered from `store` when `serves` says so for
+/// every row and column it reads (`None`: a read of no single row, an
+/// index query). `legacy` evaluates the statement's values and knows the
+/// catalog.
+pub async fn render_from<S: CellStore>(
+    legacy: &LegacyStore,
+    store: &S,
+    catalog: &Catalog,
+    model: &crate::Model,
+    sql: &str,
+    serves: &(dyn Fn(Option<&RowKey>, &str) -> bool + Sync),
+) -> Result<Serving, RunError> {
+    let statement = bind(sql, &[])?;
+    if selects_wildcard(&statement) {
+        return Ok(Serving::Forward(
+            "a `*` stands for every column of the table in its order, unmapped ones included; \
+             PostgreSQL answers it"
+                .into(),
+        ));
+    }
+    let eval = Evaluator { legacy };
+    let (rows, outputs, order, limit, offset) =
+        match crate::analyze(model, &statement.to_string()).plan {
+            Some(Plan::Rows(read)) => {
+                if read.filtered {
+                    return Ok(Serving::Forward(
+                        "it filters rows besides the row key; PostgreSQL answers it".into(),
+                    ));
+                }
+                let keys = eval.keys(&read.keys).await?;
+                let columns: Vec<&String> = read.latest.iter().chain(&read.children).collect();
+                if !keys
+                    .iter()
+                    .all(|k| columns.iter().all(|c| serves(Some(k), c)))
+                {
+                    return Ok(Serving::Forward(
+                        "the read share sends it to PostgreSQL".into(),
+                    ));
+                }
+                let cells = cells::read_cells(store, &keys, &read.latest, &read.children).await?;
+                let shape = cells::Shape {
+                    outputs: &read.outputs,
+                    order: &read.order,
+                    children: &read.children,
+                    left: &read.left,
+                };
+                let mut rows = Vec::new();
+                for (key, cells) in &cells {
+                    if cells::exists(&read, cells) {
+                        rows.extend(cells::rows_of(key, cells, &shape));
+                    }
+                }
+                (rows, read.outputs, read.order, read.limit, read.offset)
+            }
+            Some(Plan::Index(read)) => {
+                let column = legacy
+                    .layout()
+                    .index(&read.index)
+                    .map(|i| legacy.layout().columns[i.column].name.to_string())
+                    .unwrap_or_default();
+                if !serves(None, &column) {
+                    return Ok(Serving::Forward(
+                        "the read share sends it to PostgreSQL".into(),
+                    ));
+                }
+                let rows = cells::index_reads(&eval, store, &read).await?;
+                (rows, read.outputs, read.order, None, None)
+            }
+            _ => return Ok(Serving::Forward("not a translatable read".into())),
+        };
+    let layout = legacy.layout();
+    if let Some(why) = outputs.iter().find_map(|p| inexact(layout, p)) {
+        return Ok(Serving::Forward(why));
+    }
+    // Each output's origin and the type its values are cast to (`None`:
+    // a value the statement computes, rendered by its own expression).
+    let mut typed: Vec<Option<(Origin, String, Option<&legacy::layout::Field>)>> = Vec::new();
+    for p in outputs.iter().chain(order.iter().map(|(p, _)| p)) {
+        typed.push(match &p.from {
+            Output::Value(_) => None,
+            Output::RowKey => {
+                let (origin, ty) = catalog
+                    .column(legacy, layout.table_sql(), &unquote(layout.uuid_sql()))
+                    .await?;
+                Some((origin, ty, None))
+            }
+            Output::RefKey { column } => {
+                let (_, c) = layout
+                    .column(column)
+                    .ok_or_else(|| anyhow::anyhow!("no layout column {column}"))?;
+                let (origin, ty) = catalog
+                    .column(legacy, c.table_sql(), &unquote(c.ref_key_sql()))
+                    .await?;
+                Some((origin, ty, None))
+            }
+            Output::Field { column, field } => {
+                let (_, c) = layout
+                    .column(column)
+                    .ok_or_else(|| anyhow::anyhow!("no layout column {column}"))?;
+                let f = c
+                    .field(field)
+                    .ok_or_else(|| anyhow::anyhow!("column {column} has no field {field}"))?;
+                let (origin, _) = catalog.column(legacy, c.table_sql(), &f.sql).await?;
+                Some((origin, f.sql_type.clone(), Some(f)))
+            }
+        });
+    }
+    let value_sql = |t: &(Origin, String, Option<&legacy::layout::Field>),
+                     v: &Value|
+     -> Result<String, RunError> {
+        let (_, ty, field) = t;
+        let text = match field {
+            Some(f) => {
+                f.conversion
+                    .accept(v)
+                    .map_err(|e| anyhow::anyhow!("a stored value of {}: {e}", f.json))?
+                    .1
+            }
+            None => match v {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                other => Some(other.to_string()),
+            },
+        };
+        Ok(match text {
+            Some(text) => format!("CAST({} AS {ty})", literal(&text)),
+            None => format!("CAST(NULL AS {ty})"),
+        })
+    };
+    // VALUES columns: n (the order Schemaless gave), then one per typed
+    // output or ORDER BY item.
+    let mut values = Vec::new();
+    for (n, row) in rows.iter().enumerate() {
+        let mut items = vec![n.to_string()];
+        for (t, v) in typed.iter().zip(row.values.iter().chain(&row.order)) {
+            if let Some(t) = t {
+                items.push(value_sql(t, v)?);
+            }
+        }
+        values.push(format!("({})", items.join(", ")));
+    }
+    let null_row = || -> Result<String, RunError> {
+        let mut items = vec!["0".to_string()];
+        for t in typed.iter().flatten() {
+            items.push(value_sql(t, &Value::Null)?);
+        }
+        Ok(format!("({})", items.join(", ")))
+    };
+    let mut names = vec!["n".to_string()];
+    let mut place = Vec::with_capacity(typed.len());
+    for t in &typed {
+        place.push(t.as_ref().map(|_| {
+            names.push(format!("c{}", names.len()));
+            names.len() - 1
+        }));
+    }
+    let select: Vec<String> = outputs
+        .iter()
+        .zip(&place)
+        .map(|(p, at)| match at {
+            Some(at) => format!("v.c{at} AS {}", quote(&p.name)),
+            None => format!("{} AS {}", p.expr, quote(&p.name)),
+        })
+        .collect();
+    let mut sql = format!(
+        "/* mezzanine: served from Schemaless */ SELECT {} FROM (VALUES {}) AS v({}){}",
+        select.join(", "),
+        if values.is_empty() {
+            null_row()?
+        } else {
+            values.join(", ")
+        },
+        names.join(", "),
+        if values.is_empty() {
+            " WHERE false"
+        } else {
+            ""
+        }
+    );
+    let mut order_by: Vec<String> = order
+        .iter()
+        .zip(&place[outputs.len()..])
+        .filter_map(|((_, desc), at)| {
+            at.map(|at| format!("v.c{at}{}", if *desc { " DESC" } else { "" }))
+        })
+        .collect();
+    order_by.push("v.n".into());
+    sql.push_str(&format!(" ORDER BY {}", order_by.join(", ")));
+    if let Some(limit) = limit {
+        sql.push_str(&format!(" LIMIT {limit}"));
+    }
+    if let Some(offset) = offset {
+        sql.push_str(&format!(" OFFSET {offset}"));
+    }
+    let origins = typed
+        .iter()
+        .take(outputs.len())
+        .map(|t| t.as_ref().map_or_else(Origin::default, |(o, _, _)| *o))
+        .collect();
+    Ok(Serving::Serve(Rendering {
+        sql,
+        origins,
+        rows: rows.len(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_round_trip_through_quotes() {
+        assert_eq!(unquote("\"a\"\"b\""), "a\"b");
+        assert_eq!(unquote("plain"), "plain");
+        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
+        assert_eq!(literal("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn a_star_is_left_to_postgresql() {
+        let star = |sql: &str| selects_wildcard(&bind(sql, &[]).ok().expect("parses"));
+        assert!(star("SELECT * FROM t WHERE id = 1"));
+        assert!(star("SELECT a, t.* FROM t"));
+        assert!(!star("SELECT a, count(b) FROM t"));
+    }
+}

@@ -9,7 +9,7 @@
 //! PostgreSQL byte for byte; what it refuses reaches the app as SQLSTATE
 //! `0A000` with the translator's reason. Translatable reads are sampled
 //! for the verifier in the modes whose facade samples (`sample`), and in
-//! `shadow` those sent with the simple protocol are answered from
+//! `shadow` they are answered from
 //! Schemaless at the read share: PostgreSQL renders the rows Schemaless
 //! gave in the app's session, so every byte is one PostgreSQL would have
 //! sent (`query::run::render_from`). Counts and metrics in [`stats`].
@@ -20,6 +20,7 @@
 //! session, each statement judged), `sample` (translatable reads handed
 //! to the verifier), `stats` (what `proxy status` shows).
 
+mod answers;
 mod frame;
 mod relay;
 pub mod route;
@@ -58,6 +59,9 @@ pub(crate) struct Shared {
     settings: config::proxy::Proxy,
     /// The legacy PostgreSQL server.
     backend: SocketAddr,
+    /// The legacy database (`legacy.url`'s): the layout's tables are in
+    /// it, and statements of sessions on other databases are not read.
+    database: String,
     router: Router,
     stats: Arc<Stats>,
     sampling: sample::Sampling,
@@ -93,6 +97,14 @@ impl Proxy {
             ProxyError::Config("no [legacy] section: the proxy forwards to legacy.url".into())
         })?;
         let backend = backend_addr(&legacy.url).await?;
+        let database = url::Url::parse(&legacy.url)
+            .ok()
+            .and_then(|u| {
+                let path = u.path().trim_start_matches('/');
+                let name = if path.is_empty() { u.username() } else { path };
+                percent_decode(name)
+            })
+            .unwrap_or_default();
         let settings = config.proxy.clone();
         let model = query::Model::from_config(config).map(Arc::new);
         Ok(Proxy {
@@ -101,6 +113,7 @@ impl Proxy {
                 pool: Arc::new(Semaphore::new(settings.pool_size)),
                 settings,
                 backend,
+                database,
                 router: Router::new(model.clone()),
                 stats: Arc::default(),
                 sampling: sample::Sampling::new(facade.clone(), model),
@@ -260,6 +273,30 @@ async fn accept_loop(
     }
 }
 
+/// `%XX` escapes of a URL's part decoded (`None`: not UTF-8).
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        let hex = bytes
+            .get(at + 1..at + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[at], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                at += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                at += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// The address of `legacy.url`'s server.
 async fn backend_addr(url: &str) -> Result<SocketAddr, ProxyError> {
     let shown = config::urls::redact(url);
@@ -283,4 +320,18 @@ async fn backend_addr(url: &str) -> Result<SocketAddr, ProxyError> {
     addrs
         .next()
         .ok_or_else(|| ProxyError::Config(format!("legacy.url {shown}: {host} has no address")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn url_escapes_are_decoded_and_bad_ones_kept() {
+        assert_eq!(percent_decode("my%20db").as_deref(), Some("my db"));
+        assert_eq!(percent_decode("caf%C3%A9").as_deref(), Some("café"));
+        assert_eq!(percent_decode("50%").as_deref(), Some("50%"));
+        assert_eq!(percent_decode("%zz").as_deref(), Some("%zz"));
+        assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+    }
 }

@@ -7,9 +7,9 @@
 //!   transaction is never split across stores.
 //! - `legacy`, `mirror`, `shadow`: PostgreSQL is the source of truth and
 //!   capture mirrors plain SQL writes, so everything is forwarded. (In
-//!   `shadow` the relay may answer a [`Decision::samplable`] read sent
-//!   with the simple protocol from Schemaless instead, at the read share:
-//!   `sample` and `query::run::render_from`.)
+//!   `shadow` the relay may answer a [`Decision::samplable`] read
+//!   (a `Query`, or a prepared statement's `Bind`) from Schemaless instead,
+//!   at the read share: `sample` and `query::run::render_from`.)
 //! - `primary`: Schemaless is the source of truth. A statement that could
 //!   change a layout table and that the cell API cannot express is refused
 //!   with SQLSTATE `0A000` and the translator's reason; it would change
@@ -18,7 +18,9 @@
 //! - `schemaless`: PostgreSQL is no longer kept current, so statements on
 //!   layout tables that Schemaless does not answer are refused, reads too.
 //!
-//! Statements naming no layout table are forwarded in every mode.
+//! Statements naming no layout table are forwarded in every mode, and so
+//! is every statement of a session on another database than the legacy
+//! one (`legacy.url`'s): the layout's tables are not in it.
 
 use std::sync::Arc;
 
@@ -43,6 +45,18 @@ pub struct Decision {
     /// One statement the translator answers as a read, forwarded: the
     /// verifier may sample it.
     pub samplable: bool,
+}
+
+impl Decision {
+    /// A statement not read at all (a session on another database than
+    /// the legacy one): forwarded, class `other`.
+    pub fn unread() -> Decision {
+        Decision {
+            class: Class::Other,
+            verdict: Verdict::Forward,
+            samplable: false,
+        }
+    }
 }
 
 /// The translator's model, and the names a statement must contain to

@@ -99,10 +99,14 @@ impl Sampling {
         }
     }
 
-    /// Answers `sql` from Schemaless in the background, or says to
+    /// Answers `sql` (its `$n` bound to `params`, as text) from Schemaless in the background, or says to
     /// forward it (the read share, or a plan it cannot serve); an error
     /// reading Schemaless is a forward too, logged.
-    pub(crate) fn serve(&self, sql: String) -> tokio::sync::oneshot::Receiver<Serving> {
+    pub(crate) fn serve(
+        &self,
+        sql: String,
+        params: Vec<String>,
+    ) -> tokio::sync::oneshot::Receiver<Serving> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (facade, catalog, model) = (
             self.facade.clone(),
@@ -125,6 +129,7 @@ impl Sampling {
                 &catalog,
                 &model,
                 &sql,
+                &params,
                 &serves,
             )
             .await;

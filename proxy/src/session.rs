@@ -33,8 +33,8 @@ const MAX_STARTUP: usize = 10_000;
 
 /// How a connection opened.
 enum Opening {
-    /// A startup packet, as sent.
-    Start(BytesMut),
+    /// A startup packet, as sent, and the database it names.
+    Start(BytesMut, String),
     /// A cancel request, as sent.
     Cancel(BytesMut),
 }
@@ -81,8 +81,9 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
             }
             return;
         }
-        Opening::Start(packet) => packet,
+        Opening::Start(packet, database) => (packet, database),
     };
+    let (startup, database) = startup;
     let Ok(_slot) = shared.clients.clone().try_acquire_owned() else {
         shared.stats.connection(Outcome::RefusedFull);
         fatal(
@@ -136,7 +137,10 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
         .await;
         return;
     }
-    if let Err(e) = crate::relay::relay(&shared, &mut client, &mut pg, buf).await {
+    // Only the legacy database holds the layout's tables: a session on
+    // another one is relayed without a look at its statements.
+    let layout = database == shared.database;
+    if let Err(e) = crate::relay::relay(&shared, &mut client, &mut pg, buf, layout).await {
         tracing::debug!("session: {e}");
         if !matches!(e, Fatal::Io(_)) {
             let _ = client
@@ -224,7 +228,14 @@ async fn open(
                         ))
                     }
                     Some(s) if s.parameters.contains_key("user") => {
-                        return Ok(Opening::Start(packet))
+                        // PostgreSQL's default: the database named as the user.
+                        let database = s
+                            .parameters
+                            .get("database")
+                            .or_else(|| s.parameters.get("user"))
+                            .cloned()
+                            .unwrap_or_default();
+                        return Ok(Opening::Start(packet, database));
                     }
                     _ => {
                         return Err(Fatal::Protocol(

@@ -146,6 +146,72 @@ fn rows_line(out: &str) -> Option<&str> {
     out.lines().rev().find(|l| l.starts_with('('))
 }
 
+/// A prepared round: the statement to parse first, the parameter and its
+/// format, the result formats.
+type Round<'a> = (Option<&'a str>, (Vec<u8>, i16), &'a [i16]);
+
+/// One message of the extended protocol: its type and body.
+fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
+fn cstr(text: &str) -> Vec<u8> {
+    let mut b = text.as_bytes().to_vec();
+    b.push(0);
+    b
+}
+
+/// A prepared statement's round on a raw connection, as a driver sends it
+/// in one write: `Parse` (once, when `parse`), `Describe` of the
+/// statement, `Bind` of one parameter in `param_format` to the unnamed
+/// portal with `result_formats`, `Describe` of the portal, `Execute`,
+/// `Sync`. Every message of the answer.
+fn raw_prepared(
+    stream: &mut std::net::TcpStream,
+    parse: Option<&str>,
+    param: (&[u8], i16),
+    result_formats: &[i16],
+) -> Vec<(u8, Vec<u8>)> {
+    use std::io::Write;
+    let statement = "app statement";
+    let mut out = Vec::new();
+    if let Some(sql) = parse {
+        // One parameter, declared uuid (2950), as drivers binding in
+        // binary declare it.
+        let body = [
+            cstr(statement),
+            cstr(sql),
+            1i16.to_be_bytes().to_vec(),
+            2950u32.to_be_bytes().to_vec(),
+        ]
+        .concat();
+        out.extend(message(b'P', &body));
+        out.extend(message(b'D', &[&b"S"[..], &cstr(statement)].concat()));
+    }
+    let mut bind = [cstr(""), cstr(statement)].concat();
+    bind.extend_from_slice(&1i16.to_be_bytes());
+    bind.extend_from_slice(&param.1.to_be_bytes());
+    bind.extend_from_slice(&1i16.to_be_bytes());
+    bind.extend_from_slice(&(param.0.len() as i32).to_be_bytes());
+    bind.extend_from_slice(param.0);
+    bind.extend_from_slice(&(result_formats.len() as i16).to_be_bytes());
+    for f in result_formats {
+        bind.extend_from_slice(&f.to_be_bytes());
+    }
+    out.extend(message(b'B', &bind));
+    out.extend(message(b'D', &[&b"P"[..], &cstr("")].concat()));
+    out.extend(message(
+        b'E',
+        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+    ));
+    out.extend(message(b'S', &[]));
+    stream.write_all(&out).unwrap();
+    crate::proxy::messages_until_ready(stream)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_send_them() {
     let (db, config, text, facade) = crate::verify::mirrored(30, 29, "").await;
@@ -234,6 +300,12 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     assert_eq!(through, psql(&direct_url, &script).1);
     assert!(through.contains("(0 rows)"), "{through}");
 
+    // A session on another database (one with a table of the same name)
+    // is only relayed: its statements are not the layout's.
+    let other = crate::harness::LegacyDb::trips().await;
+    let (ok, out, err) = psql(&proxy.url(&other), &read_planted);
+    assert!(ok && rows_line(&out) == Some("(0 rows)"), "{out}{err}");
+
     // Byte for byte: the messages PostgreSQL sends for a served read are
     // those it sends for the same read of its own rows. Session settings
     // that change how values are written apply to both.
@@ -274,11 +346,49 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
         );
         assert_eq!(from_schemaless, from_postgresql, "{sql}");
     }
+    // The extended protocol: a prepared read bound with a text and then
+    // a binary parameter, its rows in binary, in text, and mixed.
+    let prepared = "SELECT uuid, fare, distance_km, requested_at, completed_at, city_id, status \
+                    FROM trips WHERE uuid = $1";
+    let rounds: [Round; 3] = [
+        (Some(prepared), (known.to_string().into_bytes(), 0), &[1]),
+        (None, (known.as_bytes().to_vec(), 1), &[]),
+        (
+            None,
+            (known.to_string().into_bytes(), 0),
+            &[0, 1, 1, 0, 1, 1, 0],
+        ),
+    ];
+    for (parse, (param, format), results) in &rounds {
+        let from_schemaless = raw_prepared(&mut served, *parse, (param, *format), results);
+        let from_postgresql = raw_prepared(&mut own, *parse, (param, *format), results);
+        assert!(
+            from_postgresql.iter().any(|(kind, _)| *kind == b'D'),
+            "{from_postgresql:?}"
+        );
+        assert_eq!(from_schemaless, from_postgresql, "{results:?}");
+    }
+    // The route: sqlx prepares and binds the planted key in binary.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&proxy.url(&db))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let found: Option<String> = sqlx::query_scalar("SELECT status FROM trips WHERE uuid = $1")
+            .bind(planted_key)
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+        assert!(found.is_some(), "the planted row, from Schemaless");
+    }
+    pool.close().await;
+
     let status = proxy.status();
     // The planted reads (at least one served) and the byte comparisons;
     // the read in a transaction block is no translatable read served.
     assert!(
-        count(&status, &["served", "schemaless"]) > reads.len() as u64,
+        count(&status, &["served", "schemaless"]) > (reads.len() + rounds.len() + 2) as u64,
         "{status}"
     );
     assert_eq!(count(&status, &["served", "postgresql"]), 0, "{status}");

@@ -149,7 +149,7 @@ fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-/// `sql` (no parameters) answered from `store` when `serves` says so for
+/// `sql`, its `$n` bound to `params` (as text), answered from `store` when `serves` says so for
 /// every row and column it reads (`None`: a read of no single row, an
 /// index query). `legacy` evaluates the statement's values and knows the
 /// catalog.
@@ -159,9 +159,10 @@ pub async fn render_from<S: CellStore>(
     catalog: &Catalog,
     model: &crate::Model,
     sql: &str,
+    params: &[String],
     serves: &(dyn Fn(Option<&RowKey>, &str) -> bool + Sync),
 ) -> Result<Serving, RunError> {
-    let statement = bind(sql, &[])?;
+    let statement = bind(sql, params)?;
     if selects_wildcard(&statement) {
         return Ok(Serving::Forward(
             "a `*` stands for every column of the table in its order, unmapped ones included; \

@@ -1,0 +1,317 @@
+//! What PostgreSQL owes a session: one entry per message sent to it that
+//! it answers, in the order sent, so the relay knows which answer is
+//! which.
+//!
+//! PostgreSQL answers in order: `ParseComplete` a `Parse`,
+//! `BindComplete` a `Bind`, `CloseComplete` a `Close`, a `RowDescription`
+//! or `NoData` a `Describe` (a statement's after its
+//! `ParameterDescription`), `CommandComplete`, `EmptyQueryResponse` or
+//! `PortalSuspended` an `Execute`, `ReadyForQuery` a `Sync`, a `Query`
+//! (all of its answers before) and a `FunctionCall`. After an error in
+//! the extended protocol it skips every message up to the next `Sync`,
+//! `Query`s included. Notices, notifications and parameter changes come
+//! at any time and answer nothing.
+//!
+//! The relay needs to know for two things: the `RowDescription` of a read
+//! served from Schemaless names its columns' tables ([`Owed::origins`]),
+//! and the answers to messages the proxy sent on its own (the `Close` and
+//! `Parse` of a served `Bind`) are not the app's to see
+//! ([`Owed::ours`]). An answer that fits nothing owed means the count is
+//! lost: the session stops serving from Schemaless
+//! ([`Answers::lost`]) and relays everything.
+
+use std::collections::VecDeque;
+
+use query::run::Origin;
+
+/// The answer a message sent to PostgreSQL waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Awaits {
+    Parse,
+    Bind,
+    Close,
+    Describe,
+    Execute,
+    /// `ReadyForQuery`, after a `Sync`.
+    Sync,
+    /// `ReadyForQuery`, after a `Query` or a `FunctionCall` (or the
+    /// startup): every answer before it is the query's.
+    Query,
+}
+
+impl Awaits {
+    /// What an app's message of type `kind` waits for, if anything.
+    pub(crate) fn of(kind: u8) -> Option<Awaits> {
+        Some(match kind {
+            b'P' => Awaits::Parse,
+            b'B' => Awaits::Bind,
+            b'C' => Awaits::Close,
+            b'D' => Awaits::Describe,
+            b'E' => Awaits::Execute,
+            b'S' => Awaits::Sync,
+            b'Q' | b'F' => Awaits::Query,
+            _ => return None,
+        })
+    }
+
+    fn ready(self) -> bool {
+        matches!(self, Awaits::Sync | Awaits::Query)
+    }
+}
+
+/// One answer owed.
+#[derive(Debug)]
+pub(crate) struct Owed {
+    pub awaits: Awaits,
+    /// Sent by the proxy on its own: its answer is not relayed (an error
+    /// is: the app's next step failed).
+    pub ours: bool,
+    /// The tables and attribute numbers its `RowDescription` names.
+    pub origins: Option<Vec<Origin>>,
+}
+
+impl Owed {
+    pub(crate) fn app(awaits: Awaits) -> Owed {
+        Owed {
+            awaits,
+            ours: false,
+            origins: None,
+        }
+    }
+}
+
+/// The answers owed, in order.
+#[derive(Debug)]
+pub(crate) struct Answers {
+    owed: VecDeque<Owed>,
+    /// `ReadyForQuery`s among them.
+    readies: usize,
+    lost: bool,
+}
+
+impl Answers {
+    /// A session just started: the startup's `ReadyForQuery` is owed.
+    pub(crate) fn starting() -> Answers {
+        let mut answers = Answers {
+            owed: VecDeque::new(),
+            readies: 0,
+            lost: false,
+        };
+        answers.push(Owed::app(Awaits::Query));
+        answers
+    }
+
+    pub(crate) fn push(&mut self, owed: Owed) {
+        self.readies += usize::from(owed.awaits.ready());
+        self.owed.push_back(owed);
+    }
+
+    /// `ReadyForQuery`s still owed.
+    pub(crate) fn readies(&self) -> usize {
+        self.readies
+    }
+
+    /// Whether an answer ever fitted nothing owed.
+    pub(crate) fn lost(&self) -> bool {
+        self.lost
+    }
+
+    fn pop(&mut self) -> Option<Owed> {
+        let owed = self.owed.pop_front()?;
+        self.readies -= usize::from(owed.awaits.ready());
+        Some(owed)
+    }
+
+    /// Takes in one answer (`body` may be rewritten); whether the app is
+    /// to see it.
+    pub(crate) fn answer(&mut self, kind: u8, body: &mut [u8]) -> bool {
+        let Some(front) = self.owed.front() else {
+            // Only what comes at any time is owed nothing.
+            if !matches!(kind, b'N' | b'A' | b'S') {
+                self.lost = true;
+            }
+            return true;
+        };
+        let awaits = front.awaits;
+        match kind {
+            b'Z' => {
+                // Whatever was owed before it was skipped.
+                while let Some(owed) = self.pop() {
+                    if owed.awaits.ready() {
+                        break;
+                    }
+                    self.lost = true;
+                }
+                true
+            }
+            b'E' if !awaits.ready() => {
+                self.pop();
+                while self.owed.front().is_some_and(|o| o.awaits != Awaits::Sync) {
+                    self.pop();
+                }
+                true
+            }
+            b'T' => {
+                if let Some(origins) = &front.origins {
+                    name_origins(body, origins);
+                }
+                if awaits == Awaits::Describe {
+                    self.pop();
+                }
+                true
+            }
+            b'n' => self.completes(Awaits::Describe),
+            b'1' => self.completes(Awaits::Parse),
+            b'2' => self.completes(Awaits::Bind),
+            b'3' => self.completes(Awaits::Close),
+            b'C' | b'I' | b's' if awaits == Awaits::Execute => {
+                self.pop();
+                true
+            }
+            _ => true,
+        }
+    }
+
+    /// An answer that completes what `expected` waits for.
+    fn completes(&mut self, expected: Awaits) -> bool {
+        match self.owed.front().map(|o| o.awaits) {
+            Some(awaits) if awaits == expected => !self.pop().is_some_and(|o| o.ours),
+            Some(Awaits::Query) => true,
+            _ => {
+                self.lost = true;
+                true
+            }
+        }
+    }
+}
+
+/// Writes each column's table OID and attribute number into the body of
+/// a `RowDescription` (in place: both are fixed-width).
+fn name_origins(body: &mut [u8], origins: &[Origin]) {
+    let mut at = 2;
+    for origin in origins {
+        let Some(end) = body.get(at..).and_then(|b| b.iter().position(|&c| c == 0)) else {
+            return;
+        };
+        at += end + 1;
+        let Some(fixed) = body.get_mut(at..at + 18) else {
+            return;
+        };
+        fixed[0..4].copy_from_slice(&origin.table.to_be_bytes());
+        fixed[4..6].copy_from_slice(&origin.attnum.to_be_bytes());
+        at += 18;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ours(awaits: Awaits) -> Owed {
+        Owed {
+            awaits,
+            ours: true,
+            origins: None,
+        }
+    }
+
+    /// The answers the app sees, of those given.
+    fn seen(answers: &mut Answers, kinds: &[u8]) -> Vec<u8> {
+        kinds
+            .iter()
+            .copied()
+            .filter(|&k| answers.answer(k, &mut []))
+            .collect()
+    }
+
+    #[test]
+    fn the_answers_to_the_proxys_own_messages_are_kept_from_the_app() {
+        let mut answers = Answers::starting();
+        assert_eq!(seen(&mut answers, b"RSKZ"), b"RSKZ");
+        // The app: Parse; the proxy: Close, Parse; the app: Bind,
+        // Describe (portal), Execute, Sync.
+        answers.push(Owed::app(Awaits::Parse));
+        answers.push(ours(Awaits::Close));
+        answers.push(ours(Awaits::Parse));
+        for a in [
+            Awaits::Bind,
+            Awaits::Describe,
+            Awaits::Execute,
+            Awaits::Sync,
+        ] {
+            answers.push(Owed::app(a));
+        }
+        assert_eq!(answers.readies(), 1);
+        assert_eq!(seen(&mut answers, b"13N12TDDCZ"), b"1N2TDDCZ");
+        assert!(!answers.lost() && answers.readies() == 0);
+    }
+
+    #[test]
+    fn after_an_error_what_is_skipped_to_sync_is_owed_nothing() {
+        let mut answers = Answers::starting();
+        seen(&mut answers, b"Z");
+        // The app's Parse fails; the proxy's Close and Parse, the Bind,
+        // the Execute and a pipelined Query are skipped to the Sync.
+        answers.push(Owed::app(Awaits::Parse));
+        answers.push(ours(Awaits::Close));
+        answers.push(ours(Awaits::Parse));
+        answers.push(Owed::app(Awaits::Bind));
+        answers.push(Owed::app(Awaits::Query));
+        answers.push(Owed::app(Awaits::Sync));
+        answers.push(Owed::app(Awaits::Query));
+        assert_eq!(answers.readies(), 3);
+        assert_eq!(seen(&mut answers, b"EZ"), b"EZ");
+        assert_eq!(answers.readies(), 1);
+        // An error inside a Query is the query's.
+        assert_eq!(seen(&mut answers, b"TDEZ"), b"TDEZ");
+        assert!(!answers.lost() && answers.readies() == 0);
+    }
+
+    #[test]
+    fn an_answer_that_fits_nothing_owed_loses_the_count() {
+        let mut answers = Answers::starting();
+        seen(&mut answers, b"Z");
+        answers.push(Owed::app(Awaits::Bind));
+        assert_eq!(seen(&mut answers, b"1"), b"1", "relayed all the same");
+        assert!(answers.lost());
+    }
+
+    #[test]
+    fn a_served_reads_row_description_names_its_columns_origins() {
+        let origins = vec![
+            Origin {
+                table: 16384,
+                attnum: 3,
+            },
+            Origin::default(),
+        ];
+        // Two fields: "fare" and "?column?", each with table 0, attnum 0.
+        let field = |name: &str, table: u32, attnum: i16| {
+            let mut f = name.as_bytes().to_vec();
+            f.push(0);
+            f.extend_from_slice(&table.to_be_bytes());
+            f.extend_from_slice(&attnum.to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 25, 255, 255, 255, 255, 255, 255, 0, 0]);
+            f
+        };
+        let body = |a: Vec<u8>, b: Vec<u8>| [vec![0, 2], a, b].concat();
+        let mut answers = Answers::starting();
+        answers.answer(b'Z', &mut []);
+        answers.push(Owed {
+            awaits: Awaits::Query,
+            ours: false,
+            origins: Some(origins),
+        });
+        answers.push(Owed::app(Awaits::Query));
+        let mut served = body(field("fare", 0, 0), field("?column?", 0, 0));
+        assert!(answers.answer(b'T', &mut served));
+        assert_eq!(
+            served,
+            body(field("fare", 16384, 3), field("?column?", 0, 0))
+        );
+        answers.answer(b'Z', &mut []);
+        let mut forwarded = body(field("x", 0, 0), field("y", 0, 0));
+        answers.answer(b'T', &mut forwarded);
+        assert_eq!(forwarded, body(field("x", 0, 0), field("y", 0, 0)));
+    }
+}

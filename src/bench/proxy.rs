@@ -7,9 +7,13 @@
 //! loopback port, sharing the machine's cores with the servers and
 //! pgbench, as it would beside an app.
 //!
-//! Reads served from Schemaless (`served_p50_ratio`) are not measured
-//! yet: the proxy forwards every read (docs/proxy.md says what it does in
-//! each mode); the figure is printed as null until it serves them.
+//! Then reads served from Schemaless (`served_p50_ratio`): trips seeded
+//! in both stores, the store switched to `shadow` (read share 100%), and
+//! one translated read (a trip by its row key, the layout's row columns
+//! by name) run by the same clients as a prepared statement straight to
+//! PostgreSQL and through the proxy, which answers it from Schemaless.
+//! The clients run on a thread of their own; the answers of both paths
+//! are compared first.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +40,9 @@ pub struct ProxyArgs {
     /// pgbench's scale factor (100,000 accounts each).
     #[arg(long, default_value_t = 10)]
     scale: u32,
+    /// Trips seeded for the served reads.
+    #[arg(long, default_value_t = 2000)]
+    trips: u64,
     /// The database the benchmark creates for itself.
     #[arg(long, default_value = "mzbench_proxy")]
     instance: String,
@@ -144,10 +151,7 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
     config.capture.required = false;
     config.proxy.max_clients = config.proxy.max_clients.max(args.clients as usize * 2);
     config.proxy.pool_size = config.proxy.pool_size.max(args.clients as usize * 2);
-    super::fresh_data_set(&config, config_path, cluster_dir)
-        .await?
-        .close()
-        .await;
+    let pool = super::fresh_data_set(&config, config_path, cluster_dir).await?;
     let direct_url = config
         .legacy
         .as_ref()
@@ -210,9 +214,18 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         tps[path] += result.tps / 2.0;
     }
     let _ = std::fs::remove_dir_all(&logs);
+    let reads = served_rounds(&facade, &pool, &args, &direct_url, proxied.as_str()).await;
+    let status = proxy.status(served.addr);
     shutdown.cancel();
     served.done.await?;
     facade.close().await;
+    pool.close().await;
+    let (direct_reads, served_reads) = reads?;
+    anyhow::ensure!(
+        status.served.get("schemaless").copied().unwrap_or(0) > 0,
+        "the proxy served no read from Schemaless: {:?}",
+        status.served
+    );
     let [direct, through, relay] = latencies.map(Latencies::new);
     let figures = json!({
         "clients": args.clients,
@@ -242,7 +255,21 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         "passthrough_p50_ratio": through.percentile_us(50.0) / direct.percentile_us(50.0),
         "passthrough_p99_ratio": through.percentile_us(99.0) / direct.percentile_us(99.0),
         "passthrough_throughput_ratio": tps[1] / tps[0],
-        "served_p50_ratio": null,
+        "served": {
+            "trips": args.trips,
+            "direct_p50_us": direct_reads.latencies.percentile_us(50.0),
+            "direct_p99_us": direct_reads.latencies.percentile_us(99.0),
+            "direct_reads_per_sec": direct_reads.per_sec,
+            "served_p50_us": served_reads.latencies.percentile_us(50.0),
+            "served_p99_us": served_reads.latencies.percentile_us(99.0),
+            "served_reads_per_sec": served_reads.per_sec,
+            "served_by_schemaless": status.served.get("schemaless").copied().unwrap_or(0),
+        },
+        "served_p50_ratio": served_reads.latencies.percentile_us(50.0)
+            / direct_reads.latencies.percentile_us(50.0),
+        "served_p99_ratio": served_reads.latencies.percentile_us(99.0)
+            / direct_reads.latencies.percentile_us(99.0),
+        "served_throughput_ratio": served_reads.per_sec / direct_reads.per_sec,
     });
     println!(
         "select-only: direct p50 {:.0} us p99 {:.0} us {:.0} tps; proxy p50 {:.0} us p99 {:.0} us {:.0} tps",
@@ -254,9 +281,22 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         tps[1],
     );
     println!(
-        "passthrough: p50 ratio {:.3} (target <= 1.3), throughput ratio {:.3} (target >= 0.75); reads served from Schemaless: not yet served by the proxy",
-        figures["passthrough_p50_ratio"].as_f64().unwrap_or_default(),
-        figures["passthrough_throughput_ratio"].as_f64().unwrap_or_default(),
+        "passthrough: p50 ratio {:.3} (target <= 1.3), throughput ratio {:.3} (target >= 0.75)",
+        figures["passthrough_p50_ratio"]
+            .as_f64()
+            .unwrap_or_default(),
+        figures["passthrough_throughput_ratio"]
+            .as_f64()
+            .unwrap_or_default(),
+    );
+    println!(
+        "a trip by its row key: direct p50 {:.0} us {:.0}/s; served from Schemaless through the proxy p50 {:.0} us {:.0}/s: p50 ratio {:.3}, throughput ratio {:.3}",
+        direct_reads.latencies.percentile_us(50.0),
+        direct_reads.per_sec,
+        served_reads.latencies.percentile_us(50.0),
+        served_reads.per_sec,
+        figures["served_p50_ratio"].as_f64().unwrap_or_default(),
+        figures["served_throughput_ratio"].as_f64().unwrap_or_default(),
     );
     println!(
         "a raw TCP relay (bytes copied, nothing read) in the same run: p50 ratio {:.3}, throughput ratio {:.3}; the proxy makes {:.3} of the raw relay's throughput",
@@ -268,6 +308,214 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         println!("{figures}");
     }
     Ok(())
+}
+
+/// Reads of one path: their latencies and how many a second.
+struct Reads {
+    latencies: Latencies,
+    per_sec: f64,
+}
+
+/// Seeds `args.trips` trips in PostgreSQL and their cells in Schemaless,
+/// switches to `shadow`, and runs the translated read direct and through
+/// the proxy (`proxied`) in rounds direct, proxy, proxy, direct.
+async fn served_rounds(
+    facade: &tripstore::TripStore,
+    pool: &sqlx::PgPool,
+    args: &ProxyArgs,
+    direct_url: &str,
+    proxied: &str,
+) -> anyhow::Result<(Reads, Reads)> {
+    use schemaless::CellStore;
+    let legacy = facade.legacy();
+    let layout = legacy.layout();
+    eprintln!(
+        "served reads: seeding {} trips in both stores ...",
+        args.trips
+    );
+    legacy::trips::seed(
+        pool,
+        &layout.schema,
+        &unquoted(layout.uuid_sql()),
+        args.trips,
+        17,
+        |_| {},
+    )
+    .await?;
+    let (low, high) = legacy
+        .id_range()
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no trips were seeded"))?;
+    let mut at = low;
+    while at <= high {
+        let chunk = legacy.scan(at..at + 1000).await?;
+        // Within the store's batch limit.
+        for batch in chunk.cells.chunks(500) {
+            for result in facade.schemaless().put_cells(batch.to_vec()).await? {
+                result.map_err(|c| anyhow::anyhow!("seeding Schemaless: {c:?}"))?;
+            }
+        }
+        at += 1000;
+    }
+    facade
+        .set_mode(&tripstore::ModeRequest {
+            target: tripstore::Mode::Shadow,
+            force: true,
+            by: "mezzanine bench proxy".into(),
+            reason: Some("reads served from Schemaless, measured".into()),
+        })
+        .await?;
+    // The layout's row columns' fields by name, but those the proxy
+    // forwards (an unconstrained numeric, json).
+    let mut columns = vec![layout.uuid_sql().to_string()];
+    for column in &layout.columns {
+        if column.kind() != config::ColumnKind::Row {
+            continue;
+        }
+        for f in &column.fields {
+            let inexact = matches!(f.conversion, legacy::conversion::Conversion::Json)
+                || (matches!(f.conversion, legacy::conversion::Conversion::Numeric)
+                    && !f.sql_type.contains('('));
+            if !inexact {
+                columns.push(format!("\"{}\"", f.sql.replace('"', "\"\"")));
+            }
+        }
+    }
+    let sql = format!(
+        "SELECT {} FROM {} WHERE {} = $1",
+        columns.join(", "),
+        layout.table_sql(),
+        layout.uuid_sql()
+    );
+    let keys: Vec<uuid::Uuid> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT {} FROM {}",
+        layout.uuid_sql(),
+        layout.table_sql()
+    )))
+    .fetch_all(pool)
+    .await?;
+    let keys = Arc::new(keys);
+    // The same answers both ways, for a few trips.
+    let (first, second) = (
+        read_rounds(direct_url, &sql, &keys, 1, Duration::ZERO)?,
+        read_rounds(proxied, &sql, &keys, 1, Duration::ZERO)?,
+    );
+    anyhow::ensure!(
+        first.1 == second.1,
+        "the proxy's answers differ from PostgreSQL's: {:?} against {:?}",
+        second.1,
+        first.1
+    );
+    let half = Duration::from_secs((args.seconds / 2).max(1));
+    let mut latencies: [Vec<Duration>; 2] = Default::default();
+    let mut per_sec = [0.0f64; 2];
+    for (i, path) in [0usize, 1, 1, 0].into_iter().enumerate() {
+        eprintln!(
+            "a trip by its row key, round {}/4: {} ...",
+            i + 1,
+            ["direct", "served by the proxy"][path]
+        );
+        let url = [direct_url, proxied][path];
+        let (round, _) = read_rounds(url, &sql, &keys, args.clients, half)?;
+        per_sec[path] += round.len() as f64 / half.as_secs_f64() / 2.0;
+        latencies[path].extend(round);
+    }
+    let [direct, served] = latencies.map(Latencies::new);
+    Ok((
+        Reads {
+            latencies: direct,
+            per_sec: per_sec[0],
+        },
+        Reads {
+            latencies: served,
+            per_sec: per_sec[1],
+        },
+    ))
+}
+
+/// `"name"` as `name`.
+fn unquoted(quoted: &str) -> String {
+    quoted
+        .strip_prefix('"')
+        .and_then(|q| q.strip_suffix('"'))
+        .map_or_else(|| quoted.to_string(), |q| q.replace("\"\"", "\""))
+}
+
+/// `clients` connections to `url` on a thread and runtime of their own,
+/// each running `sql` with keys in turn for `length` (with a zero length,
+/// one pass over the first 20 keys on one connection, whose answers are
+/// returned: each column's bytes as PostgreSQL sent them). The latencies, and the answers.
+fn read_rounds(
+    url: &str,
+    sql: &str,
+    keys: &Arc<Vec<uuid::Uuid>>,
+    clients: u32,
+    length: Duration,
+) -> anyhow::Result<(Vec<Duration>, Vec<String>)> {
+    use sqlx::{Connection, Row};
+    let (url, sql, keys) = (url.to_string(), sql.to_string(), keys.clone());
+    let thread = std::thread::spawn(move || -> anyhow::Result<_> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let deadline = std::time::Instant::now() + length;
+            let mut tasks = tokio::task::JoinSet::new();
+            for client in 0..clients as usize {
+                let mut conn = sqlx::PgConnection::connect(&url).await?;
+                let (sql, keys) = (sql.clone(), keys.clone());
+                tasks.spawn(async move {
+                    let mut latencies = Vec::new();
+                    let mut answers = Vec::new();
+                    let mut n = client * 7919;
+                    loop {
+                        let done = if length.is_zero() {
+                            answers.len() >= 20.min(keys.len())
+                        } else {
+                            std::time::Instant::now() >= deadline
+                        };
+                        if done {
+                            break;
+                        }
+                        let key = keys[n % keys.len()];
+                        n += 1;
+                        let started = std::time::Instant::now();
+                        let row = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                            .bind(key)
+                            .fetch_optional(&mut conn)
+                            .await?;
+                        latencies.push(started.elapsed());
+                        if length.is_zero() {
+                            answers.push(match row {
+                                Some(row) => (0..row.len())
+                                    .map(|i| match row.try_get_raw(i) {
+                                        // The bytes PostgreSQL sent.
+                                        Ok(raw) => format!("{:?}", raw.as_bytes().ok()),
+                                        Err(e) => format!("column {i}: {e}"),
+                                    })
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                None => "no row".into(),
+                            });
+                        }
+                    }
+                    conn.close().await?;
+                    Ok::<_, anyhow::Error>((latencies, answers))
+                });
+            }
+            let mut latencies = Vec::new();
+            let mut answers = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                let (l, a) = done??;
+                latencies.extend(l);
+                answers.extend(a);
+            }
+            Ok((latencies, answers))
+        })
+    });
+    thread
+        .join()
+        .map_err(|_| anyhow::anyhow!("a reading client panicked"))?
 }
 
 /// A relay that copies bytes between each connection and `backend`, on

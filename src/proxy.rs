@@ -183,9 +183,10 @@ async fn status(from: SocketAddr, json: bool) -> anyhow::Result<()> {
     let count = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
     let served = field("served");
     println!(
-        "translatable reads in shadow: {} served from Schemaless, {} from PostgreSQL",
+        "translatable reads the mode serves from Schemaless (shadow, primary, schemaless): {} served from Schemaless, {} from PostgreSQL, {} refused",
         count(&served, "schemaless"),
         count(&served, "postgresql"),
+        count(&served, "refused"),
     );
     let statements = sampling.get("statements").cloned().unwrap_or(Value::Null);
     let verifier = sampling.get("verifier").cloned().unwrap_or(Value::Null);

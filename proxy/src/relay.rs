@@ -25,7 +25,7 @@ use crate::frame::{self, Frame, FrameError};
 use query::run::{Origin, Serving};
 use tokio::sync::oneshot;
 
-use crate::route::{refusing_statement, Decision, Verdict};
+use crate::route::{refusing_statement, unserved, Decision, Verdict};
 use crate::sample::params_text;
 use crate::stats::{Route, SampleOutcome, Store};
 use crate::Shared;
@@ -93,6 +93,9 @@ struct State {
 struct Pending {
     frame: Frame,
     answer: oneshot::Receiver<Serving>,
+    /// The mode it was held in: in `schemaless`, a read Schemaless does
+    /// not answer is refused rather than forwarded.
+    mode: tripstore::Mode,
 }
 
 impl State {
@@ -196,8 +199,8 @@ pub async fn relay(
                 }
             }
             served = async { (&mut pending.as_mut().expect("guarded").answer).await }, if pending.is_some() => {
-                let Pending { frame, .. } = pending.take().expect("guarded");
-                settle(shared, &mut state, frame, served, &mut to_pg);
+                let Pending { frame, mode, .. } = pending.take().expect("guarded");
+                settle(shared, &mut state, (frame, mode), served, &mut to_pg);
             }
             _ = tokio::time::sleep(idle_timeout), if watch_idle => {
                 let _ = pg_wr.write_all(b"X\0\0\0\x04").await;
@@ -255,10 +258,25 @@ fn message(
                 return None;
             };
             let may_serve = state.may_serve(shared);
+            let outside = !state.in_transaction();
             let decision = route(shared, state, &query.query);
             if decision.samplable && may_serve {
                 let answer = shared.sampling.serve(query.query, Vec::new());
-                return Some(Pending { frame, answer });
+                let mode = shared.mode();
+                return Some(Pending {
+                    frame,
+                    answer,
+                    mode,
+                });
+            }
+            if let Some(reason) = decision
+                .samplable
+                .then(|| unserved(shared.mode(), UNCOUNTED))
+                .flatten()
+                .filter(|_| outside)
+            {
+                refuse_held(shared, state, frame, &reason, out);
+                return None;
             }
             state.sent(b'Q');
             if decision.samplable && shared.sampling.wants() {
@@ -330,9 +348,24 @@ fn message(
                 return None;
             };
             let params = params_text(&types, &bind.parameter_format_codes, &bind.parameters);
-            if let (Some(params), true) = (&params, state.may_serve(shared)) {
+            let may_serve = state.may_serve(shared);
+            if let (Some(params), true) = (&params, may_serve) {
                 let answer = shared.sampling.serve(sql.clone(), params.clone());
-                return Some(Pending { frame, answer });
+                let mode = shared.mode();
+                return Some(Pending {
+                    frame,
+                    answer,
+                    mode,
+                });
+            }
+            let why = if may_serve {
+                "its parameters are in a binary format the proxy does not read; send them as text"
+            } else {
+                UNCOUNTED
+            };
+            if let Some(reason) = unserved(shared.mode(), why).filter(|_| !state.in_transaction()) {
+                refuse_held(shared, state, frame, &reason, out);
+                return None;
             }
             state.sent(b'B');
             out.extend_from_slice(&frame.bytes);
@@ -397,17 +430,25 @@ fn message(
 fn settle(
     shared: &Shared,
     state: &mut State,
-    frame: Frame,
+    (frame, mode): (Frame, tripstore::Mode),
     served: Result<Serving, oneshot::error::RecvError>,
     out: &mut BytesMut,
 ) {
     let rendering = match served {
         Ok(Serving::Serve(rendering)) => rendering,
         Ok(Serving::Forward(why)) => {
+            if let Some(reason) = unserved(mode, &why) {
+                return refuse_held(shared, state, frame, &reason, out);
+            }
             tracing::debug!("proxy: a translatable read is forwarded: {why}");
             return forward(shared, state, frame, out);
         }
-        Err(_) => return forward(shared, state, frame, out),
+        Err(_) => {
+            if let Some(reason) = unserved(mode, "the proxy is shutting down") {
+                return refuse_held(shared, state, frame, &reason, out);
+            }
+            return forward(shared, state, frame, out);
+        }
     };
     if frame.kind == b'Q' {
         shared.stats.served(Store::Schemaless);
@@ -423,16 +464,7 @@ fn settle(
         return forward(shared, state, frame, out);
     };
     shared.stats.served(Store::Schemaless);
-    let name = Some(SERVED_STATEMENT.to_string());
-    let ours = |awaits| Owed {
-        awaits,
-        ours: true,
-        origins: None,
-    };
-    state.answers.push(ours(Awaits::Close));
-    frame::encode(&Close::new(b'S', name.clone()), out);
-    state.answers.push(ours(Awaits::Parse));
-    frame::encode(&Parse::new(name.clone(), rendering.sql, Vec::new()), out);
+    let name = prepare_ours(state, rendering.sql, out);
     state.sent(b'B');
     state.served.insert(
         bind.portal_name.clone().unwrap_or_default(),
@@ -446,6 +478,55 @@ fn settle(
             Vec::new(),
             bind.result_column_format_codes,
         ),
+        out,
+    );
+}
+
+/// Prepares `sql` as [`SERVED_STATEMENT`] (closing the one before), the
+/// answers to both kept from the app; its name, for the `Bind`.
+fn prepare_ours(state: &mut State, sql: String, out: &mut BytesMut) -> Option<String> {
+    let name = Some(SERVED_STATEMENT.to_string());
+    let ours = |awaits| Owed {
+        awaits,
+        ours: true,
+        origins: None,
+    };
+    state.answers.push(ours(Awaits::Close));
+    frame::encode(&Close::new(b'S', name.clone()), out);
+    state.answers.push(ours(Awaits::Parse));
+    frame::encode(&Parse::new(name.clone(), sql, Vec::new()), out);
+    name
+}
+
+/// Why a session's reads are not served although the mode serves them:
+/// an answer from PostgreSQL fit nothing it was sent, so the proxy no
+/// longer knows which answers are its own.
+const UNCOUNTED: &str = "this session's answers can no longer be told apart from the proxy's; \
+                         reconnect";
+
+/// A `Query` or `Bind` of a translatable read refused (in `schemaless`,
+/// where PostgreSQL cannot answer it instead): PostgreSQL raises the
+/// refusal where the read would have run, so it reaches the app in order
+/// and the extended protocol skips to `Sync` as for any error. A `Bind`
+/// binds the app's portal to the refusing statement, prepared under
+/// [`SERVED_STATEMENT`] with its answers kept from the app.
+fn refuse_held(shared: &Shared, state: &mut State, frame: Frame, reason: &str, out: &mut BytesMut) {
+    shared.stats.served(Store::Refused);
+    if frame.kind == b'Q' {
+        state.sent(b'Q');
+        frame::encode(&Query::new(refusing_statement(reason)), out);
+        return;
+    }
+    let Some(bind) = frame::decode::<Bind>(&frame) else {
+        return forward(shared, state, frame, out);
+    };
+    let name = prepare_ours(state, refusing_statement(reason), out);
+    state.sent(b'B');
+    state
+        .served
+        .remove(bind.portal_name.as_deref().unwrap_or_default());
+    frame::encode(
+        &Bind::new(bind.portal_name, name, Vec::new(), Vec::new(), Vec::new()),
         out,
     );
 }

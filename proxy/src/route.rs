@@ -13,10 +13,14 @@
 //! - `primary`: Schemaless is the source of truth. A statement that could
 //!   change a layout table and that the cell API cannot express is refused
 //!   with SQLSTATE `0A000` and the translator's reason; it would change
-//!   PostgreSQL behind the reverse mirror's back. Reads of layout tables
-//!   are forwarded: the reverse mirror keeps PostgreSQL current.
+//!   PostgreSQL behind the reverse mirror's back. Translatable reads are
+//!   answered from Schemaless by the relay, as the facade's are; the
+//!   others (and a translatable read whose answer the relay cannot render
+//!   exactly) are forwarded: the reverse mirror keeps PostgreSQL current.
 //! - `schemaless`: PostgreSQL is no longer kept current, so statements on
-//!   layout tables that Schemaless does not answer are refused, reads too.
+//!   layout tables that Schemaless does not answer are refused, reads too:
+//!   a translatable read is answered from Schemaless, or refused by the
+//!   relay when it cannot be.
 //!
 //! Statements naming no layout table are forwarded in every mode, and so
 //! is every statement of a session on another database than the legacy
@@ -108,16 +112,32 @@ impl Router {
             .map(|a| a.class)
             .find(|c| *c != Class::Other)
             .unwrap_or(Class::Other);
+        let alone =
+            matches!(analyses.as_slice(), [one] if matches!(one.class, Class::Row | Class::Index));
         let verdict = if in_transaction {
             Verdict::Forward
         } else {
             analyses
                 .iter()
                 .find_map(|a| refusal(a, mode))
+                .or_else(|| {
+                    // The relay answers one statement from Schemaless, not
+                    // a translatable read among others.
+                    let read = analyses
+                        .iter()
+                        .any(|a| matches!(a.class, Class::Row | Class::Index));
+                    if read && !alone {
+                        unserved(
+                            mode,
+                            "it is sent with other statements in one Query; send it alone",
+                        )
+                    } else {
+                        None
+                    }
+                })
                 .map_or(Verdict::Forward, Verdict::Refuse)
         };
-        let samplable = verdict == Verdict::Forward
-            && matches!(analyses.as_slice(), [one] if matches!(one.class, Class::Row | Class::Index));
+        let samplable = verdict == Verdict::Forward && alone;
         Decision {
             class,
             verdict,
@@ -149,12 +169,22 @@ fn refusal(analysis: &Analysis, mode: Mode) -> Option<String> {
             "a translatable write, and the proxy does not run writes through the facade yet; \
              send it through a worker or the linked facade",
         ),
-        Class::Row | Class::Index if mode == Mode::Schemaless => because(
-            "a translatable read, and the proxy does not serve reads from Schemaless yet; \
-             PostgreSQL is no longer kept current in this mode",
-        ),
+        // Answered from Schemaless by the relay, which refuses what it
+        // cannot answer in `schemaless` (`unserved`).
         Class::Row | Class::Index => None,
     }
+}
+
+/// Why a translatable read that Schemaless did not answer (`why`) is
+/// refused in `mode`, if it is: in `schemaless`, PostgreSQL is no
+/// longer kept current, so it cannot answer instead.
+pub fn unserved(mode: Mode, why: &str) -> Option<String> {
+    (mode == Mode::Schemaless).then(|| {
+        format!(
+            "{mode} mode: a translatable read the proxy cannot answer from Schemaless ({why}), \
+             and PostgreSQL is no longer kept current in this mode"
+        )
+    })
 }
 
 /// A statement PostgreSQL answers with the refusal as its error, so the

@@ -91,12 +91,18 @@ impl Sampling {
 
 impl Sampling {
     /// Whether a translatable read may be served from Schemaless: the
-    /// mode is `shadow` and some read share is above 0%.
+    /// mode is `shadow` and some read share is above 0%, or the mode
+    /// reads Schemaless only (`primary`, `schemaless`), as the facade's
+    /// reads do.
     pub(crate) fn may_serve(&self) -> bool {
-        self.model.is_some() && self.facade.mode() == tripstore::Mode::Shadow && {
-            let share = self.facade.read_share();
-            share.default_bp > 0 || share.columns.values().any(|&bp| bp > 0)
-        }
+        self.model.is_some()
+            && match self.facade.mode() {
+                tripstore::Mode::Shadow => {
+                    let share = self.facade.read_share();
+                    share.default_bp > 0 || share.columns.values().any(|&bp| bp > 0)
+                }
+                mode => mode.reads_schemaless(),
+            }
     }
 
     /// Answers `sql` (its `$n` bound to `params`, as text) from Schemaless in the background, or says to
@@ -118,8 +124,12 @@ impl Sampling {
                 let _ = tx.send(Serving::Forward("no layout".into()));
                 return;
             };
+            // The share splits reads in `shadow` only; past it, every
+            // read is Schemaless's.
+            let shadow = facade.mode() == tripstore::Mode::Shadow;
             let share = facade.read_share();
             let serves = |row: Option<&schemaless::RowKey>, column: &str| match row {
+                _ if !shadow => true,
                 Some(row) => share.serves_schemaless(row, Some(column)),
                 None => share.share(Some(column)) == tripstore::ReadShare::ALL,
             };

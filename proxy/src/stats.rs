@@ -7,7 +7,7 @@
 //! | `mezzanine_proxy_backends` | gauge | PostgreSQL connections open |
 //! | `mezzanine_proxy_connections_total{outcome}` | counter | app connections by how they began: `served`, `cancel`, `refused_full`, `no_backend`, `bad_startup` |
 //! | `mezzanine_proxy_statements_total{class,mode,route}` | counter | statements by translator class, mode, and `forwarded` or `refused` |
-//! | `mezzanine_proxy_served_total{store}` | counter | translatable reads in `shadow` outside a transaction block, by the store that answered: `schemaless`, or `postgresql` (the read share, or a plan not served) |
+//! | `mezzanine_proxy_served_total{store}` | counter | translatable reads in `shadow`, `primary` and `schemaless` outside a transaction block, by the store that answered: `schemaless`, `postgresql` (the read share, or a plan not served), or `refused` (in `schemaless`, a plan not served) |
 //! | `mezzanine_proxy_samples_total{outcome}` | counter | translatable reads sampled: `drawn`, then `offered` to the verifier or `failed` (values that did not evaluate, PostgreSQL unreachable); `params_not_read` drawn but not sampled (a NULL or binary parameter not read) |
 //!
 //! What the verifier made of the samples is in its own metrics
@@ -42,12 +42,15 @@ impl Route {
 }
 
 /// Which store answered a translatable read the proxy could serve (in
-/// `shadow`).
+/// `shadow`, `primary` and `schemaless`).
 #[derive(Clone, Copy, Debug)]
 pub enum Store {
     Schemaless,
     /// Forwarded: the read share, or a plan Schemaless does not serve.
     Postgresql,
+    /// Neither: in `schemaless`, a read Schemaless does not serve is
+    /// refused (`0A000`), PostgreSQL being no longer current.
+    Refused,
 }
 
 impl Store {
@@ -55,6 +58,7 @@ impl Store {
         match self {
             Store::Schemaless => "schemaless",
             Store::Postgresql => "postgresql",
+            Store::Refused => "refused",
         }
     }
 }

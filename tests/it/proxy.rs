@@ -322,7 +322,31 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
         "nothing deleted"
     );
 
-    // In schemaless, reads of layout tables are refused too.
+    // Translatable reads are answered from Schemaless, which has none
+    // of the five trips (nothing was backfilled): PostgreSQL has it,
+    // the proxy answers as Schemaless does. One it cannot render exactly
+    // (`*`) is forwarded.
+    let key: uuid::Uuid = sqlx::query_scalar("SELECT uuid FROM trips ORDER BY id LIMIT 1")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let by_key =
+        format!("\\set ON_ERROR_STOP 1\nSELECT uuid, status FROM trips WHERE uuid = '{key}';\n");
+    let (ok, out, err) = psql(&proxy.url(&db), &by_key);
+    assert!(ok && out.contains("(0 rows)"), "{out}{err}");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (ok, out, err) = psql(&direct, &by_key);
+    assert!(ok && out.contains("(1 row)"), "{out}{err}");
+    let everything = format!("SELECT * FROM trips WHERE uuid = '{key}';\n");
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{everything}"),
+    );
+    assert!(ok && out.contains("(1 row)"), "{out}{err}");
+    assert_eq!(proxy.status()["served"]["schemaless"], 1);
+
+    // In schemaless, reads of layout tables are refused too, but those
+    // Schemaless answers.
     crate::worker::forced(&facade, Mode::Schemaless).await;
     let (_, _, err) = wait_for(|| {
         let r = psql(&proxy.url(&db), "SELECT count(*) FROM trips;\n");
@@ -331,6 +355,57 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
     assert!(err.contains("schemaless mode"), "{err}");
     let (ok, out, _) = psql(&proxy.url(&db), "\\set ON_ERROR_STOP 1\nSELECT 7 * 6;\n");
     assert!(ok && out.contains(" 42\n"), "{out}");
+    let (ok, out, err) = psql(&proxy.url(&db), &by_key);
+    assert!(ok && out.contains("(0 rows)"), "{out}{err}");
+    let (_, _, err) = psql(&proxy.url(&db), &everything);
+    assert!(
+        err.contains("0A000") && err.contains("cannot answer from Schemaless"),
+        "{err}"
+    );
+    // A translatable read among other statements (one Query: psql's
+    // `\;`) is refused whole.
+    let (_, out, err) = psql(
+        &proxy.url(&db),
+        &format!("SELECT 1 AS before \\; SELECT uuid FROM trips WHERE uuid = '{key}';\n"),
+    );
+    assert!(
+        err.contains("0A000") && err.contains("send it alone"),
+        "{out}{err}"
+    );
+    // Prepared: served, refused at its Bind, and the session goes on.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&proxy.url(&db))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let found: Option<String> = sqlx::query_scalar("SELECT status FROM trips WHERE uuid = $1")
+            .bind(key)
+            .fetch_optional(&pool)
+            .await
+            .unwrap();
+        assert_eq!(found, None, "answered from Schemaless");
+        let refused = sqlx::query("SELECT * FROM trips WHERE uuid = $1")
+            .bind(key)
+            .fetch_all(&pool)
+            .await
+            .unwrap_err();
+        let code = refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .map(|c| c.to_string());
+        assert_eq!(code.as_deref(), Some("0A000"), "{refused}");
+    }
+    let n: i32 = sqlx::query_scalar("SELECT 40 + $1")
+        .bind(2_i32)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 42);
+    pool.close().await;
+    let served = &proxy.status()["served"];
+    assert_eq!(served["schemaless"], 4, "{served}");
+    assert_eq!(served["refused"], 3, "{served}");
 
     let status = proxy.status();
     let refused: u64 = status["statements"]

@@ -3,7 +3,7 @@
 //! | path | what |
 //! |---|---|
 //! | `/` | the dashboard (one HTML page; it fetches `/api/status` every few seconds) |
-//! | `/api/status` | the figures as JSON: mode, outbox, backfill, the verifier's report, the latest mismatches, the last full diff, the inventory of the app's SQL |
+//! | `/api/status` | the figures as JSON: mode, outbox, backfill, the verifier's report, the latest mismatches, the last full diff, the inventory of the app's SQL, the proxies' statuses (`mezzanine.proxies`, see [`proxy::heartbeat`]) |
 //! | `/metrics` | Prometheus text, rendered by `metrics-exporter-prometheus` from the gauges below, set from PostgreSQL at each scrape |
 //!
 //! Metrics (besides those of the verifier's facades, see
@@ -30,6 +30,7 @@
 //! | `mezzanine_verify_replay_seconds_mean` | gauge | mean time of a replay on the other store in the window |
 //! | `mezzanine_verify_mismatch_upper_bound` | gauge | 95% upper bound of the mismatch rate |
 //! | `mezzanine_verify_open_mismatches` | gauge | mismatches not resolved |
+//! | `mezzanine_proxies{state}` | gauge | proxies by heartbeat: `live` (within 10 s), `silent` (killed, or cut off from PostgreSQL, within the hour) |
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -202,6 +203,7 @@ impl Dashboard {
             cached.1.clone()
         };
         let inventory = self.inventory().await;
+        let proxies = proxy::heartbeat::read(pool).await?;
         Ok(Status {
             generated_at: verifier_now(),
             mode: ModeFigures {
@@ -232,6 +234,7 @@ impl Dashboard {
             full_diff: full,
             capture,
             inventory,
+            proxies,
         })
     }
 
@@ -338,6 +341,8 @@ struct Status {
     full_diff: Option<verifier::full::RunStatus>,
     capture: mirror::capture::status::CaptureStatus,
     inventory: InventoryFigures,
+    /// Every proxy that reported within the hour, live ones first.
+    proxies: Vec<proxy::heartbeat::Reported>,
 }
 
 /// The inventory of the app's SQL: the figures, or why there are none.
@@ -420,6 +425,10 @@ struct CoverageFigure {
 
 /// Sets the gauges `/metrics` renders from the status.
 fn set_gauges(status: &Status) {
+    let live = status.proxies.iter().filter(|p| p.live).count();
+    metrics::gauge!("mezzanine_proxies", "state" => "live").set(live as f64);
+    metrics::gauge!("mezzanine_proxies", "state" => "silent")
+        .set((status.proxies.len() - live) as f64);
     for m in tripstore::Mode::ALL {
         metrics::gauge!("mezzanine_mode", "mode" => m.as_str())
             .set(f64::from(u8::from(m == status.mode.mode)));

@@ -18,10 +18,12 @@
 //! own messages), `route` (the mode's rules), `session` (one connection's
 //! opening and its PostgreSQL connection), `relay` (both directions of a
 //! session, each statement judged), `sample` (translatable reads handed
-//! to the verifier), `stats` (what `proxy status` shows).
+//! to the verifier), `stats` (what `proxy status` shows), `heartbeat`
+//! (that status published in the legacy database for the dashboard).
 
 mod answers;
 mod frame;
+pub mod heartbeat;
 mod relay;
 pub mod route;
 mod sample;
@@ -78,6 +80,15 @@ impl Shared {
     fn mode(&self) -> Mode {
         self.facade.mode()
     }
+
+    fn status(&self, listen: SocketAddr) -> Status {
+        self.stats.status(
+            listen,
+            self.mode(),
+            &self.settings,
+            self.facade.sampler().totals(),
+        )
+    }
 }
 
 /// A proxy for the legacy database of `config`, following the mode of
@@ -130,12 +141,7 @@ impl Proxy {
 
     /// What the proxy has done so far.
     pub fn status(&self, listen: SocketAddr) -> Status {
-        self.shared.stats.status(
-            listen,
-            self.shared.mode(),
-            &self.shared.settings,
-            self.shared.facade.sampler().totals(),
-        )
+        self.shared.status(listen)
     }
 
     /// Listens on `addr` and serves apps until `shutdown`; then takes no
@@ -183,8 +189,9 @@ impl Proxy {
                 handles.push(handle);
             }
         }
+        let heartbeat = tokio::spawn(heartbeat(self.shared.clone(), addr, shutdown.clone()));
         let shared = self.shared.clone();
-        let done = tokio::task::spawn_blocking(move || {
+        let relaying = tokio::task::spawn_blocking(move || {
             match single_threaded() {
                 Ok(runtime) => {
                     handles.insert(0, runtime.handle().clone());
@@ -197,8 +204,39 @@ impl Proxy {
                 let _ = thread.join();
             }
         });
+        let done = tokio::spawn(async move {
+            let _ = relaying.await;
+            let _ = heartbeat.await;
+        });
         Ok(Served { addr, done })
     }
+}
+
+/// Publishes the proxy's status every [`heartbeat::EVERY`] until
+/// `shutdown`, then removes its row. A failure is logged and retried at
+/// the next beat: the dashboard misses a figure, apps miss nothing.
+async fn heartbeat(shared: Arc<Shared>, listen: SocketAddr, shutdown: CancellationToken) {
+    let pool = shared.facade.legacy().pool().clone();
+    let name = heartbeat::name(listen);
+    let mut ensured = false;
+    loop {
+        if !ensured {
+            ensured = heartbeat::ensure(&pool)
+                .await
+                .map_err(|e| tracing::warn!("proxy: creating mezzanine.proxies: {e}"))
+                .is_ok();
+        }
+        if ensured {
+            if let Err(e) = heartbeat::publish(&pool, &name, &shared.status(listen)).await {
+                tracing::warn!("proxy: the status for the dashboard was not written: {e}");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(heartbeat::EVERY) => {}
+        }
+    }
+    heartbeat::retire(&pool, &name).await;
 }
 
 fn single_threaded() -> std::io::Result<tokio::runtime::Runtime> {

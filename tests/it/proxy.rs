@@ -80,6 +80,19 @@ impl ProxyProcess {
     }
 }
 
+impl ProxyProcess {
+    /// Stops the proxy as a service manager would (SIGTERM), and waits.
+    pub(crate) fn stop(mut self) {
+        let term = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let exited = self.child.wait().unwrap();
+        assert!(exited.success(), "{exited:?}");
+    }
+}
+
 impl Drop for ProxyProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -392,5 +392,58 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
         "{status}"
     );
     assert_eq!(count(&status, &["served", "postgresql"]), 0, "{status}");
+
+    // The dashboard shows the proxy, from the status it publishes in the
+    // legacy database: the same counts, once its next heartbeat is in.
+    let (mut dashboard, url, addr) = crate::verify::serve(file.path());
+    let served_count = count(&status, &["served", "schemaless"]);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reported = loop {
+        let body = crate::verify::http_get(&addr, "/api/status");
+        let api: Value = serde_json::from_str(body.split("\r\n\r\n").last().unwrap()).unwrap();
+        let proxies = api["proxies"].as_array().cloned().unwrap_or_default();
+        if let [one] = proxies.as_slice() {
+            if count(&one["status"], &["served", "schemaless"]) == served_count {
+                break one.clone();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy's status never reached the dashboard: {api}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(reported["live"], true, "{reported}");
+    assert_eq!(reported["status"]["mode"], "shadow", "{reported}");
+    let metrics = crate::verify::http_get(&addr, "/metrics");
+    assert!(
+        metrics.contains("mezzanine_proxies{state=\"live\"} 1"),
+        "{metrics}"
+    );
+    let profile = tempfile::tempdir().unwrap();
+    let dom = crate::verify::headless(
+        profile.path(),
+        &["--virtual-time-budget=8000", "--dump-dom"],
+        &url,
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    for expected in [
+        "1 live</span> of 1 reporting",
+        "class=\"proxy\"",
+        &format!("<td>{served_count} / 0 / 0</td>"),
+    ] {
+        assert!(
+            dom.contains(expected),
+            "{expected:?} not on the page: {dom}"
+        );
+    }
+    // Stopped cleanly, the proxy takes its row away.
+    drop((served, own));
+    proxy.stop();
+    let body = crate::verify::http_get(&addr, "/api/status");
+    let api: Value = serde_json::from_str(body.split("\r\n\r\n").last().unwrap()).unwrap();
+    assert_eq!(api["proxies"], serde_json::json!([]), "{api}");
+    dashboard.kill().unwrap();
+    dashboard.wait().unwrap();
     facade.close().await;
 }

@@ -13,25 +13,37 @@ pub(super) struct RowCells {
     entry: Option<(String, Value)>,
 }
 
+/// Cell reads of one statement in flight at once.
+const READS_AT_ONCE: usize = 8;
+
 pub(super) async fn read_cells<S: CellStore>(
     store: &S,
     rows: &[RowKey],
     latest: &[String],
     children: &[String],
 ) -> Result<Vec<(RowKey, RowCells)>, RunError> {
-    let mut out = Vec::new();
-    for row in rows {
-        let mut cells = RowCells::default();
+    let mut pairs = Vec::new();
+    for (i, _) in rows.iter().enumerate() {
         for name in latest {
-            let column = Column::new(name)?;
-            if let Some(cell) = store
-                .get_cell_latest(row, &column, ReadFrom::Master)
-                .await?
-            {
-                cells.latest.insert(name.clone(), cell);
+            pairs.push((i, name, Column::new(name)?));
+        }
+    }
+    // Each (row, column) read is a round trip to its shard: they run
+    // together, a few at a time, rather than one after another (a
+    // served read of several columns waited for each in turn).
+    let mut out: Vec<(RowKey, RowCells)> = rows.iter().map(|r| (*r, RowCells::default())).collect();
+    for batch in pairs.chunks(READS_AT_ONCE) {
+        let found = futures::future::try_join_all(
+            batch
+                .iter()
+                .map(|(i, _, column)| store.get_cell_latest(&rows[*i], column, ReadFrom::Master)),
+        )
+        .await?;
+        for ((i, name, _), cell) in batch.iter().zip(found) {
+            if let Some(cell) = cell {
+                out[*i].1.latest.insert((*name).clone(), cell);
             }
         }
-        out.push((*row, cells));
     }
     for name in children {
         let column = Column::new(name)?;

@@ -118,8 +118,10 @@ fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
     let text = match e {
         Expr::Nested(inner) => return literal_uuid(inner),
         Expr::Cast {
-            expr, data_type, ..
-        } if matches!(data_type, sqlparser::ast::DataType::Uuid) => return literal_uuid(expr),
+            expr,
+            data_type: sqlparser::ast::DataType::Uuid,
+            ..
+        } => return literal_uuid(expr),
         Expr::Value(v) => match &v.value {
             sqlparser::ast::Value::SingleQuotedString(s) => s,
             _ => return None,

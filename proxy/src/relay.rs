@@ -29,6 +29,7 @@ use crate::route::{refusing_statement, unserved, Decision, Verdict};
 use crate::sample::params_text;
 use crate::stats::{Route, SampleOutcome, Store};
 use crate::Shared;
+use verifier::Side;
 
 /// Past this many bytes waiting for one side, the other is not read.
 const HIGH_WATER: usize = 256 * 1024;
@@ -96,6 +97,8 @@ struct Pending {
     /// The mode it was held in: in `schemaless`, a read Schemaless does
     /// not answer is refused rather than forwarded.
     mode: tripstore::Mode,
+    /// The statement and its parameters as text, to sample it.
+    read: (String, Vec<String>),
 }
 
 impl State {
@@ -199,8 +202,13 @@ pub async fn relay(
                 }
             }
             served = async { (&mut pending.as_mut().expect("guarded").answer).await }, if pending.is_some() => {
-                let Pending { frame, mode, .. } = pending.take().expect("guarded");
-                settle(shared, &mut state, (frame, mode), served, &mut to_pg);
+                let Pending { frame, mode, read, .. } = pending.take().expect("guarded");
+                let side = settle(shared, &mut state, (frame, mode), served, &mut to_pg);
+                // The read is sampled as the store that answered it.
+                if let Some(side) = side.filter(|_| shared.sampling.wants()) {
+                    let (sql, params) = read;
+                    shared.sampling.sample(shared.stats.clone(), sql, params, side);
+                }
             }
             _ = tokio::time::sleep(idle_timeout), if watch_idle => {
                 let _ = pg_wr.write_all(b"X\0\0\0\x04").await;
@@ -261,12 +269,13 @@ fn message(
             let outside = !state.in_transaction();
             let decision = route(shared, state, &query.query);
             if decision.samplable && may_serve {
-                let answer = shared.sampling.serve(query.query, Vec::new());
+                let answer = shared.sampling.serve(query.query.clone(), Vec::new());
                 let mode = shared.mode();
                 return Some(Pending {
                     frame,
                     answer,
                     mode,
+                    read: (query.query, Vec::new()),
                 });
             }
             if let Some(reason) = decision
@@ -280,9 +289,12 @@ fn message(
             }
             state.sent(b'Q');
             if decision.samplable && shared.sampling.wants() {
-                shared
-                    .sampling
-                    .sample(shared.stats.clone(), query.query.clone(), Vec::new());
+                shared.sampling.sample(
+                    shared.stats.clone(),
+                    query.query.clone(),
+                    Vec::new(),
+                    Side::Legacy,
+                );
             }
             match decision.verdict {
                 Verdict::Forward => out.extend_from_slice(&frame.bytes),
@@ -356,6 +368,7 @@ fn message(
                     frame,
                     answer,
                     mode,
+                    read: (sql, params.clone()),
                 });
             }
             let why = if may_serve {
@@ -371,7 +384,11 @@ fn message(
             out.extend_from_slice(&frame.bytes);
             if shared.sampling.wants() {
                 match params {
-                    Some(params) => shared.sampling.sample(shared.stats.clone(), sql, params),
+                    Some(params) => {
+                        shared
+                            .sampling
+                            .sample(shared.stats.clone(), sql, params, Side::Legacy)
+                    }
                     None => shared.stats.sample(SampleOutcome::ParamsNotRead),
                 }
             }
@@ -427,29 +444,40 @@ fn message(
 /// [`SERVED_STATEMENT`], its answers kept from the app) and bound to the
 /// app's portal with the app's result formats. Or the app's own message,
 /// when it is to be forwarded.
+///
+/// The store that answers, if one does (not for a refusal).
 fn settle(
     shared: &Shared,
     state: &mut State,
     (frame, mode): (Frame, tripstore::Mode),
     served: Result<Serving, oneshot::error::RecvError>,
     out: &mut BytesMut,
-) {
-    let rendering = match served {
-        Ok(Serving::Serve(rendering)) => rendering,
-        Ok(Serving::Forward(why)) => {
-            if let Some(reason) = unserved(mode, &why) {
-                return refuse_held(shared, state, frame, &reason, out);
-            }
-            tracing::debug!("proxy: a translatable read is forwarded: {why}");
-            return forward(shared, state, frame, out);
+) -> Option<Side> {
+    let why = match served {
+        Ok(Serving::Serve(rendering)) => {
+            return serve_held(shared, state, frame, rendering, out);
         }
-        Err(_) => {
-            if let Some(reason) = unserved(mode, "the proxy is shutting down") {
-                return refuse_held(shared, state, frame, &reason, out);
-            }
-            return forward(shared, state, frame, out);
-        }
+        Ok(Serving::Forward(why)) => why,
+        Err(_) => "the proxy is shutting down".to_string(),
     };
+    if let Some(reason) = unserved(mode, &why) {
+        refuse_held(shared, state, frame, &reason, out);
+        return None;
+    }
+    tracing::debug!("proxy: a translatable read is forwarded: {why}");
+    forward(shared, state, frame, out);
+    Some(Side::Legacy)
+}
+
+/// Sends the statement rendering Schemaless's rows in place of a held
+/// `Query` or `Bind`.
+fn serve_held(
+    shared: &Shared,
+    state: &mut State,
+    frame: Frame,
+    rendering: query::run::Rendering,
+    out: &mut BytesMut,
+) -> Option<Side> {
     if frame.kind == b'Q' {
         shared.stats.served(Store::Schemaless);
         state.answers.push(Owed {
@@ -458,10 +486,11 @@ fn settle(
             origins: Some(rendering.origins),
         });
         frame::encode(&Query::new(rendering.sql), out);
-        return;
+        return Some(Side::Schemaless);
     }
     let Some(bind) = frame::decode::<Bind>(&frame) else {
-        return forward(shared, state, frame, out);
+        forward(shared, state, frame, out);
+        return Some(Side::Legacy);
     };
     shared.stats.served(Store::Schemaless);
     let name = prepare_ours(state, rendering.sql, out);
@@ -480,6 +509,7 @@ fn settle(
         ),
         out,
     );
+    Some(Side::Schemaless)
 }
 
 /// Prepares `sql` as [`SERVED_STATEMENT`] (closing the one before), the

@@ -22,6 +22,11 @@
 //! only for reads it can repeat. A write landing between the app's read
 //! and the replay is then a transient difference, not a false mismatch.
 //!
+//! A read the proxy serves from Schemaless (`shadow`, `primary`) is
+//! sampled the same way, as the facade samples its own reads there: the
+//! cells are read again from Schemaless and offered as a read Schemaless
+//! served, which the verifier replays on the legacy store.
+//!
 //! Parameters sent in binary form are read for the types whose binary
 //! form is fixed and simple (integers, floats, booleans, UUIDs, text);
 //! a statement with any other binary parameter is not sampled (counted
@@ -67,14 +72,15 @@ impl Sampling {
         self.model.is_some() && self.facade.mode().samples() && self.facade.sampler().wants()
     }
 
-    /// Samples `sql` with `params` in the background.
-    pub(crate) fn sample(&self, stats: Arc<Stats>, sql: String, params: Vec<String>) {
+    /// Samples `sql` with `params` in the background, as a read `served`
+    /// answered.
+    pub(crate) fn sample(&self, stats: Arc<Stats>, sql: String, params: Vec<String>, served: Side) {
         let (Some(model), facade) = (self.model.clone(), self.facade.clone()) else {
             return;
         };
         stats.sample(SampleOutcome::Drawn);
         self.runtime.spawn(async move {
-            let outcome = match offer(&facade, &model, &sql, &params).await {
+            let outcome = match offer(&facade, &model, &sql, &params, served).await {
                 Ok(reads) => {
                     stats.sample_reads(reads);
                     SampleOutcome::Offered
@@ -152,32 +158,37 @@ impl Sampling {
     }
 }
 
-/// Reads each of the statement's cell reads from the legacy store and
-/// offers it to the verifier. How many were offered.
+/// Reads each of the statement's cell reads from the store that `served`
+/// it and offers it to the verifier. How many were offered.
 async fn offer(
     facade: &TripStore,
     model: &Model,
     sql: &str,
     params: &[String],
+    served: Side,
 ) -> Result<u64, String> {
     let legacy = facade.legacy();
     let reads = query::run::cell_reads(legacy, model, sql, params)
         .await
         .map_err(|e| e.to_string())?;
+    let store: &dyn CellStore = match served {
+        Side::Legacy => legacy,
+        Side::Schemaless => facade.schemaless_reads(),
+    };
     let master = ReadFrom::Master;
     let mut offered = 0;
     for read in reads {
-        let failed = |e: schemaless::Error| format!("reading PostgreSQL: {e}");
+        let failed = |e: schemaless::Error| format!("reading {}: {e}", served.as_str());
         let (read, answer, stale) = match read {
             CellRead::Latest(row, column) => {
-                let a = legacy
+                let a = store
                     .get_cell_latest_answer(&row, &column, master)
                     .await
                     .map_err(failed)?;
                 (Read::Latest(row, column), Answer::Cell(a.value), a.stale)
             }
             CellRead::Row(row) => {
-                let a = legacy
+                let a = store
                     .get_cells_for_row_answer(&row, master)
                     .await
                     .map_err(failed)?;
@@ -185,7 +196,7 @@ async fn offer(
             }
             CellRead::Index(query, column) => {
                 let column = Column::new(&column).map_err(|e| e.to_string())?;
-                let a = legacy
+                let a = store
                     .query_index_answer(&query, master)
                     .await
                     .map_err(failed)?;
@@ -201,7 +212,7 @@ async fn offer(
         }
         facade.sampler().offer(Sample {
             read,
-            served: Side::Legacy,
+            served,
             answer,
         });
         offered += 1;

@@ -393,6 +393,32 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     );
     assert_eq!(count(&status, &["served", "postgresql"]), 0, "{status}");
 
+    // Served reads are sampled too (every read, here), as reads
+    // Schemaless answered: the verifier replays them on PostgreSQL and
+    // records the planted trip, which PostgreSQL lacks, and only it.
+    let expected: BTreeSet<(String, String)> =
+        [(planted_key.to_string(), "BASE".to_string())].into();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = sampled_mismatches(&db.pool).await;
+        if found == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sampled mismatches {found:?}, expected {expected:?}; status {}",
+            proxy.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = proxy.status();
+    let sampling = &status["sampling"];
+    assert!(
+        count(sampling, &["statements", "offered"]) > (reads.len() + rounds.len()) as u64,
+        "{status}"
+    );
+    assert!(count(sampling, &["verifier", "matches"]) >= 2, "{status}");
+
     // The dashboard shows the proxy, from the status it publishes in the
     // legacy database: the same counts, once its next heartbeat is in.
     let (mut dashboard, url, addr) = crate::verify::serve(file.path());

@@ -129,6 +129,25 @@ async fn mirror_samples_the_translatable_reads_apps_send_and_answers_from_postgr
     facade.close().await;
 }
 
+/// `program clients/proxy/script url sql key`: a client of another
+/// language reading `sql` for `key` (see the script), its output.
+fn client(program: &str, script: &str, url: &str, sql: &str, key: &uuid::Uuid) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients/proxy")
+        .join(script);
+    let out = std::process::Command::new(program)
+        .arg(&path)
+        .args([url, sql, &key.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {script}: {}\n(clients/proxy/install installs psycopg and pg; .ci/run runs it)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// One simple-protocol statement on a raw connection: every message
 /// PostgreSQL's answer is made of, byte for byte.
 fn raw_answer(stream: &mut std::net::TcpStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
@@ -368,6 +387,40 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
         );
         assert_eq!(from_schemaless, from_postgresql, "{results:?}");
     }
+    // Other languages' clients, prepared statements all: psycopg 3 (a
+    // text and a binary uuid key, text and binary results) and Node's pg
+    // (unnamed and named statements, text and binary results, the
+    // fields' table and column ids) get from the proxy what PostgreSQL
+    // gives them for a trip both stores hold, and the planted trip only
+    // through the proxy.
+    let by_key = "SELECT uuid, status, fare, city_id, distance_km, requested_at, completed_at, \
+                  rider_uuid, version FROM trips WHERE uuid = $1";
+    for (program, script) in [("python3", "served.py"), ("node", "served.js")] {
+        let run = |url: &str, key: &uuid::Uuid| client(program, script, url, by_key, key);
+        // Each read's line: "<key> <how>: <rows>".
+        let results = |out: &str, key: &uuid::Uuid| -> Vec<bool> {
+            out.lines()
+                .filter(|l| l.starts_with(&key.to_string()))
+                .map(|l| !l.ends_with(": []"))
+                .collect()
+        };
+        let through = run(&proxy.url(&db), &known);
+        assert_eq!(through, run(&direct_url, &known), "{script}");
+        assert_eq!(results(&through, &known), [true; 4], "{script}: {through}");
+        let planted_through = run(&proxy.url(&db), &planted_key);
+        let planted_direct = run(&direct_url, &planted_key);
+        assert_eq!(
+            results(&planted_through, &planted_key),
+            [true; 4],
+            "{script}: {planted_through}"
+        );
+        assert_eq!(
+            results(&planted_direct, &planted_key),
+            [false; 4],
+            "{script}: {planted_direct}"
+        );
+    }
+
     // The route: sqlx prepares and binds the planted key in binary.
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)

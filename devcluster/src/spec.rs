@@ -1,11 +1,16 @@
 //! Which servers a dev cluster has, and on which loopback ports.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+
+/// Every port [`Spec::free_ports`] handed out in this process.
+static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
 
 /// One MariaDB cluster: a master and its minions.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,8 +145,15 @@ impl Spec {
     /// taken by a client socket between the pick and the server's bind (or
     /// a readiness ping could connect to itself on it). Each is checked by
     /// binding it, and every listener is held until all are chosen so none
-    /// repeats.
+    /// repeats. A port is never handed out twice in one process
+    /// ([`HANDED_OUT`]): released when chosen, it is free again until its
+    /// server binds it, a second or more for MariaDB, and a test starting
+    /// a cluster of its own alongside could pick it in that window (CI saw
+    /// a minion refused with "Address already in use").
     pub fn free_ports(names: &[&str], minions: usize) -> Result<Spec, Error> {
+        let mut handed = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let count = 1 + names.len() * (1 + minions);
         let (low, high) = server_port_range();
         let span = u64::from(high - low);
@@ -159,6 +171,9 @@ impl Spec {
             state ^= state << 25;
             state ^= state >> 27;
             let port = low + (state.wrapping_mul(0x2545_f491_4f6c_dd1d) % span) as u16;
+            if handed.contains(&port) {
+                continue;
+            }
             if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
                 listeners.push(listener);
             }
@@ -172,12 +187,13 @@ impl Spec {
                 ),
             ));
         }
-        let mut ports = listeners
+        let ports = listeners
             .iter()
             .map(|l| l.local_addr().map(|a| a.port()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| Error::io("finding free ports", e))?
-            .into_iter();
+            .map_err(|e| Error::io("finding free ports", e))?;
+        handed.extend(ports.iter().copied());
+        let mut ports = ports.into_iter();
         let mut next = || ports.next().expect("one port per node");
         let postgres_port = next();
         let clusters = names
@@ -374,5 +390,22 @@ mod tests {
         ports.sort();
         ports.dedup();
         assert_eq!(ports.len(), 7);
+    }
+
+    #[test]
+    fn a_port_is_never_handed_out_twice_in_a_process() {
+        // Released at once, as a cluster's are until its servers bind:
+        // later picks still do not repeat them.
+        let mut seen = BTreeSet::new();
+        for _ in 0..50 {
+            let spec = Spec::free_ports(&["a"], 2).unwrap();
+            for node in spec.nodes() {
+                assert!(
+                    seen.insert(node.port),
+                    "port {} handed out twice",
+                    node.port
+                );
+            }
+        }
     }
 }

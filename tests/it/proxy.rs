@@ -311,11 +311,7 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
         .execute(&pool)
         .await
         .unwrap_err();
-    let code = refused
-        .as_database_error()
-        .and_then(|e| e.code())
-        .map(|c| c.to_string());
-    assert_eq!(code.as_deref(), Some("0A000"), "{refused}");
+    assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
     // The same prepared statement again, then another on the session.
     assert!(sqlx::query("DELETE FROM trips WHERE id = $1")
         .bind(2_i64)
@@ -403,11 +399,7 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
             .fetch_all(&pool)
             .await
             .unwrap_err();
-        let code = refused
-            .as_database_error()
-            .and_then(|e| e.code())
-            .map(|c| c.to_string());
-        assert_eq!(code.as_deref(), Some("0A000"), "{refused}");
+        assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
     }
     let n: i32 = sqlx::query_scalar("SELECT 40 + $1")
         .bind(2_i32)
@@ -430,6 +422,13 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
         .sum();
     assert!(refused >= 5, "{status}");
     facade.close().await;
+}
+
+/// The SQLSTATE of a database error.
+fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    e.as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.to_string())
 }
 
 /// Polls `f` every 100 ms for up to 10 s (the mode reaches a facade by

@@ -25,6 +25,25 @@ async fn sampled_mismatches(pool: &sqlx::PgPool) -> BTreeSet<(String, String)> {
     .collect()
 }
 
+/// Waits up to 30 s until the open sampled mismatches are exactly
+/// `row`'s `BASE`.
+async fn until_sampled(pool: &sqlx::PgPool, row: &uuid::Uuid, proxy: &ProxyProcess) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let expected: BTreeSet<(String, String)> = [(row.to_string(), "BASE".to_string())].into();
+    loop {
+        let found = sampled_mismatches(pool).await;
+        if found == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sampled mismatches {found:?}, expected {expected:?}; status {}",
+            proxy.status()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn count(v: &Value, path: &[&str]) -> u64 {
     path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap_or(0)
 }
@@ -98,20 +117,7 @@ async fn mirror_samples_the_translatable_reads_apps_send_and_answers_from_postgr
     pool.close().await;
 
     // The verifier records the planted row, and only it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let expected: BTreeSet<(String, String)> = [(planted.to_string(), "BASE".to_string())].into();
-    loop {
-        let found = sampled_mismatches(&db.pool).await;
-        if found == expected {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "sampled mismatches {found:?}, expected {expected:?}; status {}",
-            proxy.status()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_sampled(&db.pool, &planted, &proxy).await;
     let status = proxy.status();
     let sampling = &status["sampling"];
     // psql's row read, sqlx's two binds and its index read; count(*) is
@@ -449,21 +455,7 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     // Served reads are sampled too (every read, here), as reads
     // Schemaless answered: the verifier replays them on PostgreSQL and
     // records the planted trip, which PostgreSQL lacks, and only it.
-    let expected: BTreeSet<(String, String)> =
-        [(planted_key.to_string(), "BASE".to_string())].into();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let found = sampled_mismatches(&db.pool).await;
-        if found == expected {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "sampled mismatches {found:?}, expected {expected:?}; status {}",
-            proxy.status()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_sampled(&db.pool, &planted_key, &proxy).await;
     let status = proxy.status();
     let sampling = &status["sampling"];
     assert!(

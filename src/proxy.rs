@@ -188,6 +188,13 @@ async fn status(from: SocketAddr, json: bool) -> anyhow::Result<()> {
         count(&served, "postgresql"),
         count(&served, "refused"),
     );
+    let writes = field("writes");
+    println!(
+        "translatable writes run through the facade (primary, schemaless): {} written ({} cells), {} failed",
+        count(&writes, "written"),
+        status.get("write_cells").and_then(Value::as_u64).unwrap_or(0),
+        count(&writes, "failed"),
+    );
     let statements = sampling.get("statements").cloned().unwrap_or(Value::Null);
     let verifier = sampling.get("verifier").cloned().unwrap_or(Value::Null);
     println!(

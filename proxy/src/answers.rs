@@ -68,6 +68,22 @@ pub(crate) struct Owed {
     pub ours: bool,
     /// The tables and attribute numbers its `RowDescription` names.
     pub origins: Option<Vec<Origin>>,
+    /// The command tag its `CommandComplete` is to carry instead of
+    /// PostgreSQL's: a write run through the facade, whose answer
+    /// PostgreSQL renders with another statement.
+    pub tag: Option<String>,
+}
+
+/// What becomes of an answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// The app sees it as PostgreSQL sent it (its body maybe rewritten in
+    /// place).
+    Relay,
+    /// It answers the proxy's own message: the app does not see it.
+    Kept,
+    /// A `CommandComplete` the app sees with this tag.
+    Retag(String),
 }
 
 impl Owed {
@@ -76,6 +92,7 @@ impl Owed {
             awaits,
             ours: false,
             origins: None,
+            tag: None,
         }
     }
 }
@@ -122,15 +139,15 @@ impl Answers {
         Some(owed)
     }
 
-    /// Takes in one answer (`body` may be rewritten); whether the app is
-    /// to see it.
-    pub(crate) fn answer(&mut self, kind: u8, body: &mut [u8]) -> bool {
+    /// Takes in one answer (`body` may be rewritten in place): whether the
+    /// app is to see it, and how.
+    pub(crate) fn answer(&mut self, kind: u8, body: &mut [u8]) -> Seen {
         let Some(front) = self.owed.front() else {
             // Only what comes at any time is owed nothing.
             if !matches!(kind, b'N' | b'A' | b'S') {
                 self.lost = true;
             }
-            return true;
+            return Seen::Relay;
         };
         let awaits = front.awaits;
         match kind {
@@ -142,14 +159,14 @@ impl Answers {
                     }
                     self.lost = true;
                 }
-                true
+                Seen::Relay
             }
             b'E' if !awaits.ready() => {
                 self.pop();
                 while self.owed.front().is_some_and(|o| o.awaits != Awaits::Sync) {
                     self.pop();
                 }
-                true
+                Seen::Relay
             }
             b'T' => {
                 if let Some(origins) = &front.origins {
@@ -158,31 +175,58 @@ impl Answers {
                 if awaits == Awaits::Describe {
                     self.pop();
                 }
-                true
+                Seen::Relay
             }
             b'n' => self.completes(Awaits::Describe),
             b'1' => self.completes(Awaits::Parse),
             b'2' => self.completes(Awaits::Bind),
             b'3' => self.completes(Awaits::Close),
             b'C' | b'I' | b's' if awaits == Awaits::Execute => {
-                self.pop();
-                true
+                let tag = self.pop().and_then(|o| o.tag);
+                match tag {
+                    Some(tag) if kind == b'C' => Seen::Retag(tag),
+                    _ => Seen::Relay,
+                }
             }
-            _ => true,
+            // A simple `Query` run through the facade: one statement, so
+            // one `CommandComplete`.
+            b'C' => match &front.tag {
+                Some(tag) if awaits == Awaits::Query => Seen::Retag(tag.clone()),
+                _ => Seen::Relay,
+            },
+            _ => Seen::Relay,
         }
     }
 
     /// An answer that completes what `expected` waits for.
-    fn completes(&mut self, expected: Awaits) -> bool {
+    fn completes(&mut self, expected: Awaits) -> Seen {
         match self.owed.front().map(|o| o.awaits) {
-            Some(awaits) if awaits == expected => !self.pop().is_some_and(|o| o.ours),
-            Some(Awaits::Query) => true,
+            Some(awaits) if awaits == expected => {
+                if self.pop().is_some_and(|o| o.ours) {
+                    Seen::Kept
+                } else {
+                    Seen::Relay
+                }
+            }
+            Some(Awaits::Query) => Seen::Relay,
             _ => {
                 self.lost = true;
-                true
+                Seen::Relay
             }
         }
     }
+}
+
+/// A `CommandComplete` message carrying `tag`.
+pub(crate) fn command_complete(tag: &str, out: &mut bytes::BytesMut) {
+    out.extend_from_slice(b"C");
+    out.extend_from_slice(
+        &u32::try_from(tag.len() + 5)
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(&[0]);
 }
 
 /// Writes each column's table OID and attribute number into the body of
@@ -212,6 +256,7 @@ mod tests {
             awaits,
             ours: true,
             origins: None,
+            tag: None,
         }
     }
 
@@ -220,7 +265,7 @@ mod tests {
         kinds
             .iter()
             .copied()
-            .filter(|&k| answers.answer(k, &mut []))
+            .filter(|&k| answers.answer(k, &mut []) != Seen::Kept)
             .collect()
     }
 
@@ -301,10 +346,11 @@ mod tests {
             awaits: Awaits::Query,
             ours: false,
             origins: Some(origins),
+            tag: None,
         });
         answers.push(Owed::app(Awaits::Query));
         let mut served = body(field("fare", 0, 0), field("?column?", 0, 0));
-        assert!(answers.answer(b'T', &mut served));
+        assert_eq!(answers.answer(b'T', &mut served), Seen::Relay);
         assert_eq!(
             served,
             body(field("fare", 16384, 3), field("?column?", 0, 0))
@@ -313,5 +359,40 @@ mod tests {
         let mut forwarded = body(field("x", 0, 0), field("y", 0, 0));
         answers.answer(b'T', &mut forwarded);
         assert_eq!(forwarded, body(field("x", 0, 0), field("y", 0, 0)));
+    }
+
+    #[test]
+    fn a_write_run_through_the_facade_answers_with_its_own_tag() {
+        let mut answers = Answers::starting();
+        answers.answer(b'Z', &mut []);
+        let tagged = |awaits| Owed {
+            awaits,
+            ours: false,
+            origins: None,
+            tag: Some("INSERT 0 2".into()),
+        };
+        // Simple protocol: the Query's CommandComplete.
+        answers.push(tagged(Awaits::Query));
+        assert_eq!(
+            answers.answer(b'C', &mut []),
+            Seen::Retag("INSERT 0 2".into())
+        );
+        assert_eq!(answers.answer(b'Z', &mut []), Seen::Relay);
+        // Extended: the Execute's, and not the next one's.
+        answers.push(Owed::app(Awaits::Bind));
+        answers.push(tagged(Awaits::Execute));
+        answers.push(Owed::app(Awaits::Execute));
+        answers.push(Owed::app(Awaits::Sync));
+        assert_eq!(answers.answer(b'2', &mut []), Seen::Relay);
+        assert_eq!(
+            answers.answer(b'C', &mut []),
+            Seen::Retag("INSERT 0 2".into())
+        );
+        assert_eq!(answers.answer(b'C', &mut []), Seen::Relay);
+        assert_eq!(answers.answer(b'Z', &mut []), Seen::Relay);
+        assert!(!answers.lost());
+        let mut out = bytes::BytesMut::new();
+        command_complete("UPDATE 1", &mut out);
+        assert_eq!(&out[..], b"C\0\0\0\x0dUPDATE 1\0");
     }
 }

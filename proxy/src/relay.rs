@@ -15,25 +15,25 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use pgwire::messages::extendedquery::{Bind, Close, Describe, Parse};
+use pgwire::messages::extendedquery::{Bind, Close, Describe, Execute, Parse};
 use pgwire::messages::simplequery::Query;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::answers::{Answers, Awaits, Owed};
+use crate::answers::{command_complete, Answers, Awaits, Owed, Seen};
 use crate::frame::{self, Frame, FrameError};
-use query::run::{Origin, Serving};
+use query::run::Origin;
 use tokio::sync::oneshot;
 
 use crate::route::{refusing_statement, unserved, Decision, Verdict};
-use crate::sample::params_text;
+use crate::sample::{params_nullable, params_text, Held};
 use crate::stats::{Route, SampleOutcome};
 use crate::Shared;
 use verifier::Side;
 
 mod held;
 
-use held::{refuse_held, settle, UNCOUNTED};
+use held::{refuse_held, refuse_write, settle, UNCOUNTED};
 
 /// Past this many bytes waiting for one side, the other is not read.
 const HIGH_WATER: usize = 256 * 1024;
@@ -83,13 +83,32 @@ struct State {
     /// the refusal at `Execute` instead of a parameter count mismatch.
     refused: HashSet<String>,
     /// Prepared statements the verifier may sample (one translatable
-    /// read each): their SQL and the `Parse`'s parameter types.
-    reads: HashMap<String, (String, Vec<u32>)>,
-    /// Portals bound to a read served from Schemaless, until the `Sync`
-    /// that ends them: the origins their `RowDescription` must name.
-    served: HashMap<String, Vec<Origin>>,
+    /// read each) or the facade runs (one translatable write): their SQL
+    /// and the `Parse`'s parameter types.
+    reads: HashMap<String, Prepared>,
+    /// Portals bound to a statement answered for Schemaless, until the
+    /// `Sync` that ends them: the origins their `RowDescription` must
+    /// name, and a write's command tag.
+    served: HashMap<String, ServedPortal>,
     /// The session is on the legacy database: its statements are read.
     layout: bool,
+}
+
+/// A prepared statement the relay reads at each `Bind`.
+#[derive(Clone)]
+struct Prepared {
+    sql: String,
+    types: Vec<u32>,
+    /// A translatable write the facade runs (else a read it may serve or
+    /// sample).
+    write: bool,
+}
+
+/// A portal answered for Schemaless.
+#[derive(Clone, Debug, Default)]
+struct ServedPortal {
+    origins: Vec<Origin>,
+    tag: Option<String>,
 }
 
 /// A `Query` or `Bind` waiting for Schemaless's answer; nothing the app
@@ -97,12 +116,12 @@ struct State {
 /// holds.
 struct Pending {
     frame: Frame,
-    answer: oneshot::Receiver<Serving>,
+    answer: oneshot::Receiver<Held>,
     /// The mode it was held in: in `schemaless`, a read Schemaless does
     /// not answer is refused rather than forwarded.
     mode: tripstore::Mode,
-    /// The statement and its parameters as text, to sample it.
-    read: (String, Vec<String>),
+    /// A read's statement and its parameters as text, to sample it.
+    read: Option<(String, Vec<String>)>,
 }
 
 impl State {
@@ -207,11 +226,13 @@ pub async fn relay(
             }
             served = async { (&mut pending.as_mut().expect("guarded").answer).await }, if pending.is_some() => {
                 let Pending { frame, mode, read, .. } = pending.take().expect("guarded");
-                let side = settle(shared, &mut state, (frame, mode), served, &mut to_pg);
+                let write = read.is_none();
+                let side = settle(shared, &mut state, (frame, mode, write), served, &mut to_pg);
                 // The read is sampled as the store that answered it.
-                if let Some(side) = side.filter(|_| shared.sampling.wants()) {
-                    let (sql, params) = read;
-                    shared.sampling.sample(shared.stats.clone(), sql, params, side);
+                if let (Some(side), Some((sql, params))) = (side, read) {
+                    if shared.sampling.wants() {
+                        shared.sampling.sample(shared.stats.clone(), sql, params, side);
+                    }
                 }
             }
             _ = tokio::time::sleep(idle_timeout), if watch_idle => {
@@ -234,13 +255,21 @@ fn complete(buf: &mut BytesMut, state: &mut State, out: &mut BytesMut) {
             break;
         }
         let kind = buf[at];
-        let relayed = state.answers.answer(kind, &mut buf[at + 5..at + 1 + len]);
+        let seen = state.answers.answer(kind, &mut buf[at + 5..at + 1 + len]);
         if kind == b'Z' && len == 5 {
             state.ready(buf[at + 5]);
         }
-        if !relayed {
-            out.extend_from_slice(&buf[kept..at]);
-            kept = at + len + 1;
+        match seen {
+            Seen::Relay => {}
+            Seen::Kept => {
+                out.extend_from_slice(&buf[kept..at]);
+                kept = at + len + 1;
+            }
+            Seen::Retag(tag) => {
+                out.extend_from_slice(&buf[kept..at]);
+                command_complete(&tag, out);
+                kept = at + len + 1;
+            }
         }
         at += len + 1;
     }
@@ -267,6 +296,20 @@ fn message(
             let may_serve = state.may_serve(shared);
             let outside = !state.in_transaction();
             let decision = route(shared, state, &query.query);
+            if decision.writable && !state.answers.lost() {
+                let answer = shared.sampling.write(query.query.clone(), Vec::new());
+                let mode = shared.mode();
+                return Some(Pending {
+                    frame,
+                    answer,
+                    mode,
+                    read: None,
+                });
+            }
+            if decision.writable {
+                refuse_write(shared, state, frame, UNCOUNTED_WRITE, out);
+                return None;
+            }
             if decision.samplable && may_serve {
                 let answer = shared.sampling.serve(query.query.clone(), Vec::new());
                 let mode = shared.mode();
@@ -274,7 +317,7 @@ fn message(
                     frame,
                     answer,
                     mode,
-                    read: (query.query, Vec::new()),
+                    read: Some((query.query, Vec::new())),
                 });
             }
             if let Some(reason) = decision
@@ -313,8 +356,15 @@ fn message(
             match decision.verdict {
                 Verdict::Forward => {
                     state.refused.remove(&name);
-                    if decision.samplable {
-                        state.reads.insert(name, (parse.query, parse.type_oids));
+                    if decision.samplable || decision.writable {
+                        state.reads.insert(
+                            name,
+                            Prepared {
+                                sql: parse.query,
+                                types: parse.type_oids,
+                                write: decision.writable,
+                            },
+                        );
                     } else {
                         state.reads.remove(&name);
                     }
@@ -353,11 +403,14 @@ fn message(
                 );
                 return None;
             }
-            let Some((sql, types)) = state.reads.get(statement).cloned() else {
+            let Some(Prepared { sql, types, write }) = state.reads.get(statement).cloned() else {
                 state.sent(b'B');
                 out.extend_from_slice(&frame.bytes);
                 return None;
             };
+            if write {
+                return bind_write(shared, state, frame, &bind, sql, &types, out);
+            }
             let params = params_text(&types, &bind.parameter_format_codes, &bind.parameters);
             let may_serve = state.may_serve(shared);
             if let (Some(params), true) = (&params, may_serve) {
@@ -367,7 +420,7 @@ fn message(
                     frame,
                     answer,
                     mode,
-                    read: (sql, params.clone()),
+                    read: Some((sql, params.clone())),
                 });
             }
             let why = if may_serve {
@@ -415,12 +468,28 @@ fn message(
                     state
                         .served
                         .get(d.name.as_deref().unwrap_or_default())
-                        .cloned()
+                        .map(|p| p.origins.clone())
                 });
             state.answers.push(Owed {
                 awaits: Awaits::Describe,
                 ours: false,
                 origins,
+                tag: None,
+            });
+            out.extend_from_slice(&frame.bytes);
+        }
+        b'E' if !state.served.is_empty() => {
+            let tag = frame::decode::<Execute>(&frame).and_then(|e| {
+                state
+                    .served
+                    .get(e.name.as_deref().unwrap_or_default())
+                    .and_then(|p| p.tag.clone())
+            });
+            state.answers.push(Owed {
+                awaits: Awaits::Execute,
+                ours: false,
+                origins: None,
+                tag,
             });
             out.extend_from_slice(&frame.bytes);
         }
@@ -437,6 +506,53 @@ fn message(
     }
     None
 }
+
+/// Holds the `Bind` of a prepared translatable write while the facade
+/// runs it, or refuses it when it cannot run (a parameter in a binary
+/// form the proxy does not read, or answers no longer counted).
+fn bind_write(
+    shared: &Shared,
+    state: &mut State,
+    frame: Frame,
+    bind: &Bind,
+    sql: String,
+    types: &[u32],
+    out: &mut BytesMut,
+) -> Option<Pending> {
+    if state.in_transaction() {
+        // Forwarded, as every statement in a transaction block is.
+        state.sent(b'B');
+        out.extend_from_slice(&frame.bytes);
+        return None;
+    }
+    let why = if state.answers.lost() {
+        UNCOUNTED_WRITE
+    } else {
+        match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
+            Some(params) => {
+                let answer = shared.sampling.write(sql, params);
+                let mode = shared.mode();
+                return Some(Pending {
+                    frame,
+                    answer,
+                    mode,
+                    read: None,
+                });
+            }
+            None => {
+                "a translatable write whose parameters are in a binary format the proxy does \
+                 not read; send them as text"
+            }
+        }
+    };
+    refuse_write(shared, state, frame, why, out);
+    None
+}
+
+/// Why a translatable write is refused when the session's answers can no
+/// longer be told apart from the proxy's.
+const UNCOUNTED_WRITE: &str = "a translatable write runs through the facade, and this \
+     session's answers can no longer be told apart from the proxy's; reconnect";
 
 /// The decision on `sql`, counted.
 fn route(shared: &Shared, state: &mut State, sql: &str) -> Decision {
@@ -534,6 +650,7 @@ mod tests {
                 awaits,
                 ours: true,
                 origins: None,
+                tag: None,
             });
         }
         state.sent(b'B');

@@ -10,15 +10,18 @@
 //!   `shadow` the relay may answer a [`Decision::samplable`] read
 //!   (a `Query`, or a prepared statement's `Bind`) from Schemaless instead,
 //!   at the read share: `sample` and `query::run::render_from`.)
-//! - `primary`: Schemaless is the source of truth. A statement that could
-//!   change a layout table and that the cell API cannot express is refused
-//!   with SQLSTATE `0A000` and the translator's reason; it would change
-//!   PostgreSQL behind the reverse mirror's back. Translatable reads are
+//! - `primary`: Schemaless is the source of truth. A translatable write
+//!   (INSERT, UPDATE by row key, upsert) is run through the facade by the
+//!   relay, one statement at a time ([`Decision::writable`]); a statement
+//!   that could change a layout table and that the cell API cannot express
+//!   is refused with SQLSTATE `0A000` and the translator's reason; it
+//!   would change PostgreSQL behind the reverse mirror's back. Translatable reads are
 //!   answered from Schemaless by the relay, as the facade's are; the
 //!   others (and a translatable read whose answer the relay cannot render
 //!   exactly) are forwarded: the reverse mirror keeps PostgreSQL current.
 //! - `schemaless`: PostgreSQL is no longer kept current, so statements on
-//!   layout tables that Schemaless does not answer are refused, reads too:
+//!   layout tables that Schemaless does not answer are refused, reads too
+//!   (translatable writes run through the facade, as in `primary`):
 //!   a translatable read is answered from Schemaless, or refused by the
 //!   relay when it cannot be.
 //!
@@ -49,6 +52,11 @@ pub struct Decision {
     /// One statement the translator answers as a read, forwarded: the
     /// verifier may sample it.
     pub samplable: bool,
+    /// One statement the translator answers as a write, in `primary` or
+    /// `schemaless` outside a transaction block: the relay runs it
+    /// through the facade (`query::run::write_through`) instead of
+    /// PostgreSQL.
+    pub writable: bool,
 }
 
 impl Decision {
@@ -59,6 +67,7 @@ impl Decision {
             class: Class::Other,
             verdict: Verdict::Forward,
             samplable: false,
+            writable: false,
         }
     }
 }
@@ -114,6 +123,8 @@ impl Router {
             .unwrap_or(Class::Other);
         let alone =
             matches!(analyses.as_slice(), [one] if matches!(one.class, Class::Row | Class::Index));
+        let alone_write = matches!(analyses.as_slice(), [one] if one.class == Class::Write);
+        let facade_writes = matches!(mode, Mode::Primary | Mode::Schemaless);
         let verdict = if in_transaction {
             Verdict::Forward
         } else {
@@ -126,11 +137,18 @@ impl Router {
                     let read = analyses
                         .iter()
                         .any(|a| matches!(a.class, Class::Row | Class::Index));
+                    let write = analyses.iter().any(|a| a.class == Class::Write);
                     if read && !alone {
                         unserved(
                             mode,
                             "it is sent with other statements in one Query; send it alone",
                         )
+                    } else if write && !alone_write && facade_writes {
+                        Some(format!(
+                            "{mode} mode: a translatable write runs through the facade, one \
+                             statement at a time, and this one is sent with other statements \
+                             in one Query; send it alone"
+                        ))
                     } else {
                         None
                     }
@@ -138,10 +156,13 @@ impl Router {
                 .map_or(Verdict::Forward, Verdict::Refuse)
         };
         let samplable = verdict == Verdict::Forward && alone;
+        let writable =
+            verdict == Verdict::Forward && alone_write && facade_writes && !in_transaction;
         Decision {
             class,
             verdict,
             samplable,
+            writable,
         }
     }
 }
@@ -165,10 +186,8 @@ fn refusal(analysis: &Analysis, mode: Mode) -> Option<String> {
             analysis.reason.as_deref().unwrap_or("no reason given")
         )),
         Class::None => None,
-        Class::Write => because(
-            "a translatable write, and the proxy does not run writes through the facade yet; \
-             send it through a worker or the linked facade",
-        ),
+        // Run through the facade by the relay.
+        Class::Write => None,
         // Answered from Schemaless by the relay, which refuses what it
         // cannot answer in `schemaless` (`unserved`).
         Class::Row | Class::Index => None,
@@ -192,6 +211,18 @@ pub fn unserved(mode: Mode, why: &str) -> Option<String> {
 /// PostgreSQL's own rules (an error aborts the implicit transaction and,
 /// in the extended protocol, skips to `Sync`) hold unchanged.
 pub fn refusing_statement(reason: &str) -> String {
+    raising_statement(
+        "0A000",
+        &format!("mezzanine proxy refused the statement: {reason}"),
+        Some("what each mode refuses, and why: docs/proxy.md, \"What is refused\""),
+    )
+}
+
+/// A statement PostgreSQL answers with error `sqlstate` (five digits or
+/// capitals; anything else is `XX000`), `message` and `hint`: how a
+/// write the facade failed reaches the app, as [`refusing_statement`]'s
+/// refusal does.
+pub fn raising_statement(sqlstate: &str, message: &str, hint: Option<&str>) -> String {
     let literal = |text: &str| {
         format!(
             "'{}'",
@@ -199,11 +230,20 @@ pub fn refusing_statement(reason: &str) -> String {
                 .replace("$mezzanine$", "$ mezzanine $")
         )
     };
+    let code = if sqlstate.len() == 5
+        && sqlstate
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_uppercase())
+    {
+        sqlstate
+    } else {
+        "XX000"
+    };
+    let hint = hint.map_or_else(String::new, |h| format!(", HINT = {}", literal(h)));
     format!(
-        "DO $mezzanine$ BEGIN RAISE EXCEPTION USING ERRCODE = 'feature_not_supported', \
-         MESSAGE = {}, HINT = {}; END $mezzanine$",
-        literal(&format!("mezzanine proxy refused the statement: {reason}")),
-        literal("what each mode refuses, and why: docs/proxy.md, \"What is refused\"")
+        "DO $mezzanine$ BEGIN RAISE EXCEPTION USING ERRCODE = '{code}', MESSAGE = {}{hint}; \
+         END $mezzanine$",
+        literal(message)
     )
 }
 
@@ -216,6 +256,17 @@ mod tests {
         let sql = refusing_statement("it's $mezzanine$ odd");
         assert!(sql.contains("it''s $ mezzanine $ odd"), "{sql}");
         assert_eq!(sql.matches("$mezzanine$").count(), 2);
+        assert!(sql.contains("ERRCODE = '0A000'"), "{sql}");
+    }
+
+    #[test]
+    fn a_raised_error_keeps_a_well_formed_sqlstate_only() {
+        assert!(raising_statement("23505", "dup", None).contains("ERRCODE = '23505'"));
+        assert!(raising_statement("40001", "x", None).contains("ERRCODE = '40001'"));
+        for bad in ["2350", "23505'", "abcde", ""] {
+            let sql = raising_statement(bad, "m", None);
+            assert!(sql.contains("ERRCODE = 'XX000'"), "{bad}: {sql}");
+        }
     }
 
     #[test]

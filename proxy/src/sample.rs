@@ -35,7 +35,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use query::run::{CellRead, Serving};
+use query::run::{CellRead, Refused, Serving, Written};
 use query::Model;
 use schemaless::{CellStore, Column, ReadFrom};
 use tripstore::TripStore;
@@ -44,7 +44,15 @@ use verifier::Side;
 
 use crate::stats::{SampleOutcome, Stats};
 
-/// What sampling and serving need, shared by every session.
+/// What a held statement gets: a read's serving, or a write's outcome.
+#[derive(Debug)]
+pub(crate) enum Held {
+    Read(Serving),
+    Write(Result<Written, Refused>),
+}
+
+/// What sampling, serving and writing through the facade need, shared
+/// by every session.
 pub(crate) struct Sampling {
     facade: Arc<TripStore>,
     model: Option<Arc<Model>>,
@@ -118,7 +126,7 @@ impl Sampling {
         &self,
         sql: String,
         params: Vec<String>,
-    ) -> tokio::sync::oneshot::Receiver<Serving> {
+    ) -> tokio::sync::oneshot::Receiver<Held> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (facade, catalog, model) = (
             self.facade.clone(),
@@ -127,7 +135,7 @@ impl Sampling {
         );
         self.runtime.spawn(async move {
             let Some(model) = model else {
-                let _ = tx.send(Serving::Forward("no layout".into()));
+                let _ = tx.send(Held::Read(Serving::Forward("no layout".into())));
                 return;
             };
             // The share splits reads in `shadow` only; past it, every
@@ -149,10 +157,52 @@ impl Sampling {
                 &serves,
             )
             .await;
-            let _ = tx.send(served.unwrap_or_else(|e| {
+            let _ = tx.send(Held::Read(served.unwrap_or_else(|e| {
                 tracing::warn!("proxy: a read is forwarded, Schemaless did not answer it: {e}");
                 Serving::Forward(format!("Schemaless did not answer: {e}"))
-            }));
+            })));
+        });
+        rx
+    }
+
+    /// Runs the translatable write `sql` (its `$n` bound to `params`,
+    /// `None` a NULL) through the facade in the background
+    /// ([`query::run::write_through`]): the facade routes its cells by the
+    /// mode, as it routes an app's `put_cells`. Acknowledged to the app
+    /// only once the facade has taken every cell.
+    pub(crate) fn write(
+        &self,
+        sql: String,
+        params: Vec<Option<String>>,
+    ) -> tokio::sync::oneshot::Receiver<Held> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (facade, catalog, model) = (
+            self.facade.clone(),
+            self.catalog.clone(),
+            self.model.clone(),
+        );
+        self.runtime.spawn(async move {
+            let written = match model {
+                Some(model) => {
+                    query::run::write_through(
+                        facade.legacy(),
+                        facade.as_ref(),
+                        &catalog,
+                        &model,
+                        &sql,
+                        &params,
+                    )
+                    .await
+                }
+                None => Err(Refused {
+                    sqlstate: "0A000".into(),
+                    message: "no layout".into(),
+                }),
+            };
+            if let Err(e) = &written {
+                tracing::debug!("proxy: a write through the facade failed: {e:?}\n  {sql}");
+            }
+            let _ = tx.send(Held::Write(written));
         });
         rx
     }
@@ -229,11 +279,25 @@ pub(crate) fn params_text(
     formats: &[i16],
     params: &[Option<Bytes>],
 ) -> Option<Vec<String>> {
+    params_nullable(types, formats, params)?
+        .into_iter()
+        .collect()
+}
+
+/// [`params_text`], a NULL read as `None`; `None` when a value cannot be
+/// read as text.
+pub(crate) fn params_nullable(
+    types: &[u32],
+    formats: &[i16],
+    params: &[Option<Bytes>],
+) -> Option<Vec<Option<String>>> {
     params
         .iter()
         .enumerate()
         .map(|(i, value)| {
-            let value = value.as_ref()?;
+            let Some(value) = value.as_ref() else {
+                return Some(None);
+            };
             // One format code applies to all; none means text.
             let format = match formats {
                 [] => 0,
@@ -241,9 +305,9 @@ pub(crate) fn params_text(
                 many => *many.get(i)?,
             };
             if format == 0 {
-                return String::from_utf8(value.to_vec()).ok();
+                return String::from_utf8(value.to_vec()).ok().map(Some);
             }
-            binary_text(types.get(i).copied().unwrap_or(0), value)
+            binary_text(types.get(i).copied().unwrap_or(0), value).map(Some)
         })
         .collect()
 }

@@ -8,6 +8,8 @@
 //! | `mezzanine_proxy_connections_total{outcome}` | counter | app connections by how they began: `served`, `cancel`, `refused_full`, `no_backend`, `bad_startup` |
 //! | `mezzanine_proxy_statements_total{class,mode,route}` | counter | statements by translator class, mode, and `forwarded` or `refused` |
 //! | `mezzanine_proxy_served_total{store}` | counter | translatable reads in `shadow`, `primary` and `schemaless` outside a transaction block, by the store that answered: `schemaless`, `postgresql` (the read share, or a plan not served), or `refused` (in `schemaless`, a plan not served) |
+//! | `mezzanine_proxy_writes_total{outcome}` | counter | translatable writes in `primary` and `schemaless` outside a transaction block, run through the facade: `written`, or `failed` with the error PostgreSQL would have raised (a duplicate key, a concurrent update, a value that does not evaluate, Schemaless unavailable) |
+//! | `mezzanine_proxy_write_cells_total` | counter | cells those writes put |
 //! | `mezzanine_proxy_samples_total{outcome}` | counter | translatable reads sampled: `drawn`, then `offered` to the verifier or `failed` (values that did not evaluate, PostgreSQL unreachable); `params_not_read` drawn but not sampled (a NULL or binary parameter not read) |
 //!
 //! What the verifier made of the samples is in its own metrics
@@ -119,6 +121,8 @@ pub struct Stats {
     samples: Mutex<BTreeMap<&'static str, u64>>,
     sample_reads: AtomicU64,
     served: Mutex<BTreeMap<&'static str, u64>>,
+    writes: Mutex<BTreeMap<&'static str, u64>>,
+    write_cells: AtomicU64,
 }
 
 /// The sampling of translatable reads, in `proxy status`.
@@ -157,6 +161,10 @@ pub struct Status {
     /// Translatable reads considered for serving from Schemaless (in
     /// `shadow`), by the store that answered.
     pub served: BTreeMap<&'static str, u64>,
+    /// Translatable writes run through the facade (in `primary` and
+    /// `schemaless`): `written` or `failed`, and the cells put.
+    pub writes: BTreeMap<&'static str, u64>,
+    pub write_cells: u64,
     pub sampling: Sampling,
 }
 
@@ -189,6 +197,18 @@ impl Stats {
     pub fn served(&self, store: Store) {
         metrics::counter!("mezzanine_proxy_served_total", "store" => store.as_str()).increment(1);
         *lock(&self.served).entry(store.as_str()).or_default() += 1;
+    }
+
+    /// A write run through the facade: the cells it put, or `None` when
+    /// it failed.
+    pub fn write(&self, cells: Option<usize>) {
+        let outcome = if cells.is_some() { "written" } else { "failed" };
+        metrics::counter!("mezzanine_proxy_writes_total", "outcome" => outcome).increment(1);
+        *lock(&self.writes).entry(outcome).or_default() += 1;
+        if let Some(n) = cells {
+            metrics::counter!("mezzanine_proxy_write_cells_total").increment(n as u64);
+            self.write_cells.fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     pub fn sample_reads(&self, n: u64) {
@@ -230,6 +250,8 @@ impl Stats {
                 })
                 .collect(),
             served: lock(&self.served).clone(),
+            writes: lock(&self.writes).clone(),
+            write_cells: self.write_cells.load(Ordering::Relaxed),
             sampling: Sampling {
                 statements: lock(&self.samples).clone(),
                 cell_reads: self.sample_reads.load(Ordering::Relaxed),

@@ -2,10 +2,11 @@
 //! that `query run` can execute them and the audit can print them.
 
 use schemaless::FilterOp;
-use sqlparser::ast::Expr;
+use sqlparser::ast::{Expr, SelectItem};
 
 use crate::analysis::Class;
 use crate::expr::{op_text, value_text};
+use crate::model::Table;
 
 /// Which rows a row read names.
 #[derive(Clone, Debug)]
@@ -19,7 +20,8 @@ pub enum Keys {
 }
 
 impl Keys {
-    fn text(&self) -> String {
+    /// The rows as the calls name them (`row = $1`).
+    pub fn text(&self) -> String {
         match self {
             Keys::One(v) => format!("row = {}", value_text(v)),
             Keys::List(vs) => format!(
@@ -133,12 +135,65 @@ pub struct Put {
     pub checks: Vec<String>,
 }
 
+/// A write: the calls it becomes, as the audit shows them, and the rows
+/// it writes, as `query::run::write` runs them.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub puts: Vec<Put>,
+    /// The table written: the parent, or a child column's table.
+    pub table: Table,
+    /// The name the statement's expressions give that table: its alias,
+    /// or its own (last) name.
+    pub alias: String,
+    pub rows: Rows,
+    /// RETURNING's items (they name only what the cells hold, or
+    /// values).
+    pub returning: Vec<SelectItem>,
+}
+
+/// The rows a write names and what it sets in them. Values are keyed by
+/// SQL column name (unquoted, as the layout names it).
+#[derive(Clone, Debug)]
+pub enum Rows {
+    /// INSERT: each row's key (a child's parent's UUID) and its values.
+    Insert {
+        rows: Vec<Inserted>,
+        conflict: OnConflict,
+    },
+    /// UPDATE by row key: what SET assigns (expressions of the latest
+    /// row), and the WHERE's other conditions on the latest row.
+    Update {
+        keys: Box<Keys>,
+        sets: Vec<(String, Expr)>,
+        conditions: Vec<Expr>,
+    },
+}
+
+/// One row an INSERT gives.
+#[derive(Clone, Debug)]
+pub struct Inserted {
+    pub key: Expr,
+    /// The columns given, the parent's integer id excluded.
+    pub values: Vec<(String, Expr)>,
+}
+
+/// What an INSERT does when the row exists.
+#[derive(Clone, Debug)]
+pub enum OnConflict {
+    /// Fails, as a unique key would.
+    Fail,
+    /// `DO NOTHING`: the row is left as it is.
+    Nothing,
+    /// `DO UPDATE SET`: the assignments, on the latest row and `EXCLUDED`.
+    Update(Vec<(String, Expr)>),
+}
+
 /// What a statement becomes.
 #[derive(Clone, Debug)]
 pub enum Plan {
     Rows(Box<RowRead>),
     Index(Box<IndexRead>),
-    Write(Vec<Put>),
+    Write(Box<Write>),
 }
 
 impl Plan {
@@ -218,9 +273,9 @@ impl Plan {
                 );
                 calls
             }
-            Plan::Write(puts) => {
+            Plan::Write(write) => {
                 let mut calls = Vec::new();
-                for put in puts {
+                for put in &write.puts {
                     if put.read_latest {
                         calls.push(format!("get_cell_latest({}, {})", put.row, put.column));
                     }

@@ -109,6 +109,7 @@ mod moves;
 mod placement;
 mod proxy;
 mod proxy_modes;
+mod proxy_writes;
 mod query;
 mod runbook;
 mod schema;

@@ -425,7 +425,7 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
 }
 
 /// The SQLSTATE of a database error.
-fn sqlstate(e: &sqlx::Error) -> Option<String> {
+pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
     e.as_database_error()
         .and_then(|e| e.code())
         .map(|c| c.to_string())
@@ -433,7 +433,7 @@ fn sqlstate(e: &sqlx::Error) -> Option<String> {
 
 /// Polls `f` every 100 ms for up to 10 s (the mode reaches a facade by
 /// NOTIFY, or by its poll).
-fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> T {
     for _ in 0..100 {
         if let Some(v) = f() {
             return v;

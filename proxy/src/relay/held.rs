@@ -1,19 +1,24 @@
 //! What becomes of a `Query` or `Bind` the relay held while Schemaless
 //! answered it: the statement rendering Schemaless's rows sent in its
 //! place, the app's own message forwarded, or (in `schemaless`) a
-//! refusal raised by PostgreSQL where the read would have run.
+//! refusal raised by PostgreSQL where the read would have run. A write
+//! the facade ran is answered the same way: the statement rendering its
+//! RETURNING rows (or nothing) with the write's command tag, or the
+//! error PostgreSQL would have raised, raised where the write would have
+//! run.
 
 use bytes::BytesMut;
 use pgwire::messages::extendedquery::{Bind, Close, Parse};
 use pgwire::messages::simplequery::Query;
-use query::run::Serving;
+use query::run::{Refused, Serving};
 use tokio::sync::oneshot;
 use verifier::Side;
 
 use super::State;
 use crate::answers::{Awaits, Owed};
 use crate::frame::{self, Frame};
-use crate::route::{refusing_statement, unserved};
+use crate::route::{raising_statement, refusing_statement, unserved};
+use crate::sample::Held;
 use crate::stats::Store;
 use crate::Shared;
 
@@ -32,16 +37,42 @@ pub(super) const SERVED_STATEMENT: &str = "\u{1}mezzanine served";
 pub(super) fn settle(
     shared: &Shared,
     state: &mut State,
-    (frame, mode): (Frame, tripstore::Mode),
-    served: Result<Serving, oneshot::error::RecvError>,
+    (frame, mode, write): (Frame, tripstore::Mode, bool),
+    served: Result<Held, oneshot::error::RecvError>,
     out: &mut BytesMut,
 ) -> Option<Side> {
     let why = match served {
-        Ok(Serving::Serve(rendering)) => {
-            return serve_held(shared, state, frame, rendering, out);
+        Ok(Held::Read(Serving::Serve(rendering))) => {
+            return serve_held(shared, state, frame, rendering, None, out);
         }
-        Ok(Serving::Forward(why)) => why,
-        Err(_) => "the proxy is shutting down".to_string(),
+        Ok(Held::Read(Serving::Forward(why))) => why,
+        Ok(Held::Write(Ok(written))) => {
+            shared.stats.write(Some(written.cells));
+            serve_held(
+                shared,
+                state,
+                frame,
+                written.rendering,
+                Some(written.tag),
+                out,
+            );
+            return None;
+        }
+        Ok(Held::Write(Err(refused))) => {
+            fail_write(shared, state, frame, &refused, out);
+            return None;
+        }
+        Err(_) if !write => "the proxy is shutting down".to_string(),
+        Err(_) => {
+            // Nothing of it ran; a write is not sent to PostgreSQL behind
+            // the facade.
+            let refused = Refused {
+                sqlstate: "57P01".into(),
+                message: "the mezzanine proxy is shutting down".into(),
+            };
+            fail_write(shared, state, frame, &refused, out);
+            return None;
+        }
     };
     if let Some(reason) = unserved(mode, &why) {
         refuse_held(shared, state, frame, &reason, out);
@@ -53,34 +84,46 @@ pub(super) fn settle(
 }
 
 /// Sends the statement rendering Schemaless's rows in place of a held
-/// `Query` or `Bind`.
+/// `Query` or `Bind`; `tag`, a write's, replaces the one PostgreSQL
+/// answers it with.
 fn serve_held(
     shared: &Shared,
     state: &mut State,
     frame: Frame,
     rendering: query::run::Rendering,
+    tag: Option<String>,
     out: &mut BytesMut,
 ) -> Option<Side> {
+    let read = tag.is_none();
     if frame.kind == b'Q' {
-        shared.stats.served(Store::Schemaless);
+        if read {
+            shared.stats.served(Store::Schemaless);
+        }
         state.answers.push(Owed {
             awaits: Awaits::Query,
             ours: false,
             origins: Some(rendering.origins),
+            tag,
         });
         frame::encode(&Query::new(rendering.sql), out);
         return Some(Side::Schemaless);
     }
     let Some(bind) = frame::decode::<Bind>(&frame) else {
+        // Not seen: the relay decoded it to hold it.
         forward(shared, state, frame, out);
         return Some(Side::Legacy);
     };
-    shared.stats.served(Store::Schemaless);
+    if read {
+        shared.stats.served(Store::Schemaless);
+    }
     let name = prepare_ours(state, rendering.sql, out);
     state.sent(b'B');
     state.served.insert(
         bind.portal_name.clone().unwrap_or_default(),
-        rendering.origins,
+        super::ServedPortal {
+            origins: rendering.origins,
+            tag,
+        },
     );
     frame::encode(
         &Bind::new(
@@ -103,6 +146,7 @@ fn prepare_ours(state: &mut State, sql: String, out: &mut BytesMut) -> Option<St
         awaits,
         ours: true,
         origins: None,
+        tag: None,
     };
     state.answers.push(ours(Awaits::Close));
     frame::encode(&Close::new(b'S', name.clone()), out);
@@ -132,15 +176,56 @@ pub(super) fn refuse_held(
     out: &mut BytesMut,
 ) {
     shared.stats.served(Store::Refused);
+    raise_held(state, frame, refusing_statement(reason), out);
+}
+
+/// A held translatable write the proxy refuses to run (`0A000`).
+pub(super) fn refuse_write(
+    shared: &Shared,
+    state: &mut State,
+    frame: Frame,
+    reason: &str,
+    out: &mut BytesMut,
+) {
+    shared.stats.write(None);
+    raise_held(state, frame, refusing_statement(reason), out);
+}
+
+/// A held write the facade failed: the error PostgreSQL would have
+/// raised, with its SQLSTATE.
+fn fail_write(
+    shared: &Shared,
+    state: &mut State,
+    frame: Frame,
+    refused: &Refused,
+    out: &mut BytesMut,
+) {
+    shared.stats.write(None);
+    let hint = (refused.sqlstate == "58000")
+        .then_some("mezzanine proxy: the write ran through the facade, in Schemaless");
+    raise_held(
+        state,
+        frame,
+        raising_statement(&refused.sqlstate, &refused.message, hint),
+        out,
+    );
+}
+
+/// Sends `raising` (a statement raising an error) where the held
+/// message would have run; a `Bind` binds the app's portal to it.
+fn raise_held(state: &mut State, frame: Frame, raising: String, out: &mut BytesMut) {
     if frame.kind == b'Q' {
         state.sent(b'Q');
-        frame::encode(&Query::new(refusing_statement(reason)), out);
+        frame::encode(&Query::new(raising), out);
         return;
     }
     let Some(bind) = frame::decode::<Bind>(&frame) else {
-        return forward(shared, state, frame, out);
+        // Not seen: the relay decoded it to hold it.
+        state.sent(frame.kind);
+        out.extend_from_slice(&frame.bytes);
+        return;
     };
-    let name = prepare_ours(state, refusing_statement(reason), out);
+    let name = prepare_ours(state, raising, out);
     state.sent(b'B');
     state
         .served

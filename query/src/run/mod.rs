@@ -32,11 +32,13 @@ mod cells;
 mod postgres;
 mod reads;
 mod serve;
+mod write;
 
 use cells::{index_reads, row_reads};
 use postgres::{postgres_rows, Evaluator};
 pub use reads::{cell_reads, CellRead};
 pub use serve::{render_from, Catalog, Origin, Rendering, Serving};
+pub use write::{write_through, Refused, Written};
 
 /// One result row: the outputs' values, then the ORDER BY values.
 #[derive(Clone, Debug, PartialEq)]
@@ -141,6 +143,12 @@ pub async fn run(
 /// The statement with its `$n` replaced by `--param` values (as untyped
 /// literals, so PostgreSQL types them as it would a bound parameter).
 fn bind(sql: &str, params: &[String]) -> Result<Statement, RunError> {
+    let params: Vec<Option<String>> = params.iter().cloned().map(Some).collect();
+    bind_nullable(sql, &params)
+}
+
+/// [`bind`], a `None` bound as `NULL`.
+fn bind_nullable(sql: &str, params: &[Option<String>]) -> Result<Statement, RunError> {
     let mut statements =
         Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| untranslatable(e.to_string()))?;
     if statements.len() != 1 {
@@ -156,9 +164,10 @@ fn bind(sql: &str, params: &[String]) -> Result<Statement, RunError> {
             if let sqlparser::ast::Value::Placeholder(name) = &v.value {
                 let n: Option<usize> = name.strip_prefix('$').and_then(|n| n.parse().ok());
                 match n.and_then(|n| n.checked_sub(1)).and_then(|i| params.get(i)) {
-                    Some(value) => {
+                    Some(Some(value)) => {
                         v.value = sqlparser::ast::Value::SingleQuotedString(value.clone());
                     }
+                    Some(None) => v.value = sqlparser::ast::Value::Null,
                     None => {
                         missing = Some(name.clone());
                         return ControlFlow::Break(());

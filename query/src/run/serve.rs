@@ -49,8 +49,19 @@ pub enum Serving {
 /// The catalog facts the renderings need, looked up once per column.
 #[derive(Default)]
 pub struct Catalog {
-    /// (quoted table, unquoted column) -> origin and `format_type`.
-    columns: Mutex<HashMap<(String, String), (Origin, String)>>,
+    /// (quoted table, unquoted column) -> what the catalog says of it.
+    columns: Mutex<HashMap<(String, String), Attribute>>,
+}
+
+/// A table column, as the catalog describes it.
+#[derive(Clone, Debug)]
+pub(super) struct Attribute {
+    pub(super) origin: Origin,
+    /// `format_type`: `numeric(10,2)`.
+    pub(super) sql_type: String,
+    /// The default's expression, if it has one.
+    pub(super) default: Option<String>,
+    pub(super) not_null: bool,
 }
 
 impl Catalog {
@@ -60,28 +71,43 @@ impl Catalog {
         table_sql: &str,
         column: &str,
     ) -> Result<(Origin, String), RunError> {
+        let a = self.attribute(legacy, table_sql, column).await?;
+        Ok((a.origin, a.sql_type))
+    }
+
+    pub(super) async fn attribute(
+        &self,
+        legacy: &LegacyStore,
+        table_sql: &str,
+        column: &str,
+    ) -> Result<Attribute, RunError> {
         let key = (table_sql.to_string(), column.to_string());
         if let Some(found) = lock(&self.columns).get(&key) {
             return Ok(found.clone());
         }
-        let row: Option<(i64, i16, String)> = sqlx::query_as(
-            "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod)
-             FROM pg_attribute a WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
+        let row: Option<(i64, i16, String, Option<String>, bool)> = sqlx::query_as(
+            "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod),
+                    pg_get_expr(d.adbin, d.adrelid), a.attnotnull
+             FROM pg_attribute a
+             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+             WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
         )
         .bind(table_sql)
         .bind(column)
         .fetch_optional(legacy.pool())
         .await
         .map_err(|e| anyhow::anyhow!("reading the catalog for {table_sql}.{column}: {e}"))?;
-        let (table, attnum, sql_type) =
+        let (table, attnum, sql_type, default, not_null) =
             row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
-        let found = (
-            Origin {
+        let found = Attribute {
+            origin: Origin {
                 table: u32::try_from(table).unwrap_or(0),
                 attnum,
             },
             sql_type,
-        );
+            default,
+            not_null,
+        };
         lock(&self.columns).insert(key, found.clone());
         Ok(found)
     }
@@ -134,18 +160,18 @@ fn selects_wildcard(statement: &Statement) -> bool {
 }
 
 /// `"name"` with quotes doubled; also undoes it.
-fn unquote(quoted: &str) -> String {
+pub(super) fn unquote(quoted: &str) -> String {
     quoted
         .strip_prefix('"')
         .and_then(|q| q.strip_suffix('"'))
         .map_or_else(|| quoted.to_string(), |q| q.replace("\"\"", "\""))
 }
 
-fn quote(name: &str) -> String {
+pub(super) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn literal(text: &str) -> String {
+pub(super) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 

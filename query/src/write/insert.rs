@@ -45,8 +45,18 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     check_returning(model, table, name, insert.returning.as_deref())?;
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
     let mut puts = Vec::new();
+    let mut written = Vec::new();
     for row in &rows {
-        let inserted = row_puts(model, table, name, &columns, row)?;
+        let (key, inserted) = row_puts(model, table, name, &columns, row)?;
+        written.push(Inserted {
+            key: key.clone(),
+            values: columns
+                .iter()
+                .zip(&row.values)
+                .filter(|(c, _)| model.source(table, c) != Source::IntegerId)
+                .map(|(c, v)| (c.clone(), (*v).clone()))
+                .collect(),
+        });
         match &insert.on {
             Some(OnInsert::OnConflict(c)) => match &c.action {
                 OnConflictAction::DoUpdate(update) => puts.extend(upserted(
@@ -57,7 +67,35 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
             _ => puts.extend(inserted),
         }
     }
-    Ok(Plan::Write(puts))
+    let conflict = match &insert.on {
+        Some(OnInsert::OnConflict(c)) => match &c.action {
+            OnConflictAction::DoNothing => OnConflict::Nothing,
+            OnConflictAction::DoUpdate(update) => OnConflict::Update(
+                update
+                    .assignments
+                    .iter()
+                    .filter_map(|a| match &a.target {
+                        AssignmentTarget::ColumnName(n) => Some((last(n), a.value.clone())),
+                        AssignmentTarget::Tuple(_) => None,
+                    })
+                    .collect(),
+            ),
+        },
+        _ => OnConflict::Fail,
+    };
+    Ok(Plan::Write(Box::new(Write {
+        puts,
+        table,
+        alias: insert
+            .table_alias
+            .as_ref()
+            .map_or_else(|| last(name), |a| folded(&a.alias)),
+        rows: Rows::Insert {
+            rows: written,
+            conflict,
+        },
+        returning: returning_items(insert.returning.as_deref()),
+    })))
 }
 
 /// An upsert that sets the ref key: the latest cell decides between the
@@ -255,13 +293,14 @@ fn source_rows<'a>(
     }
 }
 
-fn row_puts(
+/// The row's key (a child's: its parent's UUID) and its puts.
+fn row_puts<'a>(
     model: &Model,
     table: Table,
     name: &ObjectName,
     columns: &[String],
-    row: &Values,
-) -> Result<Vec<Put>, String> {
+    row: &Values<'a>,
+) -> Result<(&'a Expr, Vec<Put>), String> {
     let value_of = |sql: &str| -> Option<&Expr> {
         columns.iter().position(|c| c == sql).map(|i| row.values[i])
     };
@@ -362,7 +401,7 @@ fn row_puts(
             "inserts into {name} no field of any layout column: nothing reaches Schemaless"
         ));
     }
-    Ok(puts)
+    Ok((row_key, puts))
 }
 
 /// `(SELECT id FROM parent WHERE uuid = v)`: `v`.

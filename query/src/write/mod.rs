@@ -10,7 +10,7 @@ use sqlparser::ast::{
 
 use crate::expr::{cond, conjuncts, is_value, strip, value_text, Col, Cond, Scope};
 use crate::model::{folded, Model, Source, Table};
-use crate::plan::{Plan, Put};
+use crate::plan::{Inserted, Keys, OnConflict, Plan, Put, Rows, Write};
 
 mod insert;
 mod update;
@@ -63,6 +63,11 @@ fn check_returning(
         }
     }
     Ok(())
+}
+
+/// RETURNING's items as written.
+fn returning_items(returning: Option<&[SelectItem]>) -> Vec<SelectItem> {
+    returning.unwrap_or_default().to_vec()
 }
 
 /// A SET value as the calls show it: a value, or an expression of the

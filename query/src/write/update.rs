@@ -48,17 +48,12 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 col,
                 op: schemaless::FilterOp::Eq,
                 value,
-            } if col.source == Source::RowKey => Some(format!("row = {}", value_text(value))),
-            Cond::InList { col, values } if col.source == Source::RowKey => Some(format!(
-                "rows in ({})",
-                values
-                    .iter()
-                    .map(|v| value_text(v))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )),
+            } if col.source == Source::RowKey => Some(Keys::One((*value).clone())),
+            Cond::InList { col, values } if col.source == Source::RowKey => {
+                Some(Keys::List(values.iter().map(|v| (*v).clone()).collect()))
+            }
             Cond::Any { col, array } if col.source == Source::RowKey => {
-                Some(format!("rows in {}", value_text(array)))
+                Some(Keys::Array((*array).clone()))
             }
             _ => None,
         };
@@ -67,7 +62,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             _ => others.push((e, c)),
         }
     }
-    let Some(row) = key else {
+    let Some(keys) = key else {
         let by_id = others.iter().find_map(|(_, c)| {
             c.cols()
                 .into_iter()
@@ -87,6 +82,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             ),
         });
     };
+    let row = keys.text();
     let mut checks = Vec::new();
     for (e, c) in &others {
         for col in c.cols() {
@@ -182,5 +178,18 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             "sets no field of a layout column of {written}: nothing reaches Schemaless"
         ));
     }
-    Ok(Plan::Write(puts))
+    Ok(Plan::Write(Box::new(Write {
+        puts,
+        table,
+        alias: scope.tables[0].alias.clone(),
+        rows: Rows::Update {
+            keys: Box::new(keys),
+            sets: sets
+                .iter()
+                .map(|(col, value)| (col.name.clone(), (*value).clone()))
+                .collect(),
+            conditions: others.iter().map(|(e, _)| (*e).clone()).collect(),
+        },
+        returning: returning_items(update.returning.as_deref()),
+    })))
 }

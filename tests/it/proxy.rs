@@ -15,7 +15,7 @@ use crate::harness::{cluster, config_file, mezzanine, LegacyDb};
 
 /// A `mezzanine proxy` process.
 pub(crate) struct ProxyProcess {
-    child: Child,
+    pub(crate) child: Child,
     pub(crate) addr: SocketAddr,
     status: SocketAddr,
 }

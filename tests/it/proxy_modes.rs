@@ -156,7 +156,7 @@ fn client(program: &str, script: &str, url: &str, sql: &str, key: &uuid::Uuid) -
 
 /// One simple-protocol statement on a raw connection: every message
 /// PostgreSQL's answer is made of, byte for byte.
-fn raw_answer(stream: &mut std::net::TcpStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
+pub(crate) fn raw_answer(stream: &mut std::net::TcpStream, sql: &str) -> Vec<(u8, Vec<u8>)> {
     use std::io::Write;
     let mut message = vec![b'Q'];
     message.extend_from_slice(&((sql.len() + 5) as u32).to_be_bytes());
@@ -194,7 +194,7 @@ fn cstr(text: &str) -> Vec<u8> {
 /// statement, `Bind` of one parameter in `param_format` to the unnamed
 /// portal with `result_formats`, `Describe` of the portal, `Execute`,
 /// `Sync`. Every message of the answer.
-fn raw_prepared(
+pub(crate) fn raw_prepared(
     stream: &mut std::net::TcpStream,
     parse: Option<&str>,
     param: (&[u8], i16),

@@ -8,6 +8,7 @@ use tripstore::{Mode, TripStore};
 
 use crate::harness::{config_file, LegacyDb};
 use crate::proxy::{psql, sqlstate, ProxyProcess};
+use crate::proxy_modes::{raw_answer, raw_prepared};
 
 /// A whole trip row, every NOT NULL column given; `{k}` is its UUID.
 const INSERT_TRIP: &str = "INSERT INTO trips (uuid, driver_uuid, rider_uuid, city_id, status, \
@@ -68,12 +69,6 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     assert_eq!(
         written.cell.body.fields()["requested_at"],
         "2026-12-03T08:00:00.123456Z"
-    );
-    assert_eq!(
-        db.count(&format!("SELECT count(*) FROM trips WHERE uuid = '{k}'"))
-            .await,
-        0,
-        "not written to PostgreSQL by the proxy"
     );
 
     // The same INSERT again: a unique violation, as PostgreSQL says it;
@@ -203,6 +198,60 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     assert_eq!(as_if(&through, k, d), twin);
     assert!(twin.contains("UPDATE 1"), "{twin}");
 
+    // Byte for byte, in the extended protocol: a prepared UPDATE ...
+    // RETURNING (its statement and portal described, a text then a
+    // binary key, binary then mixed results), and one without RETURNING
+    // (NoData, and the tag alone), through the proxy and on the twin.
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let mut own = crate::proxy::raw_session(own_addr, &db);
+    let settings = "SET TimeZone = 'America/St_Johns'; SET extra_float_digits = 0";
+    assert_eq!(
+        raw_answer(&mut through, settings),
+        raw_answer(&mut own, settings)
+    );
+    let returning = "UPDATE trips SET status = status || '+', version = version + 1 \
+                     WHERE uuid = $1 RETURNING version, fare, status AS s, requested_at, \
+                     completed_at, distance_km";
+    let key = |u: uuid::Uuid, binary: bool| {
+        if binary {
+            (u.as_bytes().to_vec(), 1)
+        } else {
+            (u.to_string().into_bytes(), 0)
+        }
+    };
+    for (parse, binary, results) in [
+        (Some(returning), false, &[1][..]),
+        (None, true, &[0, 1, 0, 1, 0, 1][..]),
+    ] {
+        let (kp, kf) = key(k, binary);
+        let (dp, df) = key(d, binary);
+        let a = raw_prepared(&mut through, parse, (&kp, kf), results);
+        let b = raw_prepared(&mut own, parse, (&dp, df), results);
+        assert!(b.iter().any(|(kind, _)| *kind == b'D'), "{b:?}");
+        assert_eq!(a, b, "{results:?}");
+    }
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let mut own = crate::proxy::raw_session(own_addr, &db);
+    let plain = "UPDATE trips SET version = version + 1 WHERE uuid = $1";
+    let (kp, kf) = key(k, false);
+    let (dp, df) = key(d, false);
+    let a = raw_prepared(&mut through, Some(plain), (&kp, kf), &[]);
+    let b = raw_prepared(&mut own, Some(plain), (&dp, df), &[]);
+    assert!(b.iter().any(|(kind, _)| *kind == b'n'), "NoData: {b:?}");
+    assert_eq!(a, b);
+    assert_eq!(
+        latest(&facade, k, "BASE")
+            .await
+            .unwrap()
+            .cell
+            .key
+            .ref_key
+            .get(),
+        7
+    );
+
     // A child row, its parent named by UUID; a missing parent is a
     // foreign key violation.
     let note = |u: uuid::Uuid| {
@@ -236,10 +285,29 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     .unwrap();
     assert_eq!(done.rows_affected(), 1);
     let cell = latest(&facade, k, "BASE").await.unwrap();
-    assert_eq!(cell.cell.key.ref_key.get(), 5);
+    assert_eq!(cell.cell.key.ref_key.get(), 8);
     assert_eq!(cell.cell.body.fields()["status"], "rated!");
     assert_eq!(cell.cell.body.fields()["fare"], "50", "the rest kept");
     pool.close().await;
+    // In primary, the reverse mirror brings the writes to PostgreSQL.
+    let pg = &db.pool;
+    let mirrored = || async {
+        sqlx::query_as::<_, (i64, String)>("SELECT version, status FROM trips WHERE uuid = $1")
+            .bind(k)
+            .fetch_optional(pg)
+            .await
+            .unwrap()
+    };
+    let mut waited = 0;
+    while mirrored().await != Some((8, "rated!".to_string())) {
+        waited += 1;
+        assert!(
+            waited < 300,
+            "the reverse mirror never applied the writes: {:?}",
+            mirrored().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 
     // A write with other statements in one Query is refused whole.
     let (_, out, err) = psql(
@@ -275,11 +343,184 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     );
 
     let status = proxy.status();
-    // Written: 2 trips, the one DO NOTHING left, 5 UPDATEs (2 of no
+    // Written: 2 trips, the one DO NOTHING left, 8 UPDATEs (2 of no
     // row), the child row, the upsert; failed: the duplicate, the value,
     // the NULL, the missing parent.
-    assert_eq!(status["writes"]["written"], 10, "{status}");
+    assert_eq!(status["writes"]["written"], 13, "{status}");
     assert_eq!(status["writes"]["failed"], 4, "{status}");
-    assert_eq!(status["write_cells"], 7, "{status}");
+    assert_eq!(status["write_cells"], 10, "{status}");
+    facade.close().await;
+}
+
+/// A database in `primary` with a proxy: the facade (to read Schemaless)
+/// and the proxy's config file.
+async fn primary() -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    (db, facade, file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_updates_of_one_row_lose_no_acknowledged_version() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let k = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(k)),
+    );
+    assert!(ok, "{out}{err}");
+    // Four writers bump the same row's version, each with its own
+    // statuses; one that loses the race for a version gets 40001, as
+    // under PostgreSQL's repeatable read, and retries.
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let url = proxy.url(&db);
+        writers.push(tokio::spawn(async move {
+            let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+                .await
+                .unwrap();
+            let (mut acked, mut retried) = (Vec::new(), 0);
+            for n in 0..15 {
+                let status = format!("w{w}-{n}");
+                loop {
+                    let done = sqlx::query(
+                        "UPDATE trips SET status = $1, version = version + 1 WHERE uuid = $2",
+                    )
+                    .bind(&status)
+                    .bind(k)
+                    .execute(&mut conn)
+                    .await;
+                    match done {
+                        Ok(done) => {
+                            assert_eq!(done.rows_affected(), 1);
+                            acked.push(status);
+                            break;
+                        }
+                        Err(e) if sqlstate(&e).as_deref() == Some("40001") => retried += 1,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            (acked, retried)
+        }));
+    }
+    let mut acked = std::collections::BTreeSet::new();
+    let mut retried = 0;
+    for w in writers {
+        let (a, r) = w.await.unwrap();
+        acked.extend(a);
+        retried += r;
+    }
+    assert_eq!(acked.len(), 60);
+    // Every acknowledged UPDATE is one version of its own: none
+    // overwrote another's.
+    let last = latest(&facade, k, "BASE")
+        .await
+        .unwrap()
+        .cell
+        .key
+        .ref_key
+        .get();
+    assert_eq!(last, 61, "{retried} retries");
+    let mut stored = std::collections::BTreeSet::new();
+    for version in 2..=last {
+        let key = schemaless::CellKey {
+            row_key: RowKey::from(k),
+            column: Column::new("BASE").unwrap(),
+            ref_key: schemaless::RefKey::new(version).unwrap(),
+        };
+        let cell = facade.get_cell(&key, ReadFrom::Master).await.unwrap();
+        let status = cell.unwrap().cell.body.fields()["status"].clone();
+        stored.insert(status.as_str().unwrap().to_string());
+    }
+    assert_eq!(stored, acked);
+    assert_eq!(proxy.status()["writes"]["failed"], retried);
+    facade.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proxy_killed_under_facade_writes_loses_no_acknowledged_write() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let addr = proxy.addr;
+    let url = proxy.url(&db);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let mut writers = Vec::new();
+    for _ in 0..3 {
+        let (url, stop, acked, insert) = (url.clone(), stop.clone(), acked.clone(), insert.clone());
+        writers.push(tokio::spawn(async move {
+            let mut failures = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // A new connection when the last one broke: the app's
+                // reconnect.
+                let Ok(mut conn) = <sqlx::PgConnection as sqlx::Connection>::connect(&url).await
+                else {
+                    failures += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                };
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let k = uuid::Uuid::new_v4();
+                    match sqlx::query(sqlx::AssertSqlSafe(insert.as_str()))
+                        .bind(k)
+                        .execute(&mut conn)
+                        .await
+                    {
+                        Ok(_) => acked.lock().unwrap().push(k),
+                        Err(_) => {
+                            failures += 1;
+                            break;
+                        }
+                    }
+                }
+            }
+            failures
+        }));
+    }
+    let acked_at_least = |n: usize| {
+        let acked = acked.clone();
+        async move {
+            for _ in 0..1500 {
+                if acked.lock().unwrap().len() >= n {
+                    return;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            panic!("fewer than {n} writes acknowledged");
+        }
+    };
+    acked_at_least(100).await;
+    let mut proxy = proxy;
+    proxy.child.kill().unwrap();
+    proxy.child.wait().unwrap();
+    let before = acked.lock().unwrap().len();
+    // Started again on the same port, as a supervisor would.
+    let _again = ProxyProcess::start(file.path(), &addr.to_string());
+    acked_at_least(before + 100).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut failures = 0;
+    for w in writers {
+        failures += w.await.unwrap();
+    }
+    assert!(failures >= 1, "the kill broke some connection");
+    let acked = acked.lock().unwrap().clone();
+    let mut lost = Vec::new();
+    for k in &acked {
+        if latest(&facade, *k, "BASE").await.is_none() {
+            lost.push(*k);
+        }
+    }
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged writes lost: {lost:?}",
+        lost.len(),
+        acked.len()
+    );
     facade.close().await;
 }

@@ -274,16 +274,31 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
 
     // An upsert of an existing row: the DO UPDATE branch, EXCLUDED being
     // the proposed row.
-    let done = sqlx::query(
+    let upsert = format!(
+        "{} ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status || '!', \
+         version = trips.version + 1",
+        INSERT_TRIP
+            .replace("'{k}'", "$1")
+            .replace("'requested'", "$2")
+    );
+    let done = sqlx::query(sqlx::AssertSqlSafe(upsert.as_str()))
+        .bind(k)
+        .bind("rated")
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    // As in PostgreSQL, the proposed row must hold even when it exists.
+    let partial = sqlx::query(
         "INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) \
-         DO UPDATE SET status = EXCLUDED.status || '!', version = trips.version + 1",
+         DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1",
     )
     .bind(k)
-    .bind("rated")
+    .bind("never")
     .execute(&pool)
     .await
-    .unwrap();
-    assert_eq!(done.rows_affected(), 1);
+    .unwrap_err();
+    assert_eq!(sqlstate(&partial).as_deref(), Some("23502"), "{partial}");
     let cell = latest(&facade, k, "BASE").await.unwrap();
     assert_eq!(cell.cell.key.ref_key.get(), 8);
     assert_eq!(cell.cell.body.fields()["status"], "rated!");
@@ -345,9 +360,9 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     let status = proxy.status();
     // Written: 2 trips, the one DO NOTHING left, 8 UPDATEs (2 of no
     // row), the child row, the upsert; failed: the duplicate, the value,
-    // the NULL, the missing parent.
+    // the NULL, the missing parent, the partial upsert.
     assert_eq!(status["writes"]["written"], 13, "{status}");
-    assert_eq!(status["writes"]["failed"], 4, "{status}");
+    assert_eq!(status["writes"]["failed"], 5, "{status}");
     assert_eq!(status["write_cells"], 10, "{status}");
     facade.close().await;
 }
@@ -522,5 +537,82 @@ async fn a_proxy_killed_under_facade_writes_loses_no_acknowledged_write() {
         lost.len(),
         acked.len()
     );
+    facade.close().await;
+}
+
+/// `script` (clients/proxy) run by `program` with `url`, `key` and the
+/// statements: its output.
+fn client(
+    program: &str,
+    script: &str,
+    url: &str,
+    key: uuid::Uuid,
+    statements: &[String],
+) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients/proxy")
+        .join(script);
+    let out = std::process::Command::new(program)
+        .arg(&path)
+        .args([url, &key.to_string()])
+        .args(statements)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {script}: {}\n(clients/proxy/install installs psycopg and pg; .ci/run runs it)",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let statements = [
+        insert.clone(),
+        "UPDATE trips SET status = 'accepted', fare = fare * 2, version = version + 1 \
+         WHERE uuid = $1 RETURNING version, fare, status, requested_at, completed_at, \
+         distance_km, driver_uuid"
+            .to_string(),
+        insert.clone(),
+        "UPDATE trips SET status = 'x', version = version + 1 WHERE uuid = $1 \
+         AND status = 'requested'"
+            .to_string(),
+        "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
+         ((SELECT id FROM trips WHERE uuid = $1), 1, 'ops', 'a note', '2026-12-03 12:00:00Z')"
+            .to_string(),
+        format!(
+            "{insert} ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status || '!', \
+             version = trips.version + 1 RETURNING version, status, fare"
+        ),
+        format!("{insert} ON CONFLICT DO NOTHING"),
+        "UPDATE trips SET version = version + 1 WHERE uuid = $1".to_string(),
+        // In text (even): the key reads as KEY in both outputs.
+        "UPDATE trips SET completed_at = requested_at + interval '25 minutes', \
+         version = version + 1 WHERE uuid = $1 RETURNING completed_at, uuid"
+            .to_string(),
+    ];
+    for (program, script) in [("python3", "writes.py"), ("node", "writes.js")] {
+        let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let through = client(program, script, &proxy.url(&db), k, &statements);
+        let twin = client(program, script, &direct, d, &statements);
+        assert_eq!(through, twin, "{script}");
+        assert_eq!(
+            through.matches("error 23505").count(),
+            1,
+            "{script}: {through}"
+        );
+        assert!(through.contains("KEY"), "{script}: {through}");
+        // And Schemaless holds what the app was told.
+        let cell = latest(&facade, k, "BASE").await.expect("written");
+        assert_eq!(cell.cell.key.ref_key.get(), 5, "{script}");
+        assert_eq!(cell.cell.body.fields()["status"], "requested!");
+        assert!(latest(&facade, k, "NOTES").await.is_some());
+    }
+    assert_eq!(proxy.status()["writes"]["failed"], 2);
     facade.close().await;
 }

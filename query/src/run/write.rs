@@ -17,10 +17,14 @@
 //!
 //! What PostgreSQL would have raised is raised with its SQLSTATE: a
 //! unique key (`23505`: the row, or the child row, exists), a missing
-//! parent (`23503`), `NOT NULL` (`23502`), an error evaluating a value
+//! parent (`23503`), `NOT NULL` (`23502`, checked on an INSERT's proposed
+//! row before any conflict, as PostgreSQL does), an error evaluating a value
 //! (PostgreSQL's own), and a concurrent UPDATE that wrote the same
 //! version first (`40001`, as PostgreSQL's repeatable read reports it:
 //! the app retries, reading the new latest cell).
+//!
+//! The legacy tables' CHECK constraints and triggers are not run: they
+//! are PostgreSQL's, and the reverse mirror applies the cells as rows.
 //!
 //! A write is not atomic across rows and layout columns: its cells go to
 //! the store in one `put_cells` call, and a failure part-way can leave
@@ -383,6 +387,9 @@ impl<S: CellStore> Writer<'_, S> {
         }
         let (key, new, _) = self.evaluate(Some(&row.key), &targets, &[], None).await?;
         let key = row_key(key)?;
+        // PostgreSQL checks the proposed row before it looks for a
+        // conflict: an upsert's too.
+        self.check_not_null(&new)?;
         let latest = self.latest(&key).await?;
         let exists = latest.iter().any(Option::is_some);
         if let Table::Child(_) = self.write.table {
@@ -406,7 +413,6 @@ impl<S: CellStore> Writer<'_, S> {
                 }
             };
         }
-        self.check_not_null(&new)?;
         // Each layout column the INSERT gives a value of.
         let mut cells = Vec::new();
         for (i, c) in self.cols.iter().enumerate() {

@@ -24,6 +24,7 @@
 mod answers;
 mod frame;
 pub mod heartbeat;
+mod params;
 mod relay;
 pub mod route;
 mod sample;

@@ -25,8 +25,9 @@ use crate::frame::{self, Frame, FrameError};
 use query::run::Origin;
 use tokio::sync::oneshot;
 
+use crate::params::{params_nullable, params_text};
 use crate::route::{refusing_statement, unserved, Decision, Verdict};
-use crate::sample::{params_nullable, params_text, Held};
+use crate::sample::Held;
 use crate::stats::{Route, SampleOutcome};
 use crate::Shared;
 use verifier::Side;

@@ -27,14 +27,12 @@
 //! cells are read again from Schemaless and offered as a read Schemaless
 //! served, which the verifier replays on the legacy store.
 //!
-//! Parameters sent in binary form are read for the types whose binary
-//! form is fixed and simple (integers, floats, booleans, UUIDs, text);
-//! a statement with any other binary parameter is not sampled (counted
-//! as `params_not_read`, as is one with a NULL parameter).
+//! Parameters are read as text (`params`); a statement with a parameter
+//! that cannot be (a NULL, a binary one of a type not read) is not
+//! sampled (counted as `params_not_read`).
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use query::run::{CellRead, Refused, Serving, Written};
 use query::Model;
 use schemaless::{CellStore, Column, ReadFrom};
@@ -268,129 +266,4 @@ async fn offer(
         offered += 1;
     }
     Ok(offered)
-}
-
-/// The parameters of a `Bind` as text, the way `query run` binds them, or
-/// `None` when one cannot be read as text (a NULL, or a binary value of a
-/// type whose form is not read here). `types` are the `Parse`'s type OIDs
-/// (0 or missing: unspecified).
-pub(crate) fn params_text(
-    types: &[u32],
-    formats: &[i16],
-    params: &[Option<Bytes>],
-) -> Option<Vec<String>> {
-    params_nullable(types, formats, params)?
-        .into_iter()
-        .collect()
-}
-
-/// [`params_text`], a NULL read as `None`; `None` when a value cannot be
-/// read as text.
-pub(crate) fn params_nullable(
-    types: &[u32],
-    formats: &[i16],
-    params: &[Option<Bytes>],
-) -> Option<Vec<Option<String>>> {
-    params
-        .iter()
-        .enumerate()
-        .map(|(i, value)| {
-            let Some(value) = value.as_ref() else {
-                return Some(None);
-            };
-            // One format code applies to all; none means text.
-            let format = match formats {
-                [] => 0,
-                [one] => *one,
-                many => *many.get(i)?,
-            };
-            if format == 0 {
-                return String::from_utf8(value.to_vec()).ok().map(Some);
-            }
-            binary_text(types.get(i).copied().unwrap_or(0), value).map(Some)
-        })
-        .collect()
-}
-
-/// A binary parameter of type `oid` as PostgreSQL's text form.
-fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
-    let fixed = |n: usize| (value.len() == n).then_some(value);
-    Some(match oid {
-        16 => (fixed(1)?[0] != 0).to_string(),
-        20 => i64::from_be_bytes(fixed(8)?.try_into().ok()?).to_string(),
-        21 => i16::from_be_bytes(fixed(2)?.try_into().ok()?).to_string(),
-        23 => i32::from_be_bytes(fixed(4)?.try_into().ok()?).to_string(),
-        // float4 and float8, exact: Rust prints the shortest text that
-        // reads back as the same value, as PostgreSQL does.
-        700 => f32::from_be_bytes(fixed(4)?.try_into().ok()?).to_string(),
-        701 => f64::from_be_bytes(fixed(8)?.try_into().ok()?).to_string(),
-        // text, varchar, bpchar, name: the text itself.
-        25 | 1043 | 1042 | 19 => String::from_utf8(value.to_vec()).ok()?,
-        2950 => uuid::Uuid::from_slice(value).ok()?.to_string(),
-        _ => return None,
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_parameters_are_taken_as_they_are() {
-        let p = [
-            Some(Bytes::from_static(b"42")),
-            Some(Bytes::from_static(b"x")),
-        ];
-        assert_eq!(
-            params_text(&[], &[], &p),
-            Some(vec!["42".into(), "x".into()])
-        );
-        assert_eq!(
-            params_text(&[], &[0], &p),
-            Some(vec!["42".into(), "x".into()])
-        );
-        assert_eq!(
-            params_text(&[], &[], &[None]),
-            None,
-            "NULL is not a literal"
-        );
-    }
-
-    #[test]
-    fn binary_parameters_of_simple_types_read_as_text() {
-        let uuid = uuid::Uuid::from_u128(0x1234_5678_9abc_def0_1122_3344_5566_7788);
-        let p = [
-            Some(Bytes::copy_from_slice(uuid.as_bytes())),
-            Some(Bytes::copy_from_slice(&(-7_i64).to_be_bytes())),
-            Some(Bytes::copy_from_slice(&0.1_f64.to_be_bytes())),
-            Some(Bytes::from_static(b"caf\xc3\xa9")),
-        ];
-        assert_eq!(
-            params_text(&[2950, 20, 701, 25], &[1], &p),
-            Some(vec![
-                uuid.to_string(),
-                "-7".into(),
-                "0.1".into(),
-                "café".into()
-            ])
-        );
-        // Mixed formats, one per parameter.
-        let mixed = [Some(Bytes::from_static(b"5")), p[1].clone()];
-        assert_eq!(
-            params_text(&[0, 20], &[0, 1], &mixed),
-            Some(vec!["5".into(), "-7".into()])
-        );
-    }
-
-    #[test]
-    fn binary_parameters_of_other_or_unknown_types_are_not_read() {
-        let p = [Some(Bytes::from_static(&[0, 0, 0, 1]))];
-        assert_eq!(params_text(&[1700], &[1], &p), None, "numeric");
-        assert_eq!(params_text(&[0], &[1], &p), None, "unspecified type");
-        assert_eq!(
-            params_text(&[23], &[1], &[Some(Bytes::from_static(&[1]))]),
-            None,
-            "short"
-        );
-    }
 }

@@ -176,14 +176,14 @@ fn rows_line(out: &str) -> Option<&str> {
 type Round<'a> = (Option<&'a str>, (Vec<u8>, i16), &'a [i16]);
 
 /// One message of the extended protocol: its type and body.
-fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+pub(crate) fn message(kind: u8, body: &[u8]) -> Vec<u8> {
     let mut m = vec![kind];
     m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
     m.extend_from_slice(body);
     m
 }
 
-fn cstr(text: &str) -> Vec<u8> {
+pub(crate) fn cstr(text: &str) -> Vec<u8> {
     let mut b = text.as_bytes().to_vec();
     b.push(0);
     b

@@ -616,3 +616,153 @@ async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes() {
     assert_eq!(proxy.status()["writes"]["failed"], 2);
     facade.close().await;
 }
+
+/// A statement, its parameters' types, and their values in binary (the
+/// first, the row key, filled in per row).
+type BinaryWrite<'a> = (&'a str, Vec<u32>, Vec<Vec<u8>>);
+
+/// `Parse` of `sql` with parameter types `types`, `Bind` of `params` all
+/// in binary, `Execute`, `Sync` on a raw connection: every message of
+/// the answer.
+fn raw_binary_write(
+    stream: &mut std::net::TcpStream,
+    sql: &str,
+    types: &[u32],
+    params: &[Vec<u8>],
+) -> Vec<(u8, Vec<u8>)> {
+    use crate::proxy_modes::{cstr, message};
+    use std::io::Write;
+    let mut parse = [cstr(""), cstr(sql)].concat();
+    parse.extend_from_slice(&(types.len() as i16).to_be_bytes());
+    for t in types {
+        parse.extend_from_slice(&t.to_be_bytes());
+    }
+    let mut bind = [cstr(""), cstr("")].concat();
+    bind.extend_from_slice(&1i16.to_be_bytes());
+    bind.extend_from_slice(&1i16.to_be_bytes());
+    bind.extend_from_slice(&(params.len() as i16).to_be_bytes());
+    for p in params {
+        bind.extend_from_slice(&(p.len() as i32).to_be_bytes());
+        bind.extend_from_slice(p);
+    }
+    bind.extend_from_slice(&0i16.to_be_bytes());
+    let mut out = message(b'P', &parse);
+    out.extend(message(b'B', &bind));
+    out.extend(message(
+        b'E',
+        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+    ));
+    out.extend(message(b'S', &[]));
+    stream.write_all(&out).unwrap();
+    crate::proxy::messages_until_ready(stream)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binary_parameters_are_read_as_postgresql_reads_them() {
+    let (db, facade, file) = primary().await;
+    let legacy = db.store().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for (url, u) in [(proxy.url(&db), k), (direct, d)] {
+        let (ok, out, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(u)));
+        assert!(ok, "{out}{err}");
+    }
+    // PostgreSQL's own binary forms of the values, as drivers send them.
+    let binary = |sql: &str| {
+        let sql = sql.to_string();
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query_scalar::<_, Vec<u8>>(sqlx::AssertSqlSafe(sql))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let writes: [BinaryWrite; 3] = [
+        (
+            "UPDATE trips SET fare = $2, requested_at = $3, completed_at = $4, distance_km = $5, \
+             city_id = $6, version = version + 1 WHERE uuid = $1",
+            vec![2950, 1700, 1184, 1184, 701, 23],
+            vec![
+                Vec::new(),
+                binary("SELECT numeric_send(-1234.5)").await,
+                binary("SELECT timestamptz_send('2026-12-03 10:00:00.5+05:30')").await,
+                binary("SELECT timestamptz_send('2026-12-03 23:59:59.999999-11')").await,
+                binary("SELECT float8send(1e-7)").await,
+                binary("SELECT int4send(-3)").await,
+            ],
+        ),
+        (
+            "INSERT INTO fare_adjustments (trip_id, seq, amount, reason, codes, created_at) \
+             VALUES ((SELECT id FROM trips WHERE uuid = $1), 1, $2, $3, $4, $5)",
+            vec![2950, 1700, 25, 1009, 1114],
+            vec![
+                Vec::new(),
+                binary("SELECT numeric_send(0.0000001)").await,
+                binary("SELECT textsend('late \"pickup\"')").await,
+                binary("SELECT array_send(ARRAY['a', 'b\"c', NULL, '']::text[])").await,
+                binary("SELECT timestamp_send('1999-12-31 23:59:59.999999')").await,
+            ],
+        ),
+        (
+            "INSERT INTO billing_attempts (trip_id, seq, amount, currency, succeeded, \
+             processor_response, attempted_at) VALUES ((SELECT id FROM trips WHERE uuid = $1), \
+             1, $2, 'EUR', $3, $4, $5)",
+            vec![2950, 1700, 16, 3802, 1184],
+            vec![
+                Vec::new(),
+                binary("SELECT numeric_send(99999999.99)").await,
+                binary("SELECT boolsend(true)").await,
+                binary(r#"SELECT jsonb_send('{"codes": [1, 2.50, 1e3], "ok": null}')"#).await,
+                binary("SELECT timestamptz_send('1970-01-01 00:00:00+00')").await,
+            ],
+        ),
+    ];
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let port = crate::harness::cluster().spec().postgres_port;
+    let mut own =
+        crate::proxy::raw_session(std::net::SocketAddr::from(([127, 0, 0, 1], port)), &db);
+    for (sql, types, params) in &writes {
+        let with = |u: uuid::Uuid| {
+            let mut p = params.clone();
+            p[0] = u.as_bytes().to_vec();
+            p
+        };
+        let a = raw_binary_write(&mut through, sql, types, &with(k));
+        let b = raw_binary_write(&mut own, sql, types, &with(d));
+        assert!(b.iter().all(|(kind, _)| *kind != b'E'), "{sql}: {b:?}");
+        assert_eq!(a, b, "{sql}");
+    }
+    for column in ["BASE", "FARE_ADJUSTMENTS", "BILLING"] {
+        let written = latest(&facade, k, column).await.expect("written");
+        let expected = latest(&legacy, d, column).await.expect("the direct row");
+        assert_eq!(written.cell.body, expected.cell.body, "{column}");
+        assert_eq!(
+            written.cell.key.ref_key, expected.cell.key.ref_key,
+            "{column}"
+        );
+    }
+    // A value the layout cannot hold in a cell is refused, naming it.
+    let a = raw_binary_write(
+        &mut through,
+        writes[0].0,
+        &writes[0].1,
+        &[
+            k.as_bytes().to_vec(),
+            writes[0].2[1].clone(),
+            writes[0].2[2].clone(),
+            binary("SELECT timestamptz_send('infinity')").await,
+            writes[0].2[4].clone(),
+            writes[0].2[5].clone(),
+        ],
+    );
+    let error = a.iter().find(|(kind, _)| *kind == b'E').expect("an error");
+    let error = String::from_utf8_lossy(&error.1);
+    assert!(
+        error.contains("0A000") && error.contains("completed_at"),
+        "{error}"
+    );
+    assert_eq!(proxy.status()["writes"]["written"], 4);
+    facade.close().await;
+}

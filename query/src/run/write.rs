@@ -214,10 +214,12 @@ impl Col<'_> {
             return Ok(Value::Null);
         };
         match &self.kind {
-            Kind::Field(_, f) => f
-                .conversion
-                .render_owned(Some(text))
-                .map_err(|e| Refused::new("XX000", format!("reading {}: {e}", f.json))),
+            Kind::Field(_, f) => f.conversion.render_owned(Some(text)).map_err(|e| {
+                Refused::new(
+                    "0A000",
+                    format!("{} {e}: Schemaless cannot hold this value", f.json),
+                )
+            }),
             Kind::RowKey => Ok(Value::String(text)),
             Kind::RefKey(_) => text
                 .parse::<i64>()

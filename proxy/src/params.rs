@@ -1,0 +1,439 @@
+//! A `Bind`'s parameters as the text PostgreSQL reads them, the way
+//! `query run` binds them: sampling, serving and writing through the
+//! facade all evaluate a statement with its `$n` written as literals.
+//!
+//! A parameter in text form is taken as it is. One in binary form is read
+//! for the types whose binary form PostgreSQL documents and drivers send:
+//! booleans, integers, floats, `numeric`, text-like types, `uuid`,
+//! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `bytea`, and
+//! one-dimensional arrays of those (sqlx, psycopg's `%b` and JDBC bind
+//! these in binary). Anything else, or a parameter whose type the `Parse`
+//! left unspecified, is not read: the statement is then not sampled or
+//! served, and a write is refused (`0A000`) rather than guessed at.
+
+use bytes::Bytes;
+
+/// The parameters of a `Bind` as text, the way `query run` binds them, or
+/// `None` when one cannot be read as text (a NULL, or a binary value of a
+/// type whose form is not read here). `types` are the `Parse`'s type OIDs
+/// (0 or missing: unspecified).
+pub(crate) fn params_text(
+    types: &[u32],
+    formats: &[i16],
+    params: &[Option<Bytes>],
+) -> Option<Vec<String>> {
+    params_nullable(types, formats, params)?
+        .into_iter()
+        .collect()
+}
+
+/// [`params_text`], a NULL read as `None`; `None` when a value cannot be
+/// read as text.
+pub(crate) fn params_nullable(
+    types: &[u32],
+    formats: &[i16],
+    params: &[Option<Bytes>],
+) -> Option<Vec<Option<String>>> {
+    params
+        .iter()
+        .enumerate()
+        .map(|(i, value)| {
+            let Some(value) = value.as_ref() else {
+                return Some(None);
+            };
+            // One format code applies to all; none means text.
+            let format = match formats {
+                [] => 0,
+                [one] => *one,
+                many => *many.get(i)?,
+            };
+            if format == 0 {
+                return String::from_utf8(value.to_vec()).ok().map(Some);
+            }
+            binary_text(types.get(i).copied().unwrap_or(0), value).map(Some)
+        })
+        .collect()
+}
+
+/// A binary parameter of type `oid` as PostgreSQL's text form.
+fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
+    let fixed = |n: usize| (value.len() == n).then_some(value);
+    Some(match oid {
+        16 => (fixed(1)?[0] != 0).to_string(),
+        20 => i64::from_be_bytes(fixed(8)?.try_into().ok()?).to_string(),
+        21 => i16::from_be_bytes(fixed(2)?.try_into().ok()?).to_string(),
+        23 => i32::from_be_bytes(fixed(4)?.try_into().ok()?).to_string(),
+        // float4 and float8, exact: Rust prints the shortest text that
+        // reads back as the same value, as PostgreSQL does.
+        700 => float_text(
+            f64::from(f32::from_be_bytes(fixed(4)?.try_into().ok()?)),
+            true,
+        ),
+        701 => float_text(f64::from_be_bytes(fixed(8)?.try_into().ok()?), false),
+        // text, varchar, bpchar, name, json: the text itself.
+        25 | 1043 | 1042 | 19 | 114 => String::from_utf8(value.to_vec()).ok()?,
+        // jsonb: a version byte (1), then the text.
+        3802 => match value.split_first()? {
+            (1, text) => String::from_utf8(text.to_vec()).ok()?,
+            _ => return None,
+        },
+        2950 => uuid::Uuid::from_slice(value).ok()?.to_string(),
+        1700 => numeric_text(value)?,
+        1082 => date_text(i32::from_be_bytes(fixed(4)?.try_into().ok()?))?,
+        1114 | 1184 => timestamp_text(i64::from_be_bytes(fixed(8)?.try_into().ok()?), oid == 1184)?,
+        17 => {
+            let mut text = String::with_capacity(2 + value.len() * 2);
+            text.push_str("\\x");
+            for b in value {
+                text.push_str(&format!("{b:02x}"));
+            }
+            text
+        }
+        _ => return array_text(oid, value),
+    })
+}
+
+/// A float as PostgreSQL reads it back to the same value (`NaN`,
+/// `Infinity` spelled its way).
+fn float_text(x: f64, single: bool) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "Infinity" } else { "-Infinity" }.into()
+    } else if single {
+        // The shortest text of the f32, not of its f64 widening.
+        (x as f32).to_string()
+    } else {
+        x.to_string()
+    }
+}
+
+/// `numeric`'s binary form: digit count, weight (of the first base-10000
+/// digit), sign, display scale, then the base-10000 digits.
+fn numeric_text(value: &[u8]) -> Option<String> {
+    let word = |at: usize| -> Option<u16> {
+        value
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    let ndigits = usize::from(word(0)?);
+    let weight = i32::from(word(2)? as i16);
+    let sign = word(4)?;
+    let dscale = usize::from(word(6)?);
+    if value.len() != 8 + 2 * ndigits {
+        return None;
+    }
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Some("NaN".into()),
+        0xD000 => return Some("Infinity".into()),
+        0xF000 => return Some("-Infinity".into()),
+        _ => return None,
+    }
+    let digits: Vec<u16> = (0..ndigits)
+        .map(|i| word(8 + 2 * i))
+        .collect::<Option<_>>()?;
+    if digits.iter().any(|&d| d > 9999) {
+        return None;
+    }
+    // The base-10000 digit at position `g` (0: the first), zero where
+    // none is stored.
+    let at = |g: i32| -> u16 {
+        usize::try_from(g)
+            .ok()
+            .and_then(|g| digits.get(g).copied())
+            .unwrap_or(0)
+    };
+    let mut text = String::new();
+    if sign == 0x4000 {
+        text.push('-');
+    }
+    if weight < 0 {
+        text.push('0');
+    } else {
+        text.push_str(&at(0).to_string());
+        for g in 1..=weight {
+            text.push_str(&format!("{:04}", at(g)));
+        }
+    }
+    if dscale > 0 {
+        let mut fraction = String::new();
+        let mut g = weight + 1;
+        while fraction.len() < dscale {
+            fraction.push_str(&format!("{:04}", at(g)));
+            g += 1;
+        }
+        fraction.truncate(dscale);
+        text.push('.');
+        text.push_str(&fraction);
+    }
+    Some(text)
+}
+
+/// Days from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
+const EPOCH_DAYS: i64 = 10_957;
+
+/// `date`'s binary form: days since 2000-01-01 (the extremes are the
+/// infinities). Years before 1 AD are not read.
+fn date_text(days: i32) -> Option<String> {
+    match days {
+        i32::MAX => return Some("infinity".into()),
+        i32::MIN => return Some("-infinity".into()),
+        _ => {}
+    }
+    let micros = (i128::from(days) + i128::from(EPOCH_DAYS)) * 86_400_000_000;
+    let text = legacy::time::format_timestamp(micros, false).ok()?;
+    let date = &text[..text.find('T')?];
+    (!date.starts_with('-')).then(|| date.to_string())
+}
+
+/// `timestamp`'s and `timestamptz`'s binary form: microseconds since
+/// 2000-01-01 (UTC for `timestamptz`).
+fn timestamp_text(micros: i64, with_zone: bool) -> Option<String> {
+    match micros {
+        i64::MAX => return Some("infinity".into()),
+        i64::MIN => return Some("-infinity".into()),
+        _ => {}
+    }
+    let since_1970 = i128::from(micros) + i128::from(EPOCH_DAYS) * 86_400_000_000;
+    let text = legacy::time::format_timestamp(since_1970, with_zone).ok()?;
+    (!text.starts_with('-')).then_some(text)
+}
+
+/// A one-dimensional array's binary form (dimensions, a NULL flag, the
+/// element type, each dimension's length and lower bound, then each
+/// element's length and bytes) as an array literal.
+fn array_text(oid: u32, value: &[u8]) -> Option<String> {
+    let element = match oid {
+        1000 => 16,
+        1005 => 21,
+        1007 => 23,
+        1016 => 20,
+        1021 => 700,
+        1022 => 701,
+        1009 => 25,
+        1015 => 1043,
+        1014 => 1042,
+        2951 => 2950,
+        1231 => 1700,
+        1182 => 1082,
+        1115 => 1114,
+        1185 => 1184,
+        _ => return None,
+    };
+    let int = |at: usize| -> Option<i32> {
+        value
+            .get(at..at + 4)
+            .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let ndim = int(0)?;
+    if int(8)? as u32 != element {
+        return None;
+    }
+    let (count, mut at) = match ndim {
+        0 => (0, 12),
+        1 => (usize::try_from(int(12)?).ok()?, 20),
+        _ => return None,
+    };
+    let mut items = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = int(at)?;
+        at += 4;
+        if len < 0 {
+            items.push("NULL".to_string());
+            continue;
+        }
+        let len = usize::try_from(len).ok()?;
+        let text = binary_text(element, value.get(at..at + len)?)?;
+        at += len;
+        items.push(format!(
+            "\"{}\"",
+            text.replace('\\', "\\\\").replace('"', "\\\"")
+        ));
+    }
+    (at == value.len()).then(|| format!("{{{}}}", items.join(",")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_parameters_are_taken_as_they_are() {
+        let p = [
+            Some(Bytes::from_static(b"42")),
+            Some(Bytes::from_static(b"x")),
+        ];
+        assert_eq!(
+            params_text(&[], &[], &p),
+            Some(vec!["42".into(), "x".into()])
+        );
+        assert_eq!(
+            params_text(&[], &[0], &p),
+            Some(vec!["42".into(), "x".into()])
+        );
+        assert_eq!(
+            params_text(&[], &[], &[None]),
+            None,
+            "NULL is not a literal"
+        );
+    }
+
+    #[test]
+    fn binary_parameters_of_simple_types_read_as_text() {
+        let uuid = uuid::Uuid::from_u128(0x1234_5678_9abc_def0_1122_3344_5566_7788);
+        let p = [
+            Some(Bytes::copy_from_slice(uuid.as_bytes())),
+            Some(Bytes::copy_from_slice(&(-7_i64).to_be_bytes())),
+            Some(Bytes::copy_from_slice(&0.1_f64.to_be_bytes())),
+            Some(Bytes::from_static(b"caf\xc3\xa9")),
+        ];
+        assert_eq!(
+            params_text(&[2950, 20, 701, 25], &[1], &p),
+            Some(vec![
+                uuid.to_string(),
+                "-7".into(),
+                "0.1".into(),
+                "café".into()
+            ])
+        );
+        // Mixed formats, one per parameter.
+        let mixed = [Some(Bytes::from_static(b"5")), p[1].clone()];
+        assert_eq!(
+            params_text(&[0, 20], &[0, 1], &mixed),
+            Some(vec!["5".into(), "-7".into()])
+        );
+    }
+
+    fn one(oid: u32, bytes: &[u8]) -> Option<String> {
+        params_text(&[oid], &[1], &[Some(Bytes::copy_from_slice(bytes))]).map(|mut v| v.remove(0))
+    }
+
+    /// `numeric`'s binary form from its parts.
+    fn numeric(weight: i16, sign: u16, dscale: u16, digits: &[u16]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for w in [digits.len() as u16, weight as u16, sign, dscale] {
+            b.extend_from_slice(&w.to_be_bytes());
+        }
+        for d in digits {
+            b.extend_from_slice(&d.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn binary_numerics_read_as_postgresql_writes_them() {
+        // 12345.678 (scale 3): digits 1, 2345, 6780, weight 1.
+        assert_eq!(
+            one(1700, &numeric(1, 0, 3, &[1, 2345, 6780])).as_deref(),
+            Some("12345.678")
+        );
+        // -0.0012 (scale 4): digit 12 at weight -1.
+        assert_eq!(
+            one(1700, &numeric(-1, 0x4000, 4, &[12])).as_deref(),
+            Some("-0.0012")
+        );
+        // 0.00000001 (scale 8): weight -2.
+        assert_eq!(
+            one(1700, &numeric(-2, 0, 8, &[1])).as_deref(),
+            Some("0.00000001")
+        );
+        // 1000000 (weight 1, digits 100 and no second: zeros).
+        assert_eq!(
+            one(1700, &numeric(1, 0, 0, &[100])).as_deref(),
+            Some("1000000")
+        );
+        // 12.50 keeps its scale; zero; NaN.
+        assert_eq!(
+            one(1700, &numeric(0, 0, 2, &[12, 5000])).as_deref(),
+            Some("12.50")
+        );
+        assert_eq!(one(1700, &numeric(0, 0, 0, &[])).as_deref(), Some("0"));
+        assert_eq!(
+            one(1700, &numeric(0, 0xC000, 0, &[])).as_deref(),
+            Some("NaN")
+        );
+        // A digit out of range, a short body: not read.
+        assert_eq!(one(1700, &numeric(0, 0, 0, &[10000])), None);
+        assert_eq!(one(1700, &numeric(0, 0, 0, &[1])[..9]), None);
+    }
+
+    #[test]
+    fn binary_times_read_from_postgresqls_epoch() {
+        // 2000-01-01 is day 0; 2026-12-03 is day 9833.
+        assert_eq!(
+            one(1082, &0i32.to_be_bytes()).as_deref(),
+            Some("2000-01-01")
+        );
+        assert_eq!(
+            one(1082, &9833i32.to_be_bytes()).as_deref(),
+            Some("2026-12-03")
+        );
+        assert_eq!(
+            one(1082, &(-1i32).to_be_bytes()).as_deref(),
+            Some("1999-12-31")
+        );
+        assert_eq!(
+            one(1082, &i32::MAX.to_be_bytes()).as_deref(),
+            Some("infinity")
+        );
+        let micros = 9833_i64 * 86_400_000_000 + 8 * 3_600_000_000 + 123_456;
+        assert_eq!(
+            one(1184, &micros.to_be_bytes()).as_deref(),
+            Some("2026-12-03T08:00:00.123456Z")
+        );
+        assert_eq!(
+            one(1114, &micros.to_be_bytes()).as_deref(),
+            Some("2026-12-03T08:00:00.123456")
+        );
+        assert_eq!(
+            one(1114, &i64::MIN.to_be_bytes()).as_deref(),
+            Some("-infinity")
+        );
+        // Before 1 AD: not read.
+        assert_eq!(one(1082, &(-800_000i32).to_be_bytes()), None);
+    }
+
+    #[test]
+    fn binary_json_bytea_and_arrays_read_as_literals() {
+        assert_eq!(one(3802, b"\x01{\"a\": 1}").as_deref(), Some("{\"a\": 1}"));
+        assert_eq!(one(3802, b"\x02{}"), None, "an unknown jsonb version");
+        assert_eq!(one(17, &[0, 255]).as_deref(), Some("\\x00ff"));
+        // int4[] {1,NULL,3}: one dimension, has nulls, element 23.
+        let mut a = Vec::new();
+        for x in [1i32, 1, 23, 3, 1, 4, 1] {
+            a.extend_from_slice(&x.to_be_bytes());
+        }
+        a.extend_from_slice(&(-1i32).to_be_bytes());
+        a.extend_from_slice(&4i32.to_be_bytes());
+        a.extend_from_slice(&3i32.to_be_bytes());
+        assert_eq!(one(1007, &a).as_deref(), Some("{\"1\",NULL,\"3\"}"));
+        // text[] {"a\"b"} and the empty array.
+        let mut t = Vec::new();
+        for x in [1i32, 0, 25, 1, 1, 3] {
+            t.extend_from_slice(&x.to_be_bytes());
+        }
+        t.extend_from_slice(b"a\"b");
+        assert_eq!(one(1009, &t).as_deref(), Some("{\"a\\\"b\"}"));
+        let mut empty = Vec::new();
+        for x in [0i32, 0, 25] {
+            empty.extend_from_slice(&x.to_be_bytes());
+        }
+        assert_eq!(one(1009, &empty).as_deref(), Some("{}"));
+        // The element type must be the array's.
+        t[8..12].copy_from_slice(&23u32.to_be_bytes());
+        assert_eq!(one(1009, &t), None);
+    }
+
+    #[test]
+    fn binary_parameters_of_other_or_unknown_types_are_not_read() {
+        let p = [Some(Bytes::from_static(&[0, 0, 0, 1]))];
+        assert_eq!(params_text(&[1186], &[1], &p), None, "interval");
+        assert_eq!(params_text(&[0], &[1], &p), None, "unspecified type");
+        assert_eq!(
+            params_text(&[23], &[1], &[Some(Bytes::from_static(&[1]))]),
+            None,
+            "short"
+        );
+    }
+}

@@ -567,7 +567,7 @@ fn client(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes() {
+async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes_in_primary_and_schemaless() {
     let (db, facade, file) = primary().await;
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     let direct = crate::harness::cluster().postgres_url(&db.name);
@@ -596,7 +596,20 @@ async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes() {
          version = version + 1 WHERE uuid = $1 RETURNING completed_at, uuid"
             .to_string(),
     ];
-    for (program, script) in [("python3", "writes.py"), ("node", "writes.js")] {
+    let clients = [("python3", "writes.py"), ("node", "writes.js")];
+    for ((program, script), mode) in clients
+        .iter()
+        .map(|c| (c, Mode::Primary))
+        .chain(clients.iter().map(|c| (c, Mode::Schemaless)))
+    {
+        if mode == Mode::Schemaless && *script == "writes.py" {
+            crate::worker::forced(&facade, Mode::Schemaless).await;
+            // The proxy follows: reads Schemaless cannot answer are refused.
+            crate::proxy::wait_for(|| {
+                let r = psql(&proxy.url(&db), "SELECT count(*) FROM trips;\n");
+                r.2.contains("0A000").then_some(())
+            });
+        }
         let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         let through = client(program, script, &proxy.url(&db), k, &statements);
         let twin = client(program, script, &direct, d, &statements);
@@ -613,7 +626,7 @@ async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes() {
         assert_eq!(cell.cell.body.fields()["status"], "requested!");
         assert!(latest(&facade, k, "NOTES").await.is_some());
     }
-    assert_eq!(proxy.status()["writes"]["failed"], 2);
+    assert_eq!(proxy.status()["writes"]["failed"], 4);
     facade.close().await;
 }
 

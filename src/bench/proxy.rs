@@ -224,11 +224,16 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
     served.done.await?;
     facade.close().await;
     pool.close().await;
-    let (direct_reads, served_reads) = reads?;
+    let ((direct_reads, served_reads), (direct_writes, facade_writes)) = reads?;
     anyhow::ensure!(
         status.served.get("schemaless").copied().unwrap_or(0) > 0,
         "the proxy served no read from Schemaless: {:?}",
         status.served
+    );
+    anyhow::ensure!(
+        status.writes.get("written").copied().unwrap_or(0) > 0,
+        "the proxy wrote nothing through the facade: {:?}",
+        status.writes
     );
     let [direct, through, relay] = latencies.map(Latencies::new);
     let figures = json!({
@@ -274,6 +279,19 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         "served_p99_ratio": served_reads.latencies.percentile_us(99.0)
             / direct_reads.latencies.percentile_us(99.0),
         "served_throughput_ratio": served_reads.per_sec / direct_reads.per_sec,
+        "written": {
+            "direct_p50_us": direct_writes.latencies.percentile_us(50.0),
+            "direct_p99_us": direct_writes.latencies.percentile_us(99.0),
+            "direct_writes_per_sec": direct_writes.per_sec,
+            "written_p50_us": facade_writes.latencies.percentile_us(50.0),
+            "written_p99_us": facade_writes.latencies.percentile_us(99.0),
+            "written_per_sec": facade_writes.per_sec,
+            "written_through_facade": status.writes.get("written").copied().unwrap_or(0),
+            "failed": status.writes.get("failed").copied().unwrap_or(0),
+        },
+        "written_p50_ratio": facade_writes.latencies.percentile_us(50.0)
+            / direct_writes.latencies.percentile_us(50.0),
+        "written_throughput_ratio": facade_writes.per_sec / direct_writes.per_sec,
     });
     println!(
         "select-only: direct p50 {:.0} us p99 {:.0} us {:.0} tps; proxy p50 {:.0} us p99 {:.0} us {:.0} tps",
@@ -301,6 +319,15 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         served_reads.per_sec,
         figures["served_p50_ratio"].as_f64().unwrap_or_default(),
         figures["served_throughput_ratio"].as_f64().unwrap_or_default(),
+    );
+    println!(
+        "a trip's version bumped by its row key: direct p50 {:.0} us {:.0}/s; through the proxy and the facade (primary) p50 {:.0} us {:.0}/s: p50 ratio {:.3}, throughput ratio {:.3}",
+        direct_writes.latencies.percentile_us(50.0),
+        direct_writes.per_sec,
+        facade_writes.latencies.percentile_us(50.0),
+        facade_writes.per_sec,
+        figures["written_p50_ratio"].as_f64().unwrap_or_default(),
+        figures["written_throughput_ratio"].as_f64().unwrap_or_default(),
     );
     println!(
         "a raw TCP relay (bytes copied, nothing read) in the same run: p50 ratio {:.3}, throughput ratio {:.3}; the proxy makes {:.3} of the raw relay's throughput",

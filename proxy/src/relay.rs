@@ -93,6 +93,8 @@ struct State {
     served: HashMap<String, ServedPortal>,
     /// The session is on the legacy database: its statements are read.
     layout: bool,
+    /// The app's user: its statements' values are evaluated as that role.
+    role: std::sync::Arc<str>,
 }
 
 /// A prepared statement the relay reads at each `Bind`.
@@ -135,6 +137,7 @@ impl State {
             reads: HashMap::new(),
             served: HashMap::new(),
             layout: true,
+            role: std::sync::Arc::from(""),
         }
     }
 
@@ -174,7 +177,7 @@ pub async fn relay(
     client: &mut crate::session::Opened,
     pg: &mut TcpStream,
     mut from_client: BytesMut,
-    layout: bool,
+    (layout, user): (bool, &str),
 ) -> Result<(), Fatal> {
     let max = shared.settings.max_message_bytes;
     let idle_timeout = Duration::from_millis(shared.settings.idle_timeout_ms);
@@ -182,6 +185,7 @@ pub async fn relay(
     let (mut pg_rd, mut pg_wr) = pg.split();
     let mut state = State::new();
     state.layout = layout;
+    state.role = std::sync::Arc::from(user);
     let mut to_pg = BytesMut::with_capacity(8192);
     let mut from_pg = BytesMut::with_capacity(64 * 1024);
     let mut to_client = BytesMut::with_capacity(64 * 1024);
@@ -232,7 +236,8 @@ pub async fn relay(
                 // The read is sampled as the store that answered it.
                 if let (Some(side), Some((sql, params))) = (side, read) {
                     if shared.sampling.wants() {
-                        shared.sampling.sample(shared.stats.clone(), sql, params, side);
+                        let role = state.role.clone();
+                        shared.sampling.sample(shared.stats.clone(), (sql, params, role), side);
                     }
                 }
             }
@@ -298,7 +303,10 @@ fn message(
             let outside = !state.in_transaction();
             let decision = route(shared, state, &query.query);
             if decision.writable && !state.answers.lost() {
-                let answer = shared.sampling.write(query.query.clone(), Vec::new());
+                let answer =
+                    shared
+                        .sampling
+                        .write(query.query.clone(), Vec::new(), state.role.clone());
                 let mode = shared.mode();
                 return Some(Pending {
                     frame,
@@ -312,7 +320,10 @@ fn message(
                 return None;
             }
             if decision.samplable && may_serve {
-                let answer = shared.sampling.serve(query.query.clone(), Vec::new());
+                let answer =
+                    shared
+                        .sampling
+                        .serve(query.query.clone(), Vec::new(), state.role.clone());
                 let mode = shared.mode();
                 return Some(Pending {
                     frame,
@@ -334,8 +345,7 @@ fn message(
             if decision.samplable && shared.sampling.wants() {
                 shared.sampling.sample(
                     shared.stats.clone(),
-                    query.query.clone(),
-                    Vec::new(),
+                    (query.query.clone(), Vec::new(), state.role.clone()),
                     Side::Legacy,
                 );
             }
@@ -415,7 +425,9 @@ fn message(
             let params = params_text(&types, &bind.parameter_format_codes, &bind.parameters);
             let may_serve = state.may_serve(shared);
             if let (Some(params), true) = (&params, may_serve) {
-                let answer = shared.sampling.serve(sql.clone(), params.clone());
+                let answer = shared
+                    .sampling
+                    .serve(sql.clone(), params.clone(), state.role.clone());
                 let mode = shared.mode();
                 return Some(Pending {
                     frame,
@@ -437,11 +449,11 @@ fn message(
             out.extend_from_slice(&frame.bytes);
             if shared.sampling.wants() {
                 match params {
-                    Some(params) => {
-                        shared
-                            .sampling
-                            .sample(shared.stats.clone(), sql, params, Side::Legacy)
-                    }
+                    Some(params) => shared.sampling.sample(
+                        shared.stats.clone(),
+                        (sql, params, state.role.clone()),
+                        Side::Legacy,
+                    ),
                     None => shared.stats.sample(SampleOutcome::ParamsNotRead),
                 }
             }
@@ -531,7 +543,7 @@ fn bind_write(
     } else {
         match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
             Some(params) => {
-                let answer = shared.sampling.write(sql, params);
+                let answer = shared.sampling.write(sql, params, state.role.clone());
                 let mode = shared.mode();
                 return Some(Pending {
                     frame,

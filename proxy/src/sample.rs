@@ -78,15 +78,20 @@ impl Sampling {
         self.model.is_some() && self.facade.mode().samples() && self.facade.sampler().wants()
     }
 
-    /// Samples `sql` with `params` in the background, as a read `served`
-    /// answered.
-    pub(crate) fn sample(&self, stats: Arc<Stats>, sql: String, params: Vec<String>, served: Side) {
+    /// Samples `sql` with `params` (its values evaluated as `role`) in the
+    /// background, as a read `served` answered.
+    pub(crate) fn sample(
+        &self,
+        stats: Arc<Stats>,
+        (sql, params, role): (String, Vec<String>, Arc<str>),
+        served: Side,
+    ) {
         let (Some(model), facade) = (self.model.clone(), self.facade.clone()) else {
             return;
         };
         stats.sample(SampleOutcome::Drawn);
         self.runtime.spawn(async move {
-            let outcome = match offer(&facade, &model, &sql, &params, served).await {
+            let outcome = match offer(&facade, &model, (&sql, &params, &role), served).await {
                 Ok(reads) => {
                     stats.sample_reads(reads);
                     SampleOutcome::Offered
@@ -124,6 +129,7 @@ impl Sampling {
         &self,
         sql: String,
         params: Vec<String>,
+        role: Arc<str>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (facade, catalog, model) = (
@@ -145,8 +151,12 @@ impl Sampling {
                 Some(row) => share.serves_schemaless(row, Some(column)),
                 None => share.share(Some(column)) == tripstore::ReadShare::ALL,
             };
+            let eval = query::run::Evaluator {
+                legacy: facade.legacy(),
+                role: Some(&role),
+            };
             let served = query::run::render_from(
-                facade.legacy(),
+                eval,
                 facade.schemaless_reads(),
                 &catalog,
                 &model,
@@ -172,6 +182,7 @@ impl Sampling {
         &self,
         sql: String,
         params: Vec<Option<String>>,
+        role: Arc<str>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (facade, catalog, model) = (
@@ -182,8 +193,12 @@ impl Sampling {
         self.runtime.spawn(async move {
             let written = match model {
                 Some(model) => {
+                    let eval = query::run::Evaluator {
+                        legacy: facade.legacy(),
+                        role: Some(&role),
+                    };
                     query::run::write_through(
-                        facade.legacy(),
+                        eval,
                         facade.as_ref(),
                         &catalog,
                         &model,
@@ -211,12 +226,15 @@ impl Sampling {
 async fn offer(
     facade: &TripStore,
     model: &Model,
-    sql: &str,
-    params: &[String],
+    (sql, params, role): (&str, &[String], &str),
     served: Side,
 ) -> Result<u64, String> {
     let legacy = facade.legacy();
-    let reads = query::run::cell_reads(legacy, model, sql, params)
+    let eval = query::run::Evaluator {
+        legacy,
+        role: Some(role),
+    };
+    let reads = query::run::cell_reads(eval, model, sql, params)
         .await
         .map_err(|e| e.to_string())?;
     let store: &dyn CellStore = match served {

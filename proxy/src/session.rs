@@ -33,8 +33,8 @@ const MAX_STARTUP: usize = 10_000;
 
 /// How a connection opened.
 enum Opening {
-    /// A startup packet, as sent, and the database it names.
-    Start(BytesMut, String),
+    /// A startup packet, as sent, the database it names and the user.
+    Start(BytesMut, String, String),
     /// A cancel request, as sent.
     Cancel(BytesMut),
 }
@@ -81,9 +81,9 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
             }
             return;
         }
-        Opening::Start(packet, database) => (packet, database),
+        Opening::Start(packet, database, user) => (packet, database, user),
     };
-    let (startup, database) = startup;
+    let (startup, database, user) = startup;
     let Ok(_slot) = shared.clients.clone().try_acquire_owned() else {
         shared.stats.connection(Outcome::RefusedFull);
         fatal(
@@ -140,7 +140,7 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
     // Only the legacy database holds the layout's tables: a session on
     // another one is relayed without a look at its statements.
     let layout = database == shared.database;
-    if let Err(e) = crate::relay::relay(&shared, &mut client, &mut pg, buf, layout).await {
+    if let Err(e) = crate::relay::relay(&shared, &mut client, &mut pg, buf, (layout, &user)).await {
         tracing::debug!("session: {e}");
         if !matches!(e, Fatal::Io(_)) {
             let _ = client
@@ -235,7 +235,8 @@ async fn open(
                             .or_else(|| s.parameters.get("user"))
                             .cloned()
                             .unwrap_or_default();
-                        return Ok(Opening::Start(packet, database));
+                        let user = s.parameters.get("user").cloned().unwrap_or_default();
+                        return Ok(Opening::Start(packet, database, user));
                     }
                     _ => {
                         return Err(Fatal::Protocol(

@@ -324,6 +324,50 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 
+    // Values are evaluated as the app's role, in a transaction rolled
+    // back: a function the app may not call fails as it would in
+    // PostgreSQL, and a setting a value changes does not stay on the
+    // facade's connections.
+    let app = format!("app_{}", db.name);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {app} LOGIN; GRANT SELECT, INSERT, UPDATE ON trips TO {app}"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let as_app = |url: &str| url.replacen("postgres@", &format!("{app}@"), 1);
+    let reads_a_file = format!(
+        "UPDATE trips SET status = pg_read_file('PG_VERSION'), version = version + 1 \
+         WHERE uuid = '{k}';\n"
+    );
+    let (_, _, err) = psql(&as_app(&url), &reads_a_file);
+    assert!(err.contains("42501"), "{err}");
+    let (_, _, err) = psql(&as_app(&direct), &reads_a_file);
+    assert!(err.contains("42501"), "PostgreSQL says the same: {err}");
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = \
+             set_config('statement_timeout', '1', false), version = version + 1 \
+             WHERE uuid = '{k}';\n"
+        ),
+    );
+    assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
+    assert_eq!(
+        latest(&facade, k, "BASE").await.unwrap().cell.body.fields()["status"],
+        "1ms"
+    );
+    for _ in 0..10 {
+        let (ok, out, err) = psql(
+            &url,
+            &format!(
+                "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'rated', \
+                 version = version + 1 WHERE uuid = '{k}' AND pg_sleep(0.01) IS NOT NULL;\n"
+            ),
+        );
+        assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
+    }
+
     // A write with other statements in one Query is refused whole.
     let (_, out, err) = psql(
         &url,
@@ -358,12 +402,12 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     );
 
     let status = proxy.status();
-    // Written: 2 trips, the one DO NOTHING left, 8 UPDATEs (2 of no
+    // Written: 2 trips, the one DO NOTHING left, 19 UPDATEs (2 of no
     // row), the child row, the upsert; failed: the duplicate, the value,
-    // the NULL, the missing parent, the partial upsert.
-    assert_eq!(status["writes"]["written"], 13, "{status}");
-    assert_eq!(status["writes"]["failed"], 5, "{status}");
-    assert_eq!(status["write_cells"], 10, "{status}");
+    // the NULL, the missing parent, the partial upsert, the file read.
+    assert_eq!(status["writes"]["written"], 24, "{status}");
+    assert_eq!(status["writes"]["failed"], 6, "{status}");
+    assert_eq!(status["write_cells"], 21, "{status}");
     facade.close().await;
 }
 

@@ -35,7 +35,8 @@ mod serve;
 mod write;
 
 use cells::{index_reads, row_reads};
-use postgres::{postgres_rows, Evaluator};
+use postgres::postgres_rows;
+pub use postgres::Evaluator;
 pub use reads::{cell_reads, CellRead};
 pub use serve::{render_from, Catalog, Origin, Rendering, Serving};
 pub use write::{write_through, Refused, Written};
@@ -119,7 +120,7 @@ pub async fn run(
             Plan::Write(_) => unreachable!("writes are refused above"),
         };
         let postgres = postgres_rows(&legacy, &statement, outputs, order).await?;
-        let eval = Evaluator { legacy: &legacy };
+        let eval = Evaluator::own(&legacy);
         let schemaless = match &plan {
             Plan::Rows(read) => row_reads(&eval, &store, read).await?,
             Plan::Index(read) => index_reads(&eval, &store, read).await?,

@@ -142,20 +142,68 @@ fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
         .flatten()
 }
 
-/// Evaluates the statement's values on PostgreSQL, in the types the
-/// cell API takes them.
-pub(super) struct Evaluator<'a> {
-    pub(super) legacy: &'a LegacyStore,
+/// Evaluates a statement's values on PostgreSQL, in the types the cell
+/// API takes them: on the legacy store's connections, and, for an app's
+/// statement (the proxy's), as the app's own role.
+///
+/// An app's values may call functions (`now()`, `lower($1)`, and any
+/// other): evaluated with the facade's connection as it logged in, they
+/// would run with its privileges, not the app's, and a session-level
+/// `set_config` would stay on a pooled connection. So with a `role` each
+/// evaluation runs in a `READ ONLY` transaction after `SET LOCAL ROLE`
+/// (the facade's user must be a member of the app's role, as a superuser
+/// or the owner granted it is), rolled back at the end: what the app
+/// could not do itself fails with PostgreSQL's own error, and nothing of
+/// it stays.
+#[derive(Clone, Copy)]
+pub struct Evaluator<'a> {
+    pub legacy: &'a LegacyStore,
+    /// The app's role, for an app's statement; `None` for the operator's
+    /// own (`query run`).
+    pub role: Option<&'a str>,
 }
 
-impl Evaluator<'_> {
-    pub(super) async fn texts(&self, sql: String) -> Result<Vec<Option<String>>, RunError> {
-        let rows: Vec<(Option<String>,)> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("/* mezzanine */ {sql}")))
+impl<'a> Evaluator<'a> {
+    /// Values evaluated as the legacy store's own user.
+    pub fn own(legacy: &'a LegacyStore) -> Evaluator<'a> {
+        Evaluator { legacy, role: None }
+    }
+
+    /// The rows of `sql` (one statement, values only).
+    pub(super) async fn rows(&self, sql: &str) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+        let sql = format!("/* mezzanine */ {sql}");
+        let Some(role) = self.role else {
+            return sqlx::query(sqlx::AssertSqlSafe(sql))
                 .fetch_all(self.legacy.pool())
-                .await
-                .map_err(|e| anyhow::anyhow!("evaluating {sql}: {e}"))?;
-        Ok(rows.into_iter().map(|(t,)| t).collect())
+                .await;
+        };
+        let mut tx = self
+            .legacy
+            .pool()
+            .begin_with(sqlx::AssertSqlSafe(format!(
+                "BEGIN READ ONLY; SET LOCAL ROLE {}",
+                serve::quote(role)
+            )))
+            .await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut *tx)
+            .await;
+        tx.rollback().await?;
+        rows
+    }
+
+    pub(super) async fn texts(&self, sql: String) -> Result<Vec<Option<String>>, RunError> {
+        use sqlx::Row as _;
+        let rows = self
+            .rows(&sql)
+            .await
+            .map_err(|e| anyhow::anyhow!("evaluating {sql}: {e}"))?;
+        rows.iter()
+            .map(|r| {
+                r.try_get::<Option<String>, _>(0)
+                    .map_err(|e| RunError::Failed(anyhow::anyhow!("evaluating {sql}: {e}")))
+            })
+            .collect()
     }
 
     /// The row keys named. A key written as a UUID literal in one of

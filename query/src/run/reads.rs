@@ -22,7 +22,7 @@ pub enum CellRead {
 /// that do not evaluate. `legacy` evaluates the values (each once, as
 /// `query run` does).
 pub async fn cell_reads(
-    legacy: &LegacyStore,
+    eval: Evaluator<'_>,
     model: &crate::Model,
     sql: &str,
     params: &[String],
@@ -32,7 +32,6 @@ pub async fn cell_reads(
         Some(plan @ (Plan::Rows(_) | Plan::Index(_))) => plan,
         _ => return Err(untranslatable("not a translatable read")),
     };
-    let eval = Evaluator { legacy };
     let mut reads = Vec::new();
     match &plan {
         Plan::Rows(read) => {

@@ -180,7 +180,7 @@ pub(super) fn literal(text: &str) -> String {
 /// index query). `legacy` evaluates the statement's values and knows the
 /// catalog.
 pub async fn render_from<S: CellStore>(
-    legacy: &LegacyStore,
+    eval: Evaluator<'_>,
     store: &S,
     catalog: &Catalog,
     model: &crate::Model,
@@ -196,7 +196,7 @@ pub async fn render_from<S: CellStore>(
                 .into(),
         ));
     }
-    let eval = Evaluator { legacy };
+    let legacy = eval.legacy;
     let (rows, outputs, order, limit, offset) =
         match crate::analyze(model, &statement.to_string()).plan {
             Some(Plan::Rows(read)) => {

@@ -91,13 +91,14 @@ pub const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
 /// Runs `sql`, its `$n` bound to `params` (`None`: NULL), through
 /// `store`. `legacy` evaluates the values and knows the catalog.
 pub async fn write_through<S: CellStore>(
-    legacy: &LegacyStore,
+    eval: Evaluator<'_>,
     store: &S,
     catalog: &Catalog,
     model: &crate::Model,
     sql: &str,
     params: &[Option<String>],
 ) -> Result<Written, Refused> {
+    let legacy = eval.legacy;
     let statement = bind_nullable(sql, params)?;
     let write = match crate::analyze(model, &statement.to_string()).plan {
         Some(Plan::Write(write)) => write,
@@ -106,6 +107,7 @@ pub async fn write_through<S: CellStore>(
     let cols = columns(legacy, catalog, model, write.table).await?;
     let writer = Writer {
         legacy,
+        eval,
         store,
         cols: &cols,
         write: &write,
@@ -127,7 +129,6 @@ pub async fn write_through<S: CellStore>(
             sets,
             conditions,
         } => {
-            let eval = Evaluator { legacy };
             let mut written = Vec::new();
             let mut cells = Vec::new();
             for key in eval.keys(keys).await? {
@@ -271,6 +272,7 @@ async fn columns<'a>(
 
 struct Writer<'a, S> {
     legacy: &'a LegacyStore,
+    eval: Evaluator<'a>,
     store: &'a S,
     cols: &'a [Col<'a>],
     write: &'a Write,
@@ -331,7 +333,7 @@ impl<S: CellStore> Writer<'_, S> {
         if let Some(base) = base {
             sql.push_str(&format!(" FROM {}", self.values(&[base.to_vec()])?));
         }
-        let mut texts = texts(self.legacy, &sql).await?.into_iter();
+        let mut texts = texts(self.eval, &sql).await?.into_iter();
         let key = if key.is_some() {
             texts.next().flatten()
         } else {
@@ -715,18 +717,18 @@ fn excluded(
 }
 
 /// One row of text values, PostgreSQL's errors kept with their SQLSTATE.
-async fn texts(legacy: &LegacyStore, sql: &str) -> Result<Vec<Option<String>>, Refused> {
+async fn texts(eval: Evaluator<'_>, sql: &str) -> Result<Vec<Option<String>>, Refused> {
     use sqlx::Row as _;
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
-        .fetch_one(legacy.pool())
-        .await
-        .map_err(|e| match &e {
-            sqlx::Error::Database(db) => Refused::new(
-                db.code().as_deref().unwrap_or("XX000"),
-                db.message().to_string(),
-            ),
-            _ => Refused::new("58000", format!("evaluating the write's values: {e}")),
-        })?;
+    let rows = eval.rows(sql).await.map_err(|e| match &e {
+        sqlx::Error::Database(db) => Refused::new(
+            db.code().as_deref().unwrap_or("XX000"),
+            db.message().to_string(),
+        ),
+        _ => Refused::new("58000", format!("evaluating the write's values: {e}")),
+    })?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Refused::new("XX000", "the values' evaluation gave no row"))?;
     (0..row.len())
         .map(|i| {
             row.try_get::<Option<String>, _>(i)

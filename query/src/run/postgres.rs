@@ -169,26 +169,34 @@ impl<'a> Evaluator<'a> {
         Evaluator { legacy, role: None }
     }
 
-    /// The rows of `sql` (one statement, values only).
+    /// The rows of `sql` (one statement, values only). As a role, the
+    /// transaction, the role and the statement go in one simple `Query`
+    /// (one round trip); on an error, whatever the `Query` left open is
+    /// rolled back before the connection goes back to the pool.
     pub(super) async fn rows(&self, sql: &str) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+        use sqlx::Executor as _;
         let sql = format!("/* mezzanine */ {sql}");
         let Some(role) = self.role else {
             return sqlx::query(sqlx::AssertSqlSafe(sql))
                 .fetch_all(self.legacy.pool())
                 .await;
         };
-        let mut tx = self
-            .legacy
-            .pool()
-            .begin_with(sqlx::AssertSqlSafe(format!(
-                "BEGIN READ ONLY; SET LOCAL ROLE {}",
-                serve::quote(role)
-            )))
-            .await?;
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&mut *tx)
+        let mut conn = self.legacy.pool().acquire().await?;
+        let guarded = format!(
+            "BEGIN READ ONLY; SET LOCAL ROLE {}; {sql}; ROLLBACK",
+            serve::quote(role)
+        );
+        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded))
+            .fetch_all(&mut *conn)
             .await;
-        tx.rollback().await?;
+        if rows.is_err() {
+            // The statements after the error did not run: the block may
+            // still be open (and aborted). A failure here leaves the
+            // connection closed rather than returned open.
+            if conn.execute("ROLLBACK").await.is_err() {
+                conn.close_on_drop();
+            }
+        }
         rows
     }
 

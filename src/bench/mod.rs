@@ -78,7 +78,9 @@ pub enum BenchCommand {
     Worker(worker::WorkerArgs),
     /// The proxy's cost: pgbench's select-only script straight to
     /// PostgreSQL and through `mezzanine proxy`, same run, same clients:
-    /// p50/p99 latency and throughput.
+    /// p50/p99 latency and throughput; then a trip read by key served
+    /// from Schemaless (shadow), and a trip's version bumped by key
+    /// through the facade (primary), each against PostgreSQL.
     Proxy(proxy::ProxyArgs),
     /// A shard move's copy throughput against a raw LOAD DATA of the same
     /// cells into the same target master, the fence's length, and write

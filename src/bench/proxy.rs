@@ -14,6 +14,11 @@
 //! PostgreSQL and through the proxy, which answers it from Schemaless.
 //! The clients run on a thread of their own; the answers of both paths
 //! are compared first.
+//!
+//! Last, writes through the facade (`written_p50_ratio`): the store
+//! switched to `primary`, and an UPDATE of a trip's version by its row
+//! key run straight in PostgreSQL and through the proxy, which runs it
+//! through the facade.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

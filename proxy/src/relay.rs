@@ -34,7 +34,7 @@ use verifier::Side;
 
 mod held;
 
-use held::{refuse_held, refuse_write, settle, UNCOUNTED};
+use held::{refuse_held, refuse_prepared, refuse_write, settle, UNCOUNTED};
 
 /// Past this many bytes waiting for one side, the other is not read.
 const HIGH_WATER: usize = 256 * 1024;
@@ -83,9 +83,9 @@ struct State {
     /// one): their `Bind`s lose their parameters, so PostgreSQL reaches
     /// the refusal at `Execute` instead of a parameter count mismatch.
     refused: HashSet<String>,
-    /// Prepared statements the verifier may sample (one translatable
-    /// read each) or the facade runs (one translatable write): their SQL
-    /// and the `Parse`'s parameter types.
+    /// Prepared statements naming a layout table: their SQL, the
+    /// `Parse`'s parameter types, and what the relay does at their
+    /// `Bind`.
     reads: HashMap<String, Prepared>,
     /// Portals bound to a statement answered for Schemaless, until the
     /// `Sync` that ends them: the origins their `RowDescription` must
@@ -97,13 +97,20 @@ struct State {
     role: std::sync::Arc<str>,
 }
 
-/// A prepared statement the relay reads at each `Bind`.
+/// A prepared statement naming a layout table, which the relay reads at
+/// each `Bind`.
 #[derive(Clone)]
 struct Prepared {
     sql: String,
     types: Vec<u32>,
-    /// A translatable write the facade runs (else a read it may serve or
-    /// sample).
+    /// The mode it was judged in, at its `Parse`: bound in another, it is
+    /// judged again, as that mode would have judged it (an app's
+    /// connection outlives a mode change).
+    mode: tripstore::Mode,
+    /// One translatable read the relay may serve or sample.
+    read: bool,
+    /// One translatable write, which the facade runs in `primary` and
+    /// `schemaless`.
     write: bool,
 }
 
@@ -363,26 +370,28 @@ fn message(
                 return None;
             };
             let name = parse.name.clone().unwrap_or_default();
+            let mode = shared.mode();
             let decision = route(shared, state, &parse.query);
+            if decision.class == query::Class::Other {
+                state.reads.remove(&name);
+            } else {
+                state.reads.insert(
+                    name.clone(),
+                    Prepared {
+                        sql: parse.query.clone(),
+                        types: parse.type_oids.clone(),
+                        mode,
+                        read: decision.samplable,
+                        write: decision.write,
+                    },
+                );
+            }
             match decision.verdict {
                 Verdict::Forward => {
                     state.refused.remove(&name);
-                    if decision.samplable || decision.writable {
-                        state.reads.insert(
-                            name,
-                            Prepared {
-                                sql: parse.query,
-                                types: parse.type_oids,
-                                write: decision.writable,
-                            },
-                        );
-                    } else {
-                        state.reads.remove(&name);
-                    }
                     out.extend_from_slice(&frame.bytes);
                 }
                 Verdict::Refuse(reason) => {
-                    state.reads.remove(&name);
                     state.refused.insert(name);
                     frame::encode(
                         &Parse::new(parse.name, refusing_statement(&reason), Vec::new()),
@@ -400,6 +409,14 @@ fn message(
             let portal = bind.portal_name.clone().unwrap_or_default();
             state.served.remove(&portal);
             let statement = bind.statement_name.as_deref().unwrap_or_default();
+            let prepared = state.reads.get(statement).cloned();
+            let now = shared.mode();
+            if let Some(p) = prepared.as_ref().filter(|p| p.mode != now) {
+                if let Some(reason) = rejudged(shared, state, statement, p, now) {
+                    refuse_prepared(state, frame, &reason, out);
+                    return None;
+                }
+            }
             if state.refused.contains(statement) {
                 state.sent(b'B');
                 frame::encode(
@@ -414,13 +431,25 @@ fn message(
                 );
                 return None;
             }
-            let Some(Prepared { sql, types, write }) = state.reads.get(statement).cloned() else {
+            let Some(Prepared {
+                sql,
+                types,
+                read,
+                write,
+                ..
+            }) = prepared
+            else {
                 state.sent(b'B');
                 out.extend_from_slice(&frame.bytes);
                 return None;
             };
-            if write {
+            if write && matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless) {
                 return bind_write(shared, state, frame, &bind, sql, &types, out);
+            }
+            if !read {
+                state.sent(b'B');
+                out.extend_from_slice(&frame.bytes);
+                return None;
             }
             let params = params_text(&types, &bind.parameter_format_codes, &bind.parameters);
             let may_serve = state.may_serve(shared);
@@ -560,6 +589,32 @@ fn bind_write(
     };
     refuse_write(shared, state, frame, why, out);
     None
+}
+
+/// Judges again a prepared statement bound in another mode than the one
+/// its `Parse` was judged in: why the new mode refuses it, if it does.
+/// One whose `Parse` was refused and that the new mode would forward
+/// cannot run (PostgreSQL holds the refusal under its name): it is to be
+/// prepared again.
+fn rejudged(
+    shared: &Shared,
+    state: &State,
+    name: &str,
+    prepared: &Prepared,
+    now: tripstore::Mode,
+) -> Option<String> {
+    let decision = shared
+        .router
+        .decide(&prepared.sql, now, state.in_transaction());
+    match decision.verdict {
+        Verdict::Refuse(reason) => Some(reason),
+        Verdict::Forward if state.refused.contains(name) => Some(format!(
+            "the statement was prepared in {} mode, which refused it, and the mode is now {now}; \
+             prepare it again",
+            prepared.mode
+        )),
+        Verdict::Forward => None,
+    }
 }
 
 /// Why a translatable write is refused when the session's answers can no

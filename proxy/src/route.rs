@@ -57,6 +57,10 @@ pub struct Decision {
     /// through the facade (`query::run::write_through`) instead of
     /// PostgreSQL.
     pub writable: bool,
+    /// One statement the translator answers as a write, in any mode: a
+    /// prepared one is run through the facade if it is bound in those
+    /// modes.
+    pub write: bool,
 }
 
 impl Decision {
@@ -68,6 +72,7 @@ impl Decision {
             verdict: Verdict::Forward,
             samplable: false,
             writable: false,
+            write: false,
         }
     }
 }
@@ -163,6 +168,7 @@ impl Router {
             verdict,
             samplable,
             writable,
+            write: alone_write,
         }
     }
 }

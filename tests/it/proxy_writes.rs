@@ -823,3 +823,104 @@ async fn binary_parameters_are_read_as_postgresql_reads_them() {
     assert_eq!(proxy.status()["writes"]["written"], 4);
     facade.close().await;
 }
+
+/// Waits until the proxy reports `mode`.
+fn proxy_in(proxy: &ProxyProcess, mode: &str) {
+    crate::proxy::wait_for(|| (proxy.status()["mode"] == mode).then_some(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_prepared_before_a_mode_change_is_judged_in_the_new_mode() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Shadow).await;
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "shadow");
+    let k = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(k)),
+    );
+    assert!(ok, "{out}{err}");
+    // One connection, its statements prepared once (sqlx caches them by
+    // their text): in shadow, all go to PostgreSQL.
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&proxy.url(&db))
+        .await
+        .unwrap();
+    let bump = "UPDATE trips SET status = $1, version = version + 1 WHERE uuid = $2";
+    let by_city = "UPDATE trips SET status = $1 WHERE city_id = $2";
+    let done = sqlx::query(bump)
+        .bind("in shadow")
+        .bind(k)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    let done = sqlx::query(by_city)
+        .bind("in shadow")
+        .bind(7)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    assert!(latest(&facade, k, "BASE").await.is_none(), "PostgreSQL's");
+
+    // In primary, the same prepared statements: the translatable one runs
+    // through the facade, the other is refused.
+    crate::worker::forced(&facade, Mode::Primary).await;
+    proxy_in(&proxy, "primary");
+    let s = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(s)),
+    );
+    assert!(ok, "{out}{err}");
+    let done = sqlx::query(bump)
+        .bind("in primary")
+        .bind(s)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    let cell = latest(&facade, s, "BASE").await.unwrap();
+    assert_eq!(cell.cell.key.ref_key.get(), 2);
+    assert_eq!(cell.cell.body.fields()["status"], "in primary");
+    let refused = sqlx::query(by_city)
+        .bind("in primary")
+        .bind(7)
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
+    assert!(
+        refused.to_string().contains("non-key predicate"),
+        "{refused}"
+    );
+    // Prepared and refused in primary, then bound in shadow: PostgreSQL
+    // holds the refusal under its name, so it is to be prepared again.
+    let delete = "DELETE FROM trips WHERE uuid = $1";
+    let refused = sqlx::query(delete)
+        .bind(s)
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
+    crate::worker::forced(&facade, Mode::Shadow).await;
+    proxy_in(&proxy, "shadow");
+    let again = sqlx::query(delete)
+        .bind(s)
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    assert!(again.to_string().contains("prepare it again"), "{again}");
+    // The session goes on.
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM trips WHERE city_id = $1")
+        .bind(7)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(n >= 1);
+    facade.close().await;
+}

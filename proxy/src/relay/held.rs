@@ -179,6 +179,13 @@ pub(super) fn refuse_held(
     raise_held(state, frame, refusing_statement(reason), out);
 }
 
+/// A prepared statement's `Bind` that the mode, changed since its
+/// `Parse`, refuses (`0A000`): the portal is bound to the refusal.
+pub(super) fn refuse_prepared(state: &mut State, frame: Frame, reason: &str, out: &mut BytesMut) {
+    tracing::debug!("proxy: a prepared statement is refused at its Bind: {reason}");
+    raise_held(state, frame, refusing_statement(reason), out);
+}
+
 /// A held translatable write the proxy refuses to run (`0A000`).
 pub(super) fn refuse_write(
     shared: &Shared,

@@ -103,10 +103,12 @@ struct State {
 struct Prepared {
     sql: String,
     types: Vec<u32>,
-    /// The mode it was judged in, at its `Parse`: bound in another, it is
-    /// judged again, as that mode would have judged it (an app's
+    /// The mode it was judged in, at its `Parse`, and whether a
+    /// transaction block was open: bound in another mode, or on the other
+    /// side of a block, it is judged again as it would be now (an app's
     /// connection outlives a mode change).
     mode: tripstore::Mode,
+    in_transaction: bool,
     /// One translatable read the relay may serve or sample.
     read: bool,
     /// One translatable write, which the facade runs in `primary` and
@@ -371,6 +373,7 @@ fn message(
             };
             let name = parse.name.clone().unwrap_or_default();
             let mode = shared.mode();
+            let in_transaction = state.in_transaction();
             let decision = route(shared, state, &parse.query);
             if decision.class == query::Class::Other {
                 state.reads.remove(&name);
@@ -381,6 +384,7 @@ fn message(
                         sql: parse.query.clone(),
                         types: parse.type_oids.clone(),
                         mode,
+                        in_transaction,
                         read: decision.samplable,
                         write: decision.write,
                     },
@@ -411,7 +415,10 @@ fn message(
             let statement = bind.statement_name.as_deref().unwrap_or_default();
             let prepared = state.reads.get(statement).cloned();
             let now = shared.mode();
-            if let Some(p) = prepared.as_ref().filter(|p| p.mode != now) {
+            if let Some(p) = prepared
+                .as_ref()
+                .filter(|p| p.mode != now || p.in_transaction != state.in_transaction())
+            {
                 if let Some(reason) = rejudged(shared, state, statement, p, now) {
                     refuse_prepared(state, frame, &reason, out);
                     return None;
@@ -592,7 +599,8 @@ fn bind_write(
 }
 
 /// Judges again a prepared statement bound in another mode than the one
-/// its `Parse` was judged in: why the new mode refuses it, if it does.
+/// its `Parse` was judged in (or on the other side of a transaction
+/// block): why it is refused now, if it is.
 /// One whose `Parse` was refused and that the new mode would forward
 /// cannot run (PostgreSQL holds the refusal under its name): it is to be
 /// prepared again.
@@ -609,9 +617,14 @@ fn rejudged(
     match decision.verdict {
         Verdict::Refuse(reason) => Some(reason),
         Verdict::Forward if state.refused.contains(name) => Some(format!(
-            "the statement was prepared in {} mode, which refused it, and the mode is now {now}; \
-             prepare it again",
-            prepared.mode
+            "the statement was refused when it was prepared ({} mode{}), and PostgreSQL holds \
+             that refusal under its name; the mode is now {now}: prepare it again",
+            prepared.mode,
+            if prepared.in_transaction {
+                ", in a transaction block"
+            } else {
+                ""
+            }
         )),
         Verdict::Forward => None,
     }

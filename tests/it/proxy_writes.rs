@@ -898,6 +898,26 @@ async fn a_statement_prepared_before_a_mode_change_is_judged_in_the_new_mode() {
         refused.to_string().contains("non-key predicate"),
         "{refused}"
     );
+    // Prepared inside a transaction block (forwarded, as everything
+    // there is), then bound outside one: judged as it is bound.
+    let by_rider = "UPDATE trips SET status = $1 WHERE rider_uuid = $2";
+    let rider = uuid::Uuid::parse_str("6f1c1a0e-0000-4000-8000-000000000002").unwrap();
+    let mut tx = sqlx::Connection::begin(&mut conn).await.unwrap();
+    let done = sqlx::query(by_rider)
+        .bind("in a block")
+        .bind(rider)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    assert!(done.rows_affected() >= 1);
+    tx.rollback().await.unwrap();
+    let refused = sqlx::query(by_rider)
+        .bind("outside")
+        .bind(rider)
+        .execute(&mut conn)
+        .await
+        .unwrap_err();
+    assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
     // Prepared and refused in primary, then bound in shadow: PostgreSQL
     // holds the refusal under its name, so it is to be prepared again.
     let delete = "DELETE FROM trips WHERE uuid = $1";

@@ -136,6 +136,23 @@ struct Pending {
     read: Option<(String, Vec<String>)>,
 }
 
+impl Pending {
+    /// `frame` held until `answer` comes, in the mode of now.
+    fn new(
+        shared: &Shared,
+        frame: Frame,
+        answer: oneshot::Receiver<Held>,
+        read: Option<(String, Vec<String>)>,
+    ) -> Pending {
+        Pending {
+            frame,
+            answer,
+            mode: shared.mode(),
+            read,
+        }
+    }
+}
+
 impl State {
     fn new() -> State {
         State {
@@ -316,13 +333,7 @@ fn message(
                     shared
                         .sampling
                         .write(query.query.clone(), Vec::new(), state.role.clone());
-                let mode = shared.mode();
-                return Some(Pending {
-                    frame,
-                    answer,
-                    mode,
-                    read: None,
-                });
+                return Some(Pending::new(shared, frame, answer, None));
             }
             if decision.writable {
                 refuse_write(shared, state, frame, UNCOUNTED_WRITE, out);
@@ -333,13 +344,8 @@ fn message(
                     shared
                         .sampling
                         .serve(query.query.clone(), Vec::new(), state.role.clone());
-                let mode = shared.mode();
-                return Some(Pending {
-                    frame,
-                    answer,
-                    mode,
-                    read: Some((query.query, Vec::new())),
-                });
+                let read = Some((query.query, Vec::new()));
+                return Some(Pending::new(shared, frame, answer, read));
             }
             if let Some(reason) = decision
                 .samplable
@@ -464,13 +470,8 @@ fn message(
                 let answer = shared
                     .sampling
                     .serve(sql.clone(), params.clone(), state.role.clone());
-                let mode = shared.mode();
-                return Some(Pending {
-                    frame,
-                    answer,
-                    mode,
-                    read: Some((sql, params.clone())),
-                });
+                let read = Some((sql, params.clone()));
+                return Some(Pending::new(shared, frame, answer, read));
             }
             let why = if may_serve {
                 "its parameters are in a binary format the proxy does not read; send them as text"
@@ -580,13 +581,7 @@ fn bind_write(
         match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
             Some(params) => {
                 let answer = shared.sampling.write(sql, params, state.role.clone());
-                let mode = shared.mode();
-                return Some(Pending {
-                    frame,
-                    answer,
-                    mode,
-                    read: None,
-                });
+                return Some(Pending::new(shared, frame, answer, None));
             }
             None => {
                 "a translatable write whose parameters are in a binary format the proxy does \

@@ -131,16 +131,9 @@ impl Sampling {
         params: Vec<String>,
         role: Arc<str>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (facade, catalog, model) = (
-            self.facade.clone(),
-            self.catalog.clone(),
-            self.model.clone(),
-        );
-        self.runtime.spawn(async move {
+        self.background(move |facade, catalog, model| async move {
             let Some(model) = model else {
-                let _ = tx.send(Held::Read(Serving::Forward("no layout".into())));
-                return;
+                return Held::Read(Serving::Forward("no layout".into()));
             };
             // The share splits reads in `shadow` only; past it, every
             // read is Schemaless's.
@@ -165,12 +158,11 @@ impl Sampling {
                 &serves,
             )
             .await;
-            let _ = tx.send(Held::Read(served.unwrap_or_else(|e| {
+            Held::Read(served.unwrap_or_else(|e| {
                 tracing::warn!("proxy: a read is forwarded, Schemaless did not answer it: {e}");
                 Serving::Forward(format!("Schemaless did not answer: {e}"))
-            })));
-        });
-        rx
+            }))
+        })
     }
 
     /// Runs the translatable write `sql` (its `$n` bound to `params`,
@@ -184,13 +176,7 @@ impl Sampling {
         params: Vec<Option<String>>,
         role: Arc<str>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let (facade, catalog, model) = (
-            self.facade.clone(),
-            self.catalog.clone(),
-            self.model.clone(),
-        );
-        self.runtime.spawn(async move {
+        self.background(move |facade, catalog, model| async move {
             let written = match model {
                 Some(model) => {
                     let eval = query::run::Evaluator {
@@ -215,7 +201,25 @@ impl Sampling {
             if let Err(e) = &written {
                 tracing::debug!("proxy: a write through the facade failed: {e:?}\n  {sql}");
             }
-            let _ = tx.send(Held::Write(written));
+            Held::Write(written)
+        })
+    }
+
+    /// Runs `work` on the facade's runtime with what it needs; what it
+    /// comes to arrives on the receiver.
+    fn background<F, Fut>(&self, work: F) -> tokio::sync::oneshot::Receiver<Held>
+    where
+        F: FnOnce(Arc<TripStore>, Arc<query::run::Catalog>, Option<Arc<Model>>) -> Fut,
+        Fut: std::future::Future<Output = Held> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let done = work(
+            self.facade.clone(),
+            self.catalog.clone(),
+            self.model.clone(),
+        );
+        self.runtime.spawn(async move {
+            let _ = tx.send(done.await);
         });
         rx
     }

@@ -31,6 +31,17 @@ async fn latest(store: &impl CellStore, k: uuid::Uuid, column: &str) -> Option<S
         .unwrap()
 }
 
+/// The ref key of row `k`'s latest BASE cell.
+async fn version(store: &impl CellStore, k: uuid::Uuid) -> i64 {
+    latest(store, k, "BASE")
+        .await
+        .expect("a BASE cell")
+        .cell
+        .key
+        .ref_key
+        .get()
+}
+
 /// psql's output with `from`'s UUID written as `to`'s.
 fn as_if(out: &str, from: uuid::Uuid, to: uuid::Uuid) -> String {
     out.replace(&from.to_string(), &to.to_string())
@@ -132,16 +143,7 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
             .unwrap();
         assert_eq!(done.rows_affected(), 0, "{sql}");
     }
-    assert_eq!(
-        latest(&facade, k, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        3
-    );
+    assert_eq!(version(&facade, k).await, 3);
     // A value PostgreSQL cannot evaluate: its own error, nothing written.
     let (_, _, err) = psql(
         &url,
@@ -155,16 +157,7 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&null).as_deref(), Some("23502"), "{null}");
-    assert_eq!(
-        latest(&facade, k, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        3
-    );
+    assert_eq!(version(&facade, k).await, 3);
     // The session goes on after the errors.
     let n: i32 = sqlx::query_scalar("SELECT 40 + $1")
         .bind(2_i32)
@@ -241,16 +234,7 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     let b = raw_prepared(&mut own, Some(plain), (&dp, df), &[]);
     assert!(b.iter().any(|(kind, _)| *kind == b'n'), "NoData: {b:?}");
     assert_eq!(a, b);
-    assert_eq!(
-        latest(&facade, k, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        7
-    );
+    assert_eq!(version(&facade, k).await, 7);
 
     // A child row, its parent named by UUID; a missing parent is a
     // foreign key violation.
@@ -477,13 +461,7 @@ async fn concurrent_updates_of_one_row_lose_no_acknowledged_version() {
     assert_eq!(acked.len(), 60);
     // Every acknowledged UPDATE is one version of its own: none
     // overwrote another's.
-    let last = latest(&facade, k, "BASE")
-        .await
-        .unwrap()
-        .cell
-        .key
-        .ref_key
-        .get();
+    let last = version(&facade, k).await;
     assert_eq!(last, 61, "{retried} retries");
     let mut stored = std::collections::BTreeSet::new();
     for version in 2..=last {

@@ -200,7 +200,6 @@ pub(crate) fn raw_prepared(
     param: (&[u8], i16),
     result_formats: &[i16],
 ) -> Vec<(u8, Vec<u8>)> {
-    use std::io::Write;
     let statement = "app statement";
     let mut out = Vec::new();
     if let Some(sql) = parse {
@@ -228,6 +227,17 @@ pub(crate) fn raw_prepared(
     }
     out.extend(message(b'B', &bind));
     out.extend(message(b'D', &[&b"P"[..], &cstr("")].concat()));
+    execute_and_sync(stream, out)
+}
+
+/// `out` (messages up to a `Bind` of the unnamed portal), then `Execute`
+/// of that portal and `Sync`, sent in one write: every message of the
+/// answer.
+pub(crate) fn execute_and_sync(
+    stream: &mut std::net::TcpStream,
+    mut out: Vec<u8>,
+) -> Vec<(u8, Vec<u8>)> {
+    use std::io::Write;
     out.extend(message(
         b'E',
         &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),

@@ -666,7 +666,6 @@ fn raw_binary_write(
     params: &[Vec<u8>],
 ) -> Vec<(u8, Vec<u8>)> {
     use crate::proxy_modes::{cstr, message};
-    use std::io::Write;
     let mut parse = [cstr(""), cstr(sql)].concat();
     parse.extend_from_slice(&(types.len() as i16).to_be_bytes());
     for t in types {
@@ -683,13 +682,7 @@ fn raw_binary_write(
     bind.extend_from_slice(&0i16.to_be_bytes());
     let mut out = message(b'P', &parse);
     out.extend(message(b'B', &bind));
-    out.extend(message(
-        b'E',
-        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
-    ));
-    out.extend(message(b'S', &[]));
-    stream.write_all(&out).unwrap();
-    crate::proxy::messages_until_ready(stream)
+    crate::proxy_modes::execute_and_sync(stream, out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -175,8 +175,10 @@ enum Command {
     /// SIGTERM (in-flight requests are drained).
     Worker(worker::WorkerArgs),
     /// Speak PostgreSQL's wire protocol to apps: forward to the legacy
-    /// database, judging each statement by the mode; `proxy status` asks a
-    /// running one what it has done.
+    /// database, judging each statement by the mode (reads sampled or
+    /// served from Schemaless, writes run through the facade in primary
+    /// and schemaless); `proxy status` asks a running one what it has
+    /// done.
     Proxy(proxy::ProxyArgs),
     /// Read and write cells through the facade, for ad-hoc work during a
     /// cutover.

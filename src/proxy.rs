@@ -34,7 +34,8 @@ pub struct ProxyArgs {
 #[derive(Subcommand)]
 enum ProxyCommand {
     /// What a running proxy has done: clients, statements by class, mode
-    /// and route.
+    /// and route, reads by the store that answered, writes run through
+    /// the facade, sampling.
     Status {
         /// The proxy's status address (its `--status-listen`).
         #[arg(long, default_value = "127.0.0.1:9700")]

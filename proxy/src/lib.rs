@@ -128,7 +128,7 @@ impl Proxy {
                 database,
                 router: Router::new(model.clone()),
                 stats: Arc::default(),
-                sampling: sample::Sampling::new(facade.clone(), model),
+                sampling: sample::Sampling::new(facade.clone(), model, config.limits.clone()),
                 facade,
                 tls,
             }),

@@ -54,6 +54,8 @@ pub(crate) enum Held {
 pub(crate) struct Sampling {
     facade: Arc<TripStore>,
     model: Option<Arc<Model>>,
+    /// The store's batch limits, for writes through the facade.
+    limits: Arc<config::Limits>,
     /// Tables' OIDs and columns' attribute numbers and types, for served
     /// reads.
     catalog: Arc<query::run::Catalog>,
@@ -63,10 +65,15 @@ pub(crate) struct Sampling {
 }
 
 impl Sampling {
-    pub(crate) fn new(facade: Arc<TripStore>, model: Option<Arc<Model>>) -> Sampling {
+    pub(crate) fn new(
+        facade: Arc<TripStore>,
+        model: Option<Arc<Model>>,
+        limits: config::Limits,
+    ) -> Sampling {
         Sampling {
             facade,
             model,
+            limits: Arc::new(limits),
             catalog: Arc::default(),
             runtime: tokio::runtime::Handle::current(),
         }
@@ -176,6 +183,7 @@ impl Sampling {
         params: Vec<Option<String>>,
         role: Arc<str>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
+        let limits = self.limits.clone();
         self.background(move |facade, catalog, model| async move {
             let written = match model {
                 Some(model) => {
@@ -187,7 +195,7 @@ impl Sampling {
                         eval,
                         facade.as_ref(),
                         &catalog,
-                        &model,
+                        (&model, &limits),
                         &sql,
                         &params,
                     )

@@ -398,12 +398,45 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
 /// A database in `primary` with a proxy: the facade (to read Schemaless)
 /// and the proxy's config file.
 async fn primary() -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
+    primary_with("").await
+}
+
+/// [`primary`], the proxy's config ending with `extra`.
+async fn primary_with(extra: &str) -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
     let db = LegacyDb::trips().await;
     db.apply_schemaless().await;
     let facade = TripStore::connect(&db.config).await.unwrap();
     crate::worker::forced(&facade, Mode::Primary).await;
-    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let file = config_file(&format!("{}\n[proxy]\n{extra}", db.config_text));
     (db, facade, file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_insert_is_put_in_batches_the_store_takes() {
+    let (db, facade, file) = primary_with("[limits]\nmax_batch_cells = 3\n").await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let keys: Vec<uuid::Uuid> = (0..7).map(|_| uuid::Uuid::new_v4()).collect();
+    let rows: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            let one = trip(*k);
+            one[one.find(" VALUES ").unwrap() + 8..].to_string()
+        })
+        .collect();
+    let head = &INSERT_TRIP[..INSERT_TRIP.find(" VALUES ").unwrap()];
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!(
+            "\\set ON_ERROR_STOP 1\n{head} VALUES {};\n",
+            rows.join(", ")
+        ),
+    );
+    assert!(ok && out.trim() == "INSERT 0 7", "{out}{err}");
+    for k in &keys {
+        assert_eq!(version(&facade, *k).await, 1);
+    }
+    assert_eq!(proxy.status()["write_cells"], 7);
+    facade.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

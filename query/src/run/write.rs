@@ -94,7 +94,7 @@ pub async fn write_through<S: CellStore>(
     eval: Evaluator<'_>,
     store: &S,
     catalog: &Catalog,
-    model: &crate::Model,
+    (model, limits): (&crate::Model, &config::Limits),
     sql: &str,
     params: &[Option<String>],
 ) -> Result<Written, Refused> {
@@ -108,6 +108,7 @@ pub async fn write_through<S: CellStore>(
     let writer = Writer {
         legacy,
         eval,
+        limits,
         store,
         cols: &cols,
         write: &write,
@@ -273,6 +274,9 @@ async fn columns<'a>(
 struct Writer<'a, S> {
     legacy: &'a LegacyStore,
     eval: Evaluator<'a>,
+    /// The store's batch limits: a long INSERT's cells are put in as many
+    /// batches as they take.
+    limits: &'a config::Limits,
     store: &'a S,
     cols: &'a [Col<'a>],
     write: &'a Write,
@@ -555,9 +559,9 @@ impl<S: CellStore> Writer<'_, S> {
         }
     }
 
-    /// Puts every row's cells in one call; which rows were written (a
-    /// row of ON CONFLICT DO NOTHING whose cell was taken meanwhile is
-    /// not).
+    /// Puts every row's cells, in as few calls as the batch limits allow;
+    /// which rows were written (a row of ON CONFLICT DO NOTHING whose cell
+    /// was taken meanwhile is not).
     async fn put(&self, rows: Vec<Vec<Cell>>) -> Result<Vec<bool>, Refused> {
         let of_row: Vec<usize> = rows
             .iter()
@@ -570,9 +574,16 @@ impl<S: CellStore> Writer<'_, S> {
             return Ok(kept);
         }
         let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
-        let results = self.store.put_cells(cells).await.map_err(|e| {
-            Refused::new("58000", format!("Schemaless did not take the write: {e}"))
-        })?;
+        let sizes =
+            schemaless::cell::batch_sizes(cells.iter().map(|c| c.body.json_len()), self.limits);
+        let mut cells = cells.into_iter();
+        let mut results = Vec::with_capacity(keys.len());
+        for size in sizes {
+            let batch: Vec<Cell> = cells.by_ref().take(size).collect();
+            results.extend(self.store.put_cells(batch).await.map_err(|e| {
+                Refused::new("58000", format!("Schemaless did not take the write: {e}"))
+            })?);
+        }
         let insert = match &self.write.rows {
             Rows::Insert { conflict, .. } => Some(conflict),
             Rows::Update { .. } => None,

@@ -84,6 +84,9 @@ impl From<RunError> for Refused {
     }
 }
 
+/// How many of a statement's rows are read and evaluated at once.
+const ROWS_AT_ONCE: usize = 8;
+
 /// The statement PostgreSQL runs in place of a write without RETURNING:
 /// it answers `NoData` to a `Describe` and a bare `CommandComplete`.
 pub const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
@@ -113,40 +116,37 @@ pub async fn write_through<S: CellStore>(
         cols: &cols,
         write: &write,
     };
-    let (rows, cells, tag) = match &write.rows {
+    // Rows are read and evaluated a few at a time (in order); nothing
+    // is put before all of them are.
+    let mut done: Vec<Option<RowWrite>> = Vec::new();
+    let tag = match &write.rows {
         Rows::Insert { rows, conflict } => {
-            let mut written = Vec::new();
-            let mut cells = Vec::new();
-            for row in rows {
-                if let Some((new, row_cells)) = writer.insert(row, conflict).await? {
-                    written.push(new);
-                    cells.push(row_cells);
+            for chunk in rows.chunks(ROWS_AT_ONCE) {
+                let mut rows = Vec::with_capacity(chunk.len());
+                for row in chunk {
+                    rows.push(writer.insert(row, conflict));
                 }
+                done.extend(futures::future::try_join_all(rows).await?);
             }
-            (written, cells, "INSERT 0")
+            "INSERT 0"
         }
         Rows::Update {
             keys,
             sets,
             conditions,
         } => {
-            let mut written = Vec::new();
-            let mut cells = Vec::new();
-            for key in eval.keys(keys).await? {
-                let latest = writer.latest(&key).await?;
-                if latest.iter().all(Option::is_none) {
-                    continue;
+            let keys = eval.keys(keys).await?;
+            for chunk in keys.chunks(ROWS_AT_ONCE) {
+                let mut rows = Vec::with_capacity(chunk.len());
+                for key in chunk {
+                    rows.push(writer.update_existing(key, sets, conditions));
                 }
-                if let Some((new, row_cells)) =
-                    writer.update(&key, &latest, sets, conditions).await?
-                {
-                    written.push(new);
-                    cells.push(row_cells);
-                }
+                done.extend(futures::future::try_join_all(rows).await?);
             }
-            (written, cells, "UPDATE")
+            "UPDATE"
         }
     };
+    let (rows, cells): (Vec<_>, Vec<_>) = done.into_iter().flatten().unzip();
     let count = writer.put(cells).await?;
     let rows: Vec<Vec<Value>> = rows
         .into_iter()
@@ -435,6 +435,20 @@ impl<S: CellStore> Writer<'_, S> {
             }
         }
         Ok(Some((new, cells)))
+    }
+
+    /// An UPDATE of row `key`: nothing when it is not there.
+    async fn update_existing(
+        &self,
+        key: &RowKey,
+        sets: &[(String, Expr)],
+        conditions: &[Expr],
+    ) -> Result<Option<RowWrite>, Refused> {
+        let latest = self.latest(key).await?;
+        if latest.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        self.update(key, &latest, sets, conditions).await
     }
 
     /// The next version of an existing row: `sets` evaluated over its

@@ -436,6 +436,33 @@ async fn a_long_insert_is_put_in_batches_the_store_takes() {
         assert_eq!(version(&facade, *k).await, 1);
     }
     assert_eq!(proxy.status()["write_cells"], 7);
+    // Rows in error: the first failing row's error, as PostgreSQL gives
+    // it, and nothing written.
+    let fresh: Vec<uuid::Uuid> = (0..3).map(|_| uuid::Uuid::new_v4()).collect();
+    let rows: Vec<String> = fresh
+        .iter()
+        .map(|k| {
+            let one = trip(*k);
+            one[one.find(" VALUES ").unwrap() + 8..].to_string()
+        })
+        .collect();
+    let bad = format!(
+        "{head} VALUES {}, {}, {};\n",
+        rows[0],
+        rows[1].replace(", 7, ", ", 'seven', "),
+        rows[2].replace("'requested'", "NULL")
+    );
+    for url in [
+        proxy.url(&db),
+        crate::harness::cluster().postgres_url(&db.name),
+    ] {
+        let (_, _, err) = psql(&url, &bad);
+        assert!(
+            err.contains("22P02") && !err.contains("23502"),
+            "{url}: {err}"
+        );
+    }
+    assert!(latest(&facade, fresh[0], "BASE").await.is_none());
     facade.close().await;
 }
 

@@ -116,8 +116,8 @@ pub async fn write_through<S: CellStore>(
         cols: &cols,
         write: &write,
     };
-    // Rows are read and evaluated a few at a time (in order); nothing
-    // is put before all of them are.
+    // Rows are read and evaluated a few at a time; nothing is put before
+    // all of them are, and an error is the first failing row's.
     let mut done: Vec<Option<RowWrite>> = Vec::new();
     let tag = match &write.rows {
         Rows::Insert { rows, conflict } => {
@@ -126,7 +126,11 @@ pub async fn write_through<S: CellStore>(
                 for row in chunk {
                     rows.push(writer.insert(row, conflict));
                 }
-                done.extend(futures::future::try_join_all(rows).await?);
+                // Every row's outcome, so the error is the first row's, as in
+                // PostgreSQL, whichever finished first.
+                for row in futures::future::join_all(rows).await {
+                    done.push(row?);
+                }
             }
             "INSERT 0"
         }
@@ -141,7 +145,11 @@ pub async fn write_through<S: CellStore>(
                 for key in chunk {
                     rows.push(writer.update_existing(key, sets, conditions));
                 }
-                done.extend(futures::future::try_join_all(rows).await?);
+                // Every row's outcome, so the error is the first row's, as in
+                // PostgreSQL, whichever finished first.
+                for row in futures::future::join_all(rows).await {
+                    done.push(row?);
+                }
             }
             "UPDATE"
         }

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use pgwire::messages::extendedquery::{Bind, Close, Describe, Execute, Parse};
+use pgwire::messages::extendedquery::{Close, Describe, Execute};
 use pgwire::messages::simplequery::Query;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -25,16 +25,17 @@ use crate::frame::{self, Frame, FrameError};
 use query::run::Origin;
 use tokio::sync::oneshot;
 
-use crate::params::{params_nullable, params_text};
 use crate::route::{refusing_statement, unserved, Decision, Verdict};
 use crate::sample::Held;
-use crate::stats::{Route, SampleOutcome};
+use crate::stats::Route;
 use crate::Shared;
 use verifier::Side;
 
 mod held;
+mod prepared;
 
-use held::{refuse_held, refuse_prepared, refuse_write, settle, UNCOUNTED};
+use held::{refuse_held, refuse_write, settle, UNCOUNTED, UNCOUNTED_WRITE};
+use prepared::Prepared;
 
 /// Past this many bytes waiting for one side, the other is not read.
 const HIGH_WATER: usize = 256 * 1024;
@@ -95,25 +96,6 @@ struct State {
     layout: bool,
     /// The app's user: its statements' values are evaluated as that role.
     role: std::sync::Arc<str>,
-}
-
-/// A prepared statement naming a layout table, which the relay reads at
-/// each `Bind`.
-#[derive(Clone)]
-struct Prepared {
-    sql: String,
-    types: Vec<u32>,
-    /// The mode it was judged in, at its `Parse`, and whether a
-    /// transaction block was open: bound in another mode, or on the other
-    /// side of a block, it is judged again as it would be now (an app's
-    /// connection outlives a mode change).
-    mode: tripstore::Mode,
-    in_transaction: bool,
-    /// One translatable read the relay may serve or sample.
-    read: bool,
-    /// One translatable write, which the facade runs in `primary` and
-    /// `schemaless`.
-    write: bool,
 }
 
 /// A portal answered for Schemaless.
@@ -372,128 +354,10 @@ fn message(
             }
         }
         b'P' => {
-            state.sent(b'P');
-            let Some(parse) = frame::decode::<Parse>(&frame) else {
-                out.extend_from_slice(&frame.bytes);
-                return None;
-            };
-            let name = parse.name.clone().unwrap_or_default();
-            let mode = shared.mode();
-            let in_transaction = state.in_transaction();
-            let decision = route(shared, state, &parse.query);
-            if decision.class == query::Class::Other {
-                state.reads.remove(&name);
-            } else {
-                state.reads.insert(
-                    name.clone(),
-                    Prepared {
-                        sql: parse.query.clone(),
-                        types: parse.type_oids.clone(),
-                        mode,
-                        in_transaction,
-                        read: decision.samplable,
-                        write: decision.write,
-                    },
-                );
-            }
-            match decision.verdict {
-                Verdict::Forward => {
-                    state.refused.remove(&name);
-                    out.extend_from_slice(&frame.bytes);
-                }
-                Verdict::Refuse(reason) => {
-                    state.refused.insert(name);
-                    frame::encode(
-                        &Parse::new(parse.name, refusing_statement(&reason), Vec::new()),
-                        out,
-                    );
-                }
-            }
+            prepared::parse(shared, state, frame, out);
         }
         b'B' if !state.refused.is_empty() || !state.reads.is_empty() => {
-            let Some(bind) = frame::decode::<Bind>(&frame) else {
-                state.sent(b'B');
-                out.extend_from_slice(&frame.bytes);
-                return None;
-            };
-            let portal = bind.portal_name.clone().unwrap_or_default();
-            state.served.remove(&portal);
-            let statement = bind.statement_name.as_deref().unwrap_or_default();
-            let prepared = state.reads.get(statement).cloned();
-            let now = shared.mode();
-            if let Some(p) = prepared
-                .as_ref()
-                .filter(|p| p.mode != now || p.in_transaction != state.in_transaction())
-            {
-                if let Some(reason) = rejudged(shared, state, statement, p, now) {
-                    refuse_prepared(state, frame, &reason, out);
-                    return None;
-                }
-            }
-            if state.refused.contains(statement) {
-                state.sent(b'B');
-                frame::encode(
-                    &Bind::new(
-                        bind.portal_name,
-                        bind.statement_name,
-                        Vec::new(),
-                        Vec::new(),
-                        Vec::new(),
-                    ),
-                    out,
-                );
-                return None;
-            }
-            let Some(Prepared {
-                sql,
-                types,
-                read,
-                write,
-                ..
-            }) = prepared
-            else {
-                state.sent(b'B');
-                out.extend_from_slice(&frame.bytes);
-                return None;
-            };
-            if write && matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless) {
-                return bind_write(shared, state, frame, &bind, sql, &types, out);
-            }
-            if !read {
-                state.sent(b'B');
-                out.extend_from_slice(&frame.bytes);
-                return None;
-            }
-            let params = params_text(&types, &bind.parameter_format_codes, &bind.parameters);
-            let may_serve = state.may_serve(shared);
-            if let (Some(params), true) = (&params, may_serve) {
-                let answer = shared
-                    .sampling
-                    .serve(sql.clone(), params.clone(), state.role.clone());
-                let read = Some((sql, params.clone()));
-                return Some(Pending::new(shared, frame, answer, read));
-            }
-            let why = if may_serve {
-                "its parameters are in a binary format the proxy does not read; send them as text"
-            } else {
-                UNCOUNTED
-            };
-            if let Some(reason) = unserved(shared.mode(), why).filter(|_| !state.in_transaction()) {
-                refuse_held(shared, state, frame, &reason, out);
-                return None;
-            }
-            state.sent(b'B');
-            out.extend_from_slice(&frame.bytes);
-            if shared.sampling.wants() {
-                match params {
-                    Some(params) => shared.sampling.sample(
-                        shared.stats.clone(),
-                        (sql, params, state.role.clone()),
-                        Side::Legacy,
-                    ),
-                    None => shared.stats.sample(SampleOutcome::ParamsNotRead),
-                }
-            }
+            return prepared::bind(shared, state, frame, out);
         }
         b'C' if !state.refused.is_empty()
             || !state.reads.is_empty()
@@ -556,79 +420,6 @@ fn message(
     }
     None
 }
-
-/// Holds the `Bind` of a prepared translatable write while the facade
-/// runs it, or refuses it when it cannot run (a parameter in a binary
-/// form the proxy does not read, or answers no longer counted).
-fn bind_write(
-    shared: &Shared,
-    state: &mut State,
-    frame: Frame,
-    bind: &Bind,
-    sql: String,
-    types: &[u32],
-    out: &mut BytesMut,
-) -> Option<Pending> {
-    if state.in_transaction() {
-        // Forwarded, as every statement in a transaction block is.
-        state.sent(b'B');
-        out.extend_from_slice(&frame.bytes);
-        return None;
-    }
-    let why = if state.answers.lost() {
-        UNCOUNTED_WRITE
-    } else {
-        match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
-            Some(params) => {
-                let answer = shared.sampling.write(sql, params, state.role.clone());
-                return Some(Pending::new(shared, frame, answer, None));
-            }
-            None => {
-                "a translatable write whose parameters are in a binary format the proxy does \
-                 not read; send them as text"
-            }
-        }
-    };
-    refuse_write(shared, state, frame, why, out);
-    None
-}
-
-/// Judges again a prepared statement bound in another mode than the one
-/// its `Parse` was judged in (or on the other side of a transaction
-/// block): why it is refused now, if it is.
-/// One whose `Parse` was refused and that the new mode would forward
-/// cannot run (PostgreSQL holds the refusal under its name): it is to be
-/// prepared again.
-fn rejudged(
-    shared: &Shared,
-    state: &State,
-    name: &str,
-    prepared: &Prepared,
-    now: tripstore::Mode,
-) -> Option<String> {
-    let decision = shared
-        .router
-        .decide(&prepared.sql, now, state.in_transaction());
-    match decision.verdict {
-        Verdict::Refuse(reason) => Some(reason),
-        Verdict::Forward if state.refused.contains(name) => Some(format!(
-            "the statement was refused when it was prepared ({} mode{}), and PostgreSQL holds \
-             that refusal under its name; the mode is now {now}: prepare it again",
-            prepared.mode,
-            if prepared.in_transaction {
-                ", in a transaction block"
-            } else {
-                ""
-            }
-        )),
-        Verdict::Forward => None,
-    }
-}
-
-/// Why a translatable write is refused when the session's answers can no
-/// longer be told apart from the proxy's.
-const UNCOUNTED_WRITE: &str = "a translatable write runs through the facade, and this \
-     session's answers can no longer be told apart from the proxy's; reconnect";
 
 /// The decision on `sql`, counted.
 fn route(shared: &Shared, state: &mut State, sql: &str) -> Decision {

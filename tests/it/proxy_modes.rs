@@ -138,12 +138,18 @@ async fn mirror_samples_the_translatable_reads_apps_send_and_answers_from_postgr
 /// `program clients/proxy/script url sql key`: a client of another
 /// language reading `sql` for `key` (see the script), its output.
 fn client(program: &str, script: &str, url: &str, sql: &str, key: &uuid::Uuid) -> String {
+    run_client(program, script, &[url, sql, &key.to_string()])
+}
+
+/// `program clients/proxy/script args...`: its output, or a failure
+/// naming how the clients are installed.
+pub(crate) fn run_client(program: &str, script: &str, args: &[&str]) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("clients/proxy")
         .join(script);
     let out = std::process::Command::new(program)
         .arg(&path)
-        .args([url, sql, &key.to_string()])
+        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program}: {e}"));
     assert!(

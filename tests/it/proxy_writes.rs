@@ -631,21 +631,10 @@ fn client(
     key: uuid::Uuid,
     statements: &[String],
 ) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("clients/proxy")
-        .join(script);
-    let out = std::process::Command::new(program)
-        .arg(&path)
-        .args([url, &key.to_string()])
-        .args(statements)
-        .output()
-        .unwrap_or_else(|e| panic!("running {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {script}: {}\n(clients/proxy/install installs psycopg and pg; .ci/run runs it)",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let key = key.to_string();
+    let mut args = vec![url, key.as_str()];
+    args.extend(statements.iter().map(String::as_str));
+    crate::proxy_modes::run_client(program, script, &args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

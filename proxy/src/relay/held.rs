@@ -162,6 +162,11 @@ pub(super) const UNCOUNTED: &str =
     "this session's answers can no longer be told apart from the proxy's; \
                          reconnect";
 
+/// Why a translatable write is refused when the session's answers can no
+/// longer be told apart from the proxy's.
+pub(super) const UNCOUNTED_WRITE: &str = "a translatable write runs through the facade, and this \
+     session's answers can no longer be told apart from the proxy's; reconnect";
+
 /// A `Query` or `Bind` of a translatable read refused (in `schemaless`,
 /// where PostgreSQL cannot answer it instead): PostgreSQL raises the
 /// refusal where the read would have run, so it reaches the app in order

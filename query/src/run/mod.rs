@@ -13,8 +13,8 @@
 //! Its rooms: `postgres` (binding, evaluating and re-reading on
 //! PostgreSQL), `cells` (the cell API calls and rows rebuilt from
 //! cells), `reads` (a statement's cell reads, for sampling), `serve` (a
-//! read answered from Schemaless, for the proxy); this file runs both
-//! and compares.
+//! read answered from Schemaless, for the proxy), `write` (a write run
+//! through the facade, for the proxy); this file runs both and compares.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

@@ -1,0 +1,113 @@
+//! The end of a write: its cells put through the store, and the
+//! statement PostgreSQL runs to answer the app.
+
+use super::*;
+
+/// The statement PostgreSQL runs in place of a write without RETURNING:
+/// it answers `NoData` to a `Describe` and a bare `CommandComplete`.
+const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
+
+impl<S: CellStore> Writer<'_, S> {
+    /// Puts every row's cells, in as few calls as the batch limits allow;
+    /// which rows were written (a row of ON CONFLICT DO NOTHING whose cell
+    /// was taken meanwhile is not).
+    pub(super) async fn put(&self, rows: Vec<Vec<Cell>>) -> Result<Vec<bool>, Refused> {
+        let of_row: Vec<usize> = rows
+            .iter()
+            .enumerate()
+            .flat_map(|(r, cells)| std::iter::repeat_n(r, cells.len()))
+            .collect();
+        let mut kept = vec![true; rows.len()];
+        let cells: Vec<Cell> = rows.into_iter().flatten().collect();
+        if cells.is_empty() {
+            return Ok(kept);
+        }
+        let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
+        let sizes =
+            schemaless::cell::batch_sizes(cells.iter().map(|c| c.body.json_len()), self.limits);
+        let mut cells = cells.into_iter();
+        let mut results = Vec::with_capacity(keys.len());
+        for size in sizes {
+            let batch: Vec<Cell> = cells.by_ref().take(size).collect();
+            results.extend(self.store.put_cells(batch).await.map_err(|e| {
+                Refused::new("58000", format!("Schemaless did not take the write: {e}"))
+            })?);
+        }
+        let insert = match &self.write.rows {
+            Rows::Insert { conflict, .. } => Some(conflict),
+            Rows::Update { .. } => None,
+        };
+        for ((result, r), key) in results.iter().zip(of_row).zip(keys) {
+            let taken = matches!(result, Err(_) | Ok(WriteOutcome::AlreadyPresent));
+            match (insert, taken) {
+                (_, false) => {}
+                (Some(OnConflict::Nothing), true) => kept[r] = false,
+                (Some(_), true) => return Err(duplicate(&self.table_name(), &key)),
+                // The same next version, written by an equal UPDATE.
+                (None, true) if result.is_ok() => {}
+                (None, true) => {
+                    return Err(Refused::new(
+                        "40001",
+                        format!(
+                            "could not serialize access due to concurrent update: row {} \
+                             got a new version meanwhile; retry",
+                            key.uuid()
+                        ),
+                    ))
+                }
+            }
+        }
+        Ok(kept)
+    }
+
+    /// The statement PostgreSQL runs in the app's statement's place.
+    pub(super) fn rendering(&self, rows: &[Vec<Value>]) -> Result<Rendering, Refused> {
+        if self.write.returning.is_empty() {
+            return Ok(Rendering {
+                sql: NOTHING.to_string(),
+                origins: Vec::new(),
+                rows: rows.len(),
+            });
+        }
+        let items: Vec<String> = self
+            .write
+            .returning
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let origins = self
+            .write
+            .returning
+            .iter()
+            .map(|item| {
+                let e = match item {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+                    _ => return Origin::default(),
+                };
+                let name = match strip(e) {
+                    Expr::Identifier(i) => folded(i),
+                    Expr::CompoundIdentifier(parts) => parts.last().map(folded).unwrap_or_default(),
+                    _ => return Origin::default(),
+                };
+                self.position(&name)
+                    .map_or_else(Origin::default, |at| self.cols[at].attr.origin)
+            })
+            .collect();
+        let null_row = vec![Value::Null; self.cols.len()];
+        let sql = format!(
+            "/* mezzanine: written through the facade */ SELECT {} FROM {}{}",
+            items.join(", "),
+            if rows.is_empty() {
+                self.values(&[null_row])?
+            } else {
+                self.values(rows)?
+            },
+            if rows.is_empty() { " WHERE false" } else { "" }
+        );
+        Ok(Rendering {
+            sql,
+            origins,
+            rows: rows.len(),
+        })
+    }
+}

@@ -1,0 +1,115 @@
+//! The mapped columns of the table a write names, and each value's way
+//! into SQL (typed, for a `VALUES` row) and back (read as the layout
+//! renders it).
+
+use super::*;
+
+/// A mapped column of the table written, in the order the `VALUES` rows
+/// give them.
+pub(super) struct Col<'a> {
+    /// Its SQL name, unquoted.
+    pub(super) sql: String,
+    pub(super) attr: Attribute,
+    pub(super) kind: Kind<'a>,
+}
+
+pub(super) enum Kind<'a> {
+    RowKey,
+    /// The ref key of layout column `usize`.
+    RefKey(usize),
+    /// A field of layout column `usize`.
+    Field(usize, &'a Field),
+}
+
+impl Col<'_> {
+    /// `v` as a typed SQL value.
+    pub(super) fn typed(&self, v: &Value) -> Result<String, Refused> {
+        let text = match &self.kind {
+            Kind::Field(_, f) => {
+                f.conversion
+                    .accept(v)
+                    .map_err(|e| Refused::new("XX001", format!("a stored {}: {e}", f.json)))?
+                    .1
+            }
+            _ => match v {
+                Value::Null => None,
+                Value::String(s) => Some(s.clone()),
+                other => Some(other.to_string()),
+            },
+        };
+        let ty = &self.attr.sql_type;
+        Ok(match text {
+            Some(text) => format!("CAST({} AS {ty})", literal(&text)),
+            None => format!("CAST(NULL AS {ty})"),
+        })
+    }
+
+    /// The SQL reading `expr`, cast to the column's type, as text the
+    /// layout renders.
+    pub(super) fn read(&self, expr: &str) -> String {
+        let cast = format!("CAST(({expr}) AS {})", self.attr.sql_type);
+        match &self.kind {
+            Kind::Field(_, f) => f.conversion.read_expr(&cast),
+            _ => format!("({cast})::text"),
+        }
+    }
+
+    pub(super) fn render(&self, text: Option<String>) -> Result<Value, Refused> {
+        let Some(text) = text else {
+            return Ok(Value::Null);
+        };
+        match &self.kind {
+            Kind::Field(_, f) => f.conversion.render_owned(Some(text)).map_err(|e| {
+                Refused::new(
+                    "0A000",
+                    format!("{} {e}: Schemaless cannot hold this value", f.json),
+                )
+            }),
+            Kind::RowKey => Ok(Value::String(text)),
+            Kind::RefKey(_) => text
+                .parse::<i64>()
+                .map(Value::from)
+                .map_err(|e| Refused::new("22003", format!("ref key {text}: {e}"))),
+        }
+    }
+}
+
+/// The mapped columns of `table`: the parent's UUID, then each layout
+/// column's ref key and fields (a child table: its column's).
+pub(super) async fn columns<'a>(
+    legacy: &'a LegacyStore,
+    catalog: &Catalog,
+    model: &crate::Model,
+    table: Table,
+) -> Result<Vec<Col<'a>>, Refused> {
+    let layout = legacy.layout();
+    let mut wanted: Vec<(&str, String, Kind<'a>)> = Vec::new();
+    let of_table: Vec<usize> = match table {
+        Table::Parent => {
+            wanted.push((layout.table_sql(), unquote(layout.uuid_sql()), Kind::RowKey));
+            (0..layout.columns.len())
+                .filter(|&i| layout.columns[i].shape == Shape::Row)
+                .collect()
+        }
+        Table::Child(c) => layout
+            .column(model.column(c).name.as_str())
+            .map(|(i, _)| vec![i])
+            .unwrap_or_default(),
+    };
+    for i in of_table {
+        let c = &layout.columns[i];
+        wanted.push((c.table_sql(), unquote(c.ref_key_sql()), Kind::RefKey(i)));
+        for f in &c.fields {
+            wanted.push((c.table_sql(), f.sql.clone(), Kind::Field(i, f)));
+        }
+    }
+    let mut cols: Vec<Col> = Vec::new();
+    for (table_sql, sql, kind) in wanted {
+        if cols.iter().any(|c| c.sql == sql) {
+            continue;
+        }
+        let attr = catalog.attribute(legacy, table_sql, &sql).await?;
+        cols.push(Col { sql, attr, kind });
+    }
+    Ok(cols)
+}

@@ -1,0 +1,317 @@
+//! A translated INSERT or UPDATE run through a cell store: the proxy's
+//! `primary` and `schemaless`, where an app's plain SQL write goes
+//! through the facade (Schemaless is the source of truth there).
+//!
+//! PostgreSQL still evaluates every value, so a value means what it
+//! would have meant in the app's statement: each is cast to its column's
+//! exact type (from the catalog) and read back through the layout's
+//! conversion, as the backfill reads a row. It reads none of the app's
+//! tables (they are stale in these modes):
+//! - an INSERT's values are evaluated on their own; a mapped column the
+//!   INSERT leaves out takes its default expression, as in PostgreSQL;
+//! - an UPDATE's SET expressions and the WHERE's other conditions are
+//!   evaluated over the row's latest cells, given as a typed `VALUES` row
+//!   under the name the statement calls the table (`version + 1`,
+//!   `t.fare * 2`);
+//! - an upsert's `EXCLUDED.x` is the proposed row's value, typed.
+//!
+//! What PostgreSQL would have raised is raised with its SQLSTATE: a
+//! unique key (`23505`: the row, or the child row, exists), a missing
+//! parent (`23503`), `NOT NULL` (`23502`, checked on an INSERT's proposed
+//! row before any conflict, as PostgreSQL does), an error evaluating a value
+//! (PostgreSQL's own), and a concurrent UPDATE that wrote the same
+//! version first (`40001`, as PostgreSQL's repeatable read reports it:
+//! the app retries, reading the new latest cell).
+//!
+//! The legacy tables' CHECK constraints and triggers are not run: they
+//! are PostgreSQL's, and the reverse mirror applies the cells as rows.
+//!
+//! A write is not atomic across rows and layout columns: its cells go to
+//! the store in one `put_cells` call, and a failure part-way can leave
+//! some written (each cell is whole; the cell API has no transactions).
+//! A retry of the same INSERT then fails with `23505` where the row was
+//! written; an UPDATE's retry writes the next version.
+//!
+//! The answer is a statement PostgreSQL runs in the app's session in the
+//! app's statement's place: a `SELECT` of RETURNING's items over the
+//! written rows (PostgreSQL's own types, names and formats, as a served
+//! read's), or, without RETURNING, a statement that returns nothing; the
+//! proxy puts the write's command tag ([`Written::tag`]) in place of the
+//! one PostgreSQL sends.
+//!
+//! Its rooms: `columns` (the table's mapped columns, and each value's
+//! way into SQL and back), `rows` (an INSERT's proposed row, an UPDATE's
+//! next version, their cells), `answer` (the cells put, the app
+//! answered); this file evaluates and runs a statement's rows.
+
+use legacy::layout::{Field, Shape};
+use schemaless::{Body, Cell, RefKey, WriteOutcome};
+use sqlparser::ast::SelectItem;
+
+use super::serve::{literal, quote, unquote, Attribute};
+use super::*;
+use crate::expr::strip;
+use crate::model::{folded, Table};
+use crate::plan::{Inserted, OnConflict, Rows, Write};
+
+mod answer;
+mod columns;
+mod rows;
+
+use columns::{columns, Col, Kind};
+use rows::duplicate;
+
+/// What a write did, and how PostgreSQL is to answer the app.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub rendering: Rendering,
+    /// `INSERT 0 n` or `UPDATE n`.
+    pub tag: String,
+    /// Cells put.
+    pub cells: usize,
+}
+
+/// A write refused or failed, as PostgreSQL would raise it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refused {
+    pub sqlstate: String,
+    pub message: String,
+}
+
+impl Refused {
+    fn new(sqlstate: &str, message: impl Into<String>) -> Refused {
+        Refused {
+            sqlstate: sqlstate.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<RunError> for Refused {
+    fn from(e: RunError) -> Refused {
+        match e {
+            RunError::Untranslatable(why) => Refused::new("0A000", why),
+            RunError::Failed(e) => Refused::new("58000", format!("{e:#}")),
+        }
+    }
+}
+
+/// How many of a statement's rows are read and evaluated at once.
+const ROWS_AT_ONCE: usize = 8;
+
+/// Runs `sql`, its `$n` bound to `params` (`None`: NULL), through
+/// `store`. `eval` evaluates the values (as the app's role) on the
+/// legacy database, whose catalog types them.
+pub async fn write_through<S: CellStore>(
+    eval: Evaluator<'_>,
+    store: &S,
+    catalog: &Catalog,
+    (model, limits): (&crate::Model, &config::Limits),
+    sql: &str,
+    params: &[Option<String>],
+) -> Result<Written, Refused> {
+    let statement = bind_nullable(sql, params)?;
+    let write = match crate::analyze(model, &statement.to_string()).plan {
+        Some(Plan::Write(write)) => write,
+        _ => return Err(Refused::new("0A000", "not a translatable write")),
+    };
+    let cols = columns(eval.legacy, catalog, model, write.table).await?;
+    let writer = Writer {
+        eval,
+        limits,
+        store,
+        cols: &cols,
+        write: &write,
+    };
+    // Rows are read and evaluated a few at a time; nothing is put before
+    // all of them are, and an error is the first failing row's.
+    let mut done: Vec<Option<RowWrite>> = Vec::new();
+    let tag = match &write.rows {
+        Rows::Insert { rows, conflict } => {
+            for chunk in rows.chunks(ROWS_AT_ONCE) {
+                let mut rows = Vec::with_capacity(chunk.len());
+                for row in chunk {
+                    rows.push(writer.insert(row, conflict));
+                }
+                // Every row's outcome, so the error is the first row's, as in
+                // PostgreSQL, whichever finished first.
+                for row in futures::future::join_all(rows).await {
+                    done.push(row?);
+                }
+            }
+            "INSERT 0"
+        }
+        Rows::Update {
+            keys,
+            sets,
+            conditions,
+        } => {
+            let keys = eval.keys(keys).await?;
+            for chunk in keys.chunks(ROWS_AT_ONCE) {
+                let mut rows = Vec::with_capacity(chunk.len());
+                for key in chunk {
+                    rows.push(writer.update_existing(key, sets, conditions));
+                }
+                // Every row's outcome, so the error is the first row's, as in
+                // PostgreSQL, whichever finished first.
+                for row in futures::future::join_all(rows).await {
+                    done.push(row?);
+                }
+            }
+            "UPDATE"
+        }
+    };
+    let (rows, cells): (Vec<_>, Vec<_>) = done.into_iter().flatten().unzip();
+    let count = writer.put(cells).await?;
+    let rows: Vec<Vec<Value>> = rows
+        .into_iter()
+        .zip(&count)
+        .filter(|(_, &kept)| kept)
+        .map(|(row, _)| row)
+        .collect();
+    Ok(Written {
+        rendering: writer.rendering(&rows)?,
+        tag: format!("{tag} {}", rows.len()),
+        cells: count.len(),
+    })
+}
+
+struct Writer<'a, S> {
+    eval: Evaluator<'a>,
+    /// The store's batch limits: a long INSERT's cells are put in as many
+    /// batches as they take.
+    limits: &'a config::Limits,
+    store: &'a S,
+    cols: &'a [Col<'a>],
+    write: &'a Write,
+}
+
+/// A written row's values (one per [`Col`]) and its cells.
+type RowWrite = (Vec<Value>, Vec<Cell>);
+
+impl<S: CellStore> Writer<'_, S> {
+    fn layout(&self) -> &legacy::layout::Layout {
+        self.eval.legacy.layout()
+    }
+
+    fn position(&self, sql: &str) -> Option<usize> {
+        self.cols.iter().position(|c| c.sql == sql)
+    }
+
+    /// The latest cell of each of the parent's layout columns (`None` for
+    /// the others).
+    async fn latest(&self, key: &RowKey) -> Result<Vec<Option<StoredCell>>, Refused> {
+        let layout = self.layout();
+        futures::future::try_join_all(layout.columns.iter().map(|c| async move {
+            match c.shape {
+                Shape::Row => {
+                    self.store
+                        .get_cell_latest(key, &c.name, ReadFrom::Master)
+                        .await
+                }
+                Shape::Child { .. } => Ok(None),
+            }
+        }))
+        .await
+        .map_err(|e| Refused::new("58000", format!("reading the row's latest cells: {e}")))
+    }
+
+    /// Evaluates `targets` (column, expression) and whether `conditions`
+    /// hold, over `base` (the row's values, named as the statement names
+    /// the table) when given. `key`: a row key expression evaluated too.
+    async fn evaluate(
+        &self,
+        key: Option<&Expr>,
+        targets: &[(usize, String)],
+        conditions: &[Expr],
+        base: Option<&[Value]>,
+    ) -> Result<(Option<String>, Vec<Value>, bool), Refused> {
+        let mut items: Vec<String> = Vec::new();
+        if let Some(key) = key {
+            items.push(format!("(CAST(({key}) AS uuid))::text"));
+        }
+        items.extend(targets.iter().map(|(i, e)| self.cols[*i].read(e)));
+        if !conditions.is_empty() {
+            let all: Vec<String> = conditions.iter().map(|c| format!("({c})")).collect();
+            items.push(format!("(({}) IS TRUE)::text", all.join(" AND ")));
+        }
+        if items.is_empty() {
+            return Ok((None, Vec::new(), true));
+        }
+        let mut sql = format!(
+            "/* mezzanine: a write through the facade */ SELECT {}",
+            items.join(", ")
+        );
+        if let Some(base) = base {
+            sql.push_str(&format!(" FROM {}", self.values(&[base.to_vec()])?));
+        }
+        let mut texts = texts(self.eval, &sql).await?.into_iter();
+        let key = if key.is_some() {
+            texts.next().flatten()
+        } else {
+            None
+        };
+        let mut values = Vec::with_capacity(targets.len());
+        for (i, _) in targets {
+            values.push(self.cols[*i].render(texts.next().flatten())?);
+        }
+        let holds = conditions.is_empty() || texts.next().flatten().as_deref() == Some("true");
+        Ok((key, values, holds))
+    }
+
+    /// `(VALUES (...), ...) AS "alias"("col", ...)`.
+    fn values(&self, rows: &[Vec<Value>]) -> Result<String, Refused> {
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let typed: Vec<String> = self
+                .cols
+                .iter()
+                .zip(row)
+                .map(|(c, v)| c.typed(v))
+                .collect::<Result<_, _>>()?;
+            out.push(format!("({})", typed.join(", ")));
+        }
+        let names: Vec<String> = self.cols.iter().map(|c| quote(&c.sql)).collect();
+        Ok(format!(
+            "(VALUES {}) AS {}({})",
+            out.join(", "),
+            quote(&self.write.alias),
+            names.join(", ")
+        ))
+    }
+
+    fn table_name(&self) -> String {
+        match self.write.table {
+            Table::Parent => self.layout().table.clone(),
+            Table::Child(_) => self
+                .cols
+                .iter()
+                .find_map(|c| match c.kind {
+                    Kind::RefKey(i) => Some(self.layout().columns[i].table.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// One row of text values, PostgreSQL's errors kept with their SQLSTATE.
+async fn texts(eval: Evaluator<'_>, sql: &str) -> Result<Vec<Option<String>>, Refused> {
+    use sqlx::Row as _;
+    let rows = eval.rows(sql).await.map_err(|e| match &e {
+        sqlx::Error::Database(db) => Refused::new(
+            db.code().as_deref().unwrap_or("XX000"),
+            db.message().to_string(),
+        ),
+        _ => Refused::new("58000", format!("evaluating the write's values: {e}")),
+    })?;
+    let row = rows
+        .first()
+        .ok_or_else(|| Refused::new("XX000", "the values' evaluation gave no row"))?;
+    (0..row.len())
+        .map(|i| {
+            row.try_get::<Option<String>, _>(i)
+                .map_err(|e| Refused::new("XX000", e.to_string()))
+        })
+        .collect()
+}

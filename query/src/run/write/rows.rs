@@ -1,0 +1,257 @@
+//! The rows a write names: an INSERT's proposed row and its conflict,
+//! an UPDATE's next version over the latest cells, and their cells.
+
+use super::*;
+
+impl<S: CellStore> Writer<'_, S> {
+    /// One INSERTed row: its values and cells, or `None` when the row
+    /// exists and ON CONFLICT DO NOTHING leaves it.
+    pub(super) async fn insert(
+        &self,
+        row: &Inserted,
+        conflict: &OnConflict,
+    ) -> Result<Option<RowWrite>, Refused> {
+        // Every mapped column: the value given, or the default.
+        let mut targets = Vec::new();
+        let mut given = vec![false; self.cols.len()];
+        for (i, c) in self.cols.iter().enumerate() {
+            let value = row.values.iter().find(|(name, _)| *name == c.sql);
+            given[i] = value.is_some();
+            targets.push((
+                i,
+                match value {
+                    Some((_, e)) => e.to_string(),
+                    None => c.attr.default.clone().unwrap_or_else(|| "NULL".into()),
+                },
+            ));
+        }
+        let (key, new, _) = self.evaluate(Some(&row.key), &targets, &[], None).await?;
+        let key = row_key(key)?;
+        // PostgreSQL checks the proposed row before it looks for a
+        // conflict: an upsert's too.
+        self.check_not_null(&new)?;
+        let latest = self.latest(&key).await?;
+        let exists = latest.iter().any(Option::is_some);
+        if let Table::Child(_) = self.write.table {
+            if !exists {
+                return Err(Refused::new(
+                    "23503",
+                    format!(
+                        "insert on table {} violates its key to {}: no row {key} there",
+                        self.table_name(),
+                        self.layout().table
+                    ),
+                ));
+            }
+        } else if exists {
+            return match conflict {
+                OnConflict::Fail => Err(duplicate(&self.layout().table, &key)),
+                OnConflict::Nothing => Ok(None),
+                OnConflict::Update(sets) => {
+                    let sets = excluded(sets, self.cols, &new)?;
+                    self.update(&key, &latest, &sets, &[]).await
+                }
+            };
+        }
+        // Each layout column the INSERT gives a value of.
+        let mut cells = Vec::new();
+        for (i, c) in self.cols.iter().enumerate() {
+            let Kind::RefKey(column) = c.kind else {
+                continue;
+            };
+            let touched = self.cols.iter().enumerate().any(|(j, d)| {
+                given[j] && matches!(d.kind, Kind::RefKey(k) | Kind::Field(k, _) if k == column)
+            });
+            if touched {
+                cells.push(self.cell(&key, column, i, &new)?);
+            }
+        }
+        Ok(Some((new, cells)))
+    }
+
+    /// An UPDATE of row `key`: nothing when it is not there.
+    pub(super) async fn update_existing(
+        &self,
+        key: &RowKey,
+        sets: &[(String, Expr)],
+        conditions: &[Expr],
+    ) -> Result<Option<RowWrite>, Refused> {
+        let latest = self.latest(key).await?;
+        if latest.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        self.update(key, &latest, sets, conditions).await
+    }
+
+    /// The next version of an existing row: `sets` evaluated over its
+    /// latest cells, if `conditions` hold there.
+    async fn update(
+        &self,
+        key: &RowKey,
+        latest: &[Option<StoredCell>],
+        sets: &[(String, Expr)],
+        conditions: &[Expr],
+    ) -> Result<Option<RowWrite>, Refused> {
+        let base: Vec<Value> = self
+            .cols
+            .iter()
+            .map(|c| match c.kind {
+                Kind::RowKey => Value::String(key.uuid().to_string()),
+                Kind::RefKey(i) => latest[i]
+                    .as_ref()
+                    .map_or(Value::Null, |s| Value::from(s.cell.key.ref_key.get())),
+                Kind::Field(i, f) => latest[i]
+                    .as_ref()
+                    .and_then(|s| s.cell.body.fields().get(&f.json).cloned())
+                    .unwrap_or(Value::Null),
+            })
+            .collect();
+        let mut targets = Vec::new();
+        for (name, e) in sets {
+            let at = self.position(name).ok_or_else(|| {
+                Refused::new(
+                    "0A000",
+                    format!("sets {name}, which the layout does not map"),
+                )
+            })?;
+            targets.push((at, e.to_string()));
+        }
+        let (_, values, holds) = self
+            .evaluate(None, &targets, conditions, Some(&base))
+            .await?;
+        if !holds {
+            return Ok(None);
+        }
+        let mut new = base;
+        for ((at, _), v) in targets.iter().zip(values) {
+            new[*at] = v;
+        }
+        self.check_not_null(&new)?;
+        let mut cells = Vec::new();
+        for (i, c) in self.cols.iter().enumerate() {
+            if let Kind::RefKey(column) = c.kind {
+                if targets.iter().any(|(at, _)| *at == i) {
+                    cells.push(self.cell(key, column, i, &new)?);
+                }
+            }
+        }
+        Ok(Some((new, cells)))
+    }
+
+    /// The cell of layout column `column` in row `new` (`at`: its ref
+    /// key's position).
+    fn cell(&self, key: &RowKey, column: usize, at: usize, new: &[Value]) -> Result<Cell, Refused> {
+        let ref_key = new[at].as_i64().ok_or_else(|| {
+            Refused::new(
+                "23502",
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null \
+                     constraint: it is the ref key of Schemaless column {}",
+                    self.cols[at].sql,
+                    self.table_name(),
+                    self.layout().columns[column].name
+                ),
+            )
+        })?;
+        let ref_key = RefKey::new(ref_key).map_err(|e| Refused::new("22023", e.to_string()))?;
+        let mut body = serde_json::Map::new();
+        for (c, v) in self.cols.iter().zip(new) {
+            if let Kind::Field(k, f) = c.kind {
+                if k == column {
+                    body.insert(f.json.clone(), v.clone());
+                }
+            }
+        }
+        let body = Body::from_value(Value::Object(body))
+            .map_err(|e| Refused::new("22023", e.to_string()))?;
+        Ok(Cell::new(
+            *key,
+            self.layout().columns[column].name.clone(),
+            ref_key,
+            body,
+        ))
+    }
+
+    fn check_not_null(&self, new: &[Value]) -> Result<(), Refused> {
+        match self
+            .cols
+            .iter()
+            .zip(new)
+            .find(|(c, v)| c.attr.not_null && v.is_null())
+        {
+            Some((c, _)) => Err(Refused::new(
+                "23502",
+                format!(
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    c.sql,
+                    self.table_name()
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The row key evaluated, or PostgreSQL's NOT NULL error.
+fn row_key(text: Option<String>) -> Result<RowKey, Refused> {
+    let text = text.ok_or_else(|| Refused::new("23502", "the row key (the UUID) is null"))?;
+    text.parse::<uuid::Uuid>()
+        .map(RowKey::from)
+        .map_err(|e| Refused::new("22P02", format!("{text}: {e}")))
+}
+
+pub(super) fn duplicate(table: &str, key: &RowKey) -> Refused {
+    Refused::new(
+        "23505",
+        format!(
+            "duplicate key value violates unique constraint: a row of {table} with key {} \
+             exists",
+            key.uuid()
+        ),
+    )
+}
+
+/// `sets` with every `EXCLUDED.x` replaced by the proposed row's typed
+/// value of `x` (`NULL` for a column the layout does not map).
+fn excluded(
+    sets: &[(String, Expr)],
+    cols: &[Col],
+    proposed: &[Value],
+) -> Result<Vec<(String, Expr)>, Refused> {
+    let mut out = Vec::with_capacity(sets.len());
+    for (name, e) in sets {
+        let mut e = e.clone();
+        let mut failed = None;
+        let _ = visit_expressions_mut(&mut e, |e| {
+            if let Expr::CompoundIdentifier(parts) = e {
+                if let [table, column] = parts.as_slice() {
+                    if folded(table) == "excluded" {
+                        let column = folded(column);
+                        let typed = match cols.iter().position(|c| c.sql == column) {
+                            Some(at) => cols[at].typed(&proposed[at]),
+                            None => Ok("NULL".to_string()),
+                        };
+                        match typed.and_then(|sql| {
+                            Parser::new(&PostgreSqlDialect {})
+                                .try_with_sql(&sql)
+                                .and_then(|mut p| p.parse_expr())
+                                .map_err(|e| Refused::new("XX000", e.to_string()))
+                        }) {
+                            Ok(value) => *e = Expr::Nested(Box::new(value)),
+                            Err(err) => {
+                                failed = Some(err);
+                                return ControlFlow::Break(());
+                            }
+                        }
+                    }
+                }
+            }
+            ControlFlow::Continue(())
+        });
+        if let Some(err) = failed {
+            return Err(err);
+        }
+        out.push((name.clone(), e));
+    }
+    Ok(out)
+}

@@ -10,6 +10,8 @@
 //! | `numeric` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`) |
 //! | `real`, `double precision` | number, the shortest text of the float (`-0.0` kept); `"NaN"`, `"Infinity"`, `"-Infinity"` as strings. A number written whose value the type cannot hold exactly (`0.30000000000000001` is `0.3`, but `12.345678901234567890123` is not a double) is refused, naming the value it would become |
 //! | `text`, `varchar` | string |
+//! | `character(n)` | string without the trailing spaces the type pads with (PostgreSQL ignores them: `'ab'` and `'ab '` are one `character(3)`) |
+//! | an enum type | string, one of the type's labels (the field checks which, [`crate::layout::Field::accept`]) |
 //! | `boolean` | `true` / `false` |
 //! | `uuid` | string, lowercase with hyphens |
 //! | `timestamptz` | string, UTC, microseconds: `"2015-03-08T07:30:00.000000Z"` |
@@ -19,6 +21,10 @@
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
+//!
+//! A domain converts as its base type: a domain over `numeric(10,2)` is a
+//! `numeric`, cast into the domain itself on write, so PostgreSQL checks
+//! the domain's constraints there.
 //!
 //! **NULL**: an SQL NULL is JSON `null`, and every field of a column is in
 //! every body read from the legacy tables. On write, a field left out of the
@@ -53,6 +59,10 @@ pub enum Conversion {
     Float8,
     /// `text`, `varchar`
     Text,
+    /// `character(n)` (`bpchar`): text whose trailing spaces do not count.
+    Char,
+    /// An enum type: text, one of its labels.
+    Enum,
     /// `boolean`
     Bool,
     /// `uuid`
@@ -78,11 +88,13 @@ pub enum Conversion {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, boolean, uuid, timestamptz, timestamp, date, json, jsonb, text[], varchar[], smallint[], integer[], bigint[]";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], enum types, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
-    /// `int4`, `_text`, …), if there is one.
+    /// `int4`, `_text`, …), if there is one. An enum type has no fixed
+    /// name: the layout gives its columns [`Conversion::Enum`] by the
+    /// catalog's `typtype`.
     pub fn for_type(typname: &str) -> Option<Conversion> {
         Some(match typname {
             "int2" => Conversion::Int2,
@@ -92,6 +104,7 @@ impl Conversion {
             "float4" => Conversion::Float4,
             "float8" => Conversion::Float8,
             "text" | "varchar" => Conversion::Text,
+            "bpchar" => Conversion::Char,
             "bool" => Conversion::Bool,
             "uuid" => Conversion::Uuid,
             "timestamptz" => Conversion::Timestamptz,
@@ -136,7 +149,7 @@ impl Conversion {
     /// through here).
     pub fn render_owned(&self, text: Option<String>) -> Result<Value, String> {
         match (self, text) {
-            (Conversion::Text, Some(text)) => Ok(Value::String(text)),
+            (Conversion::Text | Conversion::Enum, Some(text)) => Ok(Value::String(text)),
             (_, text) => self.render(text.as_deref()),
         }
     }
@@ -165,7 +178,10 @@ impl Conversion {
                     .map_err(|e| format!("{text:?} is not a double: {e}"))?;
                 Ok(float_value(x))
             }
-            Conversion::Text => Ok(Value::String(text.to_string())),
+            Conversion::Text | Conversion::Enum => Ok(Value::String(text.to_string())),
+            // `::text` drops the padding already; a value read otherwise
+            // is put in the same form.
+            Conversion::Char => Ok(Value::String(text.trim_end_matches(' ').to_string())),
             Conversion::Bool => match text {
                 "true" => Ok(Value::Bool(true)),
                 "false" => Ok(Value::Bool(false)),
@@ -226,12 +242,19 @@ impl Conversion {
                 exactly(value, float_value(narrowed), "a real")?
             }
             Conversion::Float8 => exactly(value, float_value(float_input(value)?), "a double")?,
-            Conversion::Text => {
+            Conversion::Text | Conversion::Enum => {
                 let s = value.as_str().ok_or_else(|| expected("a string", value))?;
                 if s.contains('\0') {
                     return Err("text cannot contain the NUL character (\\u0000)".into());
                 }
                 value.clone()
+            }
+            Conversion::Char => {
+                let s = value.as_str().ok_or_else(|| expected("a string", value))?;
+                if s.contains('\0') {
+                    return Err("text cannot contain the NUL character (\\u0000)".into());
+                }
+                Value::String(s.trim_end_matches(' ').to_string())
             }
             Conversion::Bool => Value::Bool(
                 value
@@ -609,5 +632,31 @@ mod tests {
                 .0,
             json!("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d")
         );
+    }
+
+    #[test]
+    fn character_values_have_no_padding() {
+        assert_eq!(Conversion::for_type("bpchar"), Some(Conversion::Char));
+        for (written, canonical) in [("ab", "ab"), ("ab   ", "ab"), ("  a b ", "  a b"), ("", "")] {
+            let (v, p) = Conversion::Char.accept(&json!(written)).unwrap();
+            assert_eq!((v, p), (json!(canonical), Some(canonical.to_string())));
+            assert_eq!(
+                Conversion::Char.render(Some(written)).unwrap(),
+                json!(canonical)
+            );
+        }
+        assert!(Conversion::Char.accept(&json!(7)).is_err());
+        assert!(Conversion::Char.accept(&json!("a\u{0}")).is_err());
+    }
+
+    #[test]
+    fn enum_values_are_strings() {
+        let (v, p) = Conversion::Enum.accept(&json!("completed")).unwrap();
+        assert_eq!((v, p), (json!("completed"), Some("completed".to_string())));
+        assert_eq!(
+            Conversion::Enum.render_owned(Some("x".into())).unwrap(),
+            json!("x")
+        );
+        assert!(Conversion::Enum.accept(&json!(true)).is_err());
     }
 }

@@ -26,7 +26,7 @@ fn cast(field: &Field, n: usize) -> String {
 
 /// The SQL parameter of a filter value, checked by the field's conversion.
 fn param(field: &Field, value: &Value, key: &str) -> Result<String> {
-    match field.conversion.accept(value) {
+    match field.accept(value) {
         Ok((_, Some(text))) => Ok(text),
         Ok((_, None)) => Err(Error::invalid(
             key,

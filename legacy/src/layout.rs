@@ -14,6 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use config::ColumnKind;
 use schemaless::Column;
+use serde_json::Value;
 use sqlx::PgPool;
 
 use crate::conversion::{self, Conversion};
@@ -37,15 +38,84 @@ pub struct Field {
     /// cast to.
     pub sql_type: String,
     /// The column's type as the catalog names it (`pg_type.typname`:
-    /// `numeric`, `_int4`), whatever [`Field::conversion`] says: the strict
-    /// check of `verify full` decides by it alone.
+    /// `numeric`, `_int4`; a domain's base type's), whatever
+    /// [`Field::conversion`] says: the strict check of `verify full`
+    /// decides by it alone.
     pub typname: String,
     /// The type without its modifier (`numeric`, `character varying`,
     /// `integer[]`).
     pub base_type: String,
-    /// The length limit of a `varchar(n)`, checked before writing so the
-    /// error can name the field.
+    /// The type's modifier (`atttypmod`, a domain's `typtypmod`; -1 for
+    /// none): a `numeric` with one has a fixed scale.
+    pub typmod: i32,
+    /// The length limit of a `varchar(n)` or `character(n)`, checked
+    /// before writing so the error can name the field.
     pub max_chars: Option<usize>,
+    /// An enum's labels, as the catalog had them when the layout was
+    /// read (a label added since is refused until the process reads the
+    /// layout again).
+    pub labels: Option<Vec<String>>,
+}
+
+impl Field {
+    /// A JSON value written for this field: its canonical form and the
+    /// text cast into the column (`None` for NULL), checked as far as the
+    /// column's type goes without asking PostgreSQL: the conversion, a
+    /// length limit, an enum's labels. What only PostgreSQL knows (a
+    /// domain's or the table's CHECK constraints) is checked where the
+    /// value is cast into the column.
+    pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
+        let (canonical, param) = self.conversion.accept(value)?;
+        let Value::String(text) = &canonical else {
+            return Ok((canonical, param));
+        };
+        if let Some(labels) = &self.labels {
+            if !labels.iter().any(|l| l == text) {
+                return Err(format!(
+                    "{text:?} is not a label of the enum (its labels: {})",
+                    labels.join(", ")
+                ));
+            }
+        }
+        if let Some(cut) = self.fitted(text)? {
+            return Ok((Value::String(cut.clone()), Some(cut)));
+        }
+        Ok((canonical, param))
+    }
+
+    /// Whether the canonical value, cast into the column's type, gives
+    /// back the text PostgreSQL sends for the stored value. Not for an
+    /// unconstrained `numeric` (`1.50` is kept as `1.5`) or a `json`
+    /// (its spacing and key order are not kept): Schemaless keeps their
+    /// value. A `numeric(p,s)`, or a domain over one, gets its scale back
+    /// from the cast.
+    pub fn keeps_text(&self) -> bool {
+        match self.conversion {
+            Conversion::Numeric => self.typmod >= 0,
+            Conversion::Json => false,
+            _ => true,
+        }
+    }
+
+    /// `text` in the column's length limit, as PostgreSQL fits a value
+    /// it assigns: `None` when it fits as it is; cut to the limit when
+    /// only spaces are over it (`'ab   '` into `varchar(3)` is `'ab '`);
+    /// an error when more is. A `character(n)`'s canonical text has no
+    /// trailing spaces to cut.
+    pub fn fitted(&self, text: &str) -> Result<Option<String>, String> {
+        let Some(max) = self.max_chars else {
+            return Ok(None);
+        };
+        let chars = text.chars().count();
+        if chars <= max {
+            return Ok(None);
+        }
+        let (at, _) = text.char_indices().nth(max).unwrap_or((text.len(), ' '));
+        if text[at..].bytes().all(|b| b == b' ') {
+            return Ok(Some(text[..at].to_string()));
+        }
+        Err(format!("is {chars} characters, over the {max} it holds"))
+    }
 }
 
 /// Where a layout column's cells live. A child carries its key to the
@@ -169,24 +239,44 @@ pub struct Layout {
 
 /// A table's columns as the catalog has them.
 struct TableInfo {
-    /// name -> (typname, format_type)
-    columns: HashMap<String, (String, String)>,
-    /// name -> the type without its modifier
-    base_types: HashMap<String, String>,
-    /// name -> atttypmod (type modifier: `varchar(n)` is n + 4)
-    modifiers: HashMap<String, i32>,
+    columns: HashMap<String, CatalogColumn>,
     /// Column sets of its valid unique indexes (and primary key).
     unique: Vec<BTreeSet<String>>,
 }
 
+/// One column of a table, a domain read as its base type.
+struct CatalogColumn {
+    /// `pg_type.typname` of the type, or of a domain's base type.
+    typname: String,
+    /// `format_type` of the column's own type: `numeric(10,2)`, a
+    /// domain's name.
+    full: String,
+    /// The type modifier (`varchar(n)` is n + 4), a domain's own.
+    modifier: i32,
+    /// The type without its modifier.
+    base: String,
+    /// An enum's labels in their order (of a domain's base type too).
+    labels: Option<Vec<String>>,
+}
+
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
-    let rows: Vec<(String, String, String, i32, String)> = sqlx::query_as(
-        "/* mezzanine */ SELECT a.attname::text, t.typname::text, format_type(a.atttypid, a.atttypmod), a.atttypmod,
-                format_type(a.atttypid, NULL)
+    type Row = (String, String, String, i32, String, Option<Vec<String>>);
+    // A domain is read as its base type (one level: a domain over a
+    // domain names the inner one, which no conversion takes).
+    let rows: Vec<Row> = sqlx::query_as(
+        "/* mezzanine */ SELECT a.attname::text,
+                CASE WHEN t.typtype = 'd' THEN b.typname ELSE t.typname END::text,
+                format_type(a.atttypid, a.atttypmod),
+                CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END,
+                format_type(a.atttypid, NULL),
+                (SELECT array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
+                 FROM pg_enum e
+                 WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END)
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
          JOIN pg_type t ON t.oid = a.atttypid
+         LEFT JOIN pg_type b ON b.oid = t.typbasetype
          WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
            AND a.attnum > 0 AND NOT a.attisdropped",
     )
@@ -216,17 +306,20 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
     .await
     .map_err(|e| Error::postgres(format!("reading the indexes of {schema}.{table}"), e))?;
     Ok(TableInfo {
-        modifiers: rows
-            .iter()
-            .map(|(name, _, _, modifier, _)| (name.clone(), *modifier))
-            .collect(),
-        base_types: rows
-            .iter()
-            .map(|(name, _, _, _, base)| (name.clone(), base.clone()))
-            .collect(),
         columns: rows
             .into_iter()
-            .map(|(name, typname, full, _, _)| (name, (typname, full)))
+            .map(|(name, typname, full, modifier, base, labels)| {
+                (
+                    name,
+                    CatalogColumn {
+                        typname,
+                        full,
+                        modifier,
+                        base,
+                        labels,
+                    },
+                )
+            })
             .collect(),
         unique: unique
             .into_iter()
@@ -236,19 +329,20 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
 }
 
 impl TableInfo {
-    fn column(&self, table: &str, what: &str, name: &str) -> Result<&(String, String), Error> {
+    fn column(&self, table: &str, what: &str, name: &str) -> Result<&CatalogColumn, Error> {
         self.columns
             .get(name)
             .ok_or_else(|| Error::Layout(format!("{what}: table {table} has no column {name:?}")))
     }
 
     fn integer(&self, table: &str, what: &str, name: &str) -> Result<(), Error> {
-        let (typname, full) = self.column(table, what, name)?;
-        if matches!(typname.as_str(), "int2" | "int4" | "int8") {
+        let c = self.column(table, what, name)?;
+        if matches!(c.typname.as_str(), "int2" | "int4" | "int8") {
             Ok(())
         } else {
             Err(Error::Layout(format!(
-                "{what}: {table}.{name} is {full}, but must be an integer (smallint, integer or bigint)"
+                "{what}: {table}.{name} is {}, but must be an integer (smallint, integer or bigint)",
+                c.full
             )))
         }
     }
@@ -284,16 +378,16 @@ impl Layout {
                 layout.id
             )));
         }
-        let (typname, full) = parent.columns.get(&layout.uuid).ok_or_else(|| {
+        let uuid = parent.columns.get(&layout.uuid).ok_or_else(|| {
             Error::Layout(format!(
                 "layout.uuid: table {parent_name} has no column {:?}; run `mezzanine legacy add-uuid` to add and fill it",
                 layout.uuid
             ))
         })?;
-        if typname != "uuid" {
+        if uuid.typname != "uuid" {
             return Err(Error::Layout(format!(
-                "layout.uuid: {parent_name}.{} is {full}, but must be uuid",
-                layout.uuid
+                "layout.uuid: {parent_name}.{} is {}, but must be uuid",
+                layout.uuid, uuid.full
             )));
         }
         if !parent.has_unique(&[&layout.uuid]) {
@@ -340,27 +434,29 @@ impl Layout {
             let mut fields = Vec::with_capacity(spec.fields.0.len());
             for (json, sql) in &spec.fields.0 {
                 let what = format!("{what}, field {json:?}");
-                let (typname, full) = info_ref.column(&table_name, &what, sql)?;
-                let conversion = Conversion::for_type(typname).ok_or_else(|| {
+                let c = info_ref.column(&table_name, &what, sql)?;
+                let conversion = match c.labels {
+                    Some(_) => Some(Conversion::Enum),
+                    None => Conversion::for_type(&c.typname),
+                };
+                let conversion = conversion.ok_or_else(|| {
                     Error::Layout(format!(
-                        "{what}: {table_name}.{sql} is {full}, which no conversion takes (supported: {})",
+                        "{what}: {table_name}.{sql} is {}, which no conversion takes (supported: {})",
+                        c.full,
                         conversion::SUPPORTED
                     ))
                 })?;
-                let modifier = info_ref.modifiers.get(sql).copied().unwrap_or(-1);
+                let sized = matches!(c.typname.as_str(), "varchar" | "bpchar") && c.modifier > 4;
                 fields.push(Field {
                     json: json.clone(),
                     sql: sql.clone(),
                     conversion,
-                    sql_type: full.clone(),
-                    typname: typname.clone(),
-                    base_type: info_ref
-                        .base_types
-                        .get(sql)
-                        .cloned()
-                        .unwrap_or_else(|| full.clone()),
-                    max_chars: (typname == "varchar" && modifier > 4)
-                        .then(|| (modifier - 4) as usize),
+                    sql_type: c.full.clone(),
+                    typname: c.typname.clone(),
+                    base_type: c.base.clone(),
+                    typmod: c.modifier,
+                    max_chars: sized.then(|| (c.modifier - 4) as usize),
+                    labels: c.labels.clone(),
                 });
             }
             columns.push(ColumnLayout {
@@ -469,5 +565,55 @@ impl Layout {
             .map(|c| c.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(conversion: Conversion, max_chars: Option<usize>, labels: Option<&[&str]>) -> Field {
+        Field {
+            json: "f".into(),
+            sql: "f".into(),
+            conversion,
+            sql_type: "t".into(),
+            typname: "t".into(),
+            base_type: "t".into(),
+            typmod: -1,
+            max_chars,
+            labels: labels.map(|l| l.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    #[test]
+    fn a_field_checks_its_labels_and_length() {
+        let status = field(Conversion::Enum, None, Some(&["requested", "completed"]));
+        assert_eq!(
+            status.accept(&json!("completed")).unwrap(),
+            (json!("completed"), Some("completed".into()))
+        );
+        assert_eq!(status.accept(&json!(null)).unwrap(), (json!(null), None));
+        let err = status.accept(&json!("Completed")).unwrap_err();
+        assert!(
+            err.contains("\"Completed\" is not a label") && err.contains("requested, completed"),
+            "{err}"
+        );
+        // `character(3)`: padding does not count, the rest does.
+        let code = field(Conversion::Char, Some(3), None);
+        assert_eq!(code.accept(&json!("ab    ")).unwrap().0, json!("ab"));
+        let err = code.accept(&json!("abcd")).unwrap_err();
+        assert!(err.contains("is 4 characters, over the 3"), "{err}");
+        // `varchar(3)`: spaces over the limit are cut, as PostgreSQL
+        // cuts them on assignment; anything else over it is refused.
+        let short = field(Conversion::Text, Some(3), None);
+        assert_eq!(
+            short.accept(&json!("ab    ")).unwrap(),
+            (json!("ab "), Some("ab ".into()))
+        );
+        assert_eq!(short.accept(&json!("ééé  ")).unwrap().0, json!("ééé"));
+        assert!(short.accept(&json!("ab  c")).is_err());
+        assert_eq!(short.accept(&json!("abc")).unwrap().0, json!("abc"));
     }
 }

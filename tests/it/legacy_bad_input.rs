@@ -193,7 +193,7 @@ async fn bad_input_is_a_clear_error_and_writes_nothing() {
         (json!({"num2": "12.555"}), "would read back as \"12.56\""),
         (
             json!({"vc": "much too long"}),
-            "body.vc: is 13 characters, over the 8 of kinds.vc",
+            "body.vc: is 13 characters, over the 8 it holds (for kinds.vc, character varying(8))",
         ),
         (
             json!({"f4": 1.123456789}),

@@ -88,6 +88,7 @@ mod backfill;
 mod backup;
 mod bad_input;
 mod capture;
+mod catalog_types;
 mod cells;
 mod changelog;
 mod classify;

@@ -20,7 +20,8 @@
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
 //! | `text`, `varchar` | the JSON string, byte for byte |
-//! | anything else | cast to the type without its modifier, as text |
+//! | `character(n)` | the JSON string, byte for byte, with the column's text (which drops the padding): a cast to `character` would cut it to one character |
+//! | anything else (an enum, a domain's own constraints) | cast to the type without its modifier, as text |
 //!
 //! A field with a `verify.tolerance` is equal within it (as `numeric`);
 //! ignored fields and columns are skipped. A legacy row whose ref key moved
@@ -310,7 +311,7 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                        ELSE ltrim({text}, '+') END)::{base}::text IS NOT DISTINCT FROM {column}::text"
             )
         }
-        "text" | "varchar" => format!("{text} IS NOT DISTINCT FROM {column}::text"),
+        "text" | "varchar" | "bpchar" => format!("{text} IS NOT DISTINCT FROM {column}::text"),
         _ => format!("{text}::{base}::text IS NOT DISTINCT FROM {column}::text"),
     }
 }

@@ -65,7 +65,7 @@ pub(super) fn canonicalize(
     let mut params = Vec::with_capacity(column.fields.len());
     for field in &column.fields {
         let value = body.fields().get(&field.json).unwrap_or(&Value::Null);
-        let (canonical, param) = field.conversion.accept(value).map_err(|message| {
+        let (canonical, param) = field.accept(value).map_err(|message| {
             Error::invalid(
                 &format!("body.{}", field.json),
                 format!(
@@ -74,18 +74,6 @@ pub(super) fn canonicalize(
                 ),
             )
         })?;
-        if let (Some(max), Value::String(text)) = (field.max_chars, &canonical) {
-            let chars = text.chars().count();
-            if chars > max {
-                return Err(Error::invalid(
-                    &format!("body.{}", field.json),
-                    format!(
-                        "is {chars} characters, over the {max} of {}.{} ({})",
-                        column.table, field.sql, field.sql_type
-                    ),
-                ));
-            }
-        }
         map.insert(field.json.clone(), canonical);
         params.push(param);
     }

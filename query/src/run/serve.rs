@@ -118,21 +118,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Why an output's text cannot be given back exactly from its cell, if
-/// it cannot: Schemaless keeps the value of an unconstrained `numeric`
-/// (`1.50` is `1.5`) and of a `json` (its spacing and key order are not
-/// kept), not the text PostgreSQL stored. A `numeric(p,s)` gets its scale
-/// back from the cast.
+/// it cannot ([`legacy::layout::Field::keeps_text`]).
 fn inexact(layout: &legacy::layout::Layout, p: &Projected) -> Option<String> {
     let Output::Field { column, field } = &p.from else {
         return None;
     };
     let f = layout.column(column)?.1.field(field)?;
-    let kept = match f.conversion {
-        legacy::conversion::Conversion::Numeric => f.sql_type.contains('('),
-        legacy::conversion::Conversion::Json => false,
-        _ => true,
-    };
-    (!kept).then(|| {
+    (!f.keeps_text()).then(|| {
         format!(
             "{} is {}: Schemaless keeps its value, not the text PostgreSQL would send; \
              PostgreSQL answers it",

@@ -76,10 +76,7 @@ pub(super) async fn served_rounds(
             continue;
         }
         for f in &column.fields {
-            let inexact = matches!(f.conversion, legacy::conversion::Conversion::Json)
-                || (matches!(f.conversion, legacy::conversion::Conversion::Numeric)
-                    && !f.sql_type.contains('('));
-            if !inexact {
+            if f.keeps_text() {
                 columns.push(format!("\"{}\"", f.sql.replace('"', "\"\"")));
             }
         }

@@ -46,11 +46,28 @@ impl Col<'_> {
 
     /// The SQL reading `expr`, cast to the column's type, as text the
     /// layout renders.
+    ///
+    /// A string column with a length limit is read without it: an
+    /// explicit cast to `varchar(n)` or `character(n)` cuts a long value
+    /// silently, where the app's INSERT or UPDATE (an assignment) would
+    /// have failed; the limit is applied as an assignment applies it, by
+    /// [`Col::render`]. The value is still cast to the column's own type
+    /// (a domain's constraints), and evaluated once.
     pub(super) fn read(&self, expr: &str) -> String {
-        let cast = format!("CAST(({expr}) AS {})", self.attr.sql_type);
+        let ty = &self.attr.sql_type;
         match &self.kind {
-            Kind::Field(_, f) => f.conversion.read_expr(&cast),
-            _ => format!("({cast})::text"),
+            Kind::Field(_, f) if f.max_chars.is_some() => {
+                let unbounded = match f.conversion {
+                    legacy::conversion::Conversion::Char => "pg_catalog.bpchar",
+                    _ => "pg_catalog.text",
+                };
+                format!(
+                    "(SELECT CASE WHEN CAST(v AS {ty}) IS NULL THEN NULL ELSE CAST(v AS {unbounded})::text END \
+                     FROM (SELECT ({expr}) AS v) AS assigned)"
+                )
+            }
+            Kind::Field(_, f) => f.conversion.read_expr(&format!("CAST(({expr}) AS {ty})")),
+            _ => format!("(CAST(({expr}) AS {ty}))::text"),
         }
     }
 
@@ -59,12 +76,28 @@ impl Col<'_> {
             return Ok(Value::Null);
         };
         match &self.kind {
-            Kind::Field(_, f) => f.conversion.render_owned(Some(text)).map_err(|e| {
-                Refused::new(
-                    "0A000",
-                    format!("{} {e}: Schemaless cannot hold this value", f.json),
-                )
-            }),
+            Kind::Field(_, f) => {
+                let value = f.conversion.render_owned(Some(text)).map_err(|e| {
+                    Refused::new(
+                        "0A000",
+                        format!("{} {e}: Schemaless cannot hold this value", f.json),
+                    )
+                })?;
+                let Value::String(text) = &value else {
+                    return Ok(value);
+                };
+                match f.fitted(text) {
+                    Ok(None) => Ok(value),
+                    Ok(Some(cut)) => Ok(Value::String(cut)),
+                    Err(e) => Err(Refused::new(
+                        "22001",
+                        format!(
+                            "value too long for type {}: {} {e}",
+                            self.attr.sql_type, self.sql
+                        ),
+                    )),
+                }
+            }
             Kind::RowKey => Ok(Value::String(text)),
             Kind::RefKey(_) => text
                 .parse::<i64>()

@@ -347,6 +347,74 @@ impl Conversion {
     }
 }
 
+/// Whether a canonical decimal (`"-12.5"`, `"NaN"`) fits a `numeric(p,s)`
+/// of type modifier `typmod` exactly: PostgreSQL rounds it to the scale
+/// (the value would change) and refuses what is then too large. `Err`
+/// says which.
+pub fn numeric_fits(text: &str, typmod: i32) -> Result<(), String> {
+    if typmod < 4 {
+        return Ok(());
+    }
+    let precision = ((typmod - 4) >> 16) & 0xffff;
+    let scale = (((typmod - 4) & 0x7ff) ^ 1024) - 1024;
+    let kind = format!("numeric({precision},{scale})");
+    let digits = text.trim_start_matches('-');
+    match digits {
+        "NaN" => return Ok(()),
+        "Infinity" => return Err(format!("{kind} cannot hold an infinite value")),
+        _ => {}
+    }
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    let whole = whole.trim_start_matches('0');
+    let fraction = fraction.trim_end_matches('0');
+    if whole.is_empty() && fraction.is_empty() {
+        return Ok(());
+    }
+    // Digits the scale does not keep: a fraction past it, or (a negative
+    // scale) the units it rounds away.
+    let kept = if scale >= 0 {
+        fraction.len() <= scale as usize
+    } else {
+        fraction.is_empty()
+            && whole.len() - whole.trim_end_matches('0').len() >= scale.unsigned_abs() as usize
+    };
+    if !kept {
+        return Err(format!(
+            "{text} has more digits than {kind} keeps: PostgreSQL would round it"
+        ));
+    }
+    // Its highest digit's power of ten, plus one: 12.5 is 2, 0.05 is -1.
+    let weight = if whole.is_empty() {
+        -((fraction.len() - fraction.trim_start_matches('0').len()) as i32)
+    } else {
+        whole.len() as i32
+    };
+    if weight > precision - scale {
+        return Err(format!(
+            "{text} is too large for {kind} (numeric field overflow)"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether a canonical timestamp (six fraction digits) fits a
+/// `timestamp(p)` of type modifier `typmod`: PostgreSQL rounds the
+/// fraction past `p` digits.
+pub fn timestamp_fits(text: &str, typmod: i32) -> Result<(), String> {
+    let Ok(keeps) = usize::try_from(typmod) else {
+        return Ok(());
+    };
+    let fraction = text
+        .rsplit_once('.')
+        .map_or("", |(_, f)| f.trim_end_matches('Z'));
+    if fraction.len() > keeps && fraction[keeps..].bytes().any(|b| b != b'0') {
+        return Err(format!(
+            "{text} has more fraction digits than a precision of {keeps} keeps: PostgreSQL would round it"
+        ));
+    }
+    Ok(())
+}
+
 fn expected(what: &str, got: &Value) -> String {
     format!(
         "expected {what}, got {} ({got})",
@@ -658,5 +726,44 @@ mod tests {
             json!("x")
         );
         assert!(Conversion::Enum.accept(&json!(true)).is_err());
+    }
+
+    #[test]
+    fn constrained_numerics_take_what_they_keep() {
+        let typmod = |p: i32, s: i32| ((p << 16) | (s & 0x7ff)) + 4;
+        for (text, p, s) in [
+            ("12.5", 10, 2),
+            ("-99999999.99", 10, 2),
+            ("0", 3, 2),
+            ("NaN", 4, 1),
+            ("0.05", 2, 2),
+            ("0.0012", 2, 4),
+            ("1200", 4, -2),
+            ("12.5", -1, -1),
+        ] {
+            let m = if p < 0 { -1 } else { typmod(p, s) };
+            assert_eq!(numeric_fits(text, m), Ok(()), "{text} in ({p},{s})");
+        }
+        for (text, p, s, says) in [
+            ("12.345", 10, 2, "PostgreSQL would round it"),
+            ("100000000", 10, 2, "too large for numeric(10,2)"),
+            ("-1.5", 2, 2, "too large"),
+            ("0.012", 2, 4, "too large"),
+            ("1250", 4, -2, "would round"),
+            ("Infinity", 10, 2, "infinite"),
+        ] {
+            let err = numeric_fits(text, typmod(p, s)).unwrap_err();
+            assert!(err.contains(says), "{text} in ({p},{s}): {err}");
+        }
+    }
+
+    #[test]
+    fn timestamps_take_the_precision_they_keep() {
+        assert!(timestamp_fits("2015-03-08T07:30:00.123000Z", 3).is_ok());
+        assert!(timestamp_fits("2015-03-08T07:30:00.000000", 0).is_ok());
+        assert!(timestamp_fits("2015-03-08T07:30:00.123456Z", -1).is_ok());
+        let err = timestamp_fits("2015-03-08T07:30:00.123400Z", 3).unwrap_err();
+        assert!(err.contains("precision of 3"), "{err}");
+        assert!(timestamp_fits("+294276-12-31T23:59:59.500000", 0).is_err());
     }
 }

@@ -61,7 +61,10 @@ impl Field {
     /// A JSON value written for this field: its canonical form and the
     /// text cast into the column (`None` for NULL), checked as far as the
     /// column's type goes without asking PostgreSQL: the conversion, a
-    /// length limit, an enum's labels. What only PostgreSQL knows (a
+    /// length limit, an enum's labels, the digits a `numeric(p,s)` or a
+    /// `timestamp(p)` keeps (a value PostgreSQL would round is refused,
+    /// as the legacy store refuses a write that reads back otherwise, so
+    /// Schemaless never takes a value the legacy column cannot hold). What only PostgreSQL knows (a
     /// domain's or the table's CHECK constraints) is checked where the
     /// value is cast into the column.
     pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
@@ -69,6 +72,13 @@ impl Field {
         let Value::String(text) = &canonical else {
             return Ok((canonical, param));
         };
+        match self.conversion {
+            Conversion::Numeric => conversion::numeric_fits(text, self.typmod)?,
+            Conversion::Timestamp | Conversion::Timestamptz => {
+                conversion::timestamp_fits(text, self.typmod)?
+            }
+            _ => {}
+        }
         if let Some(labels) = &self.labels {
             if !labels.iter().any(|l| l == text) {
                 return Err(format!(

@@ -108,9 +108,10 @@ async fn serve(args: ProxyArgs, config_path: &Path) -> anyhow::Result<()> {
     .await?;
     // Tests and scripts read this line for the addresses.
     println!(
-        "proxy on {} forwarding to {} (mode {}, status on http://{}/status)",
+        "proxy on {} forwarding to {} with sslmode={} (mode {}, status on http://{}/status)",
         listen,
         proxy.backend(),
+        proxy.backend_sslmode(),
         facade.mode(),
         status_served.addr
     );

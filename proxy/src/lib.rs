@@ -30,6 +30,7 @@ pub mod route;
 mod sample;
 mod session;
 pub mod stats;
+pub mod upstream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,8 +61,8 @@ pub enum ProxyError {
 /// What every session shares.
 pub(crate) struct Shared {
     settings: config::proxy::Proxy,
-    /// The legacy PostgreSQL server.
-    backend: SocketAddr,
+    /// The legacy PostgreSQL server, and how to reach it.
+    upstream: upstream::Upstream,
     /// The legacy database (`legacy.url`'s): the layout's tables are in
     /// it, and statements of sessions on other databases are not read.
     database: String,
@@ -108,7 +109,7 @@ impl Proxy {
         let legacy = config.legacy.as_ref().ok_or_else(|| {
             ProxyError::Config("no [legacy] section: the proxy forwards to legacy.url".into())
         })?;
-        let backend = backend_addr(&legacy.url).await?;
+        let upstream = upstream::Upstream::from_url(&legacy.url).await?;
         let database = url::Url::parse(&legacy.url)
             .ok()
             .and_then(|u| {
@@ -124,7 +125,7 @@ impl Proxy {
                 clients: Arc::new(Semaphore::new(settings.max_clients)),
                 pool: Arc::new(Semaphore::new(settings.pool_size)),
                 settings,
-                backend,
+                upstream,
                 database,
                 router: Router::new(model.clone()),
                 stats: Arc::default(),
@@ -137,7 +138,13 @@ impl Proxy {
 
     /// The PostgreSQL server apps are forwarded to.
     pub fn backend(&self) -> SocketAddr {
-        self.shared.backend
+        self.shared.upstream.addr
+    }
+
+    /// How the proxy's connections to PostgreSQL are encrypted
+    /// (`legacy.url`'s `sslmode`).
+    pub fn backend_sslmode(&self) -> &'static str {
+        self.shared.upstream.mode.as_str()
     }
 
     /// What the proxy has done so far.
@@ -334,31 +341,6 @@ fn percent_decode(text: &str) -> Option<String> {
         }
     }
     String::from_utf8(out).ok()
-}
-
-/// The address of `legacy.url`'s server.
-async fn backend_addr(url: &str) -> Result<SocketAddr, ProxyError> {
-    let shown = config::urls::redact(url);
-    let parsed =
-        url::Url::parse(url).map_err(|e| ProxyError::Config(format!("legacy.url {shown}: {e}")))?;
-    let host = parsed
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| {
-            ProxyError::Config(format!(
-                "legacy.url {shown}: the proxy needs a TCP host (a Unix socket is not supported)"
-            ))
-        })?
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    let port = parsed.port().unwrap_or(5432);
-    let mut addrs = tokio::net::lookup_host((host.as_str(), port))
-        .await
-        .map_err(|e| ProxyError::Config(format!("legacy.url {shown}: resolving {host}: {e}")))?;
-    addrs
-        .next()
-        .ok_or_else(|| ProxyError::Config(format!("legacy.url {shown}: {host} has no address")))
 }
 
 #[cfg(test)]

@@ -18,7 +18,6 @@ use bytes::{Buf, BytesMut};
 use pgwire::messages::extendedquery::{Close, Describe, Execute};
 use pgwire::messages::simplequery::Query;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::answers::{command_complete, Answers, Awaits, Owed, Seen};
 use crate::frame::{self, Frame, FrameError};
@@ -183,14 +182,14 @@ impl State {
 pub async fn relay(
     shared: &Shared,
     client: &mut crate::session::Opened,
-    pg: &mut TcpStream,
+    pg: &mut crate::upstream::Backend,
     mut from_client: BytesMut,
     (layout, user): (bool, &str),
 ) -> Result<(), Fatal> {
     let max = shared.settings.max_message_bytes;
     let idle_timeout = Duration::from_millis(shared.settings.idle_timeout_ms);
     let (mut client_rd, mut client_wr) = tokio::io::split(client);
-    let (mut pg_rd, mut pg_wr) = pg.split();
+    let (mut pg_rd, mut pg_wr) = tokio::io::split(pg);
     let mut state = State::new();
     state.layout = layout;
     state.role = std::sync::Arc::from(user);

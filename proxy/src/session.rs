@@ -73,8 +73,11 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
             shared.stats.connection(Outcome::Cancel);
             // BackendKeyData reached the app unchanged, so PostgreSQL
             // knows the key: the request goes to it as it came.
+            // PostgreSQL reads a cancel request before any TLS or
+            // authentication: it goes plain, as libpq sends it.
             if let Ok(Ok(mut pg)) =
-                tokio::time::timeout(connect_timeout, TcpStream::connect(shared.backend)).await
+                tokio::time::timeout(connect_timeout, TcpStream::connect(shared.upstream.addr))
+                    .await
             {
                 let _ = pg.write_all(&packet).await;
                 let _ = pg.shutdown().await;
@@ -102,9 +105,7 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
             .acquire_owned()
             .await
             .map_err(|_| "the proxy is stopping".to_string())?;
-        let pg = TcpStream::connect(shared.backend)
-            .await
-            .map_err(|e| format!("could not connect to PostgreSQL at {}: {e}", shared.backend))?;
+        let pg = shared.upstream.connect().await?;
         Ok::<_, String>((permit, pg))
     };
     let (_permit, mut pg) = match tokio::time::timeout(connect_timeout, backend).await {
@@ -127,7 +128,6 @@ pub async fn serve(shared: Arc<Shared>, client: TcpStream) {
     };
     let _backend = shared.stats.backend();
     shared.stats.connection(Outcome::Served);
-    let _ = pg.set_nodelay(true);
     if pg.write_all(&startup).await.is_err() {
         fatal(
             &mut client,

@@ -40,7 +40,7 @@ impl ProxyProcess {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        // proxy on ADDR forwarding to PG (mode M, status on http://S/status)
+        // proxy on ADDR forwarding to PG with sslmode=X (mode M, status on http://S/status)
         let parsed = (|| {
             let words: Vec<&str> = line.split_whitespace().collect();
             let addr = words.get(2)?.parse().ok()?;

@@ -123,3 +123,98 @@ async fn verify_full_reaches_both_servers_and_a_wrong_ca_is_refused() {
         .unwrap();
     assert!(ssl, "the legacy pool is not encrypted");
 }
+
+/// The proxy's hop to PostgreSQL is encrypted as `legacy.url`'s
+/// `sslmode` asks, the certificate checked against `sslrootcert`: apps
+/// connecting in plain text to the proxy reach a PostgreSQL session that
+/// is TLS, and a server signed by another CA is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_proxy_reaches_postgresql_over_tls_as_sslmode_asks() {
+    use proxy::upstream::Upstream;
+    use tokio_util::either::Either;
+
+    let cluster = DevCluster::private(Spec::free_ports(&["u"], 1).unwrap())
+        .await
+        .unwrap();
+    let (ca, cert, key) = certificates();
+    cluster.enable_tls(&cert, &key, &ca).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let other_ca_file = dir.path().join("other-ca.crt");
+    std::fs::write(&other_ca_file, certificates().0).unwrap();
+    let (ca_file, other_ca_file) = (
+        ca_file.to_str().unwrap().to_string(),
+        other_ca_file.to_str().unwrap().to_string(),
+    );
+    let base = cluster.postgres_url("postgres");
+
+    // Each mode's connection, as libpq would make it.
+    for (query, tls) in [
+        (String::new(), true),
+        ("?sslmode=disable".to_string(), false),
+        ("?sslmode=require".to_string(), true),
+        (format!("?sslmode=require&sslrootcert={ca_file}"), true),
+        (format!("?sslmode=verify-ca&sslrootcert={ca_file}"), true),
+        (format!("?sslmode=verify-full&sslrootcert={ca_file}"), true),
+    ] {
+        let up = Upstream::from_url(&format!("{base}{query}")).await.unwrap();
+        let backend = up
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{query}: {e}"));
+        assert_eq!(matches!(backend, Either::Right(_)), tls, "{query}");
+    }
+    for query in [
+        format!("?sslmode=verify-full&sslrootcert={other_ca_file}"),
+        format!("?sslmode=verify-ca&sslrootcert={other_ca_file}"),
+        format!("?sslmode=require&sslrootcert={other_ca_file}"),
+    ] {
+        let up = Upstream::from_url(&format!("{base}{query}")).await.unwrap();
+        let err = up.connect().await.expect_err("another CA's server");
+        assert!(
+            err.contains("TLS handshake") && err.contains("certificate"),
+            "{query}: {err}"
+        );
+    }
+
+    // The proxy, its facade and its hop all on verify-full: an app's
+    // plain session through it is a TLS session in PostgreSQL.
+    let legacy_url = format!("{base}?sslmode=verify-full&sslrootcert={ca_file}");
+    let pool = sqlx::PgPool::connect(&legacy_url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(legacy::trips::ddl(
+        "public",
+        Some("uuid"),
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let text = format!(
+        "{}\n{}{}[legacy]\nurl = \"{legacy_url}\"\n{}\n[proxy]\n",
+        cluster.config_toml("tlsproxy", 2),
+        crate::harness::TEST_GATES,
+        crate::harness::TEST_CAPTURE,
+        crate::harness::example_layout()
+    );
+    let config = config::Config::parse(&text, "tls-proxy.toml").unwrap();
+    let topology = schemaless::mysql::Topology::from_config(&config).unwrap();
+    schema::apply(&topology).await.unwrap();
+    topology.close().await;
+    let file = crate::harness::config_file(&text);
+    let proxy = crate::proxy::ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let through = format!("postgres://postgres@{}/postgres", proxy.addr);
+    let (ok, out, err) = crate::proxy::psql(
+        &through,
+        "\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n\
+         SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid();\n\
+         SELECT count(*) FROM trips;\n",
+    );
+    assert!(ok, "{out}{err}");
+    let lines: Vec<&str> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines, ["t", "0"], "{out}");
+    pool.close().await;
+}

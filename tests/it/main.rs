@@ -109,6 +109,7 @@ mod model;
 mod moves;
 mod placement;
 mod proxy;
+mod proxy_corpus;
 mod proxy_modes;
 mod proxy_writes;
 mod query;

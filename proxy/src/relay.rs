@@ -93,8 +93,10 @@ struct State {
     served: HashMap<String, ServedPortal>,
     /// The session is on the legacy database: its statements are read.
     layout: bool,
-    /// The app's user: its statements' values are evaluated as that role.
-    role: std::sync::Arc<str>,
+    /// The app's user and the settings PostgreSQL reported to the
+    /// session: its statements' values are evaluated as that role, in
+    /// those settings.
+    session: std::sync::Arc<query::run::AppSession>,
 }
 
 /// A portal answered for Schemaless.
@@ -144,7 +146,7 @@ impl State {
             reads: HashMap::new(),
             served: HashMap::new(),
             layout: true,
-            role: std::sync::Arc::from(""),
+            session: std::sync::Arc::default(),
         }
     }
 
@@ -175,6 +177,26 @@ impl State {
             self.begun = false;
         }
     }
+
+    /// A `ParameterStatus` body (name, value): one the session's values
+    /// depend on is kept for their evaluation. A statement already handed
+    /// to Schemaless or the facade keeps the settings it was handed with:
+    /// a `SET TimeZone` pipelined with a write in one flight of messages
+    /// is seen after the write's values are evaluated (send it on its
+    /// own, as drivers and psql do).
+    fn parameter(&mut self, body: &[u8]) {
+        let mut parts = body.split(|b| *b == 0);
+        let (Some(name), Some(value)) = (parts.next(), parts.next()) else {
+            return;
+        };
+        let (Ok(name), Ok(value)) = (std::str::from_utf8(name), std::str::from_utf8(value)) else {
+            return;
+        };
+        let mut session = (*self.session).clone();
+        if session.reported(name, value) {
+            self.session = std::sync::Arc::new(session);
+        }
+    }
 }
 
 /// Relays `client` and `pg` until either ends. `from_client` holds what
@@ -192,7 +214,7 @@ pub async fn relay(
     let (mut pg_rd, mut pg_wr) = tokio::io::split(pg);
     let mut state = State::new();
     state.layout = layout;
-    state.role = std::sync::Arc::from(user);
+    state.session = std::sync::Arc::new(query::run::AppSession::new(user));
     let mut to_pg = BytesMut::with_capacity(8192);
     let mut from_pg = BytesMut::with_capacity(64 * 1024);
     let mut to_client = BytesMut::with_capacity(64 * 1024);
@@ -243,7 +265,7 @@ pub async fn relay(
                 // The read is sampled as the store that answered it.
                 if let (Some(side), Some((sql, params))) = (side, read) {
                     if shared.sampling.wants() {
-                        let role = state.role.clone();
+                        let role = state.session.clone();
                         shared.sampling.sample(shared.stats.clone(), (sql, params, role), side);
                     }
                 }
@@ -268,6 +290,9 @@ fn complete(buf: &mut BytesMut, state: &mut State, out: &mut BytesMut) {
             break;
         }
         let kind = buf[at];
+        if kind == b'S' {
+            state.parameter(&buf[at + 5..at + 1 + len]);
+        }
         let seen = state.answers.answer(kind, &mut buf[at + 5..at + 1 + len]);
         if kind == b'Z' && len == 5 {
             state.ready(buf[at + 5]);
@@ -313,7 +338,7 @@ fn message(
                 let answer =
                     shared
                         .sampling
-                        .write(query.query.clone(), Vec::new(), state.role.clone());
+                        .write(query.query.clone(), Vec::new(), state.session.clone());
                 return Some(Pending::new(shared, frame, answer, None));
             }
             if decision.writable {
@@ -324,7 +349,7 @@ fn message(
                 let answer =
                     shared
                         .sampling
-                        .serve(query.query.clone(), Vec::new(), state.role.clone());
+                        .serve(query.query.clone(), Vec::new(), state.session.clone());
                 let read = Some((query.query, Vec::new()));
                 return Some(Pending::new(shared, frame, answer, read));
             }
@@ -341,7 +366,7 @@ fn message(
             if decision.samplable && shared.sampling.wants() {
                 shared.sampling.sample(
                     shared.stats.clone(),
-                    (query.query.clone(), Vec::new(), state.role.clone()),
+                    (query.query.clone(), Vec::new(), state.session.clone()),
                     Side::Legacy,
                 );
             }

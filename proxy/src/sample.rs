@@ -33,7 +33,7 @@
 
 use std::sync::Arc;
 
-use query::run::{CellRead, Refused, Serving, Written};
+use query::run::{AppSession, CellRead, Refused, Serving, Written};
 use query::Model;
 use schemaless::{CellStore, Column, ReadFrom};
 use tripstore::TripStore;
@@ -85,12 +85,12 @@ impl Sampling {
         self.model.is_some() && self.facade.mode().samples() && self.facade.sampler().wants()
     }
 
-    /// Samples `sql` with `params` (its values evaluated as `role`) in the
+    /// Samples `sql` with `params` (its values evaluated in `session`) in the
     /// background, as a read `served` answered.
     pub(crate) fn sample(
         &self,
         stats: Arc<Stats>,
-        (sql, params, role): (String, Vec<String>, Arc<str>),
+        (sql, params, session): (String, Vec<String>, Arc<AppSession>),
         served: Side,
     ) {
         let (Some(model), facade) = (self.model.clone(), self.facade.clone()) else {
@@ -98,7 +98,7 @@ impl Sampling {
         };
         stats.sample(SampleOutcome::Drawn);
         self.runtime.spawn(async move {
-            let outcome = match offer(&facade, &model, (&sql, &params, &role), served).await {
+            let outcome = match offer(&facade, &model, (&sql, &params, &session), served).await {
                 Ok(reads) => {
                     stats.sample_reads(reads);
                     SampleOutcome::Offered
@@ -136,7 +136,7 @@ impl Sampling {
         &self,
         sql: String,
         params: Vec<String>,
-        role: Arc<str>,
+        session: Arc<AppSession>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
         self.background(move |facade, catalog, model| async move {
             let Some(model) = model else {
@@ -151,10 +151,7 @@ impl Sampling {
                 Some(row) => share.serves_schemaless(row, Some(column)),
                 None => share.share(Some(column)) == tripstore::ReadShare::ALL,
             };
-            let eval = query::run::Evaluator {
-                legacy: facade.legacy(),
-                role: Some(&role),
-            };
+            let eval = session.evaluator(facade.legacy());
             let served = query::run::render_from(
                 eval,
                 facade.schemaless_reads(),
@@ -181,16 +178,13 @@ impl Sampling {
         &self,
         sql: String,
         params: Vec<Option<String>>,
-        role: Arc<str>,
+        session: Arc<AppSession>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
         let limits = self.limits.clone();
         self.background(move |facade, catalog, model| async move {
             let written = match model {
                 Some(model) => {
-                    let eval = query::run::Evaluator {
-                        legacy: facade.legacy(),
-                        role: Some(&role),
-                    };
+                    let eval = session.evaluator(facade.legacy());
                     query::run::write_through(
                         eval,
                         facade.as_ref(),
@@ -238,14 +232,11 @@ impl Sampling {
 async fn offer(
     facade: &TripStore,
     model: &Model,
-    (sql, params, role): (&str, &[String], &str),
+    (sql, params, session): (&str, &[String], &AppSession),
     served: Side,
 ) -> Result<u64, String> {
     let legacy = facade.legacy();
-    let eval = query::run::Evaluator {
-        legacy,
-        role: Some(role),
-    };
+    let eval = session.evaluator(legacy);
     let reads = query::run::cell_reads(eval, model, sql, params)
         .await
         .map_err(|e| e.to_string())?;

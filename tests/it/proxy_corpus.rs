@@ -65,6 +65,16 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
     .await
     .unwrap();
     let missing = uuid::Uuid::new_v4().to_string();
+    // The driver's second trip's time as a wall clock in a zone 14 hours
+    // off UTC: a zoneless bound means it only in a session of that zone.
+    let kiritimati: String = sqlx::query_scalar(
+        "SELECT to_char(requested_at AT TIME ZONE 'Pacific/Kiritimati', 'YYYY-MM-DD HH24:MI:SS.US')
+         FROM trips WHERE driver_uuid::text = $1 ORDER BY requested_at OFFSET 1 LIMIT 1",
+    )
+    .bind(&driver)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
 
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     let through = proxy.url(&db);
@@ -134,6 +144,10 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
         (format!("SELECT uuid FROM trips WHERE driver_uuid = '{driver}' ORDER BY requested_at DESC LIMIT 0"), true),
         (format!("SELECT uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.driver_uuid = '{driver}'"), false),
         (format!("SELECT count(*) FROM trips WHERE driver_uuid = '{driver}'"), true),
+        // The session's settings give a value its meaning: the bound is
+        // evaluated in the app's zone, not the facade's.
+        (format!("SET TimeZone = 'Pacific/Kiritimati';\nSELECT uuid, requested_at FROM trips WHERE driver_uuid = '{driver}' AND requested_at >= '{kiritimati}' ORDER BY requested_at LIMIT 1"), true),
+        (format!("SET TimeZone = 'Pacific/Kiritimati';\nSELECT uuid FROM trips WHERE driver_uuid = '{driver}' AND requested_at < '{kiritimati}' ORDER BY requested_at DESC LIMIT 1"), true),
     ];
     let mut failures = Vec::new();
     let mut served_count = 0;

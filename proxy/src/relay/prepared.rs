@@ -143,7 +143,7 @@ pub(super) fn bind(
     if let (Some(params), true) = (&params, may_serve) {
         let answer = shared
             .sampling
-            .serve(sql.clone(), params.clone(), state.role.clone());
+            .serve(sql.clone(), params.clone(), state.session.clone());
         let read = Some((sql, params.clone()));
         return Some(Pending::new(shared, frame, answer, read));
     }
@@ -162,7 +162,7 @@ pub(super) fn bind(
         match params {
             Some(params) => shared.sampling.sample(
                 shared.stats.clone(),
-                (sql, params, state.role.clone()),
+                (sql, params, state.session.clone()),
                 Side::Legacy,
             ),
             None => shared.stats.sample(SampleOutcome::ParamsNotRead),
@@ -194,7 +194,7 @@ fn bind_write(
     } else {
         match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
             Some(params) => {
-                let answer = shared.sampling.write(sql, params, state.role.clone());
+                let answer = shared.sampling.write(sql, params, state.session.clone());
                 return Some(Pending::new(shared, frame, answer, None));
             }
             None => {

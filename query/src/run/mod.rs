@@ -36,7 +36,7 @@ mod write;
 
 use cells::{index_reads, row_reads};
 use postgres::postgres_rows;
-pub use postgres::Evaluator;
+pub use postgres::{AppSession, Evaluator};
 pub use reads::{cell_reads, CellRead};
 pub use serve::{render_from, Catalog, Origin, Rendering, Serving};
 pub use write::{write_through, Refused, Written};

@@ -155,18 +155,82 @@ fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
 /// or the owner granted it is), rolled back at the end: what the app
 /// could not do itself fails with PostgreSQL's own error, and nothing of
 /// it stays.
+///
+/// What a value means also depends on the app session's settings: a
+/// zoneless `'2015-03-08 02:30'` is a `timestamptz` in the session's
+/// `TimeZone`, `'03/04/2015'` a date in its `DateStyle`. So an app's
+/// [`AppSession`] carries those PostgreSQL reports to the session
+/// ([`AppSession::REPORTED`]), and each evaluation sets them (`SET LOCAL`)
+/// after the role.
 #[derive(Clone, Copy)]
 pub struct Evaluator<'a> {
     pub legacy: &'a LegacyStore,
     /// The app's role, for an app's statement; `None` for the operator's
     /// own (`query run`).
     pub role: Option<&'a str>,
+    /// The app session's settings, set with the role.
+    pub settings: &'a [(String, String)],
+}
+
+/// An app's session, as its statements' values are evaluated: the role
+/// it logged in as and the settings PostgreSQL reported to it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AppSession {
+    pub role: String,
+    /// (name, value) of the [`AppSession::REPORTED`] settings, as
+    /// PostgreSQL last reported them.
+    pub settings: Vec<(String, String)>,
+}
+
+impl AppSession {
+    /// The settings PostgreSQL reports to a session (`ParameterStatus`)
+    /// that change what a value written as text means.
+    pub const REPORTED: [&'static str; 3] = ["TimeZone", "DateStyle", "IntervalStyle"];
+
+    pub fn new(role: &str) -> AppSession {
+        AppSession {
+            role: role.to_string(),
+            settings: Vec::new(),
+        }
+    }
+
+    /// Takes a reported setting; whether it is one that matters (and
+    /// changed).
+    pub fn reported(&mut self, name: &str, value: &str) -> bool {
+        let Some(name) = AppSession::REPORTED.iter().find(|n| **n == name) else {
+            return false;
+        };
+        match self.settings.iter_mut().find(|(n, _)| n == name) {
+            Some((_, v)) if v == value => false,
+            Some((_, v)) => {
+                *v = value.to_string();
+                true
+            }
+            None => {
+                self.settings.push((name.to_string(), value.to_string()));
+                true
+            }
+        }
+    }
+
+    /// Its values' evaluator on `legacy`.
+    pub fn evaluator<'a>(&'a self, legacy: &'a LegacyStore) -> Evaluator<'a> {
+        Evaluator {
+            legacy,
+            role: Some(&self.role),
+            settings: &self.settings,
+        }
+    }
 }
 
 impl<'a> Evaluator<'a> {
     /// Values evaluated as the legacy store's own user.
     pub fn own(legacy: &'a LegacyStore) -> Evaluator<'a> {
-        Evaluator { legacy, role: None }
+        Evaluator {
+            legacy,
+            role: None,
+            settings: &[],
+        }
     }
 
     /// The rows of `sql` (one statement, values only). As a role, the
@@ -182,10 +246,16 @@ impl<'a> Evaluator<'a> {
                 .await;
         };
         let mut conn = self.legacy.pool().acquire().await?;
-        let guarded = format!(
-            "BEGIN READ ONLY; SET LOCAL ROLE {}; {sql}; ROLLBACK",
-            serve::quote(role)
-        );
+        let mut guarded = format!("BEGIN READ ONLY; SET LOCAL ROLE {}; ", serve::quote(role));
+        for (name, value) in self.settings {
+            // Names are AppSession::REPORTED's; the value a literal.
+            guarded.push_str(&format!(
+                "SET LOCAL {} TO '{}'; ",
+                serve::quote(name),
+                value.replace('\'', "''")
+            ));
+        }
+        guarded.push_str(&format!("{sql}; ROLLBACK"));
         let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded))
             .fetch_all(&mut *conn)
             .await;
@@ -343,5 +413,25 @@ mod tests {
         ] {
             assert_eq!(literal_uuid(&expr(left)), None, "{left}");
         }
+    }
+
+    #[test]
+    fn a_session_keeps_the_settings_that_change_a_value() {
+        let mut s = AppSession::new("app");
+        assert!(s.reported("TimeZone", "Asia/Kolkata"));
+        assert!(!s.reported("TimeZone", "Asia/Kolkata"), "unchanged");
+        assert!(s.reported("DateStyle", "SQL, DMY"));
+        assert!(s.reported("TimeZone", "UTC"));
+        assert!(
+            !s.reported("application_name", "psql"),
+            "not one that matters"
+        );
+        assert_eq!(
+            s.settings,
+            [
+                ("TimeZone".to_string(), "UTC".to_string()),
+                ("DateStyle".to_string(), "SQL, DMY".to_string())
+            ]
+        );
     }
 }

@@ -21,6 +21,7 @@
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
+//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -85,10 +86,45 @@ pub enum Conversion {
     Int4Array,
     /// `bigint[]`
     Int8Array,
+    /// A flat array of another scalar type: `numeric[]`, `uuid[]`,
+    /// `timestamptz[]`, an enum's array...; each element converts as its
+    /// type does.
+    ArrayOf(Element),
+}
+
+/// The element types of [`Conversion::ArrayOf`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Element {
+    Numeric,
+    Float4,
+    Float8,
+    Bool,
+    Uuid,
+    Timestamptz,
+    Timestamp,
+    Date,
+    Enum,
+}
+
+impl Element {
+    /// The conversion of one element.
+    pub fn scalar(self) -> Conversion {
+        match self {
+            Element::Numeric => Conversion::Numeric,
+            Element::Float4 => Conversion::Float4,
+            Element::Float8 => Conversion::Float8,
+            Element::Bool => Conversion::Bool,
+            Element::Uuid => Conversion::Uuid,
+            Element::Timestamptz => Conversion::Timestamptz,
+            Element::Timestamp => Conversion::Timestamp,
+            Element::Date => Conversion::Date,
+            Element::Enum => Conversion::Enum,
+        }
+    }
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], enum types, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -116,6 +152,14 @@ impl Conversion {
             "_int2" => Conversion::Int2Array,
             "_int4" => Conversion::Int4Array,
             "_int8" => Conversion::Int8Array,
+            "_numeric" => Conversion::ArrayOf(Element::Numeric),
+            "_float4" => Conversion::ArrayOf(Element::Float4),
+            "_float8" => Conversion::ArrayOf(Element::Float8),
+            "_bool" => Conversion::ArrayOf(Element::Bool),
+            "_uuid" => Conversion::ArrayOf(Element::Uuid),
+            "_timestamptz" => Conversion::ArrayOf(Element::Timestamptz),
+            "_timestamp" => Conversion::ArrayOf(Element::Timestamp),
+            "_date" => Conversion::ArrayOf(Element::Date),
             _ => return None,
         })
     }
@@ -140,6 +184,15 @@ impl Conversion {
             | Conversion::Int2Array
             | Conversion::Int4Array
             | Conversion::Int8Array => format!("array_to_json({column})::text"),
+            // Element by element through the element's own reading, in
+            // order; a multidimensional array reads as a string, which
+            // no array accepts.
+            Conversion::ArrayOf(element) => format!(
+                "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
+                 ELSE (SELECT coalesce(json_agg({} ORDER BY u.n), '[]')::text \
+                       FROM unnest({column}) WITH ORDINALITY AS u(e, n)) END",
+                element.scalar().read_expr("u.e")
+            ),
             _ => format!("{column}::text"),
         }
     }
@@ -210,6 +263,21 @@ impl Conversion {
                 // (flat, elements of the type).
                 self.accept(&value).map(|(canonical, _)| canonical)
             }
+            Conversion::ArrayOf(element) => {
+                let value: Value = serde_json::from_str(text)
+                    .map_err(|e| format!("stored array does not parse: {e}"))?;
+                let items = array(&value)?;
+                let scalar = element.scalar();
+                items
+                    .iter()
+                    .map(|item| match item {
+                        Value::Null => Ok(Value::Null),
+                        Value::String(s) => scalar.render(Some(s)),
+                        other => Err(expected("an element read as text", other)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Value::Array)
+            }
         }
     }
 
@@ -220,6 +288,7 @@ impl Conversion {
             return Ok((Value::Null, None));
         }
         let canonical = match self {
+            Conversion::ArrayOf(element) => return Conversion::accept_elements(*element, value),
             Conversion::Int2 => integer(value, i16::MIN.into(), i16::MAX.into(), "smallint")?,
             Conversion::Int4 => integer(value, i32::MIN.into(), i32::MAX.into(), "integer")?,
             Conversion::Int8 => integer(value, i64::MIN, i64::MAX, "bigint")?,
@@ -325,6 +394,26 @@ impl Conversion {
         };
         let param = self.param(&canonical);
         Ok((canonical, Some(param)))
+    }
+
+    /// [`Conversion::accept`] of a [`Conversion::ArrayOf`]: each element
+    /// by its own conversion, the literal from the elements' texts.
+    fn accept_elements(element: Element, value: &Value) -> Result<(Value, Option<String>), String> {
+        let scalar = element.scalar();
+        let items = array(value)?;
+        let mut canonical = Vec::with_capacity(items.len());
+        let mut texts = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            if item.is_array() {
+                return Err("a nested array: only flat arrays are kept".into());
+            }
+            let (value, text) = scalar
+                .accept(item)
+                .map_err(|e| format!("element {i}: {e}"))?;
+            canonical.push(value);
+            texts.push(text.map_or(Value::Null, Value::String));
+        }
+        Ok((Value::Array(canonical), Some(array_literal(&texts))))
     }
 
     /// The text PostgreSQL casts into the column, from a canonical value.
@@ -765,5 +854,42 @@ mod tests {
         let err = timestamp_fits("2015-03-08T07:30:00.123400Z", 3).unwrap_err();
         assert!(err.contains("precision of 3"), "{err}");
         assert!(timestamp_fits("+294276-12-31T23:59:59.500000", 0).is_err());
+    }
+
+    #[test]
+    fn arrays_of_other_scalars_convert_element_by_element() {
+        let numbers = Conversion::ArrayOf(Element::Numeric);
+        assert_eq!(Conversion::for_type("_numeric"), Some(numbers));
+        let (v, p) = numbers
+            .accept(&json!(["12.50", null, 1e3, "-0.0010"]))
+            .unwrap();
+        assert_eq!(v, json!(["12.5", null, "1000", "-0.001"]));
+        assert_eq!(p.as_deref(), Some(r#"{"12.5",NULL,"1000","-0.001"}"#));
+        let times = Conversion::ArrayOf(Element::Timestamptz);
+        let (v, p) = times
+            .accept(&json!(["2015-03-08T02:30:00-05:00", null]))
+            .unwrap();
+        assert_eq!(v, json!(["2015-03-08T07:30:00.000000Z", null]));
+        assert!(p.unwrap().starts_with(r#"{"2015-03-08"#));
+        // Read back: each element as its type reads it.
+        assert_eq!(
+            times.render(Some(r#"["1425799800000000", null]"#)).unwrap(),
+            json!(["2015-03-08T07:30:00.000000Z", null])
+        );
+        let flags = Conversion::ArrayOf(Element::Bool);
+        assert_eq!(
+            flags.render(Some(r#"["true","false",null]"#)).unwrap(),
+            json!([true, false, null])
+        );
+        assert_eq!(
+            flags.accept(&json!([])).unwrap(),
+            (json!([]), Some("{}".into()))
+        );
+        // Refused, naming the element.
+        let err = numbers.accept(&json!(["1", "x"])).unwrap_err();
+        assert!(err.starts_with("element 1:"), "{err}");
+        assert!(numbers.accept(&json!([["1"]])).is_err());
+        assert!(numbers.accept(&json!("1")).is_err());
+        assert!(flags.render(Some(r#""a multidimensional array""#)).is_err());
     }
 }

@@ -69,17 +69,32 @@ impl Field {
     /// value is cast into the column.
     pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
         let (canonical, param) = self.conversion.accept(value)?;
-        let Value::String(text) = &canonical else {
-            return Ok((canonical, param));
-        };
-        match self.conversion {
-            Conversion::Numeric => conversion::numeric_fits(text, self.typmod)?,
-            Conversion::Timestamp | Conversion::Timestamptz => {
-                conversion::timestamp_fits(text, self.typmod)?
+        match (&canonical, self.conversion) {
+            (Value::Array(items), Conversion::ArrayOf(element)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Value::String(text) = item {
+                        self.check(element.scalar(), text)
+                            .map_err(|e| format!("element {i}: {e}"))?;
+                    }
+                }
+                Ok((canonical, param))
             }
-            _ => {}
+            (Value::String(text), conversion) => {
+                self.check(conversion, text)?;
+                match self.fitted(text)? {
+                    Some(cut) => Ok((Value::String(cut.clone()), Some(cut))),
+                    None => Ok((canonical, param)),
+                }
+            }
+            _ => Ok((canonical, param)),
         }
-        if let Some(labels) = &self.labels {
+    }
+
+    /// The checks of a canonical text value (or array element) of
+    /// `conversion` that need the field: an enum's labels, the digits a
+    /// `numeric(p,s)` or a `timestamp(p)` keeps.
+    fn check(&self, conversion: Conversion, text: &str) -> Result<(), String> {
+        if let (Conversion::Enum, Some(labels)) = (conversion, &self.labels) {
             if !labels.iter().any(|l| l == text) {
                 return Err(format!(
                     "{text:?} is not a label of the enum (its labels: {})",
@@ -87,10 +102,13 @@ impl Field {
                 ));
             }
         }
-        if let Some(cut) = self.fitted(text)? {
-            return Ok((Value::String(cut.clone()), Some(cut)));
+        match conversion {
+            Conversion::Numeric => conversion::numeric_fits(text, self.typmod),
+            Conversion::Timestamp | Conversion::Timestamptz => {
+                conversion::timestamp_fits(text, self.typmod)
+            }
+            _ => Ok(()),
         }
-        Ok((canonical, param))
     }
 
     /// Whether the canonical value, cast into the column's type, gives
@@ -101,7 +119,9 @@ impl Field {
     /// from the cast.
     pub fn keeps_text(&self) -> bool {
         match self.conversion {
-            Conversion::Numeric => self.typmod >= 0,
+            Conversion::Numeric | Conversion::ArrayOf(conversion::Element::Numeric) => {
+                self.typmod >= 0
+            }
             Conversion::Json => false,
             _ => true,
         }
@@ -265,7 +285,8 @@ struct CatalogColumn {
     modifier: i32,
     /// The type without its modifier.
     base: String,
-    /// An enum's labels in their order (of a domain's base type too).
+    /// An enum's labels in their order (of a domain's base type, or of
+    /// an array's elements, too).
     labels: Option<Vec<String>>,
 }
 
@@ -281,7 +302,9 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
                 format_type(a.atttypid, NULL),
                 (SELECT array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
                  FROM pg_enum e
-                 WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END)
+                 WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype
+                                          WHEN t.typcategory = 'A' THEN t.typelem
+                                          ELSE t.oid END)
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -445,9 +468,10 @@ impl Layout {
             for (json, sql) in &spec.fields.0 {
                 let what = format!("{what}, field {json:?}");
                 let c = info_ref.column(&table_name, &what, sql)?;
-                let conversion = match c.labels {
-                    Some(_) => Some(Conversion::Enum),
-                    None => Conversion::for_type(&c.typname),
+                let conversion = match (&c.labels, c.typname.starts_with('_')) {
+                    (Some(_), true) => Some(Conversion::ArrayOf(conversion::Element::Enum)),
+                    (Some(_), false) => Some(Conversion::Enum),
+                    (None, _) => Conversion::for_type(&c.typname),
                 };
                 let conversion = conversion.ok_or_else(|| {
                     Error::Layout(format!(

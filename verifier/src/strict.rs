@@ -15,7 +15,7 @@
 //! | column type (catalog) | equal when |
 //! |---|---|
 //! | `json`, `jsonb` | both as `jsonb` text (JSON `null` is SQL NULL) |
-//! | arrays | the JSON array's elements, cast to the array type, as text |
+//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value |
 //! | `numeric` | equal as `numeric` (the value; not the scale a `numeric(p,s)` displays) |
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
@@ -296,6 +296,12 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
     match field.typname.as_str() {
         "json" | "jsonb" => format!(
             "nullif({value}::jsonb, 'null'::jsonb)::text IS NOT DISTINCT FROM nullif({column}::jsonb, 'null'::jsonb)::text"
+        ),
+        // By value, as a `numeric` is: `numeric(6,2)[]` shows `12.50`.
+        "_numeric" => format!(
+            "(CASE WHEN json_typeof({value}) = 'array' THEN
+                  ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::numeric[]
+              END) IS NOT DISTINCT FROM {column}::numeric[]"
         ),
         array if array.starts_with('_') => format!(
             "(CASE WHEN json_typeof({value}) = 'array' THEN

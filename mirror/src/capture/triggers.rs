@@ -46,7 +46,7 @@
 //! fields changed and the writer left the version as it was.
 
 use config::ColumnKind;
-use legacy::conversion::Conversion;
+use legacy::conversion::{Conversion, Element};
 use legacy::layout::{quote, ColumnLayout, Layout};
 use legacy::store::CAPTURE_SETTING;
 
@@ -115,10 +115,16 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 
 /// The value of a field as compared to tell whether it changed: natively,
 /// but floats and `json`/`jsonb` as text (`1.50` and `1.5` are equal
-/// numbers but different values here).
+/// numbers but different values here; arrays of them likewise).
 fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> String {
     match conversion {
-        Some(Conversion::Float4 | Conversion::Float8 | Conversion::Json | Conversion::Jsonb) => {
+        Some(
+            Conversion::Float4
+            | Conversion::Float8
+            | Conversion::Json
+            | Conversion::Jsonb
+            | Conversion::ArrayOf(Element::Float4 | Element::Float8),
+        ) => {
             format!("{record}.{column}::pg_catalog.text")
         }
         _ => format!("{record}.{column}"),

@@ -55,6 +55,11 @@ pub struct Field {
     /// read (a label added since is refused until the process reads the
     /// layout again).
     pub labels: Option<Vec<String>>,
+    /// A generated column: PostgreSQL computes it from the row's other
+    /// columns. It is read like any field, never written: a cell whose
+    /// value is not what PostgreSQL computes is refused by the write's
+    /// read-back, naming the value PostgreSQL would keep.
+    pub generated: bool,
 }
 
 impl Field {
@@ -288,10 +293,20 @@ struct CatalogColumn {
     /// An enum's labels in their order (of a domain's base type, or of
     /// an array's elements, too).
     labels: Option<Vec<String>>,
+    /// A generated column (`GENERATED ALWAYS AS (...) STORED`).
+    generated: bool,
 }
 
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
-    type Row = (String, String, String, i32, String, Option<Vec<String>>);
+    type Row = (
+        String,
+        String,
+        String,
+        i32,
+        String,
+        Option<Vec<String>>,
+        bool,
+    );
     // A domain is read as its base type (one level: a domain over a
     // domain names the inner one, which no conversion takes).
     let rows: Vec<Row> = sqlx::query_as(
@@ -304,7 +319,8 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
                  FROM pg_enum e
                  WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype
                                           WHEN t.typcategory = 'A' THEN t.typelem
-                                          ELSE t.oid END)
+                                          ELSE t.oid END),
+                a.attgenerated <> ''
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -341,7 +357,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
     Ok(TableInfo {
         columns: rows
             .into_iter()
-            .map(|(name, typname, full, modifier, base, labels)| {
+            .map(|(name, typname, full, modifier, base, labels, generated)| {
                 (
                     name,
                     CatalogColumn {
@@ -350,6 +366,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
                         modifier,
                         base,
                         labels,
+                        generated,
                     },
                 )
             })
@@ -491,6 +508,7 @@ impl Layout {
                     typmod: c.modifier,
                     max_chars: sized.then(|| (c.modifier - 4) as usize),
                     labels: c.labels.clone(),
+                    generated: c.generated,
                 });
             }
             columns.push(ColumnLayout {
@@ -618,6 +636,7 @@ mod tests {
             typmod: -1,
             max_chars,
             labels: labels.map(|l| l.iter().map(|s| s.to_string()).collect()),
+            generated: false,
         }
     }
 

@@ -113,15 +113,23 @@ impl LegacyStore {
             column: column.name.clone(),
             ref_key: RefKey::new(cell.ref_key).expect("checked at the boundary"),
         };
-        let casts: Vec<String> = column
-            .fields
+        // The fields written (PostgreSQL computes a generated one; the
+        // read-back compares it), each with its parameter: `$3` on.
+        let written: Vec<usize> = (0..column.fields.len())
+            .filter(|&i| !column.fields[i].generated)
+            .collect();
+        let casts: Vec<String> = written
             .iter()
             .enumerate()
-            .map(|(i, f)| format!("CAST(${}::text AS {})", i + 3, f.sql_type))
+            .map(|(n, &i)| format!("CAST(${}::text AS {})", n + 3, column.fields[i].sql_type))
+            .collect();
+        let names: Vec<String> = written
+            .iter()
+            .map(|&i| quote(&column.fields[i].sql))
             .collect();
         // Wraps the statement that writes the cell so that it also copies
         // the cell into `copy_to`, when it wrote a row.
-        let n = column.fields.len();
+        let n = written.len();
         let with_copy = |statement: String| match copy_to {
             None => statement,
             Some(table) => format!(
@@ -158,12 +166,12 @@ impl LegacyStore {
                     .map_err(|e| self.write_error(column, e))?;
                 let statement = match &current {
                     None => format!(
-                        "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}, {cols}) VALUES ($1, $2, {casts}) RETURNING {exprs}",
+                        "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}{cols}) VALUES ($1, $2{casts}) RETURNING {exprs}",
                         table = layout.table_sql,
                         uuid = layout.uuid_sql,
                         v = column.ref_key_sql,
-                        cols = column.fields.iter().map(|f| quote(&f.sql)).collect::<Vec<_>>().join(", "),
-                        casts = casts.join(", "),
+                        cols = listed(&names),
+                        casts = listed(&casts),
                         exprs = column.read_exprs("p"),
                     ),
                     Some(row) => {
@@ -176,16 +184,14 @@ impl LegacyStore {
                                 return Ok(same_or_conflict(&stored, &cell.canonical, key()));
                             }
                             _ => format!(
-                                "/* mezzanine */ UPDATE {table} AS p SET {v} = $2, {sets} WHERE p.{uuid} = $1 RETURNING {exprs}",
+                                "/* mezzanine */ UPDATE {table} AS p SET {v} = $2{sets} WHERE p.{uuid} = $1 RETURNING {exprs}",
                                 table = layout.table_sql,
                                 v = column.ref_key_sql,
-                                sets = column
-                                    .fields
+                                sets = names
                                     .iter()
                                     .zip(&casts)
-                                    .map(|(f, cast)| format!("{} = {cast}", quote(&f.sql)))
-                                    .collect::<Vec<_>>()
-                                    .join(", "),
+                                    .map(|(name, cast)| format!(", {name} = {cast}"))
+                                    .collect::<String>(),
                                 uuid = layout.uuid_sql,
                                 exprs = column.read_exprs("p"),
                             ),
@@ -195,8 +201,8 @@ impl LegacyStore {
                 let mut query = sqlx::query(AssertSqlSafe(with_copy(statement)))
                     .bind(cell.row_key)
                     .bind(cell.ref_key);
-                for param in &cell.params {
-                    query = query.bind(param.as_deref());
+                for &i in &written {
+                    query = query.bind(cell.params[i].as_deref());
                 }
                 let row = copy_params(query)
                     .fetch_one(&mut **tx)
@@ -208,19 +214,14 @@ impl LegacyStore {
             Shape::Child { parent_sql } => {
                 let parent = parent_sql;
                 let insert = format!(
-                    "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}, {cols})
-                     SELECT p.{id}, $2, {casts} FROM {parent_table} p WHERE p.{uuid} = $1
+                    "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}{cols})
+                     SELECT p.{id}, $2{casts} FROM {parent_table} p WHERE p.{uuid} = $1
                      ON CONFLICT ({parent}, {s}) DO NOTHING RETURNING {exprs}",
                     table = column.table_sql,
                     s = column.ref_key_sql,
-                    cols = column
-                        .fields
-                        .iter()
-                        .map(|f| quote(&f.sql))
-                        .collect::<Vec<_>>()
-                        .join(", "),
+                    cols = listed(&names),
                     id = layout.id_sql,
-                    casts = casts.join(", "),
+                    casts = listed(&casts),
                     parent_table = layout.table_sql,
                     uuid = layout.uuid_sql,
                     exprs = column.read_exprs("c"),
@@ -228,8 +229,8 @@ impl LegacyStore {
                 let mut query = sqlx::query(AssertSqlSafe(with_copy(insert)))
                     .bind(cell.row_key)
                     .bind(cell.ref_key);
-                for param in &cell.params {
-                    query = query.bind(param.as_deref());
+                for &i in &written {
+                    query = query.bind(cell.params[i].as_deref());
                 }
                 if let Some(row) = copy_params(query)
                     .fetch_optional(&mut **tx)
@@ -386,4 +387,9 @@ impl LegacyStore {
         tx.commit().await.map_err(|e| self.storage(e))?;
         Ok(results)
     }
+}
+
+/// `, a, b`: items after the ones a statement always has.
+fn listed(items: &[String]) -> String {
+    items.iter().map(|item| format!(", {item}")).collect()
 }

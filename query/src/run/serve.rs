@@ -62,6 +62,9 @@ pub(super) struct Attribute {
     /// The default's expression, if it has one.
     pub(super) default: Option<String>,
     pub(super) not_null: bool,
+    /// A generated column: `default` is its generation expression, over
+    /// the row's other columns.
+    pub(super) generated: bool,
 }
 
 impl Catalog {
@@ -85,9 +88,9 @@ impl Catalog {
         if let Some(found) = lock(&self.columns).get(&key) {
             return Ok(found.clone());
         }
-        let row: Option<(i64, i16, String, Option<String>, bool)> = sqlx::query_as(
+        let row: Option<(i64, i16, String, Option<String>, bool, bool)> = sqlx::query_as(
             "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod),
-                    pg_get_expr(d.adbin, d.adrelid), a.attnotnull
+                    pg_get_expr(d.adbin, d.adrelid), a.attnotnull, a.attgenerated <> ''
              FROM pg_attribute a
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
              WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
@@ -97,7 +100,7 @@ impl Catalog {
         .fetch_optional(legacy.pool())
         .await
         .map_err(|e| anyhow::anyhow!("reading the catalog for {table_sql}.{column}: {e}"))?;
-        let (table, attnum, sql_type, default, not_null) =
+        let (table, attnum, sql_type, default, not_null, generated) =
             row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
         let found = Attribute {
             origin: Origin {
@@ -107,6 +110,7 @@ impl Catalog {
             sql_type,
             default,
             not_null,
+            generated,
         };
         lock(&self.columns).insert(key, found.clone());
         Ok(found)

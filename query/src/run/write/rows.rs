@@ -11,12 +11,27 @@ impl<S: CellStore> Writer<'_, S> {
         row: &Inserted,
         conflict: &OnConflict,
     ) -> Result<Option<RowWrite>, Refused> {
-        // Every mapped column: the value given, or the default.
+        // Every mapped column: the value given, or the default; a
+        // generated one once the others are known.
         let mut targets = Vec::new();
         let mut given = vec![false; self.cols.len()];
         for (i, c) in self.cols.iter().enumerate() {
             let value = row.values.iter().find(|(name, _)| *name == c.sql);
             given[i] = value.is_some();
+            if c.attr.generated {
+                if value.is_some() {
+                    return Err(Refused::new(
+                        "428C9",
+                        format!(
+                            "cannot insert a non-DEFAULT value into column \"{}\": it is a generated column",
+                            c.sql
+                        ),
+                    ));
+                }
+                // Stands in until the row is known.
+                targets.push((i, "NULL".into()));
+                continue;
+            }
             targets.push((
                 i,
                 match value {
@@ -27,6 +42,7 @@ impl<S: CellStore> Writer<'_, S> {
         }
         let (key, new, _) = self.evaluate(Some(&row.key), &targets, &[], None).await?;
         let key = row_key(key)?;
+        let new = self.generate(new).await?;
         // PostgreSQL checks the proposed row before it looks for a
         // conflict: an upsert's too.
         self.check_not_null(&new)?;
@@ -114,6 +130,12 @@ impl<S: CellStore> Writer<'_, S> {
                     format!("sets {name}, which the layout does not map"),
                 )
             })?;
+            if self.cols[at].attr.generated {
+                return Err(Refused::new(
+                    "428C9",
+                    format!("column \"{name}\" can only be updated to DEFAULT: it is a generated column"),
+                ));
+            }
             targets.push((at, e.to_string()));
         }
         let (_, values, holds) = self
@@ -126,6 +148,7 @@ impl<S: CellStore> Writer<'_, S> {
         for ((at, _), v) in targets.iter().zip(values) {
             new[*at] = v;
         }
+        let new = self.generate(new).await?;
         self.check_not_null(&new)?;
         let mut cells = Vec::new();
         for (i, c) in self.cols.iter().enumerate() {
@@ -136,6 +159,27 @@ impl<S: CellStore> Writer<'_, S> {
             }
         }
         Ok(Some((new, cells)))
+    }
+
+    /// Row `new` with its generated columns computed over the others, as
+    /// PostgreSQL computes them on every INSERT and UPDATE (one more
+    /// evaluation, only for a table that has them).
+    async fn generate(&self, mut new: Vec<Value>) -> Result<Vec<Value>, Refused> {
+        let targets: Vec<(usize, String)> = self
+            .cols
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.attr.generated)
+            .map(|(i, c)| (i, c.attr.default.clone().unwrap_or_else(|| "NULL".into())))
+            .collect();
+        if targets.is_empty() {
+            return Ok(new);
+        }
+        let (_, values, _) = self.evaluate(None, &targets, &[], Some(&new)).await?;
+        for ((at, _), v) in targets.iter().zip(values) {
+            new[*at] = v;
+        }
+        Ok(new)
     }
 
     /// The cell of layout column `column` in row `new` (`at`: its ref

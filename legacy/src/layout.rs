@@ -69,9 +69,9 @@ impl Field {
     /// length limit, an enum's labels, the digits a `numeric(p,s)` or a
     /// `timestamp(p)` keeps (a value PostgreSQL would round is refused,
     /// as the legacy store refuses a write that reads back otherwise, so
-    /// Schemaless never takes a value the legacy column cannot hold). What only PostgreSQL knows (a
-    /// domain's or the table's CHECK constraints) is checked where the
-    /// value is cast into the column.
+    /// Schemaless never takes a value the legacy column cannot hold).
+    /// What only PostgreSQL knows (a domain's or the table's CHECK
+    /// constraints) is checked where the value is cast into the column.
     pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
         let (canonical, param) = self.conversion.accept(value)?;
         match (&canonical, self.conversion) {

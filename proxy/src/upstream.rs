@@ -1,21 +1,21 @@
 //! The proxy's connections to PostgreSQL, plain or TLS as `legacy.url`'s
-//! `sslmode` asks, read as libpq reads it (the facade's own connections
-//! read the same URL, so one setting covers both):
+//! `sslmode` asks, read as libpq reads it and as the facade's own pool
+//! reads the same URL, so one setting covers both:
 //!
 //! | `sslmode` | the proxy's connection |
 //! |---|---|
 //! | `disable` | plain |
 //! | `allow`, `prefer` (the default) | TLS when the server has it (the certificate not checked), else plain |
 //! | `require` | TLS or no connection; the certificate checked against `sslrootcert` when one is given, as libpq checks it |
-//! | `verify-ca` | TLS, the certificate signed by `sslrootcert`'s CA |
+//! | `verify-ca` | TLS, the certificate signed by `sslrootcert`'s CA (without one, the Mozilla roots built in, as the facade's driver) |
 //! | `verify-full` | TLS, signed by that CA and naming the URL's host |
 //!
-//! The app's own TLS ends at the proxy (`proxy.tls_cert`); this is the
-//! other hop. `allow` tries TLS first where libpq tries plain first: the
-//! connection it makes is one libpq would accept. Client certificates
-//! (`sslcert`) are refused by name: the proxy relays each app's own
-//! authentication, and a certificate of the proxy's would authenticate the
-//! proxy instead.
+//! `sslcert` and `sslkey` present a client certificate, for a server
+//! that asks for one (`clientcert=verify-ca`); the app's own
+//! authentication still passes through. The app's TLS ends at the proxy
+//! (`proxy.tls_cert`); this is the other hop. `allow` tries TLS first
+//! where libpq tries plain first: the connection it makes is one libpq
+//! would accept.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,7 +108,8 @@ impl Upstream {
             .map_err(|e| bad(format!("resolving {host}: {e}")))?
             .next()
             .ok_or_else(|| bad(format!("{host} has no address")))?;
-        let (mut mode, mut root) = (SslMode::Prefer, None);
+        let mut mode = SslMode::Prefer;
+        let mut files = Files::default();
         for (key, value) in parsed.query_pairs() {
             match key.as_ref() {
                 "sslmode" | "ssl-mode" => {
@@ -118,13 +119,9 @@ impl Upstream {
                         ))
                     })?
                 }
-                "sslrootcert" | "ssl-root-cert" => root = Some(value.into_owned()),
-                "sslcert" | "sslkey" | "ssl-cert" | "ssl-key" => {
-                    return Err(bad(format!(
-                        "{key}: the proxy relays each app's own authentication and presents \
-                         no client certificate to PostgreSQL; leave it out of legacy.url"
-                    )))
-                }
+                "sslrootcert" | "ssl-root-cert" => files.root = Some(value.into_owned()),
+                "sslcert" | "ssl-cert" => files.cert = Some(value.into_owned()),
+                "sslkey" | "ssl-key" => files.key = Some(value.into_owned()),
                 _ => {}
             }
         }
@@ -133,7 +130,7 @@ impl Upstream {
             _ => {
                 let name = ServerName::try_from(host.clone())
                     .map_err(|e| bad(format!("{host} is no TLS server name: {e}")))?;
-                let config = client_config(mode, root.as_deref()).map_err(bad)?;
+                let config = client_config(mode, &files).map_err(bad)?;
                 Some((TlsConnector::from(Arc::new(config)), name))
             }
         };
@@ -186,63 +183,84 @@ impl Upstream {
     }
 }
 
-fn client_config(mode: SslMode, root: Option<&str>) -> Result<rustls::ClientConfig, String> {
+/// The certificate files `legacy.url` names.
+#[derive(Default)]
+struct Files {
+    root: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+}
+
+enum Check {
+    None,
+    Ca,
+    Full,
+}
+
+fn client_config(mode: SslMode, files: &Files) -> Result<rustls::ClientConfig, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     // libpq: `require` with a root certificate file checks as verify-ca.
-    let check = match (mode, root) {
-        (SslMode::VerifyFull, Some(root)) => Check::Full(root),
-        (SslMode::VerifyCa | SslMode::Require, Some(root)) => Check::Ca(root),
-        (SslMode::VerifyCa | SslMode::VerifyFull, None) => {
-            return Err(format!(
-                "sslmode={} needs sslrootcert=<a PEM file of the CA that signed the server's certificate>",
-                mode.as_str()
-            ))
-        }
+    let check = match (mode, &files.root) {
+        (SslMode::VerifyFull, _) => Check::Full,
+        (SslMode::VerifyCa, _) | (SslMode::Require, Some(_)) => Check::Ca,
         _ => Check::None,
     };
-    let config = match check {
+    let builder = match check {
         Check::None => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
-            .with_no_client_auth(),
-        Check::Ca(root) | Check::Full(root) => {
+            .with_custom_certificate_verifier(Arc::new(Unchecked(provider))),
+        Check::Ca | Check::Full => {
             let mut roots = rustls::RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(root)
-                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("sslrootcert {root}: {e}"))?;
-            if certs.is_empty() {
-                return Err(format!("sslrootcert {root} holds no PEM certificate"));
-            }
-            for cert in certs {
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("sslrootcert {root}: {e}"))?;
+            match &files.root {
+                Some(root) => {
+                    for cert in read_certs(root, "sslrootcert")? {
+                        roots
+                            .add(cert)
+                            .map_err(|e| format!("sslrootcert {root}: {e}"))?;
+                    }
+                }
+                None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
             }
             let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider,
             )
             .build()
-            .map_err(|e| format!("sslrootcert {root}: {e}"))?;
+            .map_err(|e| format!("the root certificates: {e}"))?;
             match check {
-                Check::Full(_) => builder.with_webpki_verifier(verifier).with_no_client_auth(),
+                Check::Full => builder.with_webpki_verifier(verifier),
                 _ => builder
                     .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(AnyName(verifier)))
-                    .with_no_client_auth(),
+                    .with_custom_certificate_verifier(Arc::new(AnyName(verifier))),
             }
         }
     };
-    Ok(config)
+    match (&files.cert, &files.key) {
+        (None, None) => Ok(builder.with_no_client_auth()),
+        (Some(cert), Some(key)) => {
+            let certs = read_certs(cert, "sslcert")?;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("sslkey {key}: {e}"))?;
+            builder
+                .with_client_auth_cert(certs, key)
+                .map_err(|e| format!("sslcert and sslkey do not fit: {e}"))
+        }
+        _ => Err("sslcert and sslkey go together: give both, or neither".into()),
+    }
 }
 
-enum Check<'a> {
-    None,
-    Ca(&'a str),
-    Full(&'a str),
+/// The PEM certificates of `file` (the URL's `key`), at least one.
+fn read_certs(file: &str, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(file)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("{key} {file}: {e}"))?;
+    if certs.is_empty() {
+        return Err(format!("{key} {file} holds no PEM certificate"));
+    }
+    Ok(certs)
 }
 
 /// `prefer` and `require` without a root certificate: the connection is
@@ -364,9 +382,12 @@ mod tests {
             );
             assert_eq!(up.addr.port(), 5999);
         }
+        // Without sslrootcert, the roots built in, as the facade's driver.
+        let up = Upstream::from_url(&at("?sslmode=verify-full"))
+            .await
+            .unwrap();
+        assert_eq!(up.mode, SslMode::VerifyFull);
         for (query, says) in [
-            ("?sslmode=verify-full", "needs sslrootcert"),
-            ("?sslmode=verify-ca", "needs sslrootcert"),
             ("?sslmode=strict", "one of disable, allow"),
             (
                 "?sslmode=verify-full&sslrootcert=/nonexistent/ca.crt",
@@ -374,7 +395,11 @@ mod tests {
             ),
             (
                 "?sslmode=require&sslcert=me.crt",
-                "presents no client certificate",
+                "sslcert and sslkey go together",
+            ),
+            (
+                "?sslmode=require&sslcert=/nonexistent/me.crt&sslkey=/nonexistent/me.key",
+                "sslcert /nonexistent/me.crt",
             ),
         ] {
             let err = Upstream::from_url(&at(query))

@@ -13,6 +13,14 @@ use crate::harness::{cell, column, row};
 /// (CA certificate, server certificate for 127.0.0.1 and localhost, its
 /// key), in PEM.
 pub(crate) fn certificates() -> (String, String, String) {
+    let (ca, server, _) = certificates_with_client();
+    (ca, server.0, server.1)
+}
+
+/// The CA's certificate, a server's certificate and key (127.0.0.1 and
+/// localhost) and a client's (CN `mezzanine proxy`), in PEM, all signed
+/// by that CA.
+fn certificates_with_client() -> (String, (String, String), (String, String)) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -24,15 +32,27 @@ pub(crate) fn certificates() -> (String, String, String) {
     ];
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = rcgen::Issuer::new(ca, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut server =
-        rcgen::CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".into()]).unwrap();
-    server
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "127.0.0.1");
-    server.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = server.signed_by(&key, &issuer).unwrap();
-    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+    let signed = |names: Vec<String>, cn: &str, usage: rcgen::ExtendedKeyUsagePurpose| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, cn);
+        params.extended_key_usages = vec![usage];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let server = signed(
+        vec!["127.0.0.1".to_string(), "localhost".into()],
+        "127.0.0.1",
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let client = signed(
+        Vec::new(),
+        "mezzanine proxy",
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    (ca_cert.pem(), server, client)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,11 +156,15 @@ async fn the_proxy_reaches_postgresql_over_tls_as_sslmode_asks() {
     let cluster = DevCluster::private(Spec::free_ports(&["u"], 1).unwrap())
         .await
         .unwrap();
-    let (ca, cert, key) = certificates();
+    let (ca, (cert, key), (client_cert, client_key)) = certificates_with_client();
     cluster.enable_tls(&cert, &key, &ca).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let ca_file = dir.path().join("ca.crt");
     std::fs::write(&ca_file, &ca).unwrap();
+    let (client_cert_file, client_key_file) =
+        (dir.path().join("proxy.crt"), dir.path().join("proxy.key"));
+    std::fs::write(&client_cert_file, &client_cert).unwrap();
+    std::fs::write(&client_key_file, &client_key).unwrap();
     let other_ca_file = dir.path().join("other-ca.crt");
     std::fs::write(&other_ca_file, certificates().0).unwrap();
     let (ca_file, other_ca_file) = (
@@ -178,9 +202,14 @@ async fn the_proxy_reaches_postgresql_over_tls_as_sslmode_asks() {
         );
     }
 
-    // The proxy, its facade and its hop all on verify-full: an app's
-    // plain session through it is a TLS session in PostgreSQL.
-    let legacy_url = format!("{base}?sslmode=verify-full&sslrootcert={ca_file}");
+    // The proxy, its facade and its hop all on verify-full, with a
+    // client certificate: an app's plain session through it is a TLS
+    // session in PostgreSQL, which saw the proxy's certificate.
+    let legacy_url = format!(
+        "{base}?sslmode=verify-full&sslrootcert={ca_file}&sslcert={}&sslkey={}",
+        client_cert_file.display(),
+        client_key_file.display()
+    );
     let pool = sqlx::PgPool::connect(&legacy_url).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(legacy::trips::ddl(
         "public",
@@ -205,16 +234,16 @@ async fn the_proxy_reaches_postgresql_over_tls_as_sslmode_asks() {
     let through = format!("postgres://postgres@{}/postgres", proxy.addr);
     let (ok, out, err) = crate::proxy::psql(
         &through,
-        "\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n\
-         SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid();\n\
+        "\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n\\pset format unaligned\n\
+         SELECT ssl, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid();\n\
          SELECT count(*) FROM trips;\n",
     );
     assert!(ok, "{out}{err}");
     let lines: Vec<&str> = out
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
+        .filter(|l| !l.is_empty() && !l.starts_with("Output format"))
         .collect();
-    assert_eq!(lines, ["t", "0"], "{out}");
+    assert_eq!(lines, ["t|/CN=mezzanine proxy", "0"], "{out}");
     pool.close().await;
 }

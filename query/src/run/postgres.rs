@@ -238,6 +238,26 @@ impl<'a> Evaluator<'a> {
     /// (one round trip); on an error, whatever the `Query` left open is
     /// rolled back before the connection goes back to the pool.
     pub(super) async fn rows(&self, sql: &str) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+        self.run(sql, false).await
+    }
+
+    /// The rows of `sql`, committed: for a column default that draws
+    /// from a sequence (`nextval`), which a read-only transaction refuses.
+    /// Only the catalog's own default expressions are run this way, never
+    /// the app's values; a drawn number is gone whatever happens next, as
+    /// it is when PostgreSQL draws it for an INSERT that then fails.
+    pub(super) async fn committed_rows(
+        &self,
+        sql: &str,
+    ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+        self.run(sql, true).await
+    }
+
+    async fn run(
+        &self,
+        sql: &str,
+        commit: bool,
+    ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
         use sqlx::Executor as _;
         let sql = format!("/* mezzanine */ {sql}");
         let Some(role) = self.role else {
@@ -246,7 +266,11 @@ impl<'a> Evaluator<'a> {
                 .await;
         };
         let mut conn = self.legacy.pool().acquire().await?;
-        let mut guarded = format!("BEGIN READ ONLY; SET LOCAL ROLE {}; ", serve::quote(role));
+        let (begin, end) = match commit {
+            true => ("BEGIN", "COMMIT"),
+            false => ("BEGIN READ ONLY", "ROLLBACK"),
+        };
+        let mut guarded = format!("{begin}; SET LOCAL ROLE {}; ", serve::quote(role));
         for (name, value) in self.settings {
             // Names are AppSession::REPORTED's; the value a literal.
             guarded.push_str(&format!(
@@ -255,7 +279,7 @@ impl<'a> Evaluator<'a> {
                 value.replace('\'', "''")
             ));
         }
-        guarded.push_str(&format!("{sql}; ROLLBACK"));
+        guarded.push_str(&format!("{sql}; {end}"));
         let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded))
             .fetch_all(&mut *conn)
             .await;

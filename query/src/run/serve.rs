@@ -65,6 +65,8 @@ pub(super) struct Attribute {
     /// A generated column: `default` is its generation expression, over
     /// the row's other columns.
     pub(super) generated: bool,
+    /// An identity column `GENERATED ALWAYS`: a value for it is refused.
+    pub(super) always: bool,
 }
 
 impl Catalog {
@@ -88,9 +90,15 @@ impl Catalog {
         if let Some(found) = lock(&self.columns).get(&key) {
             return Ok(found.clone());
         }
-        let row: Option<(i64, i16, String, Option<String>, bool, bool)> = sqlx::query_as(
+        // An identity column's default is its sequence's next value.
+        // (table, attnum, type, default, not null, generated, always)
+        type Row = (i64, i16, String, Option<String>, bool, bool, bool);
+        let row: Option<Row> = sqlx::query_as(
             "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod),
-                    pg_get_expr(d.adbin, d.adrelid), a.attnotnull, a.attgenerated <> ''
+                    coalesce(pg_get_expr(d.adbin, d.adrelid),
+                             CASE WHEN a.attidentity <> '' THEN format('nextval(%L::regclass)',
+                                  pg_get_serial_sequence(a.attrelid::regclass::text, a.attname)) END),
+                    a.attnotnull, a.attgenerated <> '', a.attidentity = 'a'
              FROM pg_attribute a
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
              WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
@@ -100,7 +108,7 @@ impl Catalog {
         .fetch_optional(legacy.pool())
         .await
         .map_err(|e| anyhow::anyhow!("reading the catalog for {table_sql}.{column}: {e}"))?;
-        let (table, attnum, sql_type, default, not_null, generated) =
+        let (table, attnum, sql_type, default, not_null, generated, always) =
             row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
         let found = Attribute {
             origin: Origin {
@@ -111,6 +119,7 @@ impl Catalog {
             default,
             not_null,
             generated,
+            always,
         };
         lock(&self.columns).insert(key, found.clone());
         Ok(found)

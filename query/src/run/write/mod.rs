@@ -259,6 +259,23 @@ impl<S: CellStore> Writer<'_, S> {
         Ok((key, values, holds))
     }
 
+    /// The values of column defaults that draw from a sequence
+    /// (`targets`: column, default expression), drawn in a committed
+    /// transaction ([`Evaluator::committed_rows`]).
+    async fn draw(&self, targets: &[(usize, String)]) -> Result<Vec<Value>, Refused> {
+        let items: Vec<String> = targets.iter().map(|(i, e)| self.cols[*i].read(e)).collect();
+        let sql = format!(
+            "/* mezzanine: a write through the facade */ SELECT {}",
+            items.join(", ")
+        );
+        let texts = first_row(self.eval.committed_rows(&sql).await)?;
+        targets
+            .iter()
+            .zip(texts)
+            .map(|((i, _), text)| self.cols[*i].render(text))
+            .collect()
+    }
+
     /// `(VALUES (...), ...) AS "alias"("col", ...)`.
     fn values(&self, rows: &[Vec<Value>]) -> Result<String, Refused> {
         let mut out = Vec::with_capacity(rows.len());
@@ -297,8 +314,14 @@ impl<S: CellStore> Writer<'_, S> {
 
 /// One row of text values, PostgreSQL's errors kept with their SQLSTATE.
 async fn texts(eval: Evaluator<'_>, sql: &str) -> Result<Vec<Option<String>>, Refused> {
+    first_row(eval.rows(sql).await)
+}
+
+fn first_row(
+    rows: Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>,
+) -> Result<Vec<Option<String>>, Refused> {
     use sqlx::Row as _;
-    let rows = eval.rows(sql).await.map_err(|e| match &e {
+    let rows = rows.map_err(|e| match &e {
         sqlx::Error::Database(db) => Refused::new(
             db.code().as_deref().unwrap_or("XX000"),
             db.message().to_string(),

@@ -14,10 +14,20 @@ impl<S: CellStore> Writer<'_, S> {
         // Every mapped column: the value given, or the default; a
         // generated one once the others are known.
         let mut targets = Vec::new();
+        let mut drawn = Vec::new();
         let mut given = vec![false; self.cols.len()];
         for (i, c) in self.cols.iter().enumerate() {
             let value = row.values.iter().find(|(name, _)| *name == c.sql);
             given[i] = value.is_some();
+            if c.attr.always && value.is_some() {
+                return Err(Refused::new(
+                    "428C9",
+                    format!(
+                        "cannot insert a non-DEFAULT value into column \"{}\": it is an identity column defined as GENERATED ALWAYS",
+                        c.sql
+                    ),
+                ));
+            }
             if c.attr.generated {
                 if value.is_some() {
                     return Err(Refused::new(
@@ -32,13 +42,25 @@ impl<S: CellStore> Writer<'_, S> {
                 targets.push((i, "NULL".into()));
                 continue;
             }
+            let default = c.attr.default.as_deref().filter(|_| value.is_none());
+            if default.is_some_and(|d| d.to_ascii_lowercase().contains("nextval(")) {
+                drawn.push((i, default.unwrap_or_default().to_string()));
+            }
             targets.push((
                 i,
                 match value {
                     Some((_, e)) => e.to_string(),
-                    None => c.attr.default.clone().unwrap_or_else(|| "NULL".into()),
+                    None => default.unwrap_or("NULL").to_string(),
                 },
             ));
+        }
+        // A default that draws from a sequence cannot run in the
+        // read-only evaluation: drawn first, then given as a value.
+        if !drawn.is_empty() {
+            let values = self.draw(&drawn).await?;
+            for ((at, _), v) in drawn.iter().zip(values) {
+                targets[*at].1 = self.cols[*at].typed(&v)?;
+            }
         }
         let (key, new, _) = self.evaluate(Some(&row.key), &targets, &[], None).await?;
         let key = row_key(key)?;
@@ -130,10 +152,15 @@ impl<S: CellStore> Writer<'_, S> {
                     format!("sets {name}, which the layout does not map"),
                 )
             })?;
-            if self.cols[at].attr.generated {
+            let attr = &self.cols[at].attr;
+            if attr.generated || attr.always {
+                let what = match attr.generated {
+                    true => "a generated column",
+                    false => "an identity column defined as GENERATED ALWAYS",
+                };
                 return Err(Refused::new(
                     "428C9",
-                    format!("column \"{name}\" can only be updated to DEFAULT: it is a generated column"),
+                    format!("column \"{name}\" can only be updated to DEFAULT: it is {what}"),
                 ));
             }
             targets.push((at, e.to_string()));

@@ -60,6 +60,11 @@ pub struct Field {
     /// value is not what PostgreSQL computes is refused by the write's
     /// read-back, naming the value PostgreSQL would keep.
     pub generated: bool,
+    /// An identity column `GENERATED ALWAYS`: a new row is inserted with
+    /// the cell's value (`OVERRIDING SYSTEM VALUE`), an update leaves it
+    /// as it is (PostgreSQL refuses to change it), and the read-back
+    /// refuses a cell that says otherwise.
+    pub identity_always: bool,
 }
 
 impl Field {
@@ -295,9 +300,13 @@ struct CatalogColumn {
     labels: Option<Vec<String>>,
     /// A generated column (`GENERATED ALWAYS AS (...) STORED`).
     generated: bool,
+    /// An identity column `GENERATED ALWAYS`.
+    identity_always: bool,
 }
 
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
+    // (name, typname, format_type, modifier, base type, enum labels,
+    // generated, identity always)
     type Row = (
         String,
         String,
@@ -305,6 +314,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
         i32,
         String,
         Option<Vec<String>>,
+        bool,
         bool,
     );
     // A domain is read as its base type (one level: a domain over a
@@ -320,7 +330,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
                  WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype
                                           WHEN t.typcategory = 'A' THEN t.typelem
                                           ELSE t.oid END),
-                a.attgenerated <> ''
+                a.attgenerated <> '', a.attidentity = 'a'
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -357,19 +367,22 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
     Ok(TableInfo {
         columns: rows
             .into_iter()
-            .map(|(name, typname, full, modifier, base, labels, generated)| {
-                (
-                    name,
-                    CatalogColumn {
-                        typname,
-                        full,
-                        modifier,
-                        base,
-                        labels,
-                        generated,
-                    },
-                )
-            })
+            .map(
+                |(name, typname, full, modifier, base, labels, generated, identity_always)| {
+                    (
+                        name,
+                        CatalogColumn {
+                            typname,
+                            full,
+                            modifier,
+                            base,
+                            labels,
+                            generated,
+                            identity_always,
+                        },
+                    )
+                },
+            )
             .collect(),
         unique: unique
             .into_iter()
@@ -509,6 +522,7 @@ impl Layout {
                     max_chars: sized.then(|| (c.modifier - 4) as usize),
                     labels: c.labels.clone(),
                     generated: c.generated,
+                    identity_always: c.identity_always,
                 });
             }
             columns.push(ColumnLayout {
@@ -637,6 +651,7 @@ mod tests {
             max_chars,
             labels: labels.map(|l| l.iter().map(|s| s.to_string()).collect()),
             generated: false,
+            identity_always: false,
         }
     }
 

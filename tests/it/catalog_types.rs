@@ -613,3 +613,115 @@ fields = ["number", "serial_no", "note"]
     assert_eq!(twin, json!({"number": 2, "serial_no": 1001, "note": "hi"}));
     legacy.close().await;
 }
+
+/// An identity column `GENERATED ALWAYS` mapped as a field: a new row
+/// keeps the cell's number (`OVERRIDING SYSTEM VALUE`), a new version
+/// leaves it as it is, and a cell that would change it is refused as bad
+/// input, never retried as a storage error. Through the proxy, an INSERT
+/// draws it and one that gives it gets `428C9`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_always_field_keeps_the_number_it_was_given() {
+    const SETUP: &str = "
+CREATE TABLE accounts (
+    account_id bigserial PRIMARY KEY,
+    account_key uuid UNIQUE NOT NULL,
+    rev bigint NOT NULL,
+    number bigint GENERATED ALWAYS AS IDENTITY,
+    note text
+);
+INSERT INTO accounts (account_key, rev, note)
+VALUES ('20000000-0000-4000-8000-000000000001', 1, 'a');";
+    const LAYOUT: &str = r#"
+[layout]
+table = "accounts"
+id = "account_id"
+uuid = "account_key"
+
+[[layout.column]]
+name = "ACCOUNT"
+kind = "row"
+ref_key = "rev"
+fields = ["number", "note"]
+"#;
+    let db = LegacyDb::new(SETUP, LAYOUT).await;
+    db.apply_schemaless().await;
+    let legacy = db.store().await;
+    let account = Column::new("ACCOUNT").unwrap();
+    let latest = |k: RowKey| {
+        let (account, legacy) = (account.clone(), &legacy);
+        async move {
+            legacy
+                .get_cell_latest(&k, &account, ReadFrom::Master)
+                .await
+                .unwrap()
+                .map(|s| (s.cell.key.ref_key.get(), s.cell.body.to_value()))
+        }
+    };
+    let put = |k: RowKey, rev: i64, body: Value| {
+        let cell = Cell::new(
+            k,
+            account.clone(),
+            RefKey::new(rev).unwrap(),
+            Body::from_value(body).unwrap(),
+        );
+        let legacy = &legacy;
+        async move { legacy.put_cell(cell).await }
+    };
+    assert_eq!(
+        latest(key(1)).await,
+        Some((1, json!({"number": 1, "note": "a"})))
+    );
+    put(key(2), 1, json!({"number": 77, "note": "b"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        latest(key(2)).await,
+        Some((1, json!({"number": 77, "note": "b"})))
+    );
+    put(key(1), 2, json!({"number": 1, "note": "c"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        latest(key(1)).await,
+        Some((2, json!({"number": 1, "note": "c"})))
+    );
+    let err = put(key(1), 3, json!({"number": 5, "note": "d"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, schemaless::Error::InvalidInput { .. })
+            && err.to_string().contains("would read back as 1"),
+        "{err}"
+    );
+    assert_eq!(latest(key(1)).await.unwrap().0, 2);
+
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let k = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\nINSERT INTO accounts (account_key, rev, note) VALUES ('{k}', 1, 'e');\n"),
+    );
+    assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    let through = facade
+        .get_cell_latest(&RowKey::from(k), &account, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        through.cell.body.to_value(),
+        json!({"number": 2, "note": "e"})
+    );
+    let given = format!(
+        "\\set ON_ERROR_STOP 1\nINSERT INTO accounts (account_key, rev, number, note) VALUES ('{}', 1, 9, 'f');\n",
+        uuid::Uuid::new_v4()
+    );
+    for url in [proxy.url(&db), direct] {
+        let (ok, _, err) = psql(&url, &given);
+        assert!(!ok && err.contains("428C9"), "{err}");
+    }
+    legacy.close().await;
+}

@@ -127,6 +127,12 @@ impl LegacyStore {
             .iter()
             .map(|&i| quote(&column.fields[i].sql))
             .collect();
+        // An identity column GENERATED ALWAYS takes the cell's value only
+        // so; an UPDATE leaves it out (its parameter then unused).
+        let overriding = match written.iter().any(|&i| column.fields[i].identity_always) {
+            true => "OVERRIDING SYSTEM VALUE ",
+            false => "",
+        };
         // Wraps the statement that writes the cell so that it also copies
         // the cell into `copy_to`, when it wrote a row.
         let n = written.len();
@@ -166,12 +172,13 @@ impl LegacyStore {
                     .map_err(|e| self.write_error(column, e))?;
                 let statement = match &current {
                     None => format!(
-                        "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}{cols}) VALUES ($1, $2{casts}) RETURNING {exprs}",
+                        "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}{cols}) {overriding}VALUES ($1, $2{casts}) RETURNING {exprs}",
                         table = layout.table_sql,
                         uuid = layout.uuid_sql,
                         v = column.ref_key_sql,
                         cols = listed(&names),
                         casts = listed(&casts),
+                        overriding = overriding,
                         exprs = column.read_exprs("p"),
                     ),
                     Some(row) => {
@@ -190,7 +197,9 @@ impl LegacyStore {
                                 sets = names
                                     .iter()
                                     .zip(&casts)
-                                    .map(|(name, cast)| format!(", {name} = {cast}"))
+                                    .zip(&written)
+                                    .filter(|(_, &i)| !column.fields[i].identity_always)
+                                    .map(|((name, cast), _)| format!(", {name} = {cast}"))
                                     .collect::<String>(),
                                 uuid = layout.uuid_sql,
                                 exprs = column.read_exprs("p"),
@@ -214,12 +223,13 @@ impl LegacyStore {
             Shape::Child { parent_sql } => {
                 let parent = parent_sql;
                 let insert = format!(
-                    "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}{cols})
+                    "/* mezzanine */ INSERT INTO {table} AS c ({parent}, {s}{cols}) {overriding}
                      SELECT p.{id}, $2{casts} FROM {parent_table} p WHERE p.{uuid} = $1
                      ON CONFLICT ({parent}, {s}) DO NOTHING RETURNING {exprs}",
                     table = column.table_sql,
                     s = column.ref_key_sql,
                     cols = listed(&names),
+                    overriding = overriding,
                     id = layout.id_sql,
                     casts = listed(&casts),
                     parent_table = layout.table_sql,

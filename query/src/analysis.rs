@@ -142,8 +142,15 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
     };
     let mut tables = Vec::new();
     let mut touches_layout = false;
+    // A temporary table is created in the session's own schema, whatever
+    // it is called: `CREATE TEMP TABLE trips` does not touch the layout's
+    // `trips` (it hides it from that session's bare names).
+    let created_temporary = match statement {
+        Statement::CreateTable(create) if create.temporary => Some(&create.name),
+        _ => None,
+    };
     let _ = visit_relations(statement, |name| {
-        touches_layout |= model.table(name).is_some();
+        touches_layout |= created_temporary != Some(name) && model.table(name).is_some();
         let written = name.to_string();
         if !tables.contains(&written) {
             tables.push(written);

@@ -225,3 +225,35 @@ fn direct_writes_are_writes_to_layout_tables_not_sent_by_mezzanine() {
         assert_eq!(direct_write(&model, sql).as_deref(), table, "{sql}");
     }
 }
+
+#[test]
+fn a_session_finding_other_tables_first_reaches_the_layout_by_qualified_names_only() {
+    let model = shop();
+    let qualified = model.qualified_only();
+    assert_eq!(model.table_names(), vec!["orders", "order_lines"]);
+    let bare = "SELECT o.state FROM orders o WHERE o.public_id = $1";
+    let full = "SELECT o.state FROM sales.orders o WHERE o.public_id = $1";
+    assert_eq!(analyze(&model, bare).class, Class::Row);
+    assert_eq!(analyze(&qualified, bare).class, Class::Other);
+    assert_eq!(analyze(&qualified, full).class, Class::Row);
+    let write = "INSERT INTO order_lines (order_no, sku, qty) VALUES (1, 'a', 2)";
+    assert_eq!(analyze(&qualified, write).class, Class::Other);
+    assert_ne!(analyze(&model, write).class, Class::Other);
+}
+
+#[test]
+fn a_temporary_table_of_a_layout_tables_name_is_not_the_layouts() {
+    let model = trips();
+    for sql in [
+        "CREATE TEMP TABLE trips (uuid uuid, status text)",
+        "CREATE TEMPORARY TABLE trip_notes (body text)",
+    ] {
+        assert_eq!(analyze(&model, sql).class, Class::Other, "{sql}");
+    }
+    // Reading the layout's table into it does touch the layout.
+    let copy = "CREATE TEMP TABLE t AS SELECT * FROM trips";
+    assert_ne!(analyze(&model, copy).class, Class::Other);
+    // A table that is not temporary is the layout's.
+    let create = "CREATE TABLE trips (uuid uuid)";
+    assert_eq!(analyze(&model, create).class, Class::None);
+}

@@ -72,6 +72,18 @@ pub(crate) struct Owed {
     /// PostgreSQL's: a write run through the facade, whose answer
     /// PostgreSQL renders with another statement.
     pub tag: Option<String>,
+    /// Part of the proxy's probe of the session (`relay::probe`): its
+    /// rows, its error and its `ReadyForQuery` are the proxy's too.
+    pub probe: bool,
+}
+
+/// What the proxy's probe of the session got.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Probed {
+    /// Its one row's `DataRow` body.
+    Row(Vec<u8>),
+    /// An error, or no row.
+    Failed,
 }
 
 /// What becomes of an answer.
@@ -93,6 +105,7 @@ impl Owed {
             ours: false,
             origins: None,
             tag: None,
+            probe: false,
         }
     }
 }
@@ -104,6 +117,11 @@ pub(crate) struct Answers {
     /// `ReadyForQuery`s among them.
     readies: usize,
     lost: bool,
+    /// The row the probe in flight got so far, and whether it failed.
+    probe_row: Option<Vec<u8>>,
+    probe_failed: bool,
+    /// What the last probe got, once its `ReadyForQuery` came.
+    probed: Option<Probed>,
 }
 
 impl Answers {
@@ -113,6 +131,9 @@ impl Answers {
             owed: VecDeque::new(),
             readies: 0,
             lost: false,
+            probe_row: None,
+            probe_failed: false,
+            probed: None,
         };
         answers.push(Owed::app(Awaits::Query));
         answers
@@ -126,6 +147,17 @@ impl Answers {
     /// `ReadyForQuery`s still owed.
     pub(crate) fn readies(&self) -> usize {
         self.readies
+    }
+
+    /// Nothing is owed: not even an unsynced extended-protocol message
+    /// (whose implicit transaction is open).
+    pub(crate) fn settled(&self) -> bool {
+        self.owed.is_empty()
+    }
+
+    /// What the probe got, once it is over (taken).
+    pub(crate) fn probed(&mut self) -> Option<Probed> {
+        self.probed.take()
     }
 
     /// Whether an answer ever fitted nothing owed.
@@ -150,23 +182,42 @@ impl Answers {
             return Seen::Relay;
         };
         let awaits = front.awaits;
+        let probe = front.probe;
         match kind {
             b'Z' => {
                 // Whatever was owed before it was skipped.
+                let mut kept = false;
                 while let Some(owed) = self.pop() {
                     if owed.awaits.ready() {
+                        kept = owed.probe;
                         break;
                     }
                     self.lost = true;
                 }
-                Seen::Relay
+                if !kept {
+                    return Seen::Relay;
+                }
+                let failed = std::mem::take(&mut self.probe_failed);
+                self.probed = Some(match self.probe_row.take() {
+                    Some(row) if !failed => Probed::Row(row),
+                    _ => Probed::Failed,
+                });
+                Seen::Kept
             }
             b'E' if !awaits.ready() => {
                 self.pop();
                 while self.owed.front().is_some_and(|o| o.awaits != Awaits::Sync) {
                     self.pop();
                 }
+                if probe {
+                    self.probe_failed = true;
+                    return Seen::Kept;
+                }
                 Seen::Relay
+            }
+            b'D' if probe && awaits == Awaits::Execute => {
+                self.probe_row = Some(body.to_vec());
+                Seen::Kept
             }
             b'T' => {
                 if let Some(origins) = &front.origins {
@@ -184,6 +235,7 @@ impl Answers {
             b'C' | b'I' | b's' if awaits == Awaits::Execute => {
                 let tag = self.pop().and_then(|o| o.tag);
                 match tag {
+                    _ if probe => Seen::Kept,
                     Some(tag) if kind == b'C' => Seen::Retag(tag),
                     _ => Seen::Relay,
                 }
@@ -257,6 +309,7 @@ mod tests {
             ours: true,
             origins: None,
             tag: None,
+            probe: false,
         }
     }
 
@@ -347,6 +400,7 @@ mod tests {
             ours: false,
             origins: Some(origins),
             tag: None,
+            probe: false,
         });
         answers.push(Owed::app(Awaits::Query));
         let mut served = body(field("fare", 0, 0), field("?column?", 0, 0));
@@ -370,6 +424,7 @@ mod tests {
             ours: false,
             origins: None,
             tag: Some("INSERT 0 2".into()),
+            probe: false,
         };
         // Simple protocol: the Query's CommandComplete.
         answers.push(tagged(Awaits::Query));
@@ -394,5 +449,63 @@ mod tests {
         let mut out = bytes::BytesMut::new();
         command_complete("UPDATE 1", &mut out);
         assert_eq!(&out[..], b"C\0\0\0\x0dUPDATE 1\0");
+    }
+
+    fn probing(answers: &mut Answers) {
+        for awaits in [
+            Awaits::Parse,
+            Awaits::Bind,
+            Awaits::Execute,
+            Awaits::Close,
+            Awaits::Sync,
+        ] {
+            answers.push(Owed {
+                probe: true,
+                ..ours(awaits)
+            });
+        }
+    }
+
+    #[test]
+    fn the_probes_answers_are_kept_and_its_row_taken() {
+        let mut answers = Answers::starting();
+        assert_eq!(seen(&mut answers, b"Z"), b"Z");
+        assert!(answers.settled());
+        probing(&mut answers);
+        answers.push(Owed::app(Awaits::Query));
+        assert!(!answers.settled());
+        let mut row = vec![0, 2, 0, 0, 0, 1, b'a', 0, 0, 0, 1, b't'];
+        assert_eq!(answers.answer(b'1', &mut []), Seen::Kept);
+        assert_eq!(answers.answer(b'2', &mut []), Seen::Kept);
+        assert_eq!(answers.answer(b'D', &mut row), Seen::Kept);
+        // A notice during it is the app's to see.
+        assert_eq!(answers.answer(b'N', &mut []), Seen::Relay);
+        assert_eq!(answers.answer(b'C', &mut []), Seen::Kept);
+        assert_eq!(answers.answer(b'3', &mut []), Seen::Kept);
+        assert_eq!(answers.probed(), None, "not over before its ReadyForQuery");
+        assert_eq!(answers.answer(b'Z', &mut []), Seen::Kept);
+        assert_eq!(answers.probed(), Some(Probed::Row(row)));
+        assert_eq!(answers.probed(), None, "taken once");
+        // The app's own answers after it are relayed.
+        assert_eq!(seen(&mut answers, b"TDCZ"), b"TDCZ");
+        assert!(!answers.lost() && answers.settled());
+    }
+
+    #[test]
+    fn a_failed_probe_is_kept_from_the_app_and_says_so() {
+        let mut answers = Answers::starting();
+        answers.answer(b'Z', &mut []);
+        probing(&mut answers);
+        assert_eq!(seen(&mut answers, b"1EZ"), b"");
+        assert_eq!(answers.probed(), Some(Probed::Failed));
+        assert!(!answers.lost());
+        // The next probe starts clean.
+        probing(&mut answers);
+        let mut row = vec![0, 0];
+        answers.answer(b'1', &mut []);
+        answers.answer(b'2', &mut []);
+        answers.answer(b'D', &mut row);
+        assert_eq!(seen(&mut answers, b"C3Z"), b"");
+        assert_eq!(answers.probed(), Some(Probed::Row(vec![0, 0])));
     }
 }

@@ -24,7 +24,7 @@ use crate::frame::{self, Frame, FrameError};
 use query::run::Origin;
 use tokio::sync::oneshot;
 
-use crate::route::{refusing_statement, unserved, Decision, Verdict};
+use crate::route::{refusing_statement, unserved, Decision, Resolution, Verdict};
 use crate::sample::Held;
 use crate::stats::Route;
 use crate::Shared;
@@ -32,6 +32,7 @@ use verifier::Side;
 
 mod held;
 mod prepared;
+mod probe;
 
 use held::{refuse_held, refuse_write, settle, UNCOUNTED, UNCOUNTED_WRITE};
 use prepared::Prepared;
@@ -97,6 +98,10 @@ struct State {
     /// session: its statements' values are evaluated as that role, in
     /// those settings.
     session: std::sync::Arc<query::run::AppSession>,
+    /// What the session's bare names find, as PostgreSQL last answered
+    /// the probe (`probe`), and the probe's own state.
+    resolution: Resolution,
+    probe: probe::Probe,
 }
 
 /// A portal answered for Schemaless.
@@ -147,6 +152,8 @@ impl State {
             served: HashMap::new(),
             layout: true,
             session: std::sync::Arc::default(),
+            resolution: Resolution::Unknown,
+            probe: probe::Probe::new(),
         }
     }
 
@@ -221,7 +228,12 @@ pub async fn relay(
     let mut terminated = false;
     let mut pending: Option<Pending> = None;
     loop {
-        while pending.is_none() {
+        if pending.is_none() {
+            probe::send(shared, &mut state, &mut to_pg);
+        }
+        // While the probe is answered, the app's next statements wait
+        // (unless the count of answers is lost: then nothing is probed).
+        while pending.is_none() && (!state.probe.in_flight() || state.answers.lost()) {
             let Some(frame) = frame::next(&mut from_client, max)? else {
                 break;
             };
@@ -231,12 +243,21 @@ pub async fn relay(
                 break;
             }
         }
+        let probing = state.probe.in_flight();
         complete(&mut from_pg, &mut state, &mut to_client);
+        if probing && !state.probe.in_flight() {
+            // Answered: what the app sent meanwhile is read now, before
+            // waiting on either side (it may wait for nothing else).
+            continue;
+        }
         if terminated && to_pg.is_empty() {
             return Ok(());
         }
-        let watch_idle =
-            !idle_timeout.is_zero() && state.idle() && to_pg.is_empty() && pending.is_none();
+        let watch_idle = !idle_timeout.is_zero()
+            && state.idle()
+            && to_pg.is_empty()
+            && pending.is_none()
+            && !state.probe.in_flight();
         tokio::select! {
             biased;
             n = pg_wr.write(&to_pg), if !to_pg.is_empty() => to_pg.advance(n?),
@@ -297,6 +318,9 @@ fn complete(buf: &mut BytesMut, state: &mut State, out: &mut BytesMut) {
         if kind == b'Z' && len == 5 {
             state.ready(buf[at + 5]);
         }
+        if let Some(probed) = state.answers.probed() {
+            probe::answered(state, probed);
+        }
         match seen {
             Seen::Relay => {}
             Seen::Kept => {
@@ -333,7 +357,7 @@ fn message(
             };
             let may_serve = state.may_serve(shared);
             let outside = !state.in_transaction();
-            let decision = route(shared, state, &query.query);
+            let (decision, _) = route(shared, state, &query.query, false);
             if decision.writable && !state.answers.lost() {
                 let answer =
                     shared
@@ -413,6 +437,7 @@ fn message(
                 ours: false,
                 origins,
                 tag: None,
+                probe: false,
             });
             out.extend_from_slice(&frame.bytes);
         }
@@ -428,6 +453,7 @@ fn message(
                 ours: false,
                 origins: None,
                 tag,
+                probe: false,
             });
             out.extend_from_slice(&frame.bytes);
         }
@@ -445,11 +471,27 @@ fn message(
     None
 }
 
-/// The decision on `sql`, counted.
-fn route(shared: &Shared, state: &mut State, sql: &str) -> Decision {
+/// The decision on `sql`, counted, and the resolution of the session's
+/// names it was made in. A statement that may change them (a `SET
+/// search_path`...) makes them unknown, for the statements after it,
+/// until the probe answers again. A `Parse` is judged as
+/// if they were the layout's while unknown: it runs nothing, and its
+/// `Bind` is judged again in the resolution of then.
+fn route(shared: &Shared, state: &mut State, sql: &str, parse: bool) -> (Decision, Resolution) {
     let mode = shared.mode();
+    let mut resolution = state.resolution;
     let decision = if state.layout {
-        shared.router.decide(sql, mode, state.in_transaction())
+        if parse && resolution == Resolution::Unknown {
+            resolution = Resolution::Layout;
+        }
+        let decision = shared
+            .router
+            .decide_in(sql, mode, state.in_transaction(), resolution);
+        if shared.router.probe().is_some() && probe::changes(&first_word(sql), sql) {
+            state.resolution = Resolution::Unknown;
+            state.probe.due();
+        }
+        decision
     } else {
         Decision::unread()
     };
@@ -461,12 +503,17 @@ fn route(shared: &Shared, state: &mut State, sql: &str) -> Decision {
     if opens_transaction(sql) {
         state.begun = true;
     }
-    decision
+    (decision, resolution)
 }
 
 /// Whether `sql` begins with `BEGIN` or `START TRANSACTION` (after
 /// spaces and comments).
 fn opens_transaction(sql: &str) -> bool {
+    matches!(first_word(sql).as_str(), "begin" | "start")
+}
+
+/// The first word of `sql` (after spaces and comments), lowercase.
+fn first_word(sql: &str) -> String {
     let mut rest = sql.trim_start();
     loop {
         if let Some(after) = rest.strip_prefix("--") {
@@ -477,12 +524,10 @@ fn opens_transaction(sql: &str) -> bool {
             break;
         }
     }
-    let word: String = rest
-        .chars()
+    rest.chars()
         .take_while(|c| c.is_ascii_alphabetic())
         .collect::<String>()
-        .to_ascii_lowercase();
-    word == "begin" || word == "start"
+        .to_ascii_lowercase()
 }
 
 #[cfg(test)]
@@ -542,6 +587,7 @@ mod tests {
                 ours: true,
                 origins: None,
                 tag: None,
+                probe: false,
             });
         }
         state.sent(b'B');

@@ -77,38 +77,79 @@ impl Decision {
     }
 }
 
+/// How the session's unqualified names find tables: what its
+/// `search_path` (and, through `"$user"`, its role) makes of the layout's
+/// table names, as PostgreSQL answered the relay's probe of the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// Each layout table's bare name finds that table: a bare name is the
+    /// layout's, as it is in the facade's own session.
+    Layout,
+    /// A bare name finds another table (another schema first on the
+    /// path, a temporary table of that name) or none: only qualified
+    /// names are the layout's, and a statement naming its tables bare is
+    /// forwarded as one on other tables.
+    Elsewhere,
+    /// Not known: the session may have changed it (a `SET`, `RESET`,
+    /// `DISCARD` or DDL sent in the same flight of messages) and
+    /// PostgreSQL has not answered yet. Nothing is served or sampled; a
+    /// write the facade would run, and a read in `schemaless`, are
+    /// refused rather than guessed at.
+    Unknown,
+}
+
+/// Why a statement is refused while the session's names are
+/// [`Resolution::Unknown`].
+pub const UNRESOLVED: &str = "this session may have changed its search_path or role (a SET, \
+     RESET, DISCARD or DDL sent in the same flight of messages), so which table a bare name \
+     finds is not known yet; send the statement after PostgreSQL has answered that change";
+
 /// The translator's model, and the names a statement must contain to
 /// touch the layout at all.
 pub struct Router {
     model: Option<Arc<Model>>,
+    /// The model for a session whose bare names find other tables.
+    qualified: Option<Arc<Model>>,
     /// The layout's table names, lowercase: a statement whose text names
     /// none of them (in any case) cannot touch a layout table, and is not
     /// parsed. This keeps the parser off the path of everything else.
     names: Vec<String>,
+    /// The statement the relay sends a session to learn its
+    /// [`Resolution`] and its role ([`Router::probe`]).
+    probe: Option<String>,
 }
 
 impl Router {
     pub fn new(model: Option<Arc<Model>>) -> Router {
         let names = model
             .as_ref()
-            .map(|m| {
-                std::iter::once(m.layout.table.to_lowercase())
-                    .chain(
-                        m.layout
-                            .columns
-                            .iter()
-                            .filter_map(|c| c.table.as_ref().map(|t| t.to_lowercase())),
-                    )
-                    .collect()
-            })
+            .map(|m| m.table_names().iter().map(|t| t.to_lowercase()).collect())
             .unwrap_or_default();
-        Router { model, names }
+        let probe = model.as_deref().map(probe_statement);
+        let qualified = model.as_deref().map(|m| Arc::new(m.qualified_only()));
+        Router {
+            model,
+            qualified,
+            names,
+            probe,
+        }
+    }
+
+    /// The statement that answers, in an app's session, its role
+    /// (`current_user`, which `SET ROLE` changes) and whether each layout
+    /// table's bare name finds that table there; `None` without a layout.
+    pub fn probe(&self) -> Option<&str> {
+        self.probe.as_deref()
     }
 
     /// The analyses of `sql` (one or more statements), or none when it
     /// cannot touch the layout.
     pub fn analyze(&self, sql: &str) -> Vec<Analysis> {
-        let Some(model) = &self.model else {
+        self.analyze_with(self.model.as_deref(), sql)
+    }
+
+    fn analyze_with(&self, model: Option<&Model>, sql: &str) -> Vec<Analysis> {
+        let Some(model) = model else {
             return Vec::new();
         };
         let lower = sql.to_lowercase();
@@ -118,17 +159,47 @@ impl Router {
         query::analyze_text(model, sql)
     }
 
-    /// What to do with `sql` in `mode`.
+    /// What to do with `sql` in `mode`, in a session whose bare names
+    /// find the layout's tables.
     pub fn decide(&self, sql: &str, mode: Mode, in_transaction: bool) -> Decision {
-        let analyses = self.analyze(sql);
+        self.decide_in(sql, mode, in_transaction, Resolution::Layout)
+    }
+
+    /// What to do with `sql` in `mode`, in a session whose names resolve
+    /// as `resolution` says.
+    pub fn decide_in(
+        &self,
+        sql: &str,
+        mode: Mode,
+        in_transaction: bool,
+        resolution: Resolution,
+    ) -> Decision {
+        let model = match resolution {
+            Resolution::Elsewhere => self.qualified.as_deref(),
+            Resolution::Layout | Resolution::Unknown => self.model.as_deref(),
+        };
+        let mut decision = Router::judge(&self.analyze_with(model, sql), mode, in_transaction);
+        if resolution == Resolution::Unknown && decision.class != Class::Other {
+            let unserved_read = mode == Mode::Schemaless && decision.samplable;
+            if (decision.writable || unserved_read) && decision.verdict == Verdict::Forward {
+                decision.verdict = Verdict::Refuse(format!("{mode} mode: {UNRESOLVED}"));
+            }
+            decision.samplable = false;
+            decision.writable = false;
+            decision.write = false;
+        }
+        decision
+    }
+
+    /// The decision on a statement's analyses.
+    fn judge(analyses: &[Analysis], mode: Mode, in_transaction: bool) -> Decision {
         let class = analyses
             .iter()
             .map(|a| a.class)
             .find(|c| *c != Class::Other)
             .unwrap_or(Class::Other);
-        let alone =
-            matches!(analyses.as_slice(), [one] if matches!(one.class, Class::Row | Class::Index));
-        let alone_write = matches!(analyses.as_slice(), [one] if one.class == Class::Write);
+        let alone = matches!(analyses, [one] if matches!(one.class, Class::Row | Class::Index));
+        let alone_write = matches!(analyses, [one] if one.class == Class::Write);
         let facade_writes = matches!(mode, Mode::Primary | Mode::Schemaless);
         let verdict = if in_transaction {
             Verdict::Forward
@@ -171,6 +242,31 @@ impl Router {
             write: alone_write,
         }
     }
+}
+
+/// The probe of a session for `model`'s layout: its role, and whether
+/// every layout table's bare name finds that table (`to_regclass` of the
+/// bare name against the qualified one; a bare name finding nothing is
+/// not the layout's either: PostgreSQL would answer `42P01`).
+fn probe_statement(model: &Model) -> String {
+    let ident = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+    let literal = |text: &str| format!("'{}'", text.replace('\'', "''"));
+    let schema = ident(&model.layout.schema);
+    let checks: Vec<String> = model
+        .table_names()
+        .iter()
+        .map(|table| {
+            format!(
+                "coalesce(to_regclass({}) = to_regclass({}), false)",
+                literal(&ident(table)),
+                literal(&format!("{schema}.{}", ident(table)))
+            )
+        })
+        .collect();
+    format!(
+        "SELECT current_user::text, ({})::text",
+        checks.join(" AND ")
+    )
 }
 
 /// Why `mode` refuses the statement `analysis`, if it does.
@@ -283,5 +379,72 @@ mod tests {
             assert_eq!(d.verdict, Verdict::Forward);
             assert_eq!(d.class, Class::Other);
         }
+    }
+
+    fn example() -> Router {
+        let config = config::Config::load(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../config/examples/local.toml"
+        ))
+        .expect("the example config loads");
+        Router::new(query::Model::from_config(&config).map(Arc::new))
+    }
+
+    #[test]
+    fn bare_names_are_the_layouts_only_where_the_session_finds_them_so() {
+        let router = example();
+        let bare = "SELECT uuid, status FROM trips WHERE uuid = $1";
+        let full = "SELECT uuid, status FROM public.trips WHERE uuid = $1";
+        let layout = router.decide_in(bare, Mode::Shadow, false, Resolution::Layout);
+        assert!(layout.samplable && layout.class == Class::Row, "{layout:?}");
+        // Another schema first on the path: `trips` is another table.
+        let other = router.decide_in(bare, Mode::Schemaless, false, Resolution::Elsewhere);
+        assert_eq!(other.class, Class::Other);
+        assert_eq!(other.verdict, Verdict::Forward);
+        assert!(!other.samplable && !other.writable);
+        let qualified = router.decide_in(full, Mode::Shadow, false, Resolution::Elsewhere);
+        assert!(qualified.samplable, "{qualified:?}");
+        let write = "INSERT INTO trips (uuid, version, status) VALUES ($1, 1, 'requested')";
+        let layout = router.decide_in(write, Mode::Primary, false, Resolution::Layout);
+        assert!(layout.writable, "{layout:?}");
+        let elsewhere = router.decide_in(write, Mode::Primary, false, Resolution::Elsewhere);
+        assert!(!elsewhere.writable && elsewhere.verdict == Verdict::Forward);
+    }
+
+    #[test]
+    fn an_unknown_resolution_serves_nothing_and_refuses_what_would_run_on_schemaless() {
+        let router = example();
+        let read = "SELECT uuid, status FROM trips WHERE uuid = $1";
+        let write = "INSERT INTO trips (uuid, version, status) VALUES ($1, 1, 'requested')";
+        let shadow = router.decide_in(read, Mode::Shadow, false, Resolution::Unknown);
+        assert!(!shadow.samplable && shadow.verdict == Verdict::Forward);
+        let mirror = router.decide_in(write, Mode::Mirror, false, Resolution::Unknown);
+        assert_eq!(mirror.verdict, Verdict::Forward);
+        for (sql, mode) in [(write, Mode::Primary), (read, Mode::Schemaless)] {
+            let d = router.decide_in(sql, mode, false, Resolution::Unknown);
+            assert!(!d.writable && !d.samplable);
+            match d.verdict {
+                Verdict::Refuse(why) => assert!(why.contains("search_path"), "{why}"),
+                Verdict::Forward => panic!("{sql} in {mode} was forwarded"),
+            }
+        }
+        let primary = router.decide_in(read, Mode::Primary, false, Resolution::Unknown);
+        assert_eq!(primary.verdict, Verdict::Forward);
+    }
+
+    #[test]
+    fn the_probe_checks_every_layout_table_and_quotes_the_names() {
+        let router = example();
+        let probe = router.probe().expect("a layout has a probe");
+        assert!(probe.starts_with("SELECT current_user::text"), "{probe}");
+        for table in ["trips", "trip_notes"] {
+            assert!(
+                probe.contains(&format!(
+                    "to_regclass('\"{table}\"') = to_regclass('\"public\".\"{table}\"')"
+                )),
+                "{probe}"
+            );
+        }
+        assert!(Router::new(None).probe().is_none());
     }
 }

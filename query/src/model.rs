@@ -39,6 +39,13 @@ pub struct Model {
     pub indexes: Vec<Index>,
     /// `capture.tombstone_column`, named by the reason given for DELETE.
     pub tombstones: String,
+    /// Whether a name without a schema (`trips`) names the layout's table
+    /// of that name. It does when the statement's session finds that
+    /// table first on its `search_path`, as the facade's own does; in a
+    /// session that finds another one (`SET search_path = archive`, a
+    /// temporary table of the same name), only a qualified name
+    /// (`public.trips`) is the layout's ([`Model::qualified_only`]).
+    pub bare_names: bool,
 }
 
 impl Model {
@@ -48,7 +55,31 @@ impl Model {
             layout: config.layout.clone()?,
             indexes: config.indexes.clone(),
             tombstones: config.capture.tombstone_column.clone(),
+            bare_names: true,
         })
+    }
+
+    /// The same model for a session whose `search_path` finds other
+    /// tables under the layout's names: only qualified names are the
+    /// layout's.
+    pub fn qualified_only(&self) -> Model {
+        Model {
+            bare_names: false,
+            ..self.clone()
+        }
+    }
+
+    /// The layout's tables (the parent, then each child), unqualified.
+    pub fn table_names(&self) -> Vec<&str> {
+        std::iter::once(self.layout.table.as_str())
+            .chain(
+                self.layout
+                    .columns
+                    .iter()
+                    .filter(|c| c.kind == ColumnKind::Child)
+                    .filter_map(|c| c.table.as_deref()),
+            )
+            .collect()
     }
 
     /// The layout table `name` names (`table`, `schema.table`, quoted or
@@ -63,7 +94,8 @@ impl Model {
             })
             .collect();
         let (schema, table) = match parts.as_slice() {
-            [table] => (None, table),
+            [table] if self.bare_names => (None, table),
+            [_] => return None,
             [schema, table] => (Some(schema), table),
             [_db, schema, table] => (Some(schema), table),
             _ => return None,

@@ -111,6 +111,7 @@ mod placement;
 mod proxy;
 mod proxy_corpus;
 mod proxy_modes;
+mod proxy_names;
 mod proxy_writes;
 mod query;
 mod runbook;

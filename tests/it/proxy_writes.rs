@@ -16,11 +16,15 @@ const INSERT_TRIP: &str = "INSERT INTO trips (uuid, driver_uuid, rider_uuid, cit
      '6f1c1a0e-0000-4000-8000-000000000001', '6f1c1a0e-0000-4000-8000-000000000002', 7, \
      'requested', 12.5, 'EUR', 0.1, '2026-12-03 10:00:00.123456+02', 1)";
 
-fn trip(k: uuid::Uuid) -> String {
+pub(crate) fn trip(k: uuid::Uuid) -> String {
     INSERT_TRIP.replace("{k}", &k.to_string())
 }
 
-async fn latest(store: &impl CellStore, k: uuid::Uuid, column: &str) -> Option<StoredCell> {
+pub(crate) async fn latest(
+    store: &impl CellStore,
+    k: uuid::Uuid,
+    column: &str,
+) -> Option<StoredCell> {
     store
         .get_cell_latest(
             &RowKey::from(k),
@@ -397,7 +401,7 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
 
 /// A database in `primary` with a proxy: the facade (to read Schemaless)
 /// and the proxy's config file.
-async fn primary() -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
+pub(crate) async fn primary() -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
     primary_with("").await
 }
 
@@ -845,7 +849,7 @@ async fn binary_parameters_are_read_as_postgresql_reads_them() {
 }
 
 /// Waits until the proxy reports `mode`.
-fn proxy_in(proxy: &ProxyProcess, mode: &str) {
+pub(crate) fn proxy_in(proxy: &ProxyProcess, mode: &str) {
     crate::proxy::wait_for(|| (proxy.status()["mode"] == mode).then_some(()));
 }
 

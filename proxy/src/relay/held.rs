@@ -104,6 +104,7 @@ fn serve_held(
             ours: false,
             origins: Some(rendering.origins),
             tag,
+            probe: false,
         });
         frame::encode(&Query::new(rendering.sql), out);
         return Some(Side::Schemaless);
@@ -147,6 +148,7 @@ fn prepare_ours(state: &mut State, sql: String, out: &mut BytesMut) -> Option<St
         ours: true,
         origins: None,
         tag: None,
+        probe: false,
     };
     state.answers.push(ours(Awaits::Close));
     frame::encode(&Close::new(b'S', name.clone()), out);

@@ -10,7 +10,7 @@ use super::held::{refuse_held, refuse_prepared, refuse_write, UNCOUNTED, UNCOUNT
 use super::{route, Pending, State};
 use crate::frame::{self, Frame};
 use crate::params::{params_nullable, params_text};
-use crate::route::{refusing_statement, unserved, Verdict};
+use crate::route::{refusing_statement, unserved, Decision, Resolution, Verdict};
 use crate::stats::SampleOutcome;
 use crate::Shared;
 use verifier::Side;
@@ -27,6 +27,10 @@ pub(super) struct Prepared {
     /// connection outlives a mode change).
     mode: tripstore::Mode,
     in_transaction: bool,
+    /// What the session's bare names found when it was judged: bound
+    /// after they changed (a `SET search_path`), it is judged again, as
+    /// PostgreSQL resolves its names again.
+    resolution: Resolution,
     /// One translatable read the relay may serve or sample.
     read: bool,
     /// One translatable write, which the facade runs in `primary` and
@@ -45,10 +49,17 @@ pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut 
     let name = parse.name.clone().unwrap_or_default();
     let mode = shared.mode();
     let in_transaction = state.in_transaction();
-    let decision = route(shared, state, &parse.query);
-    if decision.class == query::Class::Other {
-        state.reads.remove(&name);
-    } else {
+    let (decision, resolution) = route(shared, state, &parse.query, true);
+    // Remembered if it names a layout table bare or qualified, whatever
+    // the session's names find now: bound after they change, it may.
+    let names_layout = decision.class != query::Class::Other
+        || (resolution != Resolution::Layout
+            && shared
+                .router
+                .decide(&parse.query, mode, in_transaction)
+                .class
+                != query::Class::Other);
+    if names_layout {
         state.reads.insert(
             name.clone(),
             Prepared {
@@ -56,10 +67,13 @@ pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut 
                 types: parse.type_oids.clone(),
                 mode,
                 in_transaction,
+                resolution,
                 read: decision.samplable,
                 write: decision.write,
             },
         );
+    } else {
+        state.reads.remove(&name);
     }
     match decision.verdict {
         Verdict::Forward => {
@@ -93,15 +107,22 @@ pub(super) fn bind(
     let portal = bind.portal_name.clone().unwrap_or_default();
     state.served.remove(&portal);
     let statement = bind.statement_name.as_deref().unwrap_or_default();
-    let prepared = state.reads.get(statement).cloned();
+    let mut prepared = state.reads.get(statement).cloned();
     let now = shared.mode();
-    if let Some(p) = prepared
-        .as_ref()
-        .filter(|p| p.mode != now || p.in_transaction != state.in_transaction())
-    {
-        if let Some(reason) = rejudged(shared, state, statement, p, now) {
-            refuse_prepared(state, frame, &reason, out);
-            return None;
+    if let Some(p) = prepared.as_mut().filter(|p| {
+        p.mode != now
+            || p.in_transaction != state.in_transaction()
+            || p.resolution != state.resolution
+    }) {
+        match rejudged(shared, state, statement, p, now) {
+            Ok(decision) => {
+                p.read = decision.samplable;
+                p.write = decision.write;
+            }
+            Err(reason) => {
+                refuse_prepared(state, frame, &reason, out);
+                return None;
+            }
         }
     }
     if state.refused.contains(statement) {
@@ -209,9 +230,10 @@ fn bind_write(
 
 /// Judges again a prepared statement bound in another mode than the one
 /// its `Parse` was judged in (or on the other side of a transaction
-/// block): why it is refused now, if it is.
-/// One whose `Parse` was refused and that the new mode would forward
-/// cannot run (PostgreSQL holds the refusal under its name): it is to be
+/// block, or after the session's names changed): its decision now, or
+/// why it is refused now.
+/// One whose `Parse` was refused and that would now be forwarded cannot
+/// run (PostgreSQL holds the refusal under its name): it is to be
 /// prepared again.
 fn rejudged(
     shared: &Shared,
@@ -219,13 +241,14 @@ fn rejudged(
     name: &str,
     prepared: &Prepared,
     now: tripstore::Mode,
-) -> Option<String> {
-    let decision = shared
-        .router
-        .decide(&prepared.sql, now, state.in_transaction());
+) -> Result<Decision, String> {
+    let decision =
+        shared
+            .router
+            .decide_in(&prepared.sql, now, state.in_transaction(), state.resolution);
     match decision.verdict {
-        Verdict::Refuse(reason) => Some(reason),
-        Verdict::Forward if state.refused.contains(name) => Some(format!(
+        Verdict::Refuse(reason) => Err(reason),
+        Verdict::Forward if state.refused.contains(name) => Err(format!(
             "the statement was refused when it was prepared ({} mode{}), and PostgreSQL holds \
              that refusal under its name; the mode is now {now}: prepare it again",
             prepared.mode,
@@ -235,6 +258,6 @@ fn rejudged(
                 ""
             }
         )),
-        Verdict::Forward => None,
+        Verdict::Forward => Ok(decision),
     }
 }

@@ -99,6 +99,27 @@ pub(crate) enum Seen {
 }
 
 impl Owed {
+    /// What the proxy's probe of the session is answered by, in order:
+    /// its `Parse`, `Bind`, `Execute`, `Close` and `Sync`.
+    pub(crate) const PROBE: [Awaits; 5] = [
+        Awaits::Parse,
+        Awaits::Bind,
+        Awaits::Execute,
+        Awaits::Close,
+        Awaits::Sync,
+    ];
+
+    /// One answer to the proxy's probe: kept from the app, its row taken.
+    pub(crate) fn probe(awaits: Awaits) -> Owed {
+        Owed {
+            awaits,
+            ours: true,
+            origins: None,
+            tag: None,
+            probe: true,
+        }
+    }
+
     pub(crate) fn app(awaits: Awaits) -> Owed {
         Owed {
             awaits,
@@ -452,17 +473,8 @@ mod tests {
     }
 
     fn probing(answers: &mut Answers) {
-        for awaits in [
-            Awaits::Parse,
-            Awaits::Bind,
-            Awaits::Execute,
-            Awaits::Close,
-            Awaits::Sync,
-        ] {
-            answers.push(Owed {
-                probe: true,
-                ..ours(awaits)
-            });
+        for awaits in Owed::PROBE {
+            answers.push(Owed::probe(awaits));
         }
     }
 

@@ -487,7 +487,7 @@ fn route(shared: &Shared, state: &mut State, sql: &str, parse: bool) -> (Decisio
         let decision = shared
             .router
             .decide_in(sql, mode, state.in_transaction(), resolution);
-        if shared.router.probe().is_some() && probe::changes(&first_word(sql), sql) {
+        if shared.router.probe().is_some() && probe::changes(first_word(sql), sql) {
             state.resolution = Resolution::Unknown;
             state.probe.due();
         }
@@ -509,11 +509,12 @@ fn route(shared: &Shared, state: &mut State, sql: &str, parse: bool) -> (Decisio
 /// Whether `sql` begins with `BEGIN` or `START TRANSACTION` (after
 /// spaces and comments).
 fn opens_transaction(sql: &str) -> bool {
-    matches!(first_word(sql).as_str(), "begin" | "start")
+    let word = first_word(sql);
+    word.eq_ignore_ascii_case("begin") || word.eq_ignore_ascii_case("start")
 }
 
-/// The first word of `sql` (after spaces and comments), lowercase.
-fn first_word(sql: &str) -> String {
+/// The first word of `sql` (after spaces and comments), as written.
+fn first_word(sql: &str) -> &str {
     let mut rest = sql.trim_start();
     loop {
         if let Some(after) = rest.strip_prefix("--") {
@@ -524,10 +525,10 @@ fn first_word(sql: &str) -> String {
             break;
         }
     }
-    rest.chars()
-        .take_while(|c| c.is_ascii_alphabetic())
-        .collect::<String>()
-        .to_ascii_lowercase()
+    let end = rest
+        .find(|c: char| !c.is_ascii_alphabetic())
+        .unwrap_or(rest.len());
+    &rest[..end]
 }
 
 #[cfg(test)]

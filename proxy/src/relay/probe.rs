@@ -32,7 +32,7 @@ use bytes::BytesMut;
 use pgwire::messages::extendedquery::{Bind, Close, Execute, Parse, Sync};
 
 use super::State;
-use crate::answers::{Awaits, Owed, Probed};
+use crate::answers::{Owed, Probed};
 use crate::frame;
 use crate::route::Resolution;
 use crate::Shared;
@@ -56,15 +56,19 @@ pub(super) const CHANGERS: [&str; 9] = [
     "set", "reset", "discard", "create", "drop", "alter", "import", "do", "call",
 ];
 
-/// Whether a statement (its text, and its first word lowercase) may
-/// change which tables the session's bare names find, or its role:
-/// one of [`CHANGERS`], a `set_config` call, or a `SELECT ... INTO TEMP`.
+/// Whether a statement (its text, and its first word) may change which
+/// tables the session's bare names find, or its role: one of
+/// [`CHANGERS`], a `set_config` call, or a `SELECT ... INTO`. Read on
+/// every statement, so nothing is allocated.
 pub(super) fn changes(first: &str, sql: &str) -> bool {
-    if CHANGERS.contains(&first) {
-        return true;
-    }
-    let lower = sql.to_ascii_lowercase();
-    lower.contains("set_config") || (first == "select" && lower.contains(" into "))
+    let has = |needle: &str| {
+        sql.as_bytes()
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+    };
+    CHANGERS.iter().any(|w| first.eq_ignore_ascii_case(w))
+        || has("set_config")
+        || (first.eq_ignore_ascii_case("select") && has(" into "))
 }
 
 /// The probe's state in one session.
@@ -126,20 +130,8 @@ pub(super) fn send(shared: &Shared, state: &mut State, out: &mut BytesMut) {
     frame::encode(&Execute::new(None, 0), out);
     frame::encode(&Close::new(b'S', name), out);
     frame::encode(&Sync::new(), out);
-    for awaits in [
-        Awaits::Parse,
-        Awaits::Bind,
-        Awaits::Execute,
-        Awaits::Close,
-        Awaits::Sync,
-    ] {
-        state.answers.push(Owed {
-            awaits,
-            ours: true,
-            origins: None,
-            tag: None,
-            probe: true,
-        });
+    for awaits in Owed::PROBE {
+        state.answers.push(Owed::probe(awaits));
     }
     state.probe.in_flight = true;
     state.probe.due = false;
@@ -219,12 +211,7 @@ mod tests {
 
     #[test]
     fn statements_that_may_move_a_bare_name_are_seen() {
-        let first = |sql: &str| {
-            sql.split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_ascii_lowercase()
-        };
+        let first = |sql: &'static str| sql.split_whitespace().next().unwrap_or_default();
         for sql in [
             "SET search_path = archive, public",
             "set Search_Path to default",
@@ -239,7 +226,7 @@ mod tests {
             "DROP SCHEMA archive CASCADE",
             "DO $$ BEGIN PERFORM 1; END $$",
         ] {
-            assert!(changes(&first(sql), sql), "{sql}");
+            assert!(changes(first(sql), sql), "{sql}");
         }
         for sql in [
             "SELECT uuid FROM trips WHERE uuid = $1",
@@ -248,7 +235,7 @@ mod tests {
             "INSERT INTO t (a) SELECT a FROM trips WHERE temp > 3",
             "BEGIN",
         ] {
-            assert!(!changes(&first(sql), sql), "{sql}");
+            assert!(!changes(first(sql), sql), "{sql}");
         }
     }
 

@@ -993,14 +993,48 @@ async fn a_mismatch_seen_before_its_repair_does_not_reopen_it() {
         open().await.is_empty(),
         "a difference read before the repair reopened it"
     );
+    // And when its recording waits (a busy pool, a busy core) well past
+    // the repair: the stamp is taken from the database's clock after the
+    // wait, never before it.
+    let url = &db.config.legacy.as_ref().unwrap().url;
+    let narrow = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .unwrap();
+    let held = narrow.acquire().await.unwrap();
+    let late = tokio::spawn({
+        let narrow = narrow.clone();
+        let difference = difference.clone();
+        async move {
+            verifier::store::record(
+                &narrow,
+                verifier::store::Source::Sample,
+                "latest",
+                &[difference],
+                before_repair,
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(held);
+    late.await.unwrap().unwrap();
+    assert!(
+        open().await.is_empty(),
+        "a difference read before the repair, recorded after a wait, reopened it"
+    );
     let kept = verifier::store::mismatches(&db.pool, false, Some(&row), 10)
         .await
         .unwrap();
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].occurrences, 1, "{kept:?}");
 
-    // Reads that began after the repair and still differ: open again.
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Reads that began after the repair and still differ: open again. The
+    // stamp errs early by at most the clock read's way back (see
+    // `store::record`), so the pause exceeds any such delay on a busy
+    // machine by far.
+    tokio::time::sleep(Duration::from_millis(250)).await;
     record(Instant::now()).await;
     assert_eq!(open().await, expected);
     let kept = verifier::store::mismatches(&db.pool, true, Some(&row), 10)

@@ -68,9 +68,15 @@ pub async fn take_buffer_conflicts(
 /// found again by the next sample or diff, whose reads begin after the
 /// repair.
 ///
-/// The instant is turned into the database's clock as "now minus its age"
-/// when the statement runs, so the rule compares two readings of
-/// PostgreSQL's clock and no host's wall clock has to agree with it.
+/// The instant is turned into the database's clock as "its clock minus the
+/// instant's age", so the rule compares two readings of PostgreSQL's clock
+/// and no host's wall clock has to agree with it. The clock is read first,
+/// on the connection that then records, and the age is taken after that
+/// answer arrived: the stamp can only come out earlier than the reads
+/// began, never later. (Taking the age before sending one statement that
+/// reads the clock erred the other way by however long the statement
+/// waited for a connection or a core, and a replay recorded late under
+/// load reopened the mismatch a repair had just closed.)
 pub async fn record(
     pool: &PgPool,
     source: Source,
@@ -88,13 +94,20 @@ pub async fn record(
         .iter()
         .map(|d| d.schemaless.to_string())
         .collect();
+    let context = "recording mismatches";
+    let mut connection = pool.acquire().await.map_err(Error::postgres(context))?;
+    let clock: String = sqlx::query_scalar("/* mezzanine */ SELECT clock_timestamp()::text")
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(Error::postgres(context))?;
+    let age = observed.elapsed().as_secs_f64();
     sqlx::query(
         "/* mezzanine */ INSERT INTO mezzanine.verify_mismatches AS m
              (row_key, column_name, source, read_kind, legacy_value, schemaless_value,
               first_seen, last_seen)
          SELECT DISTINCT ON (r, c) r, c, $3, $4, l::jsonb, s::jsonb, o.at, o.at
          FROM unnest($1::uuid[], $2::text[], $5::text[], $6::text[]) AS d(r, c, l, s),
-              (SELECT clock_timestamp() - make_interval(secs => $7::double precision)) AS o(at)
+              (SELECT $7::timestamptz - make_interval(secs => $8::double precision)) AS o(at)
          ON CONFLICT (row_key, column_name) DO UPDATE SET
              source = excluded.source,
              read_kind = excluded.read_kind,
@@ -112,10 +125,11 @@ pub async fn record(
     .bind(read_kind)
     .bind(&legacy)
     .bind(&schemaless)
-    .bind(observed.elapsed().as_secs_f64())
-    .execute(pool)
+    .bind(&clock)
+    .bind(age)
+    .execute(&mut *connection)
     .await
-    .map_err(Error::postgres("recording mismatches"))?;
+    .map_err(Error::postgres(context))?;
     Ok(())
 }
 

@@ -2,11 +2,13 @@
 //! column reference resolved to where the layout keeps it, and a WHERE
 //! clause cut into conditions.
 
+use std::collections::HashSet;
 use std::ops::ControlFlow;
 
 use schemaless::FilterOp;
 use sqlparser::ast::{
-    visit_expressions, BinaryOperator, Expr, InTarget, ObjectName, TableFactor, UnaryOperator,
+    visit_expressions, BinaryOperator, Expr, FunctionArg, FunctionArguments, InTarget, ObjectName,
+    TableFactor, UnaryOperator,
 };
 
 use crate::model::{folded, Model, Source, Table};
@@ -137,7 +139,9 @@ pub fn strip(expr: &Expr) -> &Expr {
 /// runs no subquery (a parameter, a literal, a cast of one, `now()`), so
 /// the app can compute it before calling the cell API.
 pub fn is_value(expr: &Expr) -> bool {
+    let names = argument_names(expr);
     visit_expressions(expr, |e| match e {
+        _ if names.contains(&(e as *const Expr)) => ControlFlow::Continue(()),
         Expr::Identifier(_)
         | Expr::CompoundIdentifier(_)
         | Expr::CompoundFieldAccess { .. }
@@ -151,6 +155,27 @@ pub fn is_value(expr: &Expr) -> bool {
         _ => ControlFlow::Continue(()),
     })
     .is_continue()
+}
+
+/// The expressions in `expr` that name a function's arguments (`secs` in
+/// `make_interval(secs => 5)`): sqlparser keeps them as expressions, so a
+/// walk over the tree meets them as identifiers, but they are words of
+/// the call, never columns. Known by address, to be skipped in such walks.
+fn argument_names(expr: &Expr) -> HashSet<*const Expr> {
+    let mut names = HashSet::new();
+    let _ = visit_expressions(expr, |e| {
+        if let Expr::Function(f) = e {
+            if let FunctionArguments::List(list) = &f.args {
+                for arg in &list.args {
+                    if let FunctionArg::ExprNamed { name, .. } = arg {
+                        names.insert(name as *const Expr);
+                    }
+                }
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    names
 }
 
 /// Whether `name` is one of PostgreSQL's aggregate functions.
@@ -344,8 +369,11 @@ pub fn cond<'a>(scope: &Scope, model: &Model, expr: &'a Expr) -> Result<Cond<'a>
 pub fn columns_in(scope: &Scope, model: &Model, expr: &Expr) -> Result<Vec<Col>, String> {
     let mut cols = Vec::new();
     let mut failed = None;
+    let names = argument_names(expr);
     let _ = visit_expressions(expr, |e| {
-        if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+        if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+            && !names.contains(&(e as *const Expr))
+        {
             match scope.column(model, e) {
                 Ok(Some(col)) => cols.push(col),
                 Ok(None) => {}

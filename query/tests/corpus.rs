@@ -84,6 +84,9 @@ const SHOP: &[Case] = &[
     ("INSERT INTO order_lines (order_no, line_no, sku, qty, price) VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
     ("INSERT INTO order_lines (order_no, line_no, sku) VALUES ($1, 1, $2)", Class::None, "names its parent by the integer id order_lines.order_no"),
     ("DELETE FROM orders WHERE public_id = $1", Class::None, "DELETE"),
+    // A named argument is a word of the call, not a column.
+    ("INSERT INTO orders (public_id, rev, customer_ref, state, placed_at) VALUES ($1, 1, $2, 'open', now() - make_interval(hours => 2))", Class::Write, "placed: now() - make_interval(hours => 2)"),
+    ("SELECT public_id FROM orders WHERE customer_ref = $1 AND placed_at > now() - make_interval(days => 7)", Class::Index, "placed > now() - make_interval(days => 7)"),
     ("SELECT count(*) FROM order_lines l JOIN orders o ON l.order_no = o.order_no WHERE o.public_id = $1", Class::None, "aggregate count(*)"),
     // The trips names mean nothing to this layout.
     ("SELECT * FROM trips WHERE uuid = $1", Class::Other, ""),

@@ -17,11 +17,14 @@
 //! | `timestamptz` | string, UTC, microseconds: `"2015-03-08T07:30:00.000000Z"` |
 //! | `timestamp` | the same without `Z` |
 //! | `date` | `"2015-03-08"` |
+//! | `time` | `"07:30:00"`, `"07:30:05.25"`: PostgreSQL's text, the fraction's trailing zeros dropped ([`crate::duration`]) |
+//! | `interval` | ISO 8601 as PostgreSQL prints it under `IntervalStyle = iso_8601`: `"P1Y2M3DT4H5M6.5S"`; months, days and time kept apart (`P1D` is not `PT24H`) |
+//! | `bytea` | `"\\xdeadbeef"`: `\x` and lowercase hex |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
-//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
+//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `interval[]`, `bytea[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -40,6 +43,7 @@
 
 use serde_json::{Number, Value};
 
+use crate::duration::{self, Interval};
 use crate::time;
 pub use schemaless::decimal::canonical_decimal;
 
@@ -74,6 +78,12 @@ pub enum Conversion {
     Timestamp,
     /// `date`
     Date,
+    /// `time` (without time zone)
+    Time,
+    /// `interval`: months, days and microseconds, kept apart.
+    Interval,
+    /// `bytea`, as `\x` and hex.
+    Bytea,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -103,6 +113,9 @@ pub enum Element {
     Timestamptz,
     Timestamp,
     Date,
+    Time,
+    Interval,
+    Bytea,
     Enum,
 }
 
@@ -118,13 +131,16 @@ impl Element {
             Element::Timestamptz => Conversion::Timestamptz,
             Element::Timestamp => Conversion::Timestamp,
             Element::Date => Conversion::Date,
+            Element::Time => Conversion::Time,
+            Element::Interval => Conversion::Interval,
+            Element::Bytea => Conversion::Bytea,
             Element::Enum => Conversion::Enum,
         }
     }
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -146,6 +162,9 @@ impl Conversion {
             "timestamptz" => Conversion::Timestamptz,
             "timestamp" => Conversion::Timestamp,
             "date" => Conversion::Date,
+            "time" => Conversion::Time,
+            "interval" => Conversion::Interval,
+            "bytea" => Conversion::Bytea,
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "_text" | "_varchar" => Conversion::TextArray,
@@ -160,6 +179,9 @@ impl Conversion {
             "_timestamptz" => Conversion::ArrayOf(Element::Timestamptz),
             "_timestamp" => Conversion::ArrayOf(Element::Timestamp),
             "_date" => Conversion::ArrayOf(Element::Date),
+            "_time" => Conversion::ArrayOf(Element::Time),
+            "_interval" => Conversion::ArrayOf(Element::Interval),
+            "_bytea" => Conversion::ArrayOf(Element::Bytea),
             _ => return None,
         })
     }
@@ -180,6 +202,18 @@ impl Conversion {
                     "CASE WHEN isfinite({column}) THEN (({utc}::date - DATE '1970-01-01')::numeric * 86400000000                      + extract(epoch FROM {utc}::time) * 1000000)::numeric(40,0)::text ELSE {column}::text END"
                 )
             }
+            // The three fields as integers, whatever `IntervalStyle`
+            // says: `extract` splits them exactly (months into years and
+            // months, the time into hours, minutes and microseconds).
+            Conversion::Interval => format!(
+                "CASE WHEN {column} IS NULL THEN NULL ELSE \
+                 (extract(year FROM {column}) * 12 + extract(month FROM {column}))::bigint::text || ' ' || \
+                 extract(day FROM {column})::bigint::text || ' ' || \
+                 (extract(hour FROM {column}) * 3600000000 + extract(minute FROM {column}) * 60000000 \
+                  + extract(microseconds FROM {column}))::bigint::text END"
+            ),
+            // Hex whatever `bytea_output` says.
+            Conversion::Bytea => format!("(E'\\\\x' || encode({column}, 'hex'))"),
             Conversion::TextArray
             | Conversion::Int2Array
             | Conversion::Int4Array
@@ -250,6 +284,9 @@ impl Conversion {
                 time::format_timestamp(micros, *self == Conversion::Timestamptz).map(Value::String)
             }
             Conversion::Date => time::canonical_date(text).map(Value::String),
+            Conversion::Time => duration::canonical_time(text).map(Value::String),
+            Conversion::Interval => Interval::from_fields(text).map(|i| Value::String(i.format())),
+            Conversion::Bytea => duration::canonical_bytea(text).map(Value::String),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -351,6 +388,24 @@ impl Conversion {
                     .as_str()
                     .ok_or_else(|| expected("a date string YYYY-MM-DD", value))?;
                 Value::String(time::canonical_date(s)?)
+            }
+            Conversion::Time => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a time string HH:MM:SS[.ffffff]", value))?;
+                Value::String(duration::canonical_time(s)?)
+            }
+            Conversion::Interval => {
+                let s = value.as_str().ok_or_else(|| {
+                    expected("an ISO 8601 interval string such as \"P1DT2H\"", value)
+                })?;
+                Value::String(duration::canonical_interval(s)?)
+            }
+            Conversion::Bytea => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a bytea string of \"\\x\" and hex digits", value))?;
+                Value::String(duration::canonical_bytea(s)?)
             }
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));

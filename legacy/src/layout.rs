@@ -102,7 +102,8 @@ impl Field {
 
     /// The checks of a canonical text value (or array element) of
     /// `conversion` that need the field: an enum's labels, the digits a
-    /// `numeric(p,s)` or a `timestamp(p)` keeps.
+    /// `numeric(p,s)`, a `timestamp(p)` or a `time(p)` keeps, the fields
+    /// and digits an `interval` column keeps.
     fn check(&self, conversion: Conversion, text: &str) -> Result<(), String> {
         if let (Conversion::Enum, Some(labels)) = (conversion, &self.labels) {
             if !labels.iter().any(|l| l == text) {
@@ -117,6 +118,8 @@ impl Field {
             Conversion::Timestamp | Conversion::Timestamptz => {
                 conversion::timestamp_fits(text, self.typmod)
             }
+            Conversion::Time => crate::duration::time_fits(text, self.typmod),
+            Conversion::Interval => crate::duration::Interval::parse(text)?.fits(self.typmod, text),
             _ => Ok(()),
         }
     }

@@ -45,6 +45,7 @@ pub mod add_uuid;
 mod classify;
 pub mod connection;
 pub mod conversion;
+pub mod duration;
 pub mod error;
 pub mod index;
 pub mod layout;

@@ -81,6 +81,22 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
         1700 => numeric_text(value)?,
         1082 => date_text(i32::from_be_bytes(fixed(4)?.try_into().ok()?))?,
         1114 | 1184 => timestamp_text(i64::from_be_bytes(fixed(8)?.try_into().ok()?), oid == 1184)?,
+        // time: microseconds since midnight.
+        1083 => {
+            let micros = i64::from_be_bytes(fixed(8)?.try_into().ok()?);
+            (0..=86_400_000_000).contains(&micros).then_some(())?;
+            legacy::duration::format_time(micros)
+        }
+        // interval: microseconds, days, months.
+        1186 => {
+            let value = fixed(16)?;
+            legacy::duration::Interval {
+                micros: i64::from_be_bytes(value[..8].try_into().ok()?),
+                days: i32::from_be_bytes(value[8..12].try_into().ok()?),
+                months: i32::from_be_bytes(value[12..].try_into().ok()?),
+            }
+            .format()
+        }
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -219,6 +235,9 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         1182 => 1082,
         1115 => 1114,
         1185 => 1184,
+        1183 => 1083,
+        1187 => 1186,
+        1001 => 17,
         _ => return None,
     };
     let int = |at: usize| -> Option<i32> {
@@ -395,6 +414,27 @@ mod tests {
     }
 
     #[test]
+    fn binary_times_of_day_and_intervals_read_as_their_fields() {
+        let micros = 7 * 3_600_000_000_i64 + 30 * 60_000_000 + 5_250_000;
+        assert_eq!(
+            one(1083, &micros.to_be_bytes()).as_deref(),
+            Some("07:30:05.25")
+        );
+        assert_eq!(
+            one(1083, &86_400_000_000_i64.to_be_bytes()).as_deref(),
+            Some("24:00:00")
+        );
+        assert_eq!(one(1083, &(-1_i64).to_be_bytes()), None, "before midnight");
+        // interval '1 year 2 mons -3 days 04:05:06.5': time, days, months.
+        let mut i = Vec::new();
+        i.extend_from_slice(&14_706_500_000_i64.to_be_bytes());
+        i.extend_from_slice(&(-3_i32).to_be_bytes());
+        i.extend_from_slice(&14_i32.to_be_bytes());
+        assert_eq!(one(1186, &i).as_deref(), Some("P1Y2M-3DT4H5M6.5S"));
+        assert_eq!(one(1186, &i[..12]), None, "short");
+    }
+
+    #[test]
     fn binary_json_bytea_and_arrays_read_as_literals() {
         assert_eq!(one(3802, b"\x01{\"a\": 1}").as_deref(), Some("{\"a\": 1}"));
         assert_eq!(one(3802, b"\x02{}"), None, "an unknown jsonb version");
@@ -428,7 +468,7 @@ mod tests {
     #[test]
     fn binary_parameters_of_other_or_unknown_types_are_not_read() {
         let p = [Some(Bytes::from_static(&[0, 0, 0, 1]))];
-        assert_eq!(params_text(&[1186], &[1], &p), None, "interval");
+        assert_eq!(params_text(&[869], &[1], &p), None, "inet");
         assert_eq!(params_text(&[0], &[1], &p), None, "unspecified type");
         assert_eq!(
             params_text(&[23], &[1], &[Some(Bytes::from_static(&[1]))]),

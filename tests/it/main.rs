@@ -95,6 +95,7 @@ mod classify;
 mod cli;
 mod connections;
 mod cutover;
+mod durations;
 mod exact_values;
 mod group_commit;
 mod harness;

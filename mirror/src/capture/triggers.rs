@@ -114,8 +114,9 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 }
 
 /// The value of a field as compared to tell whether it changed: natively,
-/// but floats and `json`/`jsonb` as text (`1.50` and `1.5` are equal
-/// numbers but different values here; arrays of them likewise).
+/// but floats, `json`/`jsonb` and `interval` as text (`1.50` and `1.5` are
+/// equal numbers but different values here, as `1 day` and `24 hours` are
+/// equal intervals; arrays of them likewise).
 fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> String {
     match conversion {
         Some(
@@ -123,7 +124,8 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::Float8
             | Conversion::Json
             | Conversion::Jsonb
-            | Conversion::ArrayOf(Element::Float4 | Element::Float8),
+            | Conversion::Interval
+            | Conversion::ArrayOf(Element::Float4 | Element::Float8 | Element::Interval),
         ) => {
             format!("{record}.{column}::pg_catalog.text")
         }

@@ -356,8 +356,16 @@ impl<'a> Evaluator<'a> {
         let f = column
             .field(field)
             .ok_or_else(|| anyhow::anyhow!("column {} has no field {field}", column.name))?;
-        let read = f.conversion.read_expr(&format!("(({e})::{})", f.sql_type));
-        let text = self.texts(format!("SELECT {read}")).await?.pop().flatten();
+        // Evaluated once (see `write::columns`' `read`).
+        let read = f.conversion.read_expr("v");
+        let text = self
+            .texts(format!(
+                "SELECT {read} FROM (SELECT ({e})::{} AS v) AS once",
+                f.sql_type
+            ))
+            .await?
+            .pop()
+            .flatten();
         Ok(f.conversion
             .render_owned(text)
             .map_err(|e| anyhow::anyhow!(e))?)

@@ -52,7 +52,7 @@ impl Col<'_> {
     /// silently, where the app's INSERT or UPDATE (an assignment) would
     /// have failed; the limit is applied as an assignment applies it, by
     /// [`Col::render`]. The value is still cast to the column's own type
-    /// (a domain's constraints), and evaluated once.
+    /// (a domain's constraints). Either way it is evaluated once.
     pub(super) fn read(&self, expr: &str) -> String {
         let ty = &self.attr.sql_type;
         match &self.kind {
@@ -66,7 +66,14 @@ impl Col<'_> {
                      FROM (SELECT ({expr}) AS v) AS assigned)"
                 )
             }
-            Kind::Field(_, f) => f.conversion.read_expr(&format!("CAST(({expr}) AS {ty})")),
+            // Once: the read expression names its value several times
+            // (a timestamp's day and time of day, an interval's fields),
+            // and a volatile value (`clock_timestamp()`, `nextval`) must
+            // not give each of them another.
+            Kind::Field(_, f) => format!(
+                "(SELECT {} FROM (SELECT CAST(({expr}) AS {ty}) AS v) AS once)",
+                f.conversion.read_expr("v")
+            ),
             _ => format!("(CAST(({expr}) AS {ty}))::text"),
         }
     }

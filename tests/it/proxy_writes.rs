@@ -471,6 +471,80 @@ async fn a_long_insert_is_put_in_batches_the_store_takes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_key_twice_in_an_insert_fails_or_is_skipped_as_postgresql_does() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let head = &INSERT_TRIP[..INSERT_TRIP.find(" VALUES ").unwrap()];
+    let row = |k: uuid::Uuid, status: &str| {
+        let one = trip(k).replace("'requested'", &format!("'{status}'"));
+        one[one.find(" VALUES ").unwrap() + 8..].to_string()
+    };
+    // Three rows, the third repeating the first's key: each row alone
+    // finds no such row in the stores, but PostgreSQL checks it against
+    // the statement's earlier rows too.
+    let statement = |k: [uuid::Uuid; 2], tail: &str| {
+        format!(
+            "\\set ON_ERROR_STOP 1\n{head} VALUES {}, {}, {} {tail};\n",
+            row(k[0], "requested"),
+            row(k[1], "requested"),
+            row(k[0], "accepted")
+        )
+    };
+    let outcome = |url: &str, sql: &str| {
+        let (ok, out, err) = psql(url, sql);
+        // psql -v VERBOSITY=verbose: `ERROR:  23505: duplicate key ...`.
+        let code = err
+            .split_once("ERROR:  ")
+            .map(|(_, rest)| rest.chars().take(5).collect::<String>());
+        (ok, out.trim().to_string(), code)
+    };
+    let legacy = db.store().await;
+    let twins = || [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    for (tail, expected) in [
+        ("", (false, String::new(), Some("23505".to_string()))),
+        (
+            "ON CONFLICT (uuid) DO UPDATE SET status = excluded.status, version = trips.version + 1",
+            (false, String::new(), Some("21000".to_string())),
+        ),
+        ("ON CONFLICT DO NOTHING", (true, "INSERT 0 2".to_string(), None)),
+    ] {
+        let (k, d) = (twins(), twins());
+        let proxied = outcome(&proxy.url(&db), &statement(k, tail));
+        assert_eq!(outcome(&direct, &statement(d, tail)), expected, "{tail}");
+        assert_eq!(proxied, expected, "{tail}");
+        // What PostgreSQL wrote, and nothing else: both rows, the first
+        // one's values, or neither.
+        for (proxied, direct) in k.iter().zip(&d) {
+            let written = latest(&facade, *proxied, "BASE").await;
+            let twin = latest(&legacy, *direct, "BASE").await;
+            assert_eq!(written.is_some(), expected.0, "{tail}");
+            assert_eq!(
+                written.map(|c| c.cell.body),
+                twin.map(|c| c.cell.body),
+                "{tail}"
+            );
+        }
+    }
+    // An UPDATE naming one row twice updates it once.
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for (url, key) in [(proxy.url(&db), k), (direct.clone(), d)] {
+        let sql = format!(
+            "\\set ON_ERROR_STOP 1\n{};\n\
+             UPDATE trips SET status = 'accepted', version = version + 1 \
+             WHERE uuid IN ('{key}', '{key}');\n",
+            trip(key)
+        );
+        assert_eq!(
+            outcome(&url, &sql),
+            (true, "INSERT 0 1\nUPDATE 1".to_string(), None)
+        );
+    }
+    assert_eq!(version(&facade, k).await, 2);
+    facade.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_updates_of_one_row_lose_no_acknowledged_version() {
     let (db, facade, file) = primary().await;
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");

@@ -11,13 +11,20 @@ impl<S: CellStore> Writer<'_, S> {
     /// Puts every row's cells, in as few calls as the batch limits allow;
     /// which rows were written (a row of ON CONFLICT DO NOTHING whose cell
     /// was taken meanwhile is not).
-    pub(super) async fn put(&self, rows: Vec<Vec<Cell>>) -> Result<Vec<bool>, Refused> {
+    pub(super) async fn put(&self, mut rows: Vec<Vec<Cell>>) -> Result<Vec<bool>, Refused> {
+        let insert = match &self.write.rows {
+            Rows::Insert { conflict, .. } => Some(conflict),
+            Rows::Update { .. } => None,
+        };
+        let mut kept = vec![true; rows.len()];
+        if let Some(conflict) = insert {
+            self.repeated(conflict, &mut rows, &mut kept)?;
+        }
         let of_row: Vec<usize> = rows
             .iter()
             .enumerate()
             .flat_map(|(r, cells)| std::iter::repeat_n(r, cells.len()))
             .collect();
-        let mut kept = vec![true; rows.len()];
         let cells: Vec<Cell> = rows.into_iter().flatten().collect();
         if cells.is_empty() {
             return Ok(kept);
@@ -33,10 +40,6 @@ impl<S: CellStore> Writer<'_, S> {
                 Refused::new("58000", format!("Schemaless did not take the write: {e}"))
             })?);
         }
-        let insert = match &self.write.rows {
-            Rows::Insert { conflict, .. } => Some(conflict),
-            Rows::Update { .. } => None,
-        };
         for ((result, r), key) in results.iter().zip(of_row).zip(keys) {
             let taken = matches!(result, Err(_) | Ok(WriteOutcome::AlreadyPresent));
             match (insert, taken) {
@@ -58,6 +61,45 @@ impl<S: CellStore> Writer<'_, S> {
             }
         }
         Ok(kept)
+    }
+
+    /// An INSERT's rows that name a cell an earlier row of the statement
+    /// names (one row key twice; a child row twice), before anything is
+    /// put: each row was judged against the stores alone, where neither
+    /// was yet. PostgreSQL checks a row against the statement's earlier
+    /// rows too, and writes nothing when one fails: a plain INSERT fails
+    /// with `23505`, `DO UPDATE` with `21000`, and `DO NOTHING` skips the
+    /// later row (its cells are dropped, and it is not kept). Without this
+    /// the earlier row was put and then the statement failed: a refused
+    /// write that had changed the store.
+    fn repeated(
+        &self,
+        conflict: &OnConflict,
+        rows: &mut [Vec<Cell>],
+        kept: &mut [bool],
+    ) -> Result<(), Refused> {
+        let mut seen = std::collections::HashSet::new();
+        for (r, cells) in rows.iter_mut().enumerate() {
+            let Some(again) = cells.iter().find(|c| seen.contains(&c.key)) else {
+                seen.extend(cells.iter().map(|c| c.key.clone()));
+                continue;
+            };
+            match conflict {
+                OnConflict::Fail => return Err(duplicate(&self.table_name(), &again.key.row_key)),
+                OnConflict::Update(_) => {
+                    return Err(Refused::new(
+                        "21000",
+                        "ON CONFLICT DO UPDATE command cannot affect row a second time: \
+                         rows proposed for insertion within the same command have the same key",
+                    ))
+                }
+                OnConflict::Nothing => {
+                    kept[r] = false;
+                    cells.clear();
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The statement PostgreSQL runs in the app's statement's place.

@@ -264,7 +264,7 @@ fn probe_statement(model: &Model) -> String {
         })
         .collect();
     format!(
-        "SELECT current_user::text, ({})::text",
+        "SELECT current_user::text, ({})::text, current_setting('search_path')",
         checks.join(" AND ")
     )
 }

@@ -3,7 +3,8 @@
 //! layout's tables there, as PostgreSQL would resolve them. A session
 //! whose `search_path` finds another `trips` first, or that made a
 //! temporary one, gets its own table's answer; `SET ROLE` changes whom
-//! values are evaluated as; a change pipelined with the statement it
+//! values are evaluated as, and the path where their functions are found;
+//! a change pipelined with the statement it
 //! affects gets that statement refused rather than guessed at.
 
 use crate::harness::LegacyDb;
@@ -103,6 +104,27 @@ async fn a_bare_name_is_the_layouts_only_where_the_apps_session_finds_it() {
     // A path without the layout's schema: PostgreSQL's own error.
     let (_, out, err) = psql(&url, &format!("SET search_path = archive_nothing;\n{read}"));
     assert!(err.contains("42P01"), "{out}{err}");
+
+    // The session's path finds the functions its values name bare.
+    sqlx::raw_sql(
+        "CREATE SCHEMA fares; \
+         CREATE FUNCTION fares.doubled(numeric) RETURNS numeric IMMUTABLE \
+         LANGUAGE sql AS 'SELECT $1 * 2'",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let f = uuid::Uuid::new_v4();
+    let priced = trip(f).replace("12.5,", "doubled(3.1),");
+    assert_ne!(priced, trip(f));
+    ok(
+        &url,
+        &format!("SET search_path = public, fares;\n{priced};\n"),
+    );
+    let cell = latest(&facade, f, "BASE")
+        .await
+        .expect("written through the facade");
+    assert_eq!(cell.cell.body.fields()["fare"], "6.2");
 
     // SET ROLE: values are evaluated as the role the session is now.
     let app = format!("app_{}", db.name);

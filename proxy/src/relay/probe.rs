@@ -11,8 +11,9 @@
 //! report `search_path` or `SET ROLE` to the session (`ParameterStatus`),
 //! so the relay asks: between two statements, with nothing owed and no
 //! transaction open, it sends the session [`Router::probe`]'s statement
-//! (`to_regclass` of each bare name against the qualified one, and
-//! `current_user`) under [`PROBE_STATEMENT`], extended protocol, answers
+//! (`to_regclass` of each bare name against the qualified one,
+//! `current_user` and `search_path`) under [`PROBE_STATEMENT`], extended
+//! protocol, answers
 //! kept from the app, and holds the app's next messages until it is
 //! answered (one round trip).
 //!
@@ -137,8 +138,10 @@ pub(super) fn send(shared: &Shared, state: &mut State, out: &mut BytesMut) {
     state.probe.due = false;
 }
 
-/// Takes the probe's answer: the session's [`Resolution`] and its role,
-/// as whom its values are evaluated. A probe that failed leaves the
+/// Takes the probe's answer: the session's [`Resolution`], and its role
+/// and `search_path`, as whom and where its values are evaluated (a
+/// function or type the app names bare is found in its own schemas). A
+/// probe that failed leaves the
 /// names unknown (nothing is served; writes the facade would run are
 /// refused) and is tried again after [`FRESH`].
 pub(super) fn answered(state: &mut State, probed: Probed) {
@@ -148,7 +151,7 @@ pub(super) fn answered(state: &mut State, probed: Probed) {
         Probed::Row(row) => data_row(row),
         Probed::Failed => None,
     };
-    let Some([Some(role), Some(found)]) = fields.as_deref() else {
+    let Some([Some(role), Some(found), Some(path)]) = fields.as_deref() else {
         tracing::warn!("the probe of a session's search_path and role failed: {probed:?}");
         state.resolution = Resolution::Unknown;
         return;
@@ -157,9 +160,10 @@ pub(super) fn answered(state: &mut State, probed: Probed) {
         "true" | "t" => Resolution::Layout,
         _ => Resolution::Elsewhere,
     };
-    if state.session.role != *role {
-        let mut session = (*state.session).clone();
-        session.role.clone_from(role);
+    let mut session = (*state.session).clone();
+    session.role.clone_from(role);
+    session.found_search_path(path);
+    if session != *state.session {
         state.session = Arc::new(session);
     }
 }

@@ -160,8 +160,9 @@ fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
 /// zoneless `'2015-03-08 02:30'` is a `timestamptz` in the session's
 /// `TimeZone`, `'03/04/2015'` a date in its `DateStyle`. So an app's
 /// [`AppSession`] carries those PostgreSQL reports to the session
-/// ([`AppSession::REPORTED`]), and each evaluation sets them (`SET LOCAL`)
-/// after the role.
+/// ([`AppSession::REPORTED`]) and the `search_path` the proxy asks the
+/// session for (a function or type named bare in a value is found
+/// there), and each evaluation sets them (`SET LOCAL`) after the role.
 #[derive(Clone, Copy)]
 pub struct Evaluator<'a> {
     pub legacy: &'a LegacyStore,
@@ -213,6 +214,24 @@ impl AppSession {
         }
     }
 
+    /// Takes the session's `search_path` (as `current_setting` shows it),
+    /// which PostgreSQL does not report: the proxy asks the session.
+    /// Whether it changed.
+    pub fn found_search_path(&mut self, value: &str) -> bool {
+        const NAME: &str = "search_path";
+        match self.settings.iter_mut().find(|(n, _)| n == NAME) {
+            Some((_, v)) if v == value => false,
+            Some((_, v)) => {
+                *v = value.to_string();
+                true
+            }
+            None => {
+                self.settings.push((NAME.to_string(), value.to_string()));
+                true
+            }
+        }
+    }
+
     /// Its values' evaluator on `legacy`.
     pub fn evaluator<'a>(&'a self, legacy: &'a LegacyStore) -> Evaluator<'a> {
         Evaluator {
@@ -221,6 +240,60 @@ impl AppSession {
             settings: &self.settings,
         }
     }
+}
+
+/// `search_path` as `current_setting` shows it (`"$user", public`,
+/// `"My Schema", app`) as the list `SET` takes, each name quoted, split as
+/// PostgreSQL splits it (a bare name folded to lower case); `''` for an
+/// empty path; `None` for a value that does not split.
+fn search_path_list(value: &str) -> Option<String> {
+    let mut rest = value.trim();
+    if rest.is_empty() || rest == "\"\"" {
+        return Some("''".into());
+    }
+    let mut names = Vec::new();
+    loop {
+        let (name, after) = match rest.strip_prefix('"') {
+            Some(quoted) => {
+                let mut name = String::new();
+                let mut end = None;
+                let mut chars = quoted.char_indices().peekable();
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '"' if chars.peek().map(|(_, c)| *c) == Some('"') => {
+                            name.push('"');
+                            chars.next();
+                        }
+                        '"' => {
+                            end = Some(i + 1);
+                            break;
+                        }
+                        c => name.push(c),
+                    }
+                }
+                (name, &quoted[end?..])
+            }
+            None => {
+                let end = rest.find(',').unwrap_or(rest.len());
+                let bare = rest[..end].trim();
+                if bare.contains(|c: char| c.is_whitespace() || c == '"') {
+                    return None;
+                }
+                (bare.to_ascii_lowercase(), &rest[end..])
+            }
+        };
+        if name.is_empty() {
+            return None;
+        }
+        names.push(serve::quote(&name));
+        let after = after.trim_start();
+        match after.strip_prefix(',') {
+            Some(more) => rest = more.trim_start(),
+            None if after.is_empty() => break,
+            None => return None,
+        }
+    }
+    Some(names.join(", "))
 }
 
 impl<'a> Evaluator<'a> {
@@ -272,6 +345,15 @@ impl<'a> Evaluator<'a> {
         };
         let mut guarded = format!("{begin}; SET LOCAL ROLE {}; ", serve::quote(role));
         for (name, value) in self.settings {
+            if name == "search_path" {
+                // A list, not one literal (which would be one schema).
+                // PostgreSQL checked the value when it was set, so it
+                // splits; one that did not would leave the default path.
+                if let Some(list) = search_path_list(value) {
+                    guarded.push_str(&format!("SET LOCAL search_path TO {list}; "));
+                }
+                continue;
+            }
             // Names are AppSession::REPORTED's; the value a literal.
             guarded.push_str(&format!(
                 "SET LOCAL {} TO '{}'; ",
@@ -445,6 +527,33 @@ mod tests {
         ] {
             assert_eq!(literal_uuid(&expr(left)), None, "{left}");
         }
+    }
+
+    #[test]
+    fn a_search_path_is_set_as_the_list_it_is() {
+        for (shown, list) in [
+            ("\"$user\", public", "\"$user\", \"public\""),
+            ("Archive,public", "\"archive\", \"public\""),
+            (
+                "\"My \"\"odd\"\", schema\" , app",
+                "\"My \"\"odd\"\", schema\", \"app\"",
+            ),
+            ("\"\"", "''"),
+            ("", "''"),
+        ] {
+            assert_eq!(search_path_list(shown).as_deref(), Some(list), "{shown}");
+        }
+        for bad in ["a b", "a,,b", "\"open", "\"a\"b", "a,"] {
+            assert_eq!(search_path_list(bad), None, "{bad}");
+        }
+        let mut s = AppSession::new("app");
+        assert!(s.found_search_path("archive, public"));
+        assert!(!s.found_search_path("archive, public"), "unchanged");
+        assert!(s.found_search_path("public"));
+        assert_eq!(
+            s.settings,
+            [("search_path".to_string(), "public".to_string())]
+        );
     }
 
     #[test]

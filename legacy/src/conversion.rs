@@ -20,11 +20,13 @@
 //! | `time` | `"07:30:00"`, `"07:30:05.25"`: PostgreSQL's text, the fraction's trailing zeros dropped ([`crate::duration`]) |
 //! | `interval` | ISO 8601 as PostgreSQL prints it under `IntervalStyle = iso_8601`: `"P1Y2M3DT4H5M6.5S"`; months, days and time kept apart (`P1D` is not `PT24H`) |
 //! | `bytea` | `"\\xdeadbeef"`: `\x` and lowercase hex |
+//! | `inet`, `cidr` | PostgreSQL's text: `"10.1.2.3/8"`, `"2001:db8::1"`, a `cidr` with its mask always ([`crate::network`]) |
+//! | `macaddr`, `macaddr8` | lowercase hex pairs: `"08:00:2b:01:02:03"` |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
-//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `interval[]`, `bytea[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
+//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -44,6 +46,7 @@
 use serde_json::{Number, Value};
 
 use crate::duration::{self, Interval};
+use crate::network;
 use crate::time;
 pub use schemaless::decimal::canonical_decimal;
 
@@ -84,6 +87,14 @@ pub enum Conversion {
     Interval,
     /// `bytea`, as `\x` and hex.
     Bytea,
+    /// `inet`
+    Inet,
+    /// `cidr`
+    Cidr,
+    /// `macaddr`
+    Macaddr,
+    /// `macaddr8`
+    Macaddr8,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -116,6 +127,10 @@ pub enum Element {
     Time,
     Interval,
     Bytea,
+    Inet,
+    Cidr,
+    Macaddr,
+    Macaddr8,
     Enum,
 }
 
@@ -134,13 +149,17 @@ impl Element {
             Element::Time => Conversion::Time,
             Element::Interval => Conversion::Interval,
             Element::Bytea => Conversion::Bytea,
+            Element::Inet => Conversion::Inet,
+            Element::Cidr => Conversion::Cidr,
+            Element::Macaddr => Conversion::Macaddr,
+            Element::Macaddr8 => Conversion::Macaddr8,
             Element::Enum => Conversion::Enum,
         }
     }
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -165,6 +184,10 @@ impl Conversion {
             "time" => Conversion::Time,
             "interval" => Conversion::Interval,
             "bytea" => Conversion::Bytea,
+            "inet" => Conversion::Inet,
+            "cidr" => Conversion::Cidr,
+            "macaddr" => Conversion::Macaddr,
+            "macaddr8" => Conversion::Macaddr8,
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "_text" | "_varchar" => Conversion::TextArray,
@@ -182,6 +205,10 @@ impl Conversion {
             "_time" => Conversion::ArrayOf(Element::Time),
             "_interval" => Conversion::ArrayOf(Element::Interval),
             "_bytea" => Conversion::ArrayOf(Element::Bytea),
+            "_inet" => Conversion::ArrayOf(Element::Inet),
+            "_cidr" => Conversion::ArrayOf(Element::Cidr),
+            "_macaddr" => Conversion::ArrayOf(Element::Macaddr),
+            "_macaddr8" => Conversion::ArrayOf(Element::Macaddr8),
             _ => return None,
         })
     }
@@ -287,6 +314,11 @@ impl Conversion {
             Conversion::Time => duration::canonical_time(text).map(Value::String),
             Conversion::Interval => Interval::from_fields(text).map(|i| Value::String(i.format())),
             Conversion::Bytea => duration::canonical_bytea(text).map(Value::String),
+            Conversion::Inet | Conversion::Cidr => {
+                network::canonical_inet(text, *self == Conversion::Cidr).map(Value::String)
+            }
+            Conversion::Macaddr => network::canonical_mac(text, 6).map(Value::String),
+            Conversion::Macaddr8 => network::canonical_mac(text, 8).map(Value::String),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -406,6 +438,19 @@ impl Conversion {
                     .as_str()
                     .ok_or_else(|| expected("a bytea string of \"\\x\" and hex digits", value))?;
                 Value::String(duration::canonical_bytea(s)?)
+            }
+            Conversion::Inet | Conversion::Cidr => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a network address string", value))?;
+                Value::String(network::canonical_inet(s, *self == Conversion::Cidr)?)
+            }
+            Conversion::Macaddr | Conversion::Macaddr8 => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a MAC address string", value))?;
+                let len = if *self == Conversion::Macaddr { 6 } else { 8 };
+                Value::String(network::canonical_mac(s, len)?)
             }
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));

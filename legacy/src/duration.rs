@@ -348,7 +348,7 @@ pub fn canonical_bytea(text: &str) -> Result<String, String> {
     let hex = text
         .strip_prefix("\\x")
         .ok_or_else(|| format!("{text:?} is not bytea in hex form (\"\\x\" and hex digits)"))?;
-    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!(
             "{text:?} is not bytea in hex form: after \"\\x\", pairs of hex digits"
         ));

@@ -49,6 +49,7 @@ pub mod duration;
 pub mod error;
 pub mod index;
 pub mod layout;
+pub mod network;
 pub mod predicate;
 mod repair;
 pub mod scan;

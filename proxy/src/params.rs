@@ -97,6 +97,25 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
             }
             .format()
         }
+        // inet, cidr: family (2: IPv4, 3: IPv6), mask length, a cidr
+        // flag, the address's length, the address.
+        869 | 650 => match value {
+            [family @ (2 | 3), bits, _, len, address @ ..]
+                if usize::from(*len) == address.len() && (*family == 2) == (address.len() == 4) =>
+            {
+                legacy::network::Inet::new(address, *bits)?.format(oid == 650)
+            }
+            _ => return None,
+        },
+        // macaddr, macaddr8: the bytes.
+        829 | 774 => {
+            let len = if oid == 829 { 6 } else { 8 };
+            fixed(len)?
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        }
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -238,6 +257,10 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         1183 => 1083,
         1187 => 1186,
         1001 => 17,
+        1041 => 869,
+        651 => 650,
+        1040 => 829,
+        775 => 774,
         _ => return None,
     };
     let int = |at: usize| -> Option<i32> {
@@ -435,6 +458,41 @@ mod tests {
     }
 
     #[test]
+    fn binary_network_addresses_read_as_postgresql_prints_them() {
+        assert_eq!(
+            one(869, &[2, 8, 0, 4, 10, 1, 2, 3]).as_deref(),
+            Some("10.1.2.3/8")
+        );
+        assert_eq!(
+            one(650, &[2, 32, 1, 4, 10, 1, 2, 3]).as_deref(),
+            Some("10.1.2.3/32")
+        );
+        let mut v6 = vec![3, 128, 0, 16, 0x20, 0x01, 0x0d, 0xb8];
+        v6.extend_from_slice(&[0; 11]);
+        v6.push(1);
+        assert_eq!(one(869, &v6).as_deref(), Some("2001:db8::1"));
+        assert_eq!(
+            one(869, &[3, 8, 0, 4, 10, 1, 2, 3]),
+            None,
+            "IPv6 of 4 bytes"
+        );
+        assert_eq!(
+            one(869, &[2, 33, 0, 4, 10, 1, 2, 3]),
+            None,
+            "a mask past 32"
+        );
+        assert_eq!(
+            one(829, &[8, 0, 0x2b, 1, 2, 3]).as_deref(),
+            Some("08:00:2b:01:02:03")
+        );
+        assert_eq!(
+            one(774, &[8, 0, 0x2b, 1, 2, 3]),
+            None,
+            "macaddr8 is 8 bytes"
+        );
+    }
+
+    #[test]
     fn binary_json_bytea_and_arrays_read_as_literals() {
         assert_eq!(one(3802, b"\x01{\"a\": 1}").as_deref(), Some("{\"a\": 1}"));
         assert_eq!(one(3802, b"\x02{}"), None, "an unknown jsonb version");
@@ -468,7 +526,7 @@ mod tests {
     #[test]
     fn binary_parameters_of_other_or_unknown_types_are_not_read() {
         let p = [Some(Bytes::from_static(&[0, 0, 0, 1]))];
-        assert_eq!(params_text(&[869], &[1], &p), None, "inet");
+        assert_eq!(params_text(&[600], &[1], &p), None, "point");
         assert_eq!(params_text(&[0], &[1], &p), None, "unspecified type");
         assert_eq!(
             params_text(&[23], &[1], &[Some(Bytes::from_static(&[1]))]),

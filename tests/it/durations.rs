@@ -55,7 +55,7 @@ id = "shift_id"
 uuid = "shift_key"
 
 [[layout.column]]
-name = "SHIFT"
+name = "ALL"
 kind = "row"
 ref_key = "rev"
 fields = ["starts", "ends", "length", "paid", "term", "badge", "breaks", "legs", "photos"]
@@ -63,27 +63,28 @@ fields = ["starts", "ends", "length", "paid", "term", "badge", "breaks", "legs",
 
 const COLUMNS: &str = "starts, ends, length, paid, term, badge, breaks, legs, photos";
 
-fn key(n: u128) -> RowKey {
+pub(crate) fn key(n: u128) -> RowKey {
     RowKey::parse(&format!("30000000-0000-4000-8000-{n:012}")).unwrap()
 }
 
-fn shift() -> Column {
-    Column::new("SHIFT").unwrap()
+/// The one layout column of this file's tables (and `addresses`').
+pub(crate) fn all() -> Column {
+    Column::new("ALL").unwrap()
 }
 
-async fn body(store: &dyn CellStore, row: RowKey) -> Option<(i64, Body)> {
+pub(crate) async fn body(store: &dyn CellStore, row: RowKey) -> Option<(i64, Body)> {
     store
-        .get_cell_latest(&row, &shift(), ReadFrom::Master)
+        .get_cell_latest(&row, &all(), ReadFrom::Master)
         .await
         .unwrap()
         .map(|s| (s.cell.key.ref_key.get(), s.cell.body))
 }
 
-async fn put(legacy: &LegacyStore, row: RowKey, fields: Value) -> Result<(), String> {
+pub(crate) async fn put(legacy: &LegacyStore, row: RowKey, fields: Value) -> Result<(), String> {
     legacy
         .put_cell(Cell::new(
             row,
-            shift(),
+            all(),
             RefKey::new(1).unwrap(),
             Body::from_value(fields).unwrap(),
         ))
@@ -117,7 +118,7 @@ async fn times_intervals_and_bytea_survive_both_stores_and_the_proxy() {
         let (ref_key, read) = body(&legacy, key(n)).await.expect("the row reads");
         assert_eq!(read.to_value(), *want, "row {n}");
         // Into Schemaless and back, then into PostgreSQL again as a copy.
-        let cell = Cell::new(key(n), shift(), RefKey::new(ref_key).unwrap(), read.clone());
+        let cell = Cell::new(key(n), all(), RefKey::new(ref_key).unwrap(), read.clone());
         schemaless.put_cells(vec![cell]).await.unwrap();
         assert_eq!(
             body(&schemaless, key(n)).await,
@@ -274,7 +275,7 @@ async fn times_intervals_and_bytea_survive_both_stores_and_the_proxy() {
     crate::worker::forced(&facade, Mode::Schemaless).await;
     let planted = key(7);
     let (_, first) = body(&schemaless, key(1)).await.unwrap();
-    let cell = Cell::new(planted, shift(), RefKey::new(1).unwrap(), first);
+    let cell = Cell::new(planted, all(), RefKey::new(1).unwrap(), first);
     schemaless.put_cells(vec![cell]).await.unwrap();
     let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");

@@ -83,6 +83,7 @@
 //! - [`cli`]: the `mezzanine` command line.
 
 mod add_uuid;
+mod addresses;
 mod availability;
 mod backfill;
 mod backup;

@@ -9,7 +9,7 @@
 //! | `smallint`, `integer`, `bigint` | number (integer) |
 //! | `numeric` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`) |
 //! | `real`, `double precision` | number, the shortest text of the float (`-0.0` kept); `"NaN"`, `"Infinity"`, `"-Infinity"` as strings. A number written whose value the type cannot hold exactly (`0.30000000000000001` is `0.3`, but `12.345678901234567890123` is not a double) is refused, naming the value it would become |
-//! | `text`, `varchar` | string |
+//! | `text`, `varchar`, `citext` | string, as written (a `citext`'s case kept) |
 //! | `character(n)` | string without the trailing spaces the type pads with (PostgreSQL ignores them: `'ab'` and `'ab '` are one `character(3)`) |
 //! | an enum type | string, one of the type's labels (the field checks which, [`crate::layout::Field::accept`]) |
 //! | `boolean` | `true` / `false` |
@@ -159,7 +159,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -174,7 +174,9 @@ impl Conversion {
             "numeric" => Conversion::Numeric,
             "float4" => Conversion::Float4,
             "float8" => Conversion::Float8,
-            "text" | "varchar" => Conversion::Text,
+            // `citext` (the extension's) is text whose comparisons
+            // ignore case: its value is the text as written.
+            "text" | "varchar" | "citext" => Conversion::Text,
             "bpchar" => Conversion::Char,
             "bool" => Conversion::Bool,
             "uuid" => Conversion::Uuid,
@@ -190,7 +192,7 @@ impl Conversion {
             "macaddr8" => Conversion::Macaddr8,
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
-            "_text" | "_varchar" => Conversion::TextArray,
+            "_text" | "_varchar" | "_citext" => Conversion::TextArray,
             "_int2" => Conversion::Int2Array,
             "_int4" => Conversion::Int4Array,
             "_int8" => Conversion::Int8Array,

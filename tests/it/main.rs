@@ -120,6 +120,7 @@ mod runbook;
 mod schema;
 mod servers;
 mod shard_move;
+mod text_case;
 mod tls;
 mod triggers;
 mod verify;

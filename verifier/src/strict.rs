@@ -19,7 +19,7 @@
 //! | `numeric` | equal as `numeric` (the value; not the scale a `numeric(p,s)` displays) |
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
-//! | `text`, `varchar` | the JSON string, byte for byte |
+//! | `text`, `varchar`, `citext` | the JSON string, byte for byte (`COLLATE "C"`: a case-insensitive type or collation would find `Bob` equal to `bob`) |
 //! | `character(n)` | the JSON string, byte for byte, with the column's text (which drops the padding): a cast to `character` would cut it to one character |
 //! | anything else (an enum, a domain's own constraints) | cast to the type without its modifier, as text |
 //!
@@ -306,7 +306,7 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
         array if array.starts_with('_') => format!(
             "(CASE WHEN json_typeof({value}) = 'array' THEN
                   ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::{base}
-              END)::text IS NOT DISTINCT FROM {column}::text"
+              END)::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\""
         ),
         "numeric" => format!("{text}::numeric IS NOT DISTINCT FROM {column}"),
         "timestamptz" | "timestamp" | "date" => {
@@ -314,11 +314,11 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
             format!(
                 "(CASE WHEN {year}::numeric <= 0
                        THEN lpad((1 - {year}::numeric)::text, 4, '0') || substring({text} FROM '^[+-]?[0-9]+(-.*)$') || ' BC'
-                       ELSE ltrim({text}, '+') END)::{base}::text IS NOT DISTINCT FROM {column}::text"
+                       ELSE ltrim({text}, '+') END)::{base}::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\""
             )
         }
-        "text" | "varchar" | "bpchar" => format!("{text} IS NOT DISTINCT FROM {column}::text"),
-        _ => format!("{text}::{base}::text IS NOT DISTINCT FROM {column}::text"),
+        "text" | "varchar" | "bpchar" | "citext" => format!("{text} IS NOT DISTINCT FROM {column}::text COLLATE \"C\""),
+        _ => format!("{text}::{base}::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\""),
     }
 }
 

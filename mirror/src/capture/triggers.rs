@@ -116,7 +116,10 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 /// The value of a field as compared to tell whether it changed: natively,
 /// but floats, `json`/`jsonb` and `interval` as text (`1.50` and `1.5` are
 /// equal numbers but different values here, as `1 day` and `24 hours` are
-/// equal intervals; arrays of them likewise).
+/// equal intervals; arrays of them likewise), and text of any kind byte
+/// for byte (`COLLATE "C"`): a `citext`, or a column of a
+/// nondeterministic collation, finds `Bob` equal to `bob`, and a change of
+/// case is a change of the value Schemaless keeps.
 fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> String {
     match conversion {
         Some(
@@ -125,9 +128,13 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::Json
             | Conversion::Jsonb
             | Conversion::Interval
+            | Conversion::Text
+            | Conversion::Char
+            | Conversion::Enum
+            | Conversion::TextArray
             | Conversion::ArrayOf(Element::Float4 | Element::Float8 | Element::Interval),
         ) => {
-            format!("{record}.{column}::pg_catalog.text")
+            format!("({record}.{column})::pg_catalog.text COLLATE \"C\"")
         }
         _ => format!("{record}.{column}"),
     }

@@ -24,17 +24,18 @@ use crate::frame::{self, Frame, FrameError};
 use query::run::Origin;
 use tokio::sync::oneshot;
 
-use crate::route::{refusing_statement, unserved, Decision, Resolution, Verdict};
+use crate::route::{refusing_statement, unserved, Resolution, Verdict};
 use crate::sample::Held;
-use crate::stats::Route;
 use crate::Shared;
 use verifier::Side;
 
 mod held;
+mod judge;
 mod prepared;
 mod probe;
 
 use held::{refuse_held, refuse_write, settle, UNCOUNTED, UNCOUNTED_WRITE};
+use judge::route;
 use prepared::Prepared;
 
 /// Past this many bytes waiting for one side, the other is not read.
@@ -471,81 +472,9 @@ fn message(
     None
 }
 
-/// The decision on `sql`, counted, and the resolution of the session's
-/// names it was made in. A statement that may change them (a `SET
-/// search_path`...) makes them unknown, for the statements after it,
-/// until the probe answers again. A `Parse` is judged as
-/// if they were the layout's while unknown: it runs nothing, and its
-/// `Bind` is judged again in the resolution of then.
-fn route(shared: &Shared, state: &mut State, sql: &str, parse: bool) -> (Decision, Resolution) {
-    let mode = shared.mode();
-    let mut resolution = state.resolution;
-    let decision = if state.layout {
-        if parse && resolution == Resolution::Unknown {
-            resolution = Resolution::Layout;
-        }
-        let decision = shared
-            .router
-            .decide_in(sql, mode, state.in_transaction(), resolution);
-        if shared.router.probe().is_some() && probe::changes(first_word(sql), sql) {
-            state.resolution = Resolution::Unknown;
-            state.probe.due();
-        }
-        decision
-    } else {
-        Decision::unread()
-    };
-    let route = match decision.verdict {
-        Verdict::Forward => Route::Forwarded,
-        Verdict::Refuse(_) => Route::Refused,
-    };
-    shared.stats.statement(decision.class, mode, route);
-    if opens_transaction(sql) {
-        state.begun = true;
-    }
-    (decision, resolution)
-}
-
-/// Whether `sql` begins with `BEGIN` or `START TRANSACTION` (after
-/// spaces and comments).
-fn opens_transaction(sql: &str) -> bool {
-    let word = first_word(sql);
-    word.eq_ignore_ascii_case("begin") || word.eq_ignore_ascii_case("start")
-}
-
-/// The first word of `sql` (after spaces and comments), as written.
-fn first_word(sql: &str) -> &str {
-    let mut rest = sql.trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix("--") {
-            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
-        } else {
-            break;
-        }
-    }
-    let end = rest
-        .find(|c: char| !c.is_ascii_alphabetic())
-        .unwrap_or(rest.len());
-    &rest[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn transaction_openers_are_seen_past_comments() {
-        assert!(opens_transaction("BEGIN"));
-        assert!(opens_transaction("  begin isolation level serializable"));
-        assert!(opens_transaction("/* app */ -- x\n START TRANSACTION"));
-        assert!(!opens_transaction("SELECT 'begin'"));
-        assert!(
-            !opens_transaction("beginning"),
-            "a longer word is not BEGIN"
-        );
-    }
 
     #[test]
     fn ready_for_query_is_seen_only_in_whole_messages() {

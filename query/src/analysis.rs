@@ -4,7 +4,7 @@
 use std::ops::ControlFlow;
 
 use serde::Serialize;
-use sqlparser::ast::{visit_relations, Statement};
+use sqlparser::ast::{visit_relations, CopySource, ObjectName, ObjectType, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
@@ -76,9 +76,10 @@ pub struct Analysis {
     pub reason: Option<String>,
     /// The tables the statement names, as written, in order.
     pub tables: Vec<String>,
-    /// Whether the statement only reads: a query, or an EXPLAIN that does
-    /// not run it. Anything else (writes, DDL, `COPY`, an unparsed
-    /// statement) may change what it names.
+    /// Whether the statement only reads: a query, an EXPLAIN that does
+    /// not run it, a `COPY ... TO`, a `PREPARE` of a read. Anything else
+    /// (writes, DDL, `COPY ... FROM`, an unparsed statement) may change
+    /// what it names.
     pub reads: bool,
 }
 
@@ -149,14 +150,18 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
         Statement::CreateTable(create) if create.temporary => Some(&create.name),
         _ => None,
     };
-    let _ = visit_relations(statement, |name| {
+    let mut named = |name: &ObjectName| {
         touches_layout |= created_temporary != Some(name) && model.table(name).is_some();
         let written = name.to_string();
         if !tables.contains(&written) {
             tables.push(written);
         }
+    };
+    let _ = visit_relations(statement, |name| {
+        named(name);
         ControlFlow::<()>::Continue(())
     });
+    unvisited_tables(statement).into_iter().for_each(named);
     let (class, plan, reason) = if !touches_layout {
         (Class::Other, None, None)
     } else {
@@ -171,12 +176,39 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
         plan,
         reason,
         tables,
-        reads: matches!(
-            statement,
-            Statement::Query(_)
-                | Statement::ExplainTable { .. }
-                | Statement::Explain { analyze: false, .. }
-        ),
+        reads: only_reads(statement),
+    }
+}
+
+/// Whether `statement` only reads (see [`Analysis::reads`]).
+fn only_reads(statement: &Statement) -> bool {
+    match statement {
+        Statement::Query(_)
+        | Statement::ExplainTable { .. }
+        | Statement::Explain { analyze: false, .. }
+        | Statement::Copy { to: true, .. } => true,
+        Statement::Prepare { statement, .. } => only_reads(statement),
+        _ => false,
+    }
+}
+
+/// The tables `statement` names where sqlparser's relation visitor does
+/// not look: a `COPY`'s table and a `DROP TABLE`'s. Without them a `COPY
+/// trips FROM STDIN` was a statement on no layout table, forwarded in
+/// `primary` as if it were one (a write the facade never saw), and a
+/// `DROP TABLE trips` too.
+fn unvisited_tables(statement: &Statement) -> Vec<&ObjectName> {
+    match statement {
+        Statement::Copy {
+            source: CopySource::Table { table_name, .. },
+            ..
+        } => vec![table_name],
+        Statement::Drop {
+            object_type: ObjectType::Table,
+            names,
+            ..
+        } => names.iter().collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -186,6 +218,18 @@ fn classify(model: &Model, statement: &Statement) -> Result<Plan, String> {
         Statement::Query(query) => crate::read::plan(model, query),
         Statement::Insert(insert) => crate::write::insert(model, insert),
         Statement::Update(update) => crate::write::update(model, update),
+        Statement::Copy { to: false, .. } => Err(
+            "COPY FROM into a layout table: the cell API takes rows one statement at a time; \
+             write them with INSERTs (the facade runs those), or load them while PostgreSQL \
+             is the primary"
+                .into(),
+        ),
+        Statement::Prepare { .. } => Err(
+            "PREPARE (in SQL): EXECUTE names it, not its statement, so it cannot be judged \
+             where it runs; prepare it through the protocol (the driver's prepared \
+             statements), whose every Bind is judged"
+                .into(),
+        ),
         Statement::Delete(_) => Err(format!(
             "DELETE: cells are append-only, so a row is never removed; mark it deleted \
              with a field of its row column, or delete through the facade, which writes a \

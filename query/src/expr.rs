@@ -44,9 +44,32 @@ pub struct Col {
 impl Scope {
     /// Adds a table factor; `Err` names what is not a plain table.
     pub fn add(&mut self, model: &Model, factor: &TableFactor) -> Result<(), String> {
-        let TableFactor::Table { name, alias, .. } = factor else {
+        let TableFactor::Table {
+            name,
+            alias,
+            sample,
+            args,
+            ..
+        } = factor
+        else {
             return Err(format!("a derived table or function in FROM ({factor})"));
         };
+        if sample.is_some() {
+            return Err(format!(
+                "TABLESAMPLE on {name}: a sample of the rows, which PostgreSQL draws anew \
+                 each time; the cell API reads every row asked for"
+            ));
+        }
+        if args.is_some() {
+            return Err(format!("a function in FROM ({factor})"));
+        }
+        if let Some(a) = alias.as_ref().filter(|a| !a.columns.is_empty()) {
+            return Err(format!(
+                "{factor} gives the table's columns other names (in alias {}): use the \
+                 table's own names",
+                a.name
+            ));
+        }
         let table = model.table(name);
         let alias = match alias {
             Some(a) => folded(&a.name),

@@ -84,6 +84,15 @@ const SHOP: &[Case] = &[
     ("INSERT INTO order_lines (order_no, line_no, sku, qty, price) VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
     ("INSERT INTO order_lines (order_no, line_no, sku) VALUES ($1, 1, $2)", Class::None, "names its parent by the integer id order_lines.order_no"),
     ("DELETE FROM orders WHERE public_id = $1", Class::None, "DELETE"),
+    // Tables named where sqlparser's relation visitor does not look, and
+    // reads PostgreSQL answers otherwise than a cell read would.
+    ("COPY orders FROM STDIN", Class::None, "COPY FROM into a layout table"),
+    ("COPY sales.orders (public_id, state) FROM STDIN WITH (FORMAT csv)", Class::None, "write them with INSERTs"),
+    ("COPY orders TO STDOUT", Class::None, "COPY on a layout table"),
+    ("DROP TABLE IF EXISTS sales.orders", Class::None, "DROP on a layout table"),
+    ("SELECT state FROM orders TABLESAMPLE SYSTEM (10) WHERE public_id = $1", Class::None, "TABLESAMPLE on orders"),
+    ("SELECT state FROM orders AS o(n) WHERE public_id = $1", Class::None, "gives the table's columns other names"),
+    ("PREPARE p AS SELECT state FROM orders WHERE public_id = $1", Class::None, "prepare it through the protocol"),
     // A named argument is a word of the call, not a column.
     ("INSERT INTO orders (public_id, rev, customer_ref, state, placed_at) VALUES ($1, 1, $2, 'open', now() - make_interval(hours => 2))", Class::Write, "placed: now() - make_interval(hours => 2)"),
     ("SELECT public_id FROM orders WHERE customer_ref = $1 AND placed_at > now() - make_interval(days => 7)", Class::Index, "placed > now() - make_interval(days => 7)"),
@@ -152,6 +161,29 @@ fn every_class_appears_in_the_corpus() {
         Class::Other,
     ] {
         assert!(TRIPS.iter().any(|c| c.1 == class), "{class}");
+    }
+}
+
+#[test]
+fn only_statements_that_cannot_change_what_they_name_are_reads() {
+    let model = shop();
+    for (sql, reads) in [
+        ("SELECT state FROM orders WHERE public_id = $1", true),
+        ("COPY orders TO STDOUT", true),
+        ("COPY (SELECT state FROM orders) TO STDOUT", true),
+        (
+            "PREPARE p AS SELECT state FROM orders WHERE public_id = $1",
+            true,
+        ),
+        ("COPY orders FROM STDIN", false),
+        (
+            "PREPARE p AS UPDATE orders SET state = 'x' WHERE public_id = $1",
+            false,
+        ),
+        ("DROP TABLE orders", false),
+        ("EXPLAIN ANALYZE UPDATE orders SET state = 'x'", false),
+    ] {
+        assert_eq!(analyze(&model, sql).reads, reads, "{sql}");
     }
 }
 

@@ -4,7 +4,9 @@
 use std::ops::ControlFlow;
 
 use serde::Serialize;
-use sqlparser::ast::{visit_relations, CopySource, ObjectName, ObjectType, Statement};
+use sqlparser::ast::{
+    visit_relations, visit_statements, CopySource, ObjectName, ObjectType, Statement,
+};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
@@ -180,11 +182,22 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
     }
 }
 
-/// Whether `statement` only reads (see [`Analysis::reads`]).
+/// Whether `statement` only reads (see [`Analysis::reads`]). A query
+/// with an INSERT, UPDATE, DELETE or MERGE in a `WITH` writes (`WITH u
+/// AS (UPDATE trips ... RETURNING ...) SELECT ...`): taken for a read, it
+/// was forwarded in `primary` as a read is, and changed PostgreSQL behind
+/// the facade.
 fn only_reads(statement: &Statement) -> bool {
     match statement {
-        Statement::Query(_)
-        | Statement::ExplainTable { .. }
+        Statement::Query(_) => visit_statements(statement, |s| match s {
+            Statement::Insert(_)
+            | Statement::Update(_)
+            | Statement::Delete(_)
+            | Statement::Merge(_) => ControlFlow::Break(()),
+            _ => ControlFlow::Continue(()),
+        })
+        .is_continue(),
+        Statement::ExplainTable { .. }
         | Statement::Explain { analyze: false, .. }
         | Statement::Copy { to: true, .. } => true,
         Statement::Prepare { statement, .. } => only_reads(statement),

@@ -177,6 +177,15 @@ fn only_statements_that_cannot_change_what_they_name_are_reads() {
         ),
         ("COPY orders FROM STDIN", false),
         (
+            "WITH u AS (UPDATE orders SET state = 'x' RETURNING public_id) SELECT * FROM u",
+            false,
+        ),
+        (
+            "WITH d AS (DELETE FROM orders RETURNING 1) SELECT count(*) FROM d",
+            false,
+        ),
+        ("WITH r AS (SELECT state FROM orders) SELECT * FROM r", true),
+        (
             "PREPARE p AS UPDATE orders SET state = 'x' WHERE public_id = $1",
             false,
         ),

@@ -304,13 +304,30 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
         &proxy.url(&db),
         "\\set ON_ERROR_STOP 1\nCOPY (SELECT count(*) FROM trips) TO STDOUT;\nCOPY trips (uuid) TO STDOUT;\n",
     );
-    assert!(ok && out.starts_with("5\n") && out.lines().count() == 6, "{out}{err}");
+    assert!(
+        ok && out.starts_with("5\n") && out.lines().count() == 6,
+        "{out}{err}"
+    );
     let (ok, _, err) = psql(
         &proxy.url(&db),
         "\\set ON_ERROR_STOP 1\nCOPY trips (uuid, version) FROM STDIN;\n6f1c1a0e-0000-4000-8000-00000000c0b1\t1\n\\.\n",
     );
-    assert!(!ok && err.contains("0A000") && err.contains("COPY FROM"), "{err}");
+    assert!(
+        !ok && err.contains("0A000") && err.contains("COPY FROM"),
+        "{err}"
+    );
     assert_eq!(db.count("SELECT count(*) FROM trips").await, 5);
+    // A write inside a WITH is a write, not a read to forward.
+    let (_, _, err) = psql(
+        &proxy.url(&db),
+        "WITH u AS (UPDATE trips SET status = 'x' RETURNING uuid) SELECT count(*) FROM u;\n",
+    );
+    assert!(err.contains("0A000"), "{err}");
+    assert_eq!(
+        db.count("SELECT count(*) FROM trips WHERE status = 'x'")
+            .await,
+        0
+    );
     // Nor is the table dropped from under the facade.
     let (_, _, err) = psql(&proxy.url(&db), "DROP TABLE trips CASCADE;\n");
     assert!(err.contains("0A000"), "{err}");

@@ -26,7 +26,7 @@
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
-//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
+//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -131,6 +131,7 @@ pub enum Element {
     Cidr,
     Macaddr,
     Macaddr8,
+    Char,
     Enum,
 }
 
@@ -153,13 +154,14 @@ impl Element {
             Element::Cidr => Conversion::Cidr,
             Element::Macaddr => Conversion::Macaddr,
             Element::Macaddr8 => Conversion::Macaddr8,
+            Element::Char => Conversion::Char,
             Element::Enum => Conversion::Enum,
         }
     }
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -207,6 +209,7 @@ impl Conversion {
             "_time" => Conversion::ArrayOf(Element::Time),
             "_interval" => Conversion::ArrayOf(Element::Interval),
             "_bytea" => Conversion::ArrayOf(Element::Bytea),
+            "_bpchar" => Conversion::ArrayOf(Element::Char),
             "_inet" => Conversion::ArrayOf(Element::Inet),
             "_cidr" => Conversion::ArrayOf(Element::Cidr),
             "_macaddr" => Conversion::ArrayOf(Element::Macaddr),

@@ -80,14 +80,19 @@ impl Field {
     pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
         let (canonical, param) = self.conversion.accept(value)?;
         match (&canonical, self.conversion) {
-            (Value::Array(items), Conversion::ArrayOf(element)) => {
-                for (i, item) in items.iter().enumerate() {
-                    if let Value::String(text) = item {
-                        self.check(element.scalar(), text)
-                            .map_err(|e| format!("element {i}: {e}"))?;
+            (Value::Array(items), conversion) => {
+                if let Conversion::ArrayOf(element) = conversion {
+                    for (i, item) in items.iter().enumerate() {
+                        if let Value::String(text) = item {
+                            self.check(element.scalar(), text)
+                                .map_err(|e| format!("element {i}: {e}"))?;
+                        }
                     }
                 }
-                Ok((canonical, param))
+                match self.fitted_elements(items)? {
+                    Some(cut) => self.conversion.accept(&cut),
+                    None => Ok((canonical, param)),
+                }
             }
             (Value::String(text), conversion) => {
                 self.check(conversion, text)?;
@@ -138,6 +143,24 @@ impl Field {
             Conversion::Json => false,
             _ => true,
         }
+    }
+
+    /// An array's elements in the length limit of a `varchar(n)[]` or
+    /// `character(n)[]` (PostgreSQL fits each element it assigns as it
+    /// fits a scalar): `None` when all fit as they are, the array with
+    /// the cut ones when only spaces were over; an error naming the first
+    /// element over it.
+    pub fn fitted_elements(&self, items: &[Value]) -> Result<Option<Value>, String> {
+        let mut cut = None;
+        for (i, item) in items.iter().enumerate() {
+            let Value::String(text) = item else {
+                continue;
+            };
+            if let Some(fits) = self.fitted(text).map_err(|e| format!("element {i} {e}"))? {
+                cut.get_or_insert_with(|| items.to_vec())[i] = Value::String(fits);
+            }
+        }
+        Ok(cut.map(Value::Array))
     }
 
     /// `text` in the column's length limit, as PostgreSQL fits a value
@@ -513,7 +536,11 @@ impl Layout {
                         conversion::SUPPORTED
                     ))
                 })?;
-                let sized = matches!(c.typname.as_str(), "varchar" | "bpchar") && c.modifier > 4;
+                // A `varchar(n)[]`'s modifier is its elements'.
+                let sized = matches!(
+                    c.typname.as_str(),
+                    "varchar" | "bpchar" | "_varchar" | "_bpchar"
+                ) && c.modifier > 4;
                 fields.push(Field {
                     json: json.clone(),
                     sql: sql.clone(),

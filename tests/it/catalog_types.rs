@@ -28,7 +28,7 @@ CREATE TABLE fleet.rides (
     fare fleet.money,
     tag fleet.tag,
     stops uuid[], prices numeric(6,2)[], flags boolean[], times timestamptz[],
-    states fleet.ride_state[], scores float8[], days date[]
+    states fleet.ride_state[], scores float8[], days date[], codes char(3)[]
 );
 BEGIN;
 SET LOCAL TimeZone = 'America/New_York';
@@ -36,11 +36,11 @@ INSERT INTO fleet.rides OVERRIDING SYSTEM VALUE VALUES
  (1, '20000000-0000-4000-8000-000000000001', 1, 'on trip', 'requested', 'US', 12.5, 'ab',
   '{20000000-0000-4000-8000-0000000000AA,NULL}', '{12.5,NULL,0.10}', '{t,f}',
   '{"2021-03-14 01:59:59.999999","2021-03-14 03:00:00"}', '{requested,"on trip",Cancelled}',
-  '{-0,NaN,1.5e300}', '{2020-02-29}'),
+  '{-0,NaN,1.5e300}', '{2020-02-29}', '{"US ",EUR,NULL,"a"}'),
  (2, '20000000-0000-4000-8000-000000000002', 4, 'Cancelled', NULL, 'EUR', 0, NULL,
-  NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
  (3, '20000000-0000-4000-8000-000000000003', 1, 'requested', 'completed', NULL, NULL, 'ok  ',
-  '{}', '{}', '{}', '{}', '{}', '{}', '{}');
+  '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}');
 COMMIT;
 "#;
 
@@ -56,7 +56,7 @@ name = "RIDE"
 kind = "row"
 ref_key = "rev"
 fields = ["state", "was", "currency", "fare", "tag", "stops", "prices", "flags", "times",
-          "states", "scores", "days"]
+          "states", "scores", "days", "codes"]
 "#;
 
 fn key(n: u128) -> RowKey {
@@ -99,15 +99,15 @@ async fn enums_characters_and_domains_survive_both_stores_and_the_proxy() {
     // Read through the layout: labels as written, `character(3)` without
     // its padding, a domain's value as its base type's.
     let none = json!({"stops": null, "prices": null, "flags": null, "times": null,
-                      "states": null, "scores": null, "days": null});
+                      "states": null, "scores": null, "days": null, "codes": null});
     let empty = json!({"stops": [], "prices": [], "flags": [], "times": [],
-                       "states": [], "scores": [], "days": []});
+                       "states": [], "scores": [], "days": [], "codes": []});
     let arrays = json!({
         "stops": ["20000000-0000-4000-8000-0000000000aa", null], "prices": ["12.5", null, "0.1"],
         "flags": [true, false],
         "times": ["2021-03-14T06:59:59.999999Z", "2021-03-14T07:00:00.000000Z"],
         "states": ["requested", "on trip", "Cancelled"], "scores": [-0.0, "NaN", 1.5e300],
-        "days": ["2020-02-29"]});
+        "days": ["2020-02-29"], "codes": ["US", "EUR", null, "a"]});
     let with = |fields: Value, more: &Value| {
         let mut all = fields;
         for (k, v) in more.as_object().unwrap() {
@@ -145,9 +145,9 @@ async fn enums_characters_and_domains_survive_both_stores_and_the_proxy() {
     // row's text shows `character(n)` padded).
     let differing: Vec<(String, String)> = sqlx::query_as(
         "SELECT ROW(a.state, a.was, a.currency, a.fare, a.tag, a.stops, a.prices, a.flags,
-                    a.times, a.states, a.scores, a.days)::text,
+                    a.times, a.states, a.scores, a.days, a.codes)::text,
                 ROW(b.state, b.was, b.currency, b.fare, b.tag, b.stops, b.prices, b.flags,
-                    b.times, b.states, b.scores, b.days)::text
+                    b.times, b.states, b.scores, b.days, b.codes)::text
          FROM fleet.rides a
          JOIN fleet.rides b ON b.ride_key::text = '20000000-0000-4000-8000-' || lpad((a.ride_id + 100)::text, 12, '0')
          WHERE a.ride_id <= 3",
@@ -212,6 +212,12 @@ async fn enums_characters_and_domains_survive_both_stores_and_the_proxy() {
             json!([["20000000-0000-4000-8000-0000000000aa"]]),
             "nested array",
         ),
+        ("codes", json!(["US", 7]), "element 1: expected a string"),
+        (
+            "codes",
+            json!(["US", "EURO"]),
+            "element 1 is 4 characters, over the 3",
+        ),
     ] {
         let mut bad = good.clone();
         bad[field] = value;
@@ -249,7 +255,7 @@ async fn enums_characters_and_domains_survive_both_stores_and_the_proxy() {
         format!(
             "\\set ON_ERROR_STOP 1\nSET TimeZone = 'Asia/Kolkata';\n\
              SELECT ride_key, state, was, currency, fare, tag, stops, prices, flags, times, \
-             states, scores, days FROM fleet.rides WHERE ride_key = '{}';\n",
+             states, scores, days, codes FROM fleet.rides WHERE ride_key = '{}';\n",
             k.uuid()
         )
     };
@@ -298,6 +304,28 @@ async fn enums_characters_and_domains_survive_both_stores_and_the_proxy() {
         assert!(!ok && err.contains(sqlstate), "through the proxy: {err}");
         let (ok, _, direct_err) = psql(&direct, &sql);
         assert!(!ok && direct_err.contains(sqlstate), "direct: {direct_err}");
+        assert_eq!(body(&facade, RowKey::from(k)).await, None);
+    }
+    // An array's elements are fitted as a scalar is: spaces past the
+    // limit cut, anything more `22001`.
+    let codes = |k: uuid::Uuid, codes: &str| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO fleet.rides (ride_key, rev, state, codes) \
+             VALUES ('{k}', 1, 'completed', {codes});\n"
+        )
+    };
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for (url, key) in [(&url, k), (&direct, d)] {
+        let (ok, out, err) = psql(url, &codes(key, "ARRAY['GB     ', NULL]"));
+        assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
+    }
+    let written = body(&facade, RowKey::from(k)).await.expect("written");
+    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
+    assert_eq!(written.1.fields()["codes"], json!(["GB", null]));
+    for url in [&url, &direct] {
+        let k = uuid::Uuid::new_v4();
+        let (ok, _, err) = psql(url, &codes(k, "'{GB,EURO}'"));
+        assert!(!ok && err.contains("22001"), "{url}: {err}");
         assert_eq!(body(&facade, RowKey::from(k)).await, None);
     }
     legacy.close().await;

@@ -303,6 +303,16 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                   ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::numeric[]
               END) IS NOT DISTINCT FROM {column}::numeric[]"
         ),
+        // Cast to the column's own `character(n)[]`, whose elements print
+        // padded as the column's do: the type without its modifier is an
+        // array of `character(1)`, which would cut every element to one
+        // letter.
+        "_bpchar" => format!(
+            "(CASE WHEN json_typeof({value}) = 'array' THEN
+                  ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::{}
+              END)::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\"",
+            field.sql_type
+        ),
         array if array.starts_with('_') => format!(
             "(CASE WHEN json_typeof({value}) = 'array' THEN
                   ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::{base}

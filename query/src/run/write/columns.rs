@@ -47,9 +47,9 @@ impl Col<'_> {
     /// The SQL reading `expr`, cast to the column's type, as text the
     /// layout renders.
     ///
-    /// A string column with a length limit is read without it: an
-    /// explicit cast to `varchar(n)` or `character(n)` cuts a long value
-    /// silently, where the app's INSERT or UPDATE (an assignment) would
+    /// A string column with a length limit (or an array of such strings)
+    /// is read without it: an explicit cast to `varchar(n)` or
+    /// `character(n)` (or their arrays) cuts a long value silently, where the app's INSERT or UPDATE (an assignment) would
     /// have failed; the limit is applied as an assignment applies it, by
     /// [`Col::render`]. The value is still cast to the column's own type
     /// (a domain's constraints). Either way it is evaluated once.
@@ -57,13 +57,17 @@ impl Col<'_> {
         let ty = &self.attr.sql_type;
         match &self.kind {
             Kind::Field(_, f) if f.max_chars.is_some() => {
+                use legacy::conversion::{Conversion, Element};
                 let unbounded = match f.conversion {
-                    legacy::conversion::Conversion::Char => "pg_catalog.bpchar",
+                    Conversion::Char => "pg_catalog.bpchar",
+                    Conversion::ArrayOf(Element::Char) => "pg_catalog.bpchar[]",
+                    Conversion::TextArray => "pg_catalog.text[]",
                     _ => "pg_catalog.text",
                 };
                 format!(
-                    "(SELECT CASE WHEN CAST(v AS {ty}) IS NULL THEN NULL ELSE CAST(v AS {unbounded})::text END \
-                     FROM (SELECT ({expr}) AS v) AS assigned)"
+                    "(SELECT CASE WHEN CAST(v AS {ty}) IS NULL THEN NULL ELSE {} END \
+                     FROM (SELECT ({expr}) AS v) AS assigned)",
+                    f.conversion.read_expr(&format!("CAST(v AS {unbounded})"))
                 )
             }
             // Once: the read expression names its value several times
@@ -90,12 +94,14 @@ impl Col<'_> {
                         format!("{} {e}: Schemaless cannot hold this value", f.json),
                     )
                 })?;
-                let Value::String(text) = &value else {
-                    return Ok(value);
+                let fitted = match &value {
+                    Value::String(text) => f.fitted(text).map(|cut| cut.map(Value::String)),
+                    Value::Array(items) => f.fitted_elements(items),
+                    _ => Ok(None),
                 };
-                match f.fitted(text) {
+                match fitted {
                     Ok(None) => Ok(value),
-                    Ok(Some(cut)) => Ok(Value::String(cut)),
+                    Ok(Some(cut)) => Ok(cut),
                     Err(e) => Err(Refused::new(
                         "22001",
                         format!(

@@ -93,11 +93,19 @@ impl Scope {
         format!("{}.{}", self.tables[col.at].alias, col.name)
     }
 
-    /// Resolves a column reference (through parentheses and casts).
+    /// Resolves a column reference (through parentheses, not casts).
     /// `Ok(None)`: not a column reference; `Err`: a column the scope
     /// cannot place.
+    ///
+    /// A cast makes another value of the column: `requested_at::date`
+    /// selected is a date (served as the column, it came back a
+    /// timestamp), `uuid::text = $1` compares text (an upper-case UUID
+    /// matches no row in PostgreSQL, and was read as the row key). So a
+    /// cast column is an expression, which the translator computes
+    /// nowhere: the statement is forwarded (or refused where forwarding
+    /// is not allowed). A cast of a value (`$1::uuid`) is still a value.
     pub fn column(&self, model: &Model, expr: &Expr) -> Result<Option<Col>, String> {
-        match strip(expr) {
+        match unnested(expr) {
             Expr::Identifier(ident) => {
                 let name = folded(ident);
                 let known: Vec<usize> = (0..self.tables.len())
@@ -146,6 +154,14 @@ pub fn last_name(name: &ObjectName) -> String {
     match name.0.last() {
         Some(sqlparser::ast::ObjectNamePart::Identifier(i)) => folded(i),
         _ => name.to_string(),
+    }
+}
+
+/// The expression without enclosing parentheses.
+pub fn unnested(expr: &Expr) -> &Expr {
+    match expr {
+        Expr::Nested(inner) => unnested(inner),
+        other => other,
     }
 }
 

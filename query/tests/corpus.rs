@@ -93,6 +93,10 @@ const SHOP: &[Case] = &[
     ("SELECT state FROM orders TABLESAMPLE SYSTEM (10) WHERE public_id = $1", Class::None, "TABLESAMPLE on orders"),
     ("SELECT state FROM orders AS o(n) WHERE public_id = $1", Class::None, "gives the table's columns other names"),
     ("PREPARE p AS SELECT state FROM orders WHERE public_id = $1", Class::None, "prepare it through the protocol"),
+    // A cast column is another value, not the column.
+    ("SELECT placed_at::date FROM orders WHERE public_id = $1", Class::None, "selects the expression placed_at::DATE"),
+    ("SELECT state FROM orders WHERE public_id::text = $1", Class::None, "without its UUID public_id"),
+    ("SELECT state FROM orders WHERE (public_id) = $1::uuid", Class::Row, "get_cell_latest(row = $1, HEADER)"),
     // A named argument is a word of the call, not a column.
     ("INSERT INTO orders (public_id, rev, customer_ref, state, placed_at) VALUES ($1, 1, $2, 'open', now() - make_interval(hours => 2))", Class::Write, "placed: now() - make_interval(hours => 2)"),
     ("SELECT public_id FROM orders WHERE customer_ref = $1 AND placed_at > now() - make_interval(days => 7)", Class::Index, "placed > now() - make_interval(days => 7)"),

@@ -126,6 +126,11 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
         (format!("SET DateStyle = 'SQL, DMY';\nSELECT requested_at FROM trips WHERE uuid = '{k1}'"), true),
         (format!("SET extra_float_digits = 0;\nSELECT distance_km FROM trips WHERE uuid = '{k1}'"), true),
         (format!("SELECT fare::text FROM trips WHERE uuid = '{k1}'"), true),
+        // A cast column is another value: a date, not the timestamp; an
+        // upper-case text that no uuid's text equals.
+        (format!("SELECT requested_at::date, (requested_at)::time FROM trips WHERE uuid = '{k1}'"), true),
+        (format!("SELECT status FROM trips WHERE uuid::text = upper('{k1}')"), true),
+        (format!("SELECT n.body FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = '{k1}' ORDER BY n.created_at::date DESC, n.seq"), true),
         (format!("SELECT t.uuid, n.author, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.uuid = '{k1}' ORDER BY n.seq"), true),
         (format!("SELECT t.uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.uuid = '{k1}'"), false),
         (format!("SELECT t.uuid, n.body FROM trips t LEFT JOIN trip_notes n ON n.trip_id = t.id WHERE t.uuid = '{bare}'"), true),

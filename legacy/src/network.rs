@@ -113,22 +113,17 @@ fn ipv6_text(bytes: &[u8; 16]) -> String {
         .chunks(2)
         .map(|pair| u16::from_be_bytes([pair[0], pair[1]]))
         .collect();
-    // The first longest run of zero groups, if two or longer.
-    // (first group, length)
-    type Run = Option<(usize, usize)>;
-    let (mut best, mut current): (Run, Run) = (None, None);
-    for (i, word) in words.iter().enumerate() {
+    // The first longest run of zero groups, if two or longer, as (first
+    // group, length): each run ends at a non-zero group or at the end.
+    let mut best: Option<(usize, usize)> = None;
+    let mut current = None;
+    for (i, word) in words.iter().chain([&1]).enumerate() {
         if *word == 0 {
             current = Some(current.map_or((i, 1), |(base, len)| (base, len + 1)));
         } else if let Some(run) = current.take() {
             if best.is_none_or(|b| run.1 > b.1) {
                 best = Some(run);
             }
-        }
-    }
-    if let Some(run) = current {
-        if best.is_none_or(|b| run.1 > b.1) {
-            best = Some(run);
         }
     }
     let best = best.filter(|(_, len)| *len >= 2);

@@ -240,6 +240,58 @@ impl LegacyDb {
     }
 }
 
+/// The latest cell of `row` in `column` on `store`: its ref key and body.
+pub async fn latest_body(
+    store: &dyn schemaless::CellStore,
+    row: schemaless::RowKey,
+    column: &schemaless::Column,
+) -> Option<(i64, schemaless::Body)> {
+    store
+        .get_cell_latest(&row, column, schemaless::ReadFrom::Master)
+        .await
+        .unwrap()
+        .map(|s| (s.cell.key.ref_key.get(), s.cell.body))
+}
+
+/// Puts `fields` as `row`'s cell of `column` at ref key 1 through the
+/// legacy store; its error as text.
+pub async fn put_fields(
+    legacy: &legacy::LegacyStore,
+    row: schemaless::RowKey,
+    column: schemaless::Column,
+    fields: serde_json::Value,
+) -> Result<(), String> {
+    use schemaless::CellStore as _;
+    let body = schemaless::Body::from_value(fields).map_err(|e| e.to_string())?;
+    let key = schemaless::RefKey::new(1).unwrap();
+    legacy
+        .put_cell(schemaless::Cell::new(row, column, key, body))
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The strict full diff of the parent rows with ids `ids` (triage's
+/// waits off): what it compared, and whether PostgreSQL's own reading ran.
+pub async fn strict_full_diff(
+    db: &LegacyDb,
+    legacy: &legacy::LegacyStore,
+    schemaless: &MySqlStore,
+    ids: std::ops::Range<i64>,
+) -> verifier::full::Checked {
+    verifier::store::ensure(&db.pool).await.unwrap();
+    let mut config = db.config.clone();
+    config.verify.strict = true;
+    config.verify.triage_delay_ms = 0;
+    config.verify.triage_wait_ms = 0;
+    let checked = tripstore::triage::full_diff(legacy, schemaless, &config)
+        .check(ids)
+        .await
+        .unwrap();
+    assert!(checked.strict, "the strict check ran");
+    checked
+}
+
 /// `mezzanine --config CONFIG ARGS…` (the binary under test).
 pub fn mezzanine(config: &std::path::Path, args: &[&str]) -> std::process::Command {
     let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_mezzanine"));

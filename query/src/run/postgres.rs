@@ -198,9 +198,21 @@ impl AppSession {
     /// Takes a reported setting; whether it is one that matters (and
     /// changed).
     pub fn reported(&mut self, name: &str, value: &str) -> bool {
-        let Some(name) = AppSession::REPORTED.iter().find(|n| **n == name) else {
-            return false;
-        };
+        match AppSession::REPORTED.iter().find(|n| **n == name) {
+            Some(name) => self.set(name, value),
+            None => false,
+        }
+    }
+
+    /// Takes the session's `search_path` (as `current_setting` shows it),
+    /// which PostgreSQL does not report: the proxy asks the session.
+    /// Whether it changed.
+    pub fn found_search_path(&mut self, value: &str) -> bool {
+        self.set("search_path", value)
+    }
+
+    /// Sets `name` to `value`; whether that changed it.
+    fn set(&mut self, name: &str, value: &str) -> bool {
         match self.settings.iter_mut().find(|(n, _)| n == name) {
             Some((_, v)) if v == value => false,
             Some((_, v)) => {
@@ -209,24 +221,6 @@ impl AppSession {
             }
             None => {
                 self.settings.push((name.to_string(), value.to_string()));
-                true
-            }
-        }
-    }
-
-    /// Takes the session's `search_path` (as `current_setting` shows it),
-    /// which PostgreSQL does not report: the proxy asks the session.
-    /// Whether it changed.
-    pub fn found_search_path(&mut self, value: &str) -> bool {
-        const NAME: &str = "search_path";
-        match self.settings.iter_mut().find(|(n, _)| n == NAME) {
-            Some((_, v)) if v == value => false,
-            Some((_, v)) => {
-                *v = value.to_string();
-                true
-            }
-            None => {
-                self.settings.push((NAME.to_string(), value.to_string()));
                 true
             }
         }

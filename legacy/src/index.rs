@@ -7,6 +7,16 @@
 //! and compared as the SQL type (a `numeric` as a number, a timestamp as an
 //! instant). Results are ordered by the `order_by` field (NULLs last), then
 //! by row key; a NULL never matches a filter.
+//!
+//! Text (and an enum's labels) is compared and ordered byte by byte
+//! (`COLLATE "C"`), as the in-memory model and Schemaless's indexes do,
+//! whatever the column's collation or type says: in `en_US.UTF-8` `'B'`
+//! sorts after `'a'`, a `citext` finds `Bob` equal to `bob`, an enum
+//! orders as declared. Without it the legacy store answered an index
+//! query otherwise than Schemaless in such a database, and a sampled
+//! read was a false mismatch. An equality keeps the column's own
+//! comparison too, so PostgreSQL can still find the rows by an index of
+//! its own; the byte comparison then keeps the exact ones.
 
 use config::ColumnKind;
 use schemaless::{Body, Error, FilterOp, IndexEntry, IndexQuery, Result, RowKey};
@@ -22,6 +32,31 @@ pub const MAX_LIMIT: usize = 10_000;
 
 fn cast(field: &Field, n: usize) -> String {
     format!("CAST(${n}::text AS {})", field.sql_type)
+}
+
+/// Whether the field's values are text to an index: compared byte by
+/// byte (see the module's docs).
+fn textual(field: &Field) -> bool {
+    use crate::conversion::Conversion;
+    matches!(
+        field.conversion,
+        Conversion::Text | Conversion::Char | Conversion::Enum
+    )
+}
+
+/// `column op $n` as an index compares it: a textual field's text byte
+/// by byte (an equality also in the column's own terms, which an index
+/// of PostgreSQL's can answer); any other in its SQL type.
+fn comparison(field: &Field, column: &str, op: &str, n: usize) -> String {
+    let native = format!("{column} {op} {}", cast(field, n));
+    if !textual(field) {
+        return native;
+    }
+    let bytes = format!("({column})::text COLLATE \"C\" {op} ${n}::text");
+    match op {
+        "=" => format!("{native} AND {bytes}"),
+        _ => bytes,
+    }
 }
 
 /// The SQL parameter of a filter value, checked by the field's conversion.
@@ -78,10 +113,11 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
         &query.shard_value,
         "shard_value",
     )?];
-    let mut conditions = vec![format!(
-        "{} = {}",
-        col(&index.shard_field),
-        cast(&index.shard_field, 1)
+    let mut conditions = vec![comparison(
+        &index.shard_field,
+        &col(&index.shard_field),
+        "=",
+        1,
     )];
     for (i, filter) in query.filters.iter().enumerate() {
         let field = index.field(&filter.field).ok_or_else(|| {
@@ -109,12 +145,15 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
                 if values.is_empty() {
                     return Err(Error::invalid(&key, "IN takes at least one value"));
                 }
-                let mut casts = Vec::with_capacity(values.len());
+                let mut each = Vec::with_capacity(values.len());
                 for (k, value) in values.iter().enumerate() {
                     params.push(param(field, value, &format!("{key}[{k}]"))?);
-                    casts.push(cast(field, params.len()));
+                    each.push(format!(
+                        "({})",
+                        comparison(field, &col(field), "=", params.len())
+                    ));
                 }
-                format!("{} IN ({})", col(field), casts.join(", "))
+                format!("({})", each.join(" OR "))
             }
             op => {
                 params.push(param(field, &filter.value, &key)?);
@@ -126,7 +165,7 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
                     FilterOp::Ge => ">=",
                     FilterOp::In => unreachable!("handled above"),
                 };
-                format!("{} {sql_op} {}", col(field), cast(field, params.len()))
+                comparison(field, &col(field), sql_op, params.len())
             }
         };
         conditions.push(condition);
@@ -140,7 +179,11 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
                 format!("index {} holds no field {name:?}", index.name),
             )
         })?;
-        order.push(format!("{} {direction} NULLS LAST", col(field)));
+        let key = match textual(field) {
+            true => format!("({})::text COLLATE \"C\"", col(field)),
+            false => col(field),
+        };
+        order.push(format!("{key} {direction} NULLS LAST"));
     }
     order.push(format!("p.{} {direction}", layout.uuid_sql));
 

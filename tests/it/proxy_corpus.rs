@@ -177,4 +177,49 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
         "only {served_count} of {} served",
         corpus.len()
     );
+
+    // An index orders and compares its strings byte by byte, as this
+    // database's `C` collation does: a read ordered or bounded by status
+    // is served. Collated otherwise (ICU's, whose order is not the bytes':
+    // `'B' < 'a'` in bytes), the same reads are forwarded, since a LIMIT
+    // after an ORDER BY would take other rows; ordered by time, still
+    // served. (A new proxy: the catalog is read once per process.)
+    let by_status = [
+        (format!("SELECT uuid, status FROM trips WHERE driver_uuid = '{driver}' ORDER BY status, uuid LIMIT 3"), true),
+        (format!("SELECT uuid FROM trips WHERE driver_uuid = '{driver}' AND status > 'c'"), false),
+    ];
+    let by_time = format!(
+        "SELECT uuid FROM trips WHERE driver_uuid = '{driver}' ORDER BY requested_at LIMIT 2"
+    );
+    let served_through = |proxy: &ProxyProcess, sql: &str, ordered: bool| {
+        let url = proxy.url(&db);
+        let before = proxy.status()["served"]["schemaless"].as_u64().unwrap_or(0);
+        let script = format!("\\set ON_ERROR_STOP 1\n{sql};\n");
+        let (ok, out, err) = psql(&url, &script);
+        let (_, twin, _) = psql(&direct, &script);
+        assert!(
+            ok && comparable(&out, ordered) == comparable(&twin, ordered),
+            "{sql}\n{out}{err}\n{twin}"
+        );
+        proxy.status()["served"]["schemaless"].as_u64().unwrap_or(0) > before
+    };
+    for (sql, ordered) in &by_status {
+        assert!(
+            served_through(&proxy, sql, *ordered),
+            "C collation, served: {sql}"
+        );
+    }
+    drop(proxy);
+    sqlx::query("ALTER TABLE trips ALTER COLUMN status TYPE text COLLATE \"und-x-icu\"")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    assert!(served_through(&proxy, &by_time, true), "{by_time}");
+    for (sql, ordered) in &by_status {
+        assert!(
+            !served_through(&proxy, sql, *ordered),
+            "ICU collation, forwarded: {sql}"
+        );
+    }
 }

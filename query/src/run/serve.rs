@@ -67,6 +67,13 @@ pub(super) struct Attribute {
     pub(super) generated: bool,
     /// An identity column `GENERATED ALWAYS`: a value for it is refused.
     pub(super) always: bool,
+    /// PostgreSQL orders its text byte by byte, as an index's strings are
+    /// ordered: not collatable, or collated `C`/`POSIX`/`C.UTF-8` (the
+    /// column's collation or the database's).
+    pub(super) bytewise: bool,
+    /// Its `=` is byte equality: not `citext`, not of a nondeterministic
+    /// (case- or accent-insensitive) collation.
+    pub(super) exact: bool,
 }
 
 impl Catalog {
@@ -91,15 +98,36 @@ impl Catalog {
             return Ok(found.clone());
         }
         // An identity column's default is its sequence's next value.
-        // (table, attnum, type, default, not null, generated, always)
-        type Row = (i64, i16, String, Option<String>, bool, bool, bool);
+        // (table, attnum, type, default, not null, generated, always,
+        // bytewise, exact)
+        type Row = (
+            i64,
+            i16,
+            String,
+            Option<String>,
+            bool,
+            bool,
+            bool,
+            bool,
+            bool,
+        );
         let row: Option<Row> = sqlx::query_as(
             "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod),
                     coalesce(pg_get_expr(d.adbin, d.adrelid),
                              CASE WHEN a.attidentity <> '' THEN format('nextval(%L::regclass)',
                                   pg_get_serial_sequence(a.attrelid::regclass::text, a.attname)) END),
-                    a.attnotnull, a.attgenerated <> '', a.attidentity = 'a'
+                    a.attnotnull, a.attgenerated <> '', a.attidentity = 'a',
+                    CASE WHEN a.attcollation = 0 THEN true
+                         WHEN c.collprovider = 'd' THEN
+                              (SELECT b.datlocprovider = 'c' AND b.datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8')
+                               FROM pg_database b WHERE b.datname = current_database())
+                         ELSE c.collprovider = 'c' AND c.collcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') END,
+                    coalesce(c.collisdeterministic, true)
+                        AND coalesce(bt.typname, t.typname) NOT IN ('citext', '_citext')
              FROM pg_attribute a
+             JOIN pg_type t ON t.oid = a.atttypid
+             LEFT JOIN pg_type bt ON bt.oid = t.typbasetype
+             LEFT JOIN pg_collation c ON c.oid = a.attcollation
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
              WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
         )
@@ -108,7 +136,7 @@ impl Catalog {
         .fetch_optional(legacy.pool())
         .await
         .map_err(|e| anyhow::anyhow!("reading the catalog for {table_sql}.{column}: {e}"))?;
-        let (table, attnum, sql_type, default, not_null, generated, always) =
+        let (table, attnum, sql_type, default, not_null, generated, always, bytewise, exact) =
             row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
         let found = Attribute {
             origin: Origin {
@@ -120,10 +148,69 @@ impl Catalog {
             not_null,
             generated,
             always,
+            bytewise,
+            exact,
         };
         lock(&self.columns).insert(key, found.clone());
         Ok(found)
     }
+}
+
+/// Why an index read would find or order other rows than PostgreSQL,
+/// if it would. An index compares and orders its strings byte by byte;
+/// PostgreSQL by the column's type and collation. They agree for numbers,
+/// UUIDs, dates and times, bytea, and text in a `C` collation, and its
+/// `=` agrees for any deterministic collation. Not for text in
+/// `en_US.UTF-8` (`'B' < 'a'` in bytes, not there: a `LIMIT` after an
+/// `ORDER BY name` takes other rows), an enum (ordered as declared), a
+/// `citext` or a case-insensitive collation (`=` ignores case), an
+/// interval (`1 day` = `24 hours`) or JSON.
+async fn compared_otherwise(
+    legacy: &LegacyStore,
+    catalog: &Catalog,
+    read: &crate::plan::IndexRead,
+) -> Result<Option<String>, RunError> {
+    use legacy::conversion::Conversion as C;
+    let layout = legacy.layout();
+    let Some(index) = layout.index(&read.index) else {
+        return Ok(None);
+    };
+    let column = &layout.columns[index.column];
+    let mut uses: Vec<(&str, bool)> = vec![(read.shard_field.as_str(), false)];
+    for filter in &read.filters {
+        let ordered = !matches!(
+            filter.op,
+            schemaless::FilterOp::Eq | schemaless::FilterOp::In
+        );
+        uses.push((filter.field.as_str(), ordered));
+    }
+    uses.extend(read.order_by.as_deref().map(|f| (f, true)));
+    for (name, ordered) in uses {
+        let Some(f) = column.field(name) else {
+            continue;
+        };
+        let a = catalog
+            .attribute(legacy, column.table_sql(), &f.sql)
+            .await?;
+        let why = match f.conversion {
+            C::Interval | C::Json | C::Jsonb => Some("compares its values otherwise"),
+            C::Enum if ordered => Some("orders an enum as its labels are declared"),
+            C::Inet | C::Cidr if ordered => Some("orders addresses as addresses"),
+            C::Text | C::Char | C::Enum if !a.exact => {
+                Some("compares its text without case (citext, or a nondeterministic collation)")
+            }
+            C::Text | C::Char if ordered && !a.bytewise => {
+                Some("orders its text by a collation, not byte by byte")
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Ok(Some(format!(
+                "an index compares {name} byte by byte where PostgreSQL {why}; PostgreSQL answers it"
+            )));
+        }
+    }
+    Ok(None)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -245,6 +332,9 @@ pub async fn render_from<S: CellStore>(
                     return Ok(Serving::Forward(
                         "the read share sends it to PostgreSQL".into(),
                     ));
+                }
+                if let Some(why) = compared_otherwise(legacy, catalog, &read).await? {
+                    return Ok(Serving::Forward(why));
                 }
                 let rows = cells::index_reads(&eval, store, &read).await?;
                 (rows, read.outputs, read.order, None, None)

@@ -7,7 +7,9 @@ use schemaless::{Cell, CellStore, MySqlStore, RefKey};
 use serde_json::json;
 
 use crate::durations::{all, body, captured, key};
-use crate::harness::{strict_full_diff, LegacyDb};
+use crate::harness::{config_file, strict_full_diff, LegacyDb};
+use crate::proxy::{psql, ProxyProcess};
+use tripstore::{Mode, TripStore};
 
 const SETUP: &str = r#"
 CREATE EXTENSION IF NOT EXISTS citext;
@@ -120,10 +122,12 @@ fields = ["name"]
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_legacy_index_orders_and_compares_text_byte_by_byte_as_the_model_does() {
+async fn an_index_compares_text_byte_by_byte_and_a_served_read_orders_it_by_its_collation() {
     use schemaless::{Filter, FilterOp, IndexQuery, MemoryStore, ReadFrom};
     let db = LegacyDb::new(TEAMS, TEAMS_LAYOUT).await;
+    db.apply_schemaless().await;
     let legacy = db.store().await;
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
     let model = MemoryStore::with_indexes(8, db.config.limits.clone(), &db.config.indexes).unwrap();
     let members = [
         ("apple", "Apple@Example.com", "junior"),
@@ -142,6 +146,7 @@ async fn the_legacy_index_orders_and_compares_text_byte_by_byte_as_the_model_doe
             .unwrap(),
         );
         legacy.put_cells(vec![cell.clone()]).await.unwrap();
+        schemaless.put_cells(vec![cell.clone()]).await.unwrap();
         model.put_cells(vec![cell]).await.unwrap();
     }
     let query =
@@ -222,5 +227,37 @@ async fn the_legacy_index_orders_and_compares_text_byte_by_byte_as_the_model_doe
         .await
         .unwrap();
     assert!(exact.is_empty(), "citext's case ignored: {exact:?}");
+
+    // Rows served from Schemaless through the proxy are ordered as
+    // PostgreSQL orders the column: by its own collation (ICU's), not the
+    // database's (`C`).
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Schemaless).await;
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let keys: Vec<String> = (1..=4).map(|n| format!("'{}'", key(n).uuid())).collect();
+    let sql = format!(
+        "\\set ON_ERROR_STOP 1\nSELECT name, level FROM members WHERE member_key IN ({}) ORDER BY name;\n",
+        keys.join(", ")
+    );
+    let before = proxy.status()["served"]["schemaless"].as_u64().unwrap_or(0);
+    let (ok, served, err) = psql(&proxy.url(&db), &sql);
+    assert!(ok, "{served}{err}");
+    assert_eq!(
+        proxy.status()["served"]["schemaless"].as_u64().unwrap_or(0),
+        before + 1,
+        "served from Schemaless"
+    );
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (_, twin, _) = psql(&direct, &sql);
+    assert_eq!(served, twin);
+    let names: Vec<&str> = served
+        .lines()
+        .skip(2)
+        .take(4)
+        .map(|l| l.split('|').next().unwrap_or_default().trim())
+        .collect();
+    assert_eq!(names, ["apple", "Banana", "cherry", "Date"], "{served}");
+    facade.close().await;
     legacy.close().await;
 }

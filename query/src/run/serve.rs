@@ -74,6 +74,10 @@ pub(super) struct Attribute {
     /// Its `=` is byte equality: not `citext`, not of a nondeterministic
     /// (case- or accent-insensitive) collation.
     pub(super) exact: bool,
+    /// ` COLLATE "name"` when the column has a collation of its own (not
+    /// its type's default), else empty: a served value carries it, so
+    /// PostgreSQL orders the rows as it orders the column.
+    pub(super) collate: String,
 }
 
 impl Catalog {
@@ -85,6 +89,16 @@ impl Catalog {
     ) -> Result<(Origin, String), RunError> {
         let a = self.attribute(legacy, table_sql, column).await?;
         Ok((a.origin, a.sql_type))
+    }
+
+    /// The ` COLLATE ...` of a column with a collation of its own.
+    async fn collate(
+        &self,
+        legacy: &LegacyStore,
+        table_sql: &str,
+        column: &str,
+    ) -> Result<String, RunError> {
+        Ok(self.attribute(legacy, table_sql, column).await?.collate)
     }
 
     pub(super) async fn attribute(
@@ -99,7 +113,7 @@ impl Catalog {
         }
         // An identity column's default is its sequence's next value.
         // (table, attnum, type, default, not null, generated, always,
-        // bytewise, exact)
+        // bytewise, exact, collate)
         type Row = (
             i64,
             i16,
@@ -110,6 +124,7 @@ impl Catalog {
             bool,
             bool,
             bool,
+            String,
         );
         let row: Option<Row> = sqlx::query_as(
             "/* mezzanine */ SELECT a.attrelid::int8, a.attnum, format_type(a.atttypid, a.atttypmod),
@@ -123,11 +138,15 @@ impl Catalog {
                                FROM pg_database b WHERE b.datname = current_database())
                          ELSE c.collprovider = 'c' AND c.collcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') END,
                     coalesce(c.collisdeterministic, true)
-                        AND coalesce(bt.typname, t.typname) NOT IN ('citext', '_citext')
+                        AND coalesce(bt.typname, t.typname) NOT IN ('citext', '_citext'),
+                    CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
+                         THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(c.collname)
+                         ELSE '' END
              FROM pg_attribute a
              JOIN pg_type t ON t.oid = a.atttypid
              LEFT JOIN pg_type bt ON bt.oid = t.typbasetype
              LEFT JOIN pg_collation c ON c.oid = a.attcollation
+             LEFT JOIN pg_namespace cn ON cn.oid = c.collnamespace
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
              WHERE a.attrelid = ($1)::regclass AND a.attname = $2",
         )
@@ -136,8 +155,18 @@ impl Catalog {
         .fetch_optional(legacy.pool())
         .await
         .map_err(|e| anyhow::anyhow!("reading the catalog for {table_sql}.{column}: {e}"))?;
-        let (table, attnum, sql_type, default, not_null, generated, always, bytewise, exact) =
-            row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
+        let (
+            table,
+            attnum,
+            sql_type,
+            default,
+            not_null,
+            generated,
+            always,
+            bytewise,
+            exact,
+            collate,
+        ) = row.ok_or_else(|| anyhow::anyhow!("{table_sql} has no column {column}"))?;
         let found = Attribute {
             origin: Origin {
                 table: u32::try_from(table).unwrap_or(0),
@@ -150,6 +179,7 @@ impl Catalog {
             always,
             bytewise,
             exact,
+            collate,
         };
         lock(&self.columns).insert(key, found.clone());
         Ok(found)
@@ -345,9 +375,11 @@ pub async fn render_from<S: CellStore>(
     if let Some(why) = outputs.iter().find_map(|p| inexact(layout, p)) {
         return Ok(Serving::Forward(why));
     }
-    // Each output's origin and the type its values are cast to (`None`:
-    // a value the statement computes, rendered by its own expression).
-    let mut typed: Vec<Option<(Origin, String, Option<&legacy::layout::Field>)>> = Vec::new();
+    // Each output's origin and the type its values are cast to, with the
+    // column's own collation where it has one (`None`: a value the
+    // statement computes, rendered by its own expression).
+    type Typed<'f> = (Origin, String, Option<&'f legacy::layout::Field>, String);
+    let mut typed: Vec<Option<Typed>> = Vec::new();
     for p in outputs.iter().chain(order.iter().map(|(p, _)| p)) {
         typed.push(match &p.from {
             Output::Value(_) => None,
@@ -355,7 +387,7 @@ pub async fn render_from<S: CellStore>(
                 let (origin, ty) = catalog
                     .column(legacy, layout.table_sql(), &unquote(layout.uuid_sql()))
                     .await?;
-                Some((origin, ty, None))
+                Some((origin, ty, None, String::new()))
             }
             Output::RefKey { column } => {
                 let (_, c) = layout
@@ -364,7 +396,7 @@ pub async fn render_from<S: CellStore>(
                 let (origin, ty) = catalog
                     .column(legacy, c.table_sql(), &unquote(c.ref_key_sql()))
                     .await?;
-                Some((origin, ty, None))
+                Some((origin, ty, None, String::new()))
             }
             Output::Field { column, field } => {
                 let (_, c) = layout
@@ -374,14 +406,13 @@ pub async fn render_from<S: CellStore>(
                     .field(field)
                     .ok_or_else(|| anyhow::anyhow!("column {column} has no field {field}"))?;
                 let (origin, _) = catalog.column(legacy, c.table_sql(), &f.sql).await?;
-                Some((origin, f.sql_type.clone(), Some(f)))
+                let collate = catalog.collate(legacy, c.table_sql(), &f.sql).await?;
+                Some((origin, f.sql_type.clone(), Some(f), collate))
             }
         });
     }
-    let value_sql = |t: &(Origin, String, Option<&legacy::layout::Field>),
-                     v: &Value|
-     -> Result<String, RunError> {
-        let (_, ty, field) = t;
+    let value_sql = |t: &Typed, v: &Value| -> Result<String, RunError> {
+        let (_, ty, field, collate) = t;
         let text = match field {
             Some(f) => {
                 f.conversion
@@ -396,8 +427,8 @@ pub async fn render_from<S: CellStore>(
             },
         };
         Ok(match text {
-            Some(text) => format!("CAST({} AS {ty})", literal(&text)),
-            None => format!("CAST(NULL AS {ty})"),
+            Some(text) => format!("CAST({} AS {ty}){collate}", literal(&text)),
+            None => format!("CAST(NULL AS {ty}){collate}"),
         })
     };
     // VALUES columns: n (the order Schemaless gave), then one per typed
@@ -468,7 +499,7 @@ pub async fn render_from<S: CellStore>(
     let origins = typed
         .iter()
         .take(outputs.len())
-        .map(|t| t.as_ref().map_or_else(Origin::default, |(o, _, _)| *o))
+        .map(|t| t.as_ref().map_or_else(Origin::default, |(o, _, _, _)| *o))
         .collect();
     Ok(Serving::Serve(Rendering {
         sql,

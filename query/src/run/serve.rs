@@ -198,13 +198,16 @@ impl Catalog {
 async fn compared_otherwise(
     legacy: &LegacyStore,
     catalog: &Catalog,
+    model: &crate::Model,
     read: &crate::plan::IndexRead,
 ) -> Result<Option<String>, RunError> {
+    use config::IndexFieldType as T;
     use legacy::conversion::Conversion as C;
     let layout = legacy.layout();
     let Some(index) = layout.index(&read.index) else {
         return Ok(None);
     };
+    let declared = model.indexes.iter().find(|i| i.name == read.index);
     let column = &layout.columns[index.column];
     let mut uses: Vec<(&str, bool)> = vec![(read.shard_field.as_str(), false)];
     for filter in &read.filters {
@@ -219,6 +222,40 @@ async fn compared_otherwise(
         let Some(f) = column.field(name) else {
             continue;
         };
+        // The index keeps the value as its declared type: a number kept
+        // as a string orders as text (`10 < 9`), and a value that does
+        // not fit its type is null in the entry, matching nothing.
+        let kept_as = declared.map_or(T::String, |i| i.type_of(name));
+        let fits = match (kept_as, f.conversion) {
+            (T::Int, C::Int2 | C::Int4 | C::Int8) => true,
+            (T::Float, C::Float4 | C::Float8) => true,
+            (T::Decimal, C::Numeric | C::Int2 | C::Int4 | C::Int8) => true,
+            (T::Bool, C::Bool) => true,
+            (T::String, c) => !matches!(
+                c,
+                C::Int2
+                    | C::Int4
+                    | C::Int8
+                    | C::Float4
+                    | C::Float8
+                    | C::Numeric
+                    | C::Bool
+                    | C::Json
+                    | C::Jsonb
+                    | C::TextArray
+                    | C::Int2Array
+                    | C::Int4Array
+                    | C::Int8Array
+                    | C::ArrayOf(_)
+            ),
+            _ => false,
+        };
+        if !fits {
+            return Ok(Some(format!(
+                "the index keeps {name} as {kept_as:?}, which does not compare its values as \
+                 PostgreSQL does (declare its type in the index's types); PostgreSQL answers it"
+            )));
+        }
         let a = catalog
             .attribute(legacy, column.table_sql(), &f.sql)
             .await?;
@@ -363,7 +400,7 @@ pub async fn render_from<S: CellStore>(
                         "the read share sends it to PostgreSQL".into(),
                     ));
                 }
-                if let Some(why) = compared_otherwise(legacy, catalog, &read).await? {
+                if let Some(why) = compared_otherwise(legacy, catalog, model, &read).await? {
                     return Ok(Serving::Forward(why));
                 }
                 let rows = cells::index_reads(&eval, store, &read).await?;

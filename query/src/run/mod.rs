@@ -28,17 +28,20 @@ use sqlparser::ast::{visit_expressions_mut, Expr, SetExpr, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
+mod agree;
 mod cells;
 mod postgres;
 mod reads;
 mod serve;
+mod session;
 mod write;
 
 use cells::{index_reads, row_reads};
 use postgres::postgres_rows;
-pub use postgres::{AppSession, Evaluator};
+pub use postgres::Evaluator;
 pub use reads::{cell_reads, CellRead};
 pub use serve::{render_from, Catalog, Origin, Rendering, Serving};
+pub use session::AppSession;
 pub use write::{write_through, Refused, Written};
 
 /// One result row: the outputs' values, then the ORDER BY values.

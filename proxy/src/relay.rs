@@ -89,6 +89,10 @@ struct State {
     /// `Parse`'s parameter types, and what the relay does at their
     /// `Bind`.
     reads: HashMap<String, Prepared>,
+    /// Statements prepared in SQL (`PREPARE name AS ...`, forwarded) that
+    /// name a layout table: the `PREPARE`'s text, by name. An `EXECUTE`
+    /// of one is judged as that `PREPARE` would be now.
+    named: HashMap<String, String>,
     /// Portals bound to a statement answered for Schemaless, until the
     /// `Sync` that ends them: the origins their `RowDescription` must
     /// name, and a write's command tag.
@@ -150,6 +154,7 @@ impl State {
             begun: false,
             refused: HashSet::new(),
             reads: HashMap::new(),
+            named: HashMap::new(),
             served: HashMap::new(),
             layout: true,
             session: std::sync::Arc::default(),

@@ -13,6 +13,7 @@
 //! - [`write`]: INSERT and UPDATE, as `put_cell`s;
 //! - [`plan`]: the translation, and the calls it prints;
 //! - [`analysis`]: a statement's class, plan or reason;
+//! - [`named`]: statements prepared in SQL, and the names `EXECUTE` runs;
 //! - [`audit`]: many statements, their report and its summary;
 //! - [`run`]: a translated read executed both ways (`query run`, and the
 //!   proxy's samples).
@@ -21,6 +22,7 @@ pub mod analysis;
 pub mod audit;
 pub mod expr;
 pub mod model;
+pub mod named;
 pub mod plan;
 pub mod read;
 pub mod run;

@@ -114,6 +114,7 @@ mod proxy;
 mod proxy_corpus;
 mod proxy_modes;
 mod proxy_names;
+mod proxy_sql_prepare;
 mod proxy_writes;
 mod query;
 mod runbook;

@@ -1,7 +1,10 @@
 //! Each statement judged as it passes: the router's decision in the
 //! session's mode, transaction and resolution of names, counted; and the
 //! statements that change what is judged next (a `BEGIN`, a change of
-//! the path or the role, which sends the probe).
+//! the path or the role, which sends the probe, a `PREPARE` in SQL).
+
+use query::named::Step;
+use query::Class;
 
 use super::{probe, State};
 use crate::route::{Decision, Resolution, Verdict};
@@ -26,12 +29,13 @@ pub(super) fn route(
         if parse && resolution == Resolution::Unknown {
             resolution = Resolution::Layout;
         }
-        let decision = shared
-            .router
-            .decide_in(sql, mode, state.in_transaction(), resolution);
+        let decision = decide(shared, state, sql, mode, resolution);
         if shared.router.probe().is_some() && probe::changes(first_word(sql), sql) {
             state.resolution = Resolution::Unknown;
             state.probe.due();
+        }
+        if decision.verdict == Verdict::Forward {
+            remember_named(shared, state, sql, mode);
         }
         decision
     } else {
@@ -46,6 +50,70 @@ pub(super) fn route(
         state.begun = true;
     }
     (decision, resolution)
+}
+
+/// The router's decision on `sql` in `mode`, in the session's names and
+/// transaction, with each `EXECUTE` of a statement prepared in SQL on a
+/// layout table judged as its `PREPARE` would be now: prepared in
+/// `mirror`, a write executed in `primary` is refused as the `PREPARE`
+/// would be, not forwarded to change PostgreSQL behind the facade.
+pub(super) fn decide(
+    shared: &Shared,
+    state: &State,
+    sql: &str,
+    mode: tripstore::Mode,
+    resolution: Resolution,
+) -> Decision {
+    let in_transaction = state.in_transaction();
+    let mut decision = shared
+        .router
+        .decide_in(sql, mode, in_transaction, resolution);
+    if state.named.is_empty() {
+        return decision;
+    }
+    for step in query::named::steps(sql) {
+        let Step::Execute { name } = step else {
+            continue;
+        };
+        let Some(prepare) = state.named.get(&name) else {
+            continue;
+        };
+        let now = shared
+            .router
+            .decide_in(prepare, mode, in_transaction, resolution);
+        if decision.class == Class::Other {
+            decision.class = now.class;
+        }
+        if let (Verdict::Forward, Verdict::Refuse(reason)) = (&decision.verdict, now.verdict) {
+            decision.verdict = Verdict::Refuse(format!(
+                "EXECUTE {name} runs a statement prepared in SQL on a layout table, judged \
+                 as its PREPARE would be now: {reason}"
+            ));
+        }
+    }
+    decision
+}
+
+/// The session's statements prepared in SQL after `sql`, forwarded in
+/// `mode`: a `PREPARE` naming a layout table (bare or qualified) is
+/// remembered under its name, and `DEALLOCATE` and `DISCARD ALL` forget.
+fn remember_named(shared: &Shared, state: &mut State, sql: &str, mode: tripstore::Mode) {
+    for step in query::named::steps(sql) {
+        match step {
+            Step::Prepare { name, text } => {
+                if shared.router.decide(&text, mode, false).class != Class::Other {
+                    state.named.insert(name, text);
+                } else {
+                    state.named.remove(&name);
+                }
+            }
+            Step::Deallocate { name } => {
+                state.named.remove(&name);
+            }
+            Step::Forget => state.named.clear(),
+            Step::Execute { .. } => {}
+        }
+    }
 }
 
 /// Whether `sql` begins with `BEGIN` or `START TRANSACTION` (after

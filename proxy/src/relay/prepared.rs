@@ -242,10 +242,7 @@ fn rejudged(
     prepared: &Prepared,
     now: tripstore::Mode,
 ) -> Result<Decision, String> {
-    let decision =
-        shared
-            .router
-            .decide_in(&prepared.sql, now, state.in_transaction(), state.resolution);
+    let decision = super::judge::decide(shared, state, &prepared.sql, now, state.resolution);
     match decision.verdict {
         Verdict::Refuse(reason) => Err(reason),
         Verdict::Forward if state.refused.contains(name) => Err(format!(

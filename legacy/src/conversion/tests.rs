@@ -1,0 +1,263 @@
+//! The conversions' own tests: each type both ways, and what each refuses.
+
+use super::*;
+use serde_json::json;
+
+#[test]
+fn owned_text_renders_as_borrowed_text() {
+    for (conversion, text) in [
+        (Conversion::Text, Some("héllo \"quoted\"")),
+        (Conversion::Text, Some("")),
+        (Conversion::Text, None),
+        (Conversion::Int4, Some("-42")),
+        (Conversion::Int4, Some("4x")),
+        (Conversion::Timestamptz, Some("1425799800000000")),
+        (Conversion::Json, Some(r#"{"a": [1, 2.50]}"#)),
+        (Conversion::Bool, Some("maybe")),
+    ] {
+        assert_eq!(
+            conversion.render_owned(text.map(str::to_string)),
+            conversion.render(text),
+            "{conversion:?} {text:?}"
+        );
+    }
+}
+
+#[test]
+fn decimals_have_one_form() {
+    for (text, canonical) in [
+        ("12.50", "12.5"),
+        ("0012.000", "12"),
+        ("-0.00", "0"),
+        ("+.5", "0.5"),
+        ("1e3", "1000"),
+        ("1.25E-3", "0.00125"),
+        (
+            "-123456789012345678901234567890.123456789",
+            "-123456789012345678901234567890.123456789",
+        ),
+        ("NaN", "NaN"),
+    ] {
+        assert_eq!(canonical_decimal(text).unwrap(), canonical, "{text}");
+    }
+    for bad in ["", ".", "1.2.3", "12a", "e5", "--1", "1e99999"] {
+        assert!(canonical_decimal(bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn json_numbers_are_exact_in_postgresql_form() {
+    let written: Value = serde_json::from_str(
+        r#"{"big": 98765432109876543210987654321, "tiny": 0.1000000000000000055511151231257827,
+            "x": [12.345678901234567890123, 1.50, 1e5, -0.0, {"deep": 2.5e-3}]}"#,
+    )
+    .unwrap();
+    let (canonical, param) = Conversion::Jsonb.accept(&written).unwrap();
+    let back: Value = serde_json::from_str(&param.unwrap()).unwrap();
+    assert_eq!(back, canonical);
+    let n = |v: &Value| v.as_number().unwrap().as_str().to_string();
+    assert_eq!(n(&canonical["big"]), "98765432109876543210987654321");
+    assert_eq!(
+        n(&canonical["tiny"]),
+        "0.1000000000000000055511151231257827"
+    );
+    assert_eq!(n(&canonical["x"][0]), "12.345678901234567890123");
+    assert_eq!(n(&canonical["x"][1]), "1.50");
+    assert_eq!(n(&canonical["x"][2]), "100000");
+    assert_eq!(n(&canonical["x"][3]), "0.0");
+    assert_eq!(n(&canonical["x"][4]["deep"]), "0.0025");
+    // What PostgreSQL reads back is kept as read.
+    let read = Conversion::Jsonb
+        .render(Some(r#"{"big": 98765432109876543210987654321}"#))
+        .unwrap();
+    assert_eq!(n(&read["big"]), "98765432109876543210987654321");
+    assert!(Conversion::Jsonb
+        .accept(&serde_json::from_str(r#"{"a": 1e5000}"#).unwrap())
+        .is_err());
+    // `json` keeps the text: what is written is what reads back.
+    let (kept, _) = Conversion::Json.accept(&written).unwrap();
+    assert_eq!(kept, written);
+}
+
+#[test]
+fn floats_are_exact_or_refused() {
+    let number = |t: &str| -> Value { serde_json::from_str(t).unwrap() };
+    for ok in [
+        "0.1",
+        "1.50",
+        "12.5",
+        "1e300",
+        "-0.0",
+        "0.30000000000000004",
+    ] {
+        let (v, _) = Conversion::Float8.accept(&number(ok)).unwrap();
+        assert_eq!(
+            canonical_decimal(v.as_number().unwrap().as_str()).unwrap(),
+            canonical_decimal(ok).unwrap()
+        );
+    }
+    let err = Conversion::Float8
+        .accept(&number("12.345678901234567890123"))
+        .unwrap_err();
+    assert!(
+        err.contains("would be stored as 12.345678901234567"),
+        "{err}"
+    );
+    assert!(Conversion::Float8
+        .accept(&number("98765432109876543210987654321"))
+        .is_err());
+    assert!(Conversion::Float4.accept(&number("0.1")).is_ok());
+    assert!(Conversion::Float4.accept(&number("16777217")).is_err());
+}
+
+#[test]
+fn floats_read_as_written() {
+    let (v, p) = Conversion::Float4.accept(&json!(1.1)).unwrap();
+    assert_eq!(v, json!(1.1));
+    assert_eq!(Conversion::Float4.render(p.as_deref()).unwrap(), v);
+    assert!(Conversion::Float4.accept(&json!(1.123456789)).is_err());
+    // An integral JSON number and its float are one value.
+    let (one, _) = Conversion::Float8.accept(&json!(1)).unwrap();
+    assert_eq!(one, Conversion::Float8.render(Some("1")).unwrap());
+    assert_eq!(Conversion::Float8.render(Some("-0")).unwrap(), json!(-0.0));
+    assert_ne!(json!(-0.0), json!(0.0), "-0 is kept, digit for digit");
+    assert_eq!(
+        Conversion::Float8.render(Some("NaN")).unwrap(),
+        json!("NaN")
+    );
+}
+
+#[test]
+fn arrays_become_literals() {
+    let (v, p) = Conversion::TextArray
+        .accept(&json!(["a", "b\"c\\", null, "é"]))
+        .unwrap();
+    assert_eq!(v, json!(["a", "b\"c\\", null, "é"]));
+    assert_eq!(p.unwrap(), r#"{"a","b\"c\\",NULL,"é"}"#);
+    assert_eq!(
+        Conversion::Int4Array.accept(&json!([])).unwrap().1.unwrap(),
+        "{}"
+    );
+    assert!(Conversion::Int2Array.accept(&json!([70000])).is_err());
+    assert!(Conversion::TextArray.accept(&json!([["nested"]])).is_err());
+}
+
+#[test]
+fn wrong_kinds_are_named() {
+    let err = Conversion::Int4.accept(&json!("12")).unwrap_err();
+    assert!(
+        err.contains("expected an integer (integer), got a string"),
+        "{err}"
+    );
+    let err = Conversion::Uuid.accept(&json!("nope")).unwrap_err();
+    assert!(err.contains("not a UUID"), "{err}");
+    assert_eq!(
+        Conversion::Uuid
+            .accept(&json!("6F1C1A0E-8A3B-4A55-9D1E-3C2B1A0F9E8D"))
+            .unwrap()
+            .0,
+        json!("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d")
+    );
+}
+
+#[test]
+fn character_values_have_no_padding() {
+    assert_eq!(Conversion::for_type("bpchar"), Some(Conversion::Char));
+    for (written, canonical) in [("ab", "ab"), ("ab   ", "ab"), ("  a b ", "  a b"), ("", "")] {
+        let (v, p) = Conversion::Char.accept(&json!(written)).unwrap();
+        assert_eq!((v, p), (json!(canonical), Some(canonical.to_string())));
+        assert_eq!(
+            Conversion::Char.render(Some(written)).unwrap(),
+            json!(canonical)
+        );
+    }
+    assert!(Conversion::Char.accept(&json!(7)).is_err());
+    assert!(Conversion::Char.accept(&json!("a\u{0}")).is_err());
+}
+
+#[test]
+fn enum_values_are_strings() {
+    let (v, p) = Conversion::Enum.accept(&json!("completed")).unwrap();
+    assert_eq!((v, p), (json!("completed"), Some("completed".to_string())));
+    assert_eq!(
+        Conversion::Enum.render_owned(Some("x".into())).unwrap(),
+        json!("x")
+    );
+    assert!(Conversion::Enum.accept(&json!(true)).is_err());
+}
+
+#[test]
+fn constrained_numerics_take_what_they_keep() {
+    let typmod = |p: i32, s: i32| ((p << 16) | (s & 0x7ff)) + 4;
+    for (text, p, s) in [
+        ("12.5", 10, 2),
+        ("-99999999.99", 10, 2),
+        ("0", 3, 2),
+        ("NaN", 4, 1),
+        ("0.05", 2, 2),
+        ("0.0012", 2, 4),
+        ("1200", 4, -2),
+        ("12.5", -1, -1),
+    ] {
+        let m = if p < 0 { -1 } else { typmod(p, s) };
+        assert_eq!(numeric_fits(text, m), Ok(()), "{text} in ({p},{s})");
+    }
+    for (text, p, s, says) in [
+        ("12.345", 10, 2, "PostgreSQL would round it"),
+        ("100000000", 10, 2, "too large for numeric(10,2)"),
+        ("-1.5", 2, 2, "too large"),
+        ("0.012", 2, 4, "too large"),
+        ("1250", 4, -2, "would round"),
+        ("Infinity", 10, 2, "infinite"),
+    ] {
+        let err = numeric_fits(text, typmod(p, s)).unwrap_err();
+        assert!(err.contains(says), "{text} in ({p},{s}): {err}");
+    }
+}
+
+#[test]
+fn timestamps_take_the_precision_they_keep() {
+    assert!(timestamp_fits("2015-03-08T07:30:00.123000Z", 3).is_ok());
+    assert!(timestamp_fits("2015-03-08T07:30:00.000000", 0).is_ok());
+    assert!(timestamp_fits("2015-03-08T07:30:00.123456Z", -1).is_ok());
+    let err = timestamp_fits("2015-03-08T07:30:00.123400Z", 3).unwrap_err();
+    assert!(err.contains("precision of 3"), "{err}");
+    assert!(timestamp_fits("+294276-12-31T23:59:59.500000", 0).is_err());
+}
+
+#[test]
+fn arrays_of_other_scalars_convert_element_by_element() {
+    let numbers = Conversion::ArrayOf(Element::Numeric);
+    assert_eq!(Conversion::for_type("_numeric"), Some(numbers));
+    let (v, p) = numbers
+        .accept(&json!(["12.50", null, 1e3, "-0.0010"]))
+        .unwrap();
+    assert_eq!(v, json!(["12.5", null, "1000", "-0.001"]));
+    assert_eq!(p.as_deref(), Some(r#"{"12.5",NULL,"1000","-0.001"}"#));
+    let times = Conversion::ArrayOf(Element::Timestamptz);
+    let (v, p) = times
+        .accept(&json!(["2015-03-08T02:30:00-05:00", null]))
+        .unwrap();
+    assert_eq!(v, json!(["2015-03-08T07:30:00.000000Z", null]));
+    assert!(p.unwrap().starts_with(r#"{"2015-03-08"#));
+    // Read back: each element as its type reads it.
+    assert_eq!(
+        times.render(Some(r#"["1425799800000000", null]"#)).unwrap(),
+        json!(["2015-03-08T07:30:00.000000Z", null])
+    );
+    let flags = Conversion::ArrayOf(Element::Bool);
+    assert_eq!(
+        flags.render(Some(r#"["true","false",null]"#)).unwrap(),
+        json!([true, false, null])
+    );
+    assert_eq!(
+        flags.accept(&json!([])).unwrap(),
+        (json!([]), Some("{}".into()))
+    );
+    // Refused, naming the element.
+    let err = numbers.accept(&json!(["1", "x"])).unwrap_err();
+    assert!(err.starts_with("element 1:"), "{err}");
+    assert!(numbers.accept(&json!([["1"]])).is_err());
+    assert!(numbers.accept(&json!("1")).is_err());
+    assert!(flags.render(Some(r#""a multidimensional array""#)).is_err());
+}

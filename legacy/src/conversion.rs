@@ -18,6 +18,7 @@
 //! | `timestamp` | the same without `Z` |
 //! | `date` | `"2015-03-08"` |
 //! | `time` | `"07:30:00"`, `"07:30:05.25"`: PostgreSQL's text, the fraction's trailing zeros dropped ([`crate::duration`]) |
+//! | `timetz` | `"07:30:00+01"`, `"07:30:05.25-03:30"`: PostgreSQL's text, the offset east of UTC as it prints it ([`crate::zoned`]) |
 //! | `interval` | ISO 8601 as PostgreSQL prints it under `IntervalStyle = iso_8601`: `"P1Y2M3DT4H5M6.5S"`; months, days and time kept apart (`P1D` is not `PT24H`) |
 //! | `bytea` | `"\\xdeadbeef"`: `\x` and lowercase hex |
 //! | `inet`, `cidr` | PostgreSQL's text: `"10.1.2.3/8"`, `"2001:db8::1"`, a `cidr` with its mask always ([`crate::network`]) |
@@ -26,7 +27,7 @@
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
-//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
+//! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -48,6 +49,7 @@ use serde_json::{Number, Value};
 use crate::duration::{self, Interval};
 use crate::network;
 use crate::time;
+use crate::zoned;
 pub use schemaless::decimal::canonical_decimal;
 
 /// How one SQL type becomes JSON and back.
@@ -83,6 +85,9 @@ pub enum Conversion {
     Date,
     /// `time` (without time zone)
     Time,
+    /// `time with time zone`: text, the time and its offset
+    /// ([`crate::zoned`]).
+    Timetz,
     /// `interval`: months, days and microseconds, kept apart.
     Interval,
     /// `bytea`, as `\x` and hex.
@@ -125,6 +130,7 @@ pub enum Element {
     Timestamp,
     Date,
     Time,
+    Timetz,
     Interval,
     Bytea,
     Inet,
@@ -148,6 +154,7 @@ impl Element {
             Element::Timestamp => Conversion::Timestamp,
             Element::Date => Conversion::Date,
             Element::Time => Conversion::Time,
+            Element::Timetz => Conversion::Timetz,
             Element::Interval => Conversion::Interval,
             Element::Bytea => Conversion::Bytea,
             Element::Inet => Conversion::Inet,
@@ -161,7 +168,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -186,6 +193,7 @@ impl Conversion {
             "timestamp" => Conversion::Timestamp,
             "date" => Conversion::Date,
             "time" => Conversion::Time,
+            "timetz" => Conversion::Timetz,
             "interval" => Conversion::Interval,
             "bytea" => Conversion::Bytea,
             "inet" => Conversion::Inet,
@@ -207,6 +215,7 @@ impl Conversion {
             "_timestamp" => Conversion::ArrayOf(Element::Timestamp),
             "_date" => Conversion::ArrayOf(Element::Date),
             "_time" => Conversion::ArrayOf(Element::Time),
+            "_timetz" => Conversion::ArrayOf(Element::Timetz),
             "_interval" => Conversion::ArrayOf(Element::Interval),
             "_bytea" => Conversion::ArrayOf(Element::Bytea),
             "_bpchar" => Conversion::ArrayOf(Element::Char),
@@ -317,6 +326,7 @@ impl Conversion {
             }
             Conversion::Date => time::canonical_date(text).map(Value::String),
             Conversion::Time => duration::canonical_time(text).map(Value::String),
+            Conversion::Timetz => zoned::canonical_timetz(text).map(Value::String),
             Conversion::Interval => Interval::from_fields(text).map(|i| Value::String(i.format())),
             Conversion::Bytea => duration::canonical_bytea(text).map(Value::String),
             Conversion::Inet | Conversion::Cidr => {
@@ -431,6 +441,15 @@ impl Conversion {
                     .as_str()
                     .ok_or_else(|| expected("a time string HH:MM:SS[.ffffff]", value))?;
                 Value::String(duration::canonical_time(s)?)
+            }
+            Conversion::Timetz => {
+                let s = value.as_str().ok_or_else(|| {
+                    expected(
+                        "a time string with an offset HH:MM:SS[.ffffff]+HH[:MM]",
+                        value,
+                    )
+                })?;
+                Value::String(zoned::canonical_timetz(s)?)
             }
             Conversion::Interval => {
                 let s = value.as_str().ok_or_else(|| {

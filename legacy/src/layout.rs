@@ -107,7 +107,7 @@ impl Field {
 
     /// The checks of a canonical text value (or array element) of
     /// `conversion` that need the field: an enum's labels, the digits a
-    /// `numeric(p,s)`, a `timestamp(p)` or a `time(p)` keeps, the fields
+    /// `numeric(p,s)`, a `timestamp(p)`, a `time(p)` or a `timetz(p)` keeps, the fields
     /// and digits an `interval` column keeps.
     fn check(&self, conversion: Conversion, text: &str) -> Result<(), String> {
         if let (Conversion::Enum, Some(labels)) = (conversion, &self.labels) {
@@ -124,6 +124,7 @@ impl Field {
                 conversion::timestamp_fits(text, self.typmod)
             }
             Conversion::Time => crate::duration::time_fits(text, self.typmod),
+            Conversion::Timetz => crate::zoned::timetz_fits(text, self.typmod),
             Conversion::Interval => crate::duration::Interval::parse(text)?.fits(self.typmod, text),
             _ => Ok(()),
         }

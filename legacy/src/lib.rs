@@ -57,6 +57,7 @@ pub mod statements;
 pub mod store;
 pub mod time;
 pub mod trips;
+pub mod zoned;
 
 pub use classify::{classify, storage_error};
 pub use error::Error;

@@ -5,7 +5,8 @@
 //! A parameter in text form is taken as it is. One in binary form is read
 //! for the types whose binary form PostgreSQL documents and drivers send:
 //! booleans, integers, floats, `numeric`, text-like types, `uuid`,
-//! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `bytea`, and
+//! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
+//! `interval`, `bytea`, the network types, and
 //! one-dimensional arrays of those (sqlx, psycopg's `%b` and JDBC bind
 //! these in binary). Anything else, or a parameter whose type the `Parse`
 //! left unspecified, is not read: the statement is then not sampled or
@@ -86,6 +87,15 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
             let micros = i64::from_be_bytes(fixed(8)?.try_into().ok()?);
             (0..=86_400_000_000).contains(&micros).then_some(())?;
             legacy::duration::format_time(micros)
+        }
+        // timetz: microseconds since midnight, then the offset in
+        // seconds west of UTC.
+        1266 => {
+            let value = fixed(12)?;
+            let micros = i64::from_be_bytes(value[..8].try_into().ok()?);
+            let west = i32::from_be_bytes(value[8..].try_into().ok()?);
+            (0..=86_400_000_000).contains(&micros).then_some(())?;
+            legacy::zoned::format_timetz(micros, west.checked_neg()?)
         }
         // interval: microseconds, days, months.
         1186 => {
@@ -255,6 +265,7 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         1115 => 1114,
         1185 => 1184,
         1183 => 1083,
+        1270 => 1266,
         1187 => 1186,
         1001 => 17,
         1041 => 869,
@@ -448,6 +459,11 @@ mod tests {
             Some("24:00:00")
         );
         assert_eq!(one(1083, &(-1_i64).to_be_bytes()), None, "before midnight");
+        // timetz '07:30:05.25-03:30': the offset is kept west of UTC.
+        let mut tz = micros.to_be_bytes().to_vec();
+        tz.extend_from_slice(&(3 * 3600 + 1800_i32).to_be_bytes());
+        assert_eq!(one(1266, &tz).as_deref(), Some("07:30:05.25-03:30"));
+        assert_eq!(one(1266, &tz[..8]), None, "short");
         // interval '1 year 2 mons -3 days 04:05:06.5': time, days, months.
         let mut i = Vec::new();
         i.extend_from_slice(&14_706_500_000_i64.to_be_bytes());

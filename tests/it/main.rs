@@ -126,3 +126,4 @@ mod tls;
 mod triggers;
 mod verify;
 mod worker;
+mod zoned_times;

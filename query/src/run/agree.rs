@@ -84,6 +84,7 @@ pub(super) async fn compared_otherwise(
             C::Interval | C::Json | C::Jsonb => Some("compares its values otherwise"),
             C::Enum if ordered => Some("orders an enum as its labels are declared"),
             C::Inet | C::Cidr if ordered => Some("orders addresses as addresses"),
+            C::Timetz if ordered => Some("orders times with offsets by their instant in UTC"),
             C::Text | C::Char | C::Enum if !a.exact => {
                 Some("compares its text without case (citext, or a nondeterministic collation)")
             }

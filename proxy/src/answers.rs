@@ -75,6 +75,11 @@ pub(crate) struct Owed {
     /// Part of the proxy's probe of the session (`relay::probe`): its
     /// rows, its error and its `ReadyForQuery` are the proxy's too.
     pub probe: bool,
+    /// A `Describe` of this prepared statement (its name and its text),
+    /// whose `Parse` left parameter types unspecified: the types
+    /// PostgreSQL resolved, in its `ParameterDescription`, are taken
+    /// ([`Answers::described`]).
+    pub describes: Option<(String, String)>,
 }
 
 /// What the proxy's probe of the session got.
@@ -117,6 +122,7 @@ impl Owed {
             origins: None,
             tag: None,
             probe: true,
+            describes: None,
         }
     }
 
@@ -127,6 +133,7 @@ impl Owed {
             origins: None,
             tag: None,
             probe: false,
+            describes: None,
         }
     }
 }
@@ -143,6 +150,16 @@ pub(crate) struct Answers {
     probe_failed: bool,
     /// What the last probe got, once its `ReadyForQuery` came.
     probed: Option<Probed>,
+    /// A `ParameterDescription` of a statement the relay asked to learn.
+    described: Option<Described>,
+}
+
+/// The parameter types PostgreSQL resolved for a prepared statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Described {
+    pub name: String,
+    pub sql: String,
+    pub types: Vec<u32>,
 }
 
 impl Answers {
@@ -155,6 +172,7 @@ impl Answers {
             probe_row: None,
             probe_failed: false,
             probed: None,
+            described: None,
         };
         answers.push(Owed::app(Awaits::Query));
         answers
@@ -179,6 +197,12 @@ impl Answers {
     /// What the probe got, once it is over (taken).
     pub(crate) fn probed(&mut self) -> Option<Probed> {
         self.probed.take()
+    }
+
+    /// The parameter types of a statement described since last asked
+    /// (taken).
+    pub(crate) fn described(&mut self) -> Option<Described> {
+        self.described.take()
     }
 
     /// Whether an answer ever fitted nothing owed.
@@ -240,6 +264,17 @@ impl Answers {
                 self.probe_row = Some(body.to_vec());
                 Seen::Kept
             }
+            b't' if awaits == Awaits::Describe => {
+                if let (Some((name, sql)), Some(types)) = (&front.describes, parameter_types(body))
+                {
+                    self.described = Some(Described {
+                        name: name.clone(),
+                        sql: sql.clone(),
+                        types,
+                    });
+                }
+                Seen::Relay
+            }
             b'T' => {
                 if let Some(origins) = &front.origins {
                     name_origins(body, origins);
@@ -290,6 +325,17 @@ impl Answers {
     }
 }
 
+/// The type OIDs of a `ParameterDescription` body: a count, then each.
+fn parameter_types(body: &[u8]) -> Option<Vec<u32>> {
+    let (count, rest) = body.split_first_chunk::<2>()?;
+    let count = usize::from(u16::from_be_bytes(*count));
+    (rest.len() == count * 4).then(|| {
+        rest.chunks_exact(4)
+            .map(|c| u32::from_be_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    })
+}
+
 /// A `CommandComplete` message carrying `tag`.
 pub(crate) fn command_complete(tag: &str, out: &mut bytes::BytesMut) {
     out.extend_from_slice(b"C");
@@ -331,6 +377,7 @@ mod tests {
             origins: None,
             tag: None,
             probe: false,
+            describes: None,
         }
     }
 
@@ -422,6 +469,7 @@ mod tests {
             origins: Some(origins),
             tag: None,
             probe: false,
+            describes: None,
         });
         answers.push(Owed::app(Awaits::Query));
         let mut served = body(field("fare", 0, 0), field("?column?", 0, 0));
@@ -437,6 +485,46 @@ mod tests {
     }
 
     #[test]
+    fn a_described_statements_parameter_types_are_taken_for_it_alone() {
+        let mut answers = Answers::starting();
+        answers.answer(b'Z', &mut [b'I']);
+        answers.push(Owed::app(Awaits::Parse));
+        answers.push(Owed {
+            describes: Some(("s1".into(), "SELECT $1, $2".into())),
+            ..Owed::app(Awaits::Describe)
+        });
+        answers.push(Owed::app(Awaits::Describe));
+        answers.push(Owed::app(Awaits::Sync));
+        let mut types = vec![0, 2];
+        types.extend_from_slice(&2950_u32.to_be_bytes());
+        types.extend_from_slice(&1266_u32.to_be_bytes());
+        assert_eq!(answers.answer(b'1', &mut []), Seen::Relay);
+        assert_eq!(answers.answer(b't', &mut types.clone()), Seen::Relay);
+        assert_eq!(
+            answers.described(),
+            Some(Described {
+                name: "s1".into(),
+                sql: "SELECT $1, $2".into(),
+                types: vec![2950, 1266],
+            })
+        );
+        assert_eq!(answers.described(), None, "taken once");
+        assert_eq!(answers.answer(b'n', &mut []), Seen::Relay);
+        // The next Describe was not asked about; a short body is no answer.
+        assert_eq!(answers.answer(b't', &mut types), Seen::Relay);
+        assert_eq!(answers.described(), None);
+        let mut short = Answers::starting();
+        short.push(Owed {
+            describes: Some(("".into(), "SELECT $1".into())),
+            ..Owed::app(Awaits::Describe)
+        });
+        short.owed.pop_front();
+        short.answer(b't', &mut [0, 1, 0, 0]);
+        assert_eq!(short.described(), None);
+        assert!(!answers.lost());
+    }
+
+    #[test]
     fn a_write_run_through_the_facade_answers_with_its_own_tag() {
         let mut answers = Answers::starting();
         answers.answer(b'Z', &mut []);
@@ -446,6 +534,7 @@ mod tests {
             origins: None,
             tag: Some("INSERT 0 2".into()),
             probe: false,
+            describes: None,
         };
         // Simple protocol: the Query's CommandComplete.
         answers.push(tagged(Awaits::Query));

@@ -327,6 +327,9 @@ fn complete(buf: &mut BytesMut, state: &mut State, out: &mut BytesMut) {
         if let Some(probed) = state.answers.probed() {
             probe::answered(state, probed);
         }
+        if let Some(described) = state.answers.described() {
+            prepared::described(state, described);
+        }
         match seen {
             Seen::Relay => {}
             Seen::Kept => {
@@ -429,21 +432,24 @@ fn message(
             }
             out.extend_from_slice(&frame.bytes);
         }
-        b'D' if !state.served.is_empty() => {
-            let origins = frame::decode::<Describe>(&frame)
+        b'D' if !state.served.is_empty() || !state.reads.is_empty() => {
+            let describe = frame::decode::<Describe>(&frame);
+            let name = |d: &Describe| d.name.clone().unwrap_or_default();
+            let origins = describe
+                .as_ref()
                 .filter(|d| d.target_type == b'P')
-                .and_then(|d| {
-                    state
-                        .served
-                        .get(d.name.as_deref().unwrap_or_default())
-                        .map(|p| p.origins.clone())
-                });
+                .and_then(|d| state.served.get(&name(d)).map(|p| p.origins.clone()));
+            let describes = describe
+                .as_ref()
+                .filter(|d| d.target_type == b'S')
+                .and_then(|d| prepared::remembered(state, &name(d)));
             state.answers.push(Owed {
                 awaits: Awaits::Describe,
                 ours: false,
                 origins,
                 tag: None,
                 probe: false,
+                describes,
             });
             out.extend_from_slice(&frame.bytes);
         }
@@ -460,6 +466,7 @@ fn message(
                 origins: None,
                 tag,
                 probe: false,
+                describes: None,
             });
             out.extend_from_slice(&frame.bytes);
         }
@@ -523,6 +530,7 @@ mod tests {
                 origins: None,
                 tag: None,
                 probe: false,
+                describes: None,
             });
         }
         state.sent(b'B');

@@ -417,7 +417,11 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     // through the proxy.
     let by_key = "SELECT uuid, status, fare, city_id, distance_km, requested_at, completed_at, \
                   rider_uuid, version FROM trips WHERE uuid = $1";
-    for (program, script) in [("python3", "served.py"), ("node", "served.js")] {
+    for (program, script) in [
+        ("python3", "served.py"),
+        ("python3", "served_asyncpg.py"),
+        ("node", "served.js"),
+    ] {
         let run = |url: &str, key: &uuid::Uuid| client(program, script, url, by_key, key);
         // Each read's line: "<key> <how>: <rows>".
         let results = |out: &str, key: &uuid::Uuid| -> Vec<bool> {

@@ -105,6 +105,7 @@ fn serve_held(
             origins: Some(rendering.origins),
             tag,
             probe: false,
+            describes: None,
         });
         frame::encode(&Query::new(rendering.sql), out);
         return Some(Side::Schemaless);
@@ -149,6 +150,7 @@ fn prepare_ours(state: &mut State, sql: String, out: &mut BytesMut) -> Option<St
         origins: None,
         tag: None,
         probe: false,
+        describes: None,
     };
     state.answers.push(ours(Awaits::Close));
     frame::encode(&Close::new(b'S', name.clone()), out);

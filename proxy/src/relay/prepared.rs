@@ -8,6 +8,7 @@ use pgwire::messages::extendedquery::{Bind, Parse};
 
 use super::held::{refuse_held, refuse_prepared, refuse_write, UNCOUNTED, UNCOUNTED_WRITE};
 use super::{route, Pending, State};
+use crate::answers::Described;
 use crate::frame::{self, Frame};
 use crate::params::{params_nullable, params_text};
 use crate::route::{refusing_statement, unserved, Decision, Resolution, Verdict};
@@ -87,6 +88,29 @@ pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut 
                 out,
             );
         }
+    }
+}
+
+/// The name and text of prepared statement `name`, when the relay
+/// remembers it: PostgreSQL's answer to its `Describe` gives the types it
+/// resolved for every parameter ([`described`]). A driver that parses
+/// without types, learns them from that answer and binds in binary
+/// (asyncpg, Go's pgx) would otherwise bind parameters the relay cannot
+/// read.
+pub(super) fn remembered(state: &State, name: &str) -> Option<(String, String)> {
+    let prepared = state.reads.get(name)?;
+    Some((name.to_string(), prepared.sql.clone()))
+}
+
+/// The parameter types PostgreSQL resolved for a statement the relay
+/// asked to learn, taken if the name still holds the same statement.
+pub(super) fn described(state: &mut State, described: Described) {
+    if let Some(prepared) = state
+        .reads
+        .get_mut(&described.name)
+        .filter(|p| p.sql == described.sql)
+    {
+        prepared.types = described.types;
     }
 }
 

@@ -716,7 +716,8 @@ fn client(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes_in_primary_and_schemaless() {
+async fn psycopg_asyncpg_and_node_pg_get_what_postgresql_gives_them_for_writes_in_primary_and_schemaless(
+) {
     let (db, facade, file) = primary().await;
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     let direct = crate::harness::cluster().postgres_url(&db.name);
@@ -745,7 +746,11 @@ async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes_in_primar
          version = version + 1 WHERE uuid = $1 RETURNING completed_at, uuid"
             .to_string(),
     ];
-    let clients = [("python3", "writes.py"), ("node", "writes.js")];
+    let clients = [
+        ("python3", "writes.py"),
+        ("python3", "writes_asyncpg.py"),
+        ("node", "writes.js"),
+    ];
     for ((program, script), mode) in clients
         .iter()
         .map(|c| (c, Mode::Primary))
@@ -775,7 +780,7 @@ async fn psycopg_and_node_pg_get_what_postgresql_gives_them_for_writes_in_primar
         assert_eq!(cell.cell.body.fields()["status"], "requested!");
         assert!(latest(&facade, k, "NOTES").await.is_some());
     }
-    assert_eq!(proxy.status()["writes"]["failed"], 4);
+    assert_eq!(proxy.status()["writes"]["failed"], 6);
     facade.close().await;
 }
 

@@ -145,6 +145,10 @@ pub(crate) struct Answers {
     /// `ReadyForQuery`s among them.
     readies: usize,
     lost: bool,
+    /// An extended-protocol message failed and PostgreSQL skips what
+    /// comes to it until the next `Sync`: messages sent after the error
+    /// arrived (a held `Bind` let go behind it) are skipped unanswered.
+    skipping: bool,
     /// The row the probe in flight got so far, and whether it failed.
     probe_row: Option<Vec<u8>>,
     probe_failed: bool,
@@ -169,6 +173,7 @@ impl Answers {
             owed: VecDeque::new(),
             readies: 0,
             lost: false,
+            skipping: false,
             probe_row: None,
             probe_failed: false,
             probed: None,
@@ -230,14 +235,17 @@ impl Answers {
         let probe = front.probe;
         match kind {
             b'Z' => {
-                // Whatever was owed before it was skipped.
+                // Whatever was owed before it was skipped: after an
+                // error, as PostgreSQL skips to `Sync`; otherwise the
+                // count is lost.
+                let skipping = std::mem::take(&mut self.skipping);
                 let mut kept = false;
                 while let Some(owed) = self.pop() {
                     if owed.awaits.ready() {
                         kept = owed.probe;
                         break;
                     }
-                    self.lost = true;
+                    self.lost |= !skipping;
                 }
                 if !kept {
                     return Seen::Relay;
@@ -250,6 +258,7 @@ impl Answers {
                 Seen::Kept
             }
             b'E' if !awaits.ready() => {
+                self.skipping = true;
                 self.pop();
                 while self.owed.front().is_some_and(|o| o.awaits != Awaits::Sync) {
                     self.pop();
@@ -431,6 +440,35 @@ mod tests {
         // An error inside a Query is the query's.
         assert_eq!(seen(&mut answers, b"TDEZ"), b"TDEZ");
         assert!(!answers.lost() && answers.readies() == 0);
+    }
+
+    #[test]
+    fn what_is_sent_after_an_error_and_skipped_to_sync_is_owed_nothing() {
+        // A `Parse` fails while the `Bind` behind it is held; the held
+        // messages and the `Sync` are sent after the error came, and
+        // PostgreSQL skips them all to the `Sync`.
+        let mut answers = Answers::starting();
+        answers.answer(b'Z', &mut [b'I']);
+        answers.push(Owed::app(Awaits::Parse));
+        assert_eq!(answers.answer(b'E', &mut []), Seen::Relay);
+        answers.push(ours(Awaits::Close));
+        answers.push(ours(Awaits::Parse));
+        for awaits in [
+            Awaits::Bind,
+            Awaits::Describe,
+            Awaits::Execute,
+            Awaits::Sync,
+        ] {
+            answers.push(Owed::app(awaits));
+        }
+        assert_eq!(answers.answer(b'Z', &mut [b'I']), Seen::Relay);
+        assert!(answers.settled());
+        assert!(!answers.lost(), "the skip is PostgreSQL's rule");
+        // Without an error, a skipped answer still loses the count.
+        answers.push(Owed::app(Awaits::Bind));
+        answers.push(Owed::app(Awaits::Sync));
+        answers.answer(b'Z', &mut [b'I']);
+        assert!(answers.lost());
     }
 
     #[test]

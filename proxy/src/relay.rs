@@ -11,7 +11,7 @@
 //! neither side blocks the other: an app pipelining statements while
 //! PostgreSQL streams results cannot deadlock the two.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -82,9 +82,12 @@ struct State {
     /// behind it is in the block before PostgreSQL says so.
     begun: bool,
     /// Prepared statements whose `Parse` was refused (`""` the unnamed
-    /// one): their `Bind`s lose their parameters, so PostgreSQL reaches
-    /// the refusal at `Execute` instead of a parameter count mismatch.
-    refused: HashSet<String>,
+    /// one), with the reason. PostgreSQL prepares them as the app sent
+    /// them, so the app learns their true parameters and columns (asyncpg
+    /// checks its arguments against them before it binds); each `Bind`
+    /// judged in the mode of the refusal binds the app's portal to the
+    /// refusal instead, which PostgreSQL raises at `Execute`.
+    refused: HashMap<String, String>,
     /// Prepared statements naming a layout table: their SQL, the
     /// `Parse`'s parameter types, and what the relay does at their
     /// `Bind`.
@@ -152,7 +155,7 @@ impl State {
             status: 0,
             answers: Answers::starting(),
             begun: false,
-            refused: HashSet::new(),
+            refused: HashMap::new(),
             reads: HashMap::new(),
             named: HashMap::new(),
             served: HashMap::new(),

@@ -781,6 +781,20 @@ async fn psycopg_asyncpg_and_node_pg_get_what_postgresql_gives_them_for_writes_i
         assert!(latest(&facade, k, "NOTES").await.is_some());
     }
     assert_eq!(proxy.status()["writes"]["failed"], 6);
+    // A write the proxy refuses, prepared by each client: PostgreSQL
+    // prepares it as sent, so asyncpg, which checks its arguments against
+    // the statement's parameters before it binds, gets the refusal too.
+    let delete = ["DELETE FROM trips WHERE uuid = $1".to_string()];
+    for (program, script) in clients {
+        let out = client(
+            program,
+            script,
+            &proxy.url(&db),
+            uuid::Uuid::new_v4(),
+            &delete,
+        );
+        assert_eq!(out.trim(), "0: error 0A000", "{script}");
+    }
     facade.close().await;
 }
 
@@ -1021,23 +1035,32 @@ async fn a_statement_prepared_before_a_mode_change_is_judged_in_the_new_mode() {
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
-    // Prepared and refused in primary, then bound in shadow: PostgreSQL
-    // holds the refusal under its name, so it is to be prepared again.
+    // Prepared and refused in primary, then bound in shadow, where writes
+    // go to PostgreSQL: PostgreSQL holds the statement as the app sent it,
+    // so it runs there.
+    let d = uuid::Uuid::new_v4();
+    sqlx::query(sqlx::AssertSqlSafe(trip(d)))
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let delete = "DELETE FROM trips WHERE uuid = $1";
     let refused = sqlx::query(delete)
-        .bind(s)
+        .bind(d)
         .execute(&mut conn)
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
+    let in_postgres = format!("SELECT count(*) FROM trips WHERE uuid = '{d}'");
+    assert_eq!(db.count(&in_postgres).await, 1, "refused, not run");
     crate::worker::forced(&facade, Mode::Shadow).await;
     proxy_in(&proxy, "shadow");
-    let again = sqlx::query(delete)
-        .bind(s)
+    let done = sqlx::query(delete)
+        .bind(d)
         .execute(&mut conn)
         .await
-        .unwrap_err();
-    assert!(again.to_string().contains("prepare it again"), "{again}");
+        .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    assert_eq!(db.count(&in_postgres).await, 0);
     // The session goes on.
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM trips WHERE city_id = $1")
         .bind(7)

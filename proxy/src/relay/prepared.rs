@@ -11,7 +11,7 @@ use super::{route, Pending, State};
 use crate::answers::Described;
 use crate::frame::{self, Frame};
 use crate::params::{params_nullable, params_text};
-use crate::route::{refusing_statement, unserved, Decision, Resolution, Verdict};
+use crate::route::{unserved, Decision, Resolution, Verdict};
 use crate::stats::SampleOutcome;
 use crate::Shared;
 use verifier::Side;
@@ -39,8 +39,10 @@ pub(super) struct Prepared {
     write: bool,
 }
 
-/// A `Parse`: judged, and remembered when it names a layout table; a
-/// refused one is prepared as the refusal under the app's name.
+/// A `Parse`: judged, and remembered when it names a layout table. A
+/// refused one is still prepared as the app sent it (PostgreSQL's own
+/// parse errors and its `Describe` answers reach the app as they would
+/// directly), and refused at each `Bind`.
 pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut BytesMut) {
     state.sent(b'P');
     let Some(parse) = frame::decode::<Parse>(&frame) else {
@@ -77,18 +79,10 @@ pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut 
         state.reads.remove(&name);
     }
     match decision.verdict {
-        Verdict::Forward => {
-            state.refused.remove(&name);
-            out.extend_from_slice(&frame.bytes);
-        }
-        Verdict::Refuse(reason) => {
-            state.refused.insert(name);
-            frame::encode(
-                &Parse::new(parse.name, refusing_statement(&reason), Vec::new()),
-                out,
-            );
-        }
-    }
+        Verdict::Forward => state.refused.remove(&name),
+        Verdict::Refuse(reason) => state.refused.insert(name, reason),
+    };
+    out.extend_from_slice(&frame.bytes);
 }
 
 /// The name and text of prepared statement `name`, when the relay
@@ -133,34 +127,22 @@ pub(super) fn bind(
     let statement = bind.statement_name.as_deref().unwrap_or_default();
     let mut prepared = state.reads.get(statement).cloned();
     let now = shared.mode();
-    if let Some(p) = prepared.as_mut().filter(|p| {
+    let moved = |p: &Prepared| {
         p.mode != now
             || p.in_transaction != state.in_transaction()
             || p.resolution != state.resolution
-    }) {
-        match rejudged(shared, state, statement, p, now) {
-            Ok(decision) => {
-                p.read = decision.samplable;
-                p.write = decision.write;
-            }
-            Err(reason) => {
-                refuse_prepared(state, frame, &reason, out);
-                return None;
-            }
-        }
-    }
-    if state.refused.contains(statement) {
-        state.sent(b'B');
-        frame::encode(
-            &Bind::new(
-                bind.portal_name,
-                bind.statement_name,
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-            ),
-            out,
-        );
+    };
+    // Judged again when the mode (or the block, or the names) moved since
+    // its `Parse`; otherwise a `Parse` refused stays refused.
+    let verdict = match prepared.as_mut().filter(|p| moved(p)) {
+        Some(p) => rejudged(shared, state, p).map(|decision| {
+            p.read = decision.samplable;
+            p.write = decision.write;
+        }),
+        None => state.refused.get(statement).cloned().map_or(Ok(()), Err),
+    };
+    if let Err(reason) = verdict {
+        refuse_prepared(state, frame, &reason, out);
         return None;
     }
     let Some(Prepared {
@@ -255,30 +237,18 @@ fn bind_write(
 /// Judges again a prepared statement bound in another mode than the one
 /// its `Parse` was judged in (or on the other side of a transaction
 /// block, or after the session's names changed): its decision now, or
-/// why it is refused now.
-/// One whose `Parse` was refused and that would now be forwarded cannot
-/// run (PostgreSQL holds the refusal under its name): it is to be
-/// prepared again.
-fn rejudged(
-    shared: &Shared,
-    state: &State,
-    name: &str,
-    prepared: &Prepared,
-    now: tripstore::Mode,
-) -> Result<Decision, String> {
-    let decision = super::judge::decide(shared, state, &prepared.sql, now, state.resolution);
+/// why it is refused now. One whose `Parse` was refused runs if it
+/// would now be forwarded: PostgreSQL holds it as the app sent it.
+fn rejudged(shared: &Shared, state: &State, prepared: &Prepared) -> Result<Decision, String> {
+    let decision = super::judge::decide(
+        shared,
+        state,
+        &prepared.sql,
+        shared.mode(),
+        state.resolution,
+    );
     match decision.verdict {
         Verdict::Refuse(reason) => Err(reason),
-        Verdict::Forward if state.refused.contains(name) => Err(format!(
-            "the statement was refused when it was prepared ({} mode{}), and PostgreSQL holds \
-             that refusal under its name; the mode is now {now}: prepare it again",
-            prepared.mode,
-            if prepared.in_transaction {
-                ", in a transaction block"
-            } else {
-                ""
-            }
-        )),
         Verdict::Forward => Ok(decision),
     }
 }

@@ -210,6 +210,12 @@ impl Answers {
         self.described.take()
     }
 
+    /// An extended-protocol message failed since the last `Sync` was
+    /// answered: PostgreSQL skips what it is sent up to the next one.
+    pub(crate) fn skipping(&self) -> bool {
+        self.skipping
+    }
+
     /// Whether an answer ever fitted nothing owed.
     pub(crate) fn lost(&self) -> bool {
         self.lost

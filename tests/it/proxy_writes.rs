@@ -832,6 +832,40 @@ fn raw_binary_write(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_parse_fails_runs_nowhere() {
+    // The key declared `varchar` (as JDBC's setString declares it):
+    // PostgreSQL refuses the Parse (42804), and skips the Bind and the
+    // Execute sent with it. The facade must not run them either.
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let k = uuid::Uuid::new_v4();
+    let answer = raw_binary_write(
+        &mut through,
+        &insert,
+        &[1043],
+        &[k.to_string().into_bytes()],
+    );
+    let kinds: Vec<u8> = answer.iter().map(|(kind, _)| *kind).collect();
+    assert_eq!(kinds, b"EZ", "{answer:?}");
+    assert!(
+        String::from_utf8_lossy(&answer[0].1).contains("C42804"),
+        "{answer:?}"
+    );
+    assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    let in_postgres = format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
+    assert_eq!(db.count(&in_postgres).await, 0);
+    // The session goes on: the same write with the key as a uuid runs
+    // through the facade.
+    let answer = raw_binary_write(&mut through, &insert, &[2950], &[k.as_bytes().to_vec()]);
+    let kinds: Vec<u8> = answer.iter().map(|(kind, _)| *kind).collect();
+    assert_eq!(kinds, b"12CZ", "{answer:?}");
+    assert!(latest(&facade, k, "BASE").await.is_some());
+    facade.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn binary_parameters_are_read_as_postgresql_reads_them() {
     let (db, facade, file) = primary().await;
     let legacy = db.store().await;

@@ -220,10 +220,7 @@ fn bind_write(
         UNCOUNTED_WRITE
     } else {
         match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
-            Some(params) => {
-                let answer = shared.sampling.write(sql, params, state.session.clone());
-                return Some(Pending::new(shared, frame, answer, None));
-            }
+            Some(params) => return Some(Pending::write(shared, state, frame, (sql, params), out)),
             None => {
                 "a translatable write whose parameters are in a binary format the proxy does \
                  not read; send them as text"

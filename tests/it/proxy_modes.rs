@@ -135,26 +135,27 @@ async fn mirror_samples_the_translatable_reads_apps_send_and_answers_from_postgr
     facade.close().await;
 }
 
-/// `program clients/proxy/script url sql key`: a client of another
-/// language reading `sql` for `key` (see the script), its output.
-fn client(program: &str, script: &str, url: &str, sql: &str, key: &uuid::Uuid) -> String {
-    run_client(program, script, &[url, sql, &key.to_string()])
-}
-
 /// `program clients/proxy/script args...`: its output, or a failure
-/// naming how the clients are installed.
+/// naming how the clients are installed. `java` runs a source file with
+/// pgjdbc on its class path (Debian's, or `MEZZANINE_PGJDBC_JAR`).
 pub(crate) fn run_client(program: &str, script: &str, args: &[&str]) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("clients/proxy")
         .join(script);
-    let out = std::process::Command::new(program)
+    let mut command = std::process::Command::new(program);
+    if program == "java" {
+        let jar = std::env::var("MEZZANINE_PGJDBC_JAR")
+            .unwrap_or_else(|_| "/usr/share/java/postgresql.jar".to_string());
+        command.arg("-cp").arg(jar);
+    }
+    let out = command
         .arg(&path)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program}: {e}"));
     assert!(
         out.status.success(),
-        "{program} {script}: {}\n(clients/proxy/install installs psycopg and pg; .ci/run runs it)",
+        "{program} {script}: {}\n(clients/proxy/install installs psycopg, asyncpg, pg and pgjdbc; .ci/run runs it)",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
@@ -417,12 +418,18 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     // through the proxy.
     let by_key = "SELECT uuid, status, fare, city_id, distance_km, requested_at, completed_at, \
                   rider_uuid, version FROM trips WHERE uuid = $1";
-    for (program, script) in [
-        ("python3", "served.py"),
-        ("python3", "served_asyncpg.py"),
-        ("node", "served.js"),
+    // (program, script, its first arguments, reads per key).
+    for (program, script, lead, reads) in [
+        ("python3", "served.py", None, 4),
+        ("python3", "served_asyncpg.py", None, 4),
+        ("node", "served.js", None, 4),
+        ("java", "Jdbc.java", Some("served"), 21),
     ] {
-        let run = |url: &str, key: &uuid::Uuid| client(program, script, url, by_key, key);
+        let run = |url: &str, key: &uuid::Uuid| {
+            let key = key.to_string();
+            let args = lead.into_iter().chain([url, by_key, key.as_str()]);
+            run_client(program, script, &args.collect::<Vec<_>>())
+        };
         // Each read's line: "<key> <how>: <rows>".
         let results = |out: &str, key: &uuid::Uuid| -> Vec<bool> {
             out.lines()
@@ -432,17 +439,21 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
         };
         let through = run(&proxy.url(&db), &known);
         assert_eq!(through, run(&direct_url, &known), "{script}");
-        assert_eq!(results(&through, &known), [true; 4], "{script}: {through}");
+        assert_eq!(
+            results(&through, &known),
+            vec![true; reads],
+            "{script}: {through}"
+        );
         let planted_through = run(&proxy.url(&db), &planted_key);
         let planted_direct = run(&direct_url, &planted_key);
         assert_eq!(
             results(&planted_through, &planted_key),
-            [true; 4],
+            vec![true; reads],
             "{script}: {planted_through}"
         );
         assert_eq!(
             results(&planted_direct, &planted_key),
-            [false; 4],
+            vec![false; reads],
             "{script}: {planted_direct}"
         );
     }

@@ -700,23 +700,27 @@ async fn a_proxy_killed_under_facade_writes_loses_no_acknowledged_write() {
     facade.close().await;
 }
 
-/// `script` (clients/proxy) run by `program` with `url`, `key` and the
-/// statements: its output.
+/// A client of the write workload: program, script (clients/proxy) and
+/// the script's first argument, if it takes one.
+type WriteClient = (&'static str, &'static str, Option<&'static str>);
+
+/// `client`'s script run with `url`, `key` and the statements: its
+/// output.
 fn client(
-    program: &str,
-    script: &str,
+    (program, script, lead): WriteClient,
     url: &str,
     key: uuid::Uuid,
     statements: &[String],
 ) -> String {
     let key = key.to_string();
-    let mut args = vec![url, key.as_str()];
+    let mut args: Vec<&str> = lead.into_iter().collect();
+    args.extend([url, key.as_str()]);
     args.extend(statements.iter().map(String::as_str));
     crate::proxy_modes::run_client(program, script, &args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn psycopg_asyncpg_and_node_pg_get_what_postgresql_gives_them_for_writes_in_primary_and_schemaless(
+async fn psycopg_asyncpg_node_pg_and_jdbc_get_what_postgresql_gives_them_for_writes_in_primary_and_schemaless(
 ) {
     let (db, facade, file) = primary().await;
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
@@ -746,17 +750,19 @@ async fn psycopg_asyncpg_and_node_pg_get_what_postgresql_gives_them_for_writes_i
          version = version + 1 WHERE uuid = $1 RETURNING completed_at, uuid"
             .to_string(),
     ];
-    let clients = [
-        ("python3", "writes.py"),
-        ("python3", "writes_asyncpg.py"),
-        ("node", "writes.js"),
+    let clients: [WriteClient; 4] = [
+        ("python3", "writes.py", None),
+        ("python3", "writes_asyncpg.py", None),
+        ("node", "writes.js", None),
+        ("java", "Jdbc.java", Some("writes")),
     ];
-    for ((program, script), mode) in clients
+    for (c, mode) in clients
         .iter()
-        .map(|c| (c, Mode::Primary))
-        .chain(clients.iter().map(|c| (c, Mode::Schemaless)))
+        .map(|c| (*c, Mode::Primary))
+        .chain(clients.iter().map(|c| (*c, Mode::Schemaless)))
     {
-        if mode == Mode::Schemaless && *script == "writes.py" {
+        let script = c.1;
+        if mode == Mode::Schemaless && script == "writes.py" {
             crate::worker::forced(&facade, Mode::Schemaless).await;
             // The proxy follows: reads Schemaless cannot answer are refused.
             crate::proxy::wait_for(|| {
@@ -765,8 +771,8 @@ async fn psycopg_asyncpg_and_node_pg_get_what_postgresql_gives_them_for_writes_i
             });
         }
         let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-        let through = client(program, script, &proxy.url(&db), k, &statements);
-        let twin = client(program, script, &direct, d, &statements);
+        let through = client(c, &proxy.url(&db), k, &statements);
+        let twin = client(c, &direct, d, &statements);
         assert_eq!(through, twin, "{script}");
         assert_eq!(
             through.matches("error 23505").count(),
@@ -780,20 +786,15 @@ async fn psycopg_asyncpg_and_node_pg_get_what_postgresql_gives_them_for_writes_i
         assert_eq!(cell.cell.body.fields()["status"], "requested!");
         assert!(latest(&facade, k, "NOTES").await.is_some());
     }
-    assert_eq!(proxy.status()["writes"]["failed"], 6);
+    // One 23505 per client and mode.
+    assert_eq!(proxy.status()["writes"]["failed"], 2 * clients.len());
     // A write the proxy refuses, prepared by each client: PostgreSQL
     // prepares it as sent, so asyncpg, which checks its arguments against
     // the statement's parameters before it binds, gets the refusal too.
     let delete = ["DELETE FROM trips WHERE uuid = $1".to_string()];
-    for (program, script) in clients {
-        let out = client(
-            program,
-            script,
-            &proxy.url(&db),
-            uuid::Uuid::new_v4(),
-            &delete,
-        );
-        assert_eq!(out.trim(), "0: error 0A000", "{script}");
+    for c in clients {
+        let out = client(c, &proxy.url(&db), uuid::Uuid::new_v4(), &delete);
+        assert!(out.trim().ends_with("0: error 0A000"), "{}: {out}", c.1);
     }
     facade.close().await;
 }

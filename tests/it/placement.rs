@@ -150,7 +150,10 @@ async fn a_recorded_placement_moves_the_shards_reads_and_writes_everywhere() {
     .execute(&b_master.pool)
     .await
     .unwrap();
-    assert_eq!(placement::refresh(other.topology()).await, vec![shard]);
+    // Applied by this refresh, or a moment before by the store's own
+    // maintenance task (its period is short here).
+    let applied = placement::refresh(other.topology()).await;
+    assert!(applied.iter().all(|s| *s == shard), "{applied:?}");
     assert_eq!(other.topology().cluster(shard).unwrap().name, "a");
     let got = other.get_cell(&before.key, ReadFrom::Master).await.unwrap();
     assert_eq!(got.unwrap().cell, before);

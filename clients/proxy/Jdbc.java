@@ -18,6 +18,7 @@ import java.util.UUID;
  *
  *     java -cp postgresql.jar Jdbc.java served postgres://user@host:port/db "SELECT ... WHERE k = $1" KEY...
  *     java -cp postgresql.jar Jdbc.java writes postgres://user@host:port/db KEY "INSERT ... $1 ..." ...
+ *     java -cp postgresql.jar Jdbc.java batch postgres://user@host:port/db "INSERT ... $1 ..." KEY...
  *
  * Each statement has one parameter, $1 (written as JDBC's ?), the row
  * key. Run straight against PostgreSQL and through the proxy; the tests
@@ -31,7 +32,8 @@ public class Jdbc {
         switch (args[0]) {
             case "served" -> served(args[1], args[2].replace("$1", "?"), args, 3, out);
             case "writes" -> writes(args[1], args[2], args, 3, out);
-            default -> throw new IllegalArgumentException("served or writes, not " + args[0]);
+            case "batch" -> batch(args[1], args[2], args, 3, out);
+            default -> throw new IllegalArgumentException("served, writes or batch, not " + args[0]);
         }
         System.out.println(String.join("\n", out));
     }
@@ -125,6 +127,27 @@ public class Jdbc {
                 }
                 out.add((n + ": " + line).replace(key, "KEY"));
             }
+        }
+    }
+
+    /**
+     * A batch: the statement added once per key (a java.util.UUID) and
+     * run with executeBatch, in autocommit: pgjdbc pipelines the batch
+     * with one Sync, so PostgreSQL runs it in one implicit transaction.
+     * Its update counts, or the SQLSTATE of the first error.
+     */
+    static void batch(String url, String sql, String[] keys, int from, List<String> out)
+            throws Exception {
+        try (Connection conn = connect(url, "");
+             PreparedStatement ps = conn.prepareStatement(sql.replace("$1", "?"))) {
+            for (int k = from; k < keys.length; k++) {
+                ps.setObject(1, UUID.fromString(keys[k]));
+                ps.addBatch();
+            }
+            out.add("counts " + java.util.Arrays.toString(ps.executeBatch()));
+        } catch (SQLException e) {
+            SQLException first = e.getNextException() == null ? e : e.getNextException();
+            out.add(error(first));
         }
     }
 

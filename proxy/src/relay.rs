@@ -15,27 +15,27 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use pgwire::messages::extendedquery::{Close, Describe, Execute, Flush};
+use pgwire::messages::extendedquery::{Close, Describe, Execute};
 use pgwire::messages::simplequery::Query;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::answers::{command_complete, Answers, Awaits, Owed, Seen};
 use crate::frame::{self, Frame, FrameError};
 use query::run::Origin;
-use tokio::sync::oneshot;
 
 use crate::route::{refusing_statement, unserved, Resolution, Verdict};
-use crate::sample::Held;
 use crate::Shared;
 use verifier::Side;
 
 mod held;
 mod judge;
+mod pending;
 mod prepared;
 mod probe;
 
 use held::{refuse_held, refuse_write, settle, UNCOUNTED, UNCOUNTED_WRITE};
 use judge::route;
+use pending::Pending;
 use prepared::Prepared;
 
 /// Past this many bytes waiting for one side, the other is not read.
@@ -117,91 +117,6 @@ struct State {
 struct ServedPortal {
     origins: Vec<Origin>,
     tag: Option<String>,
-}
-
-/// A `Query` or `Bind` waiting for Schemaless's answer; nothing the app
-/// sent after it is read until it is settled, so the order of statements
-/// holds.
-struct Pending {
-    frame: Frame,
-    /// What Schemaless or the facade answers; `None` while a write waits
-    /// to start ([`Pending::deferred`]).
-    answer: Option<oneshot::Receiver<Held>>,
-    /// The mode it was held in: in `schemaless`, a read Schemaless does
-    /// not answer is refused rather than forwarded.
-    mode: tripstore::Mode,
-    /// A read's statement and its parameters as text, to sample it.
-    read: Option<(String, Vec<String>)>,
-    /// A prepared write's statement and parameters, not yet handed to the
-    /// facade: PostgreSQL has not answered everything sent before its
-    /// `Bind`.
-    deferred: Option<(String, Vec<Option<String>>)>,
-}
-
-impl Pending {
-    /// `frame` held until `answer` comes, in the mode of now.
-    fn new(
-        shared: &Shared,
-        frame: Frame,
-        answer: oneshot::Receiver<Held>,
-        read: Option<(String, Vec<String>)>,
-    ) -> Pending {
-        Pending {
-            frame,
-            answer: Some(answer),
-            mode: shared.mode(),
-            read,
-            deferred: None,
-        }
-    }
-
-    /// The `Bind` of a prepared write the facade is to run. Messages sent
-    /// to PostgreSQL before it (its own `Parse`, say, in the same flight)
-    /// may still fail, and PostgreSQL would then skip the `Bind` and its
-    /// `Execute` to the `Sync`: nothing of the write may run. So it is
-    /// handed to the facade only once PostgreSQL has answered everything
-    /// sent before it (a `Flush` asks for those answers), and forwarded
-    /// to be skipped if one was an error ([`Pending::ready`]).
-    fn write(
-        shared: &Shared,
-        state: &State,
-        frame: Frame,
-        write: (String, Vec<Option<String>>),
-        out: &mut BytesMut,
-    ) -> Pending {
-        if state.answers.settled() {
-            let answer = shared
-                .sampling
-                .write(write.0, write.1, state.session.clone());
-            return Pending::new(shared, frame, answer, None);
-        }
-        frame::encode(&Flush::new(), out);
-        Pending {
-            frame,
-            answer: None,
-            mode: shared.mode(),
-            read: None,
-            deferred: Some(write),
-        }
-    }
-
-    /// A deferred write, once PostgreSQL answered everything before it:
-    /// handed to the facade, or, after an error PostgreSQL skips it for,
-    /// sent on to be skipped (`None`: nothing is held any more).
-    fn ready(mut self, shared: &Shared, state: &mut State, out: &mut BytesMut) -> Option<Pending> {
-        if self.deferred.is_none() || !(state.answers.settled() || state.answers.skipping()) {
-            return Some(self);
-        }
-        let (sql, params) = self.deferred.take().expect("checked");
-        if state.answers.skipping() {
-            tracing::debug!("proxy: a write's Bind follows an error; PostgreSQL skips it");
-            state.sent(self.frame.kind);
-            out.extend_from_slice(&self.frame.bytes);
-            return None;
-        }
-        self.answer = Some(shared.sampling.write(sql, params, state.session.clone()));
-        Some(self)
-    }
 }
 
 impl State {
@@ -309,7 +224,7 @@ pub async fn relay(
         }
         let probing = state.probe.in_flight();
         complete(&mut from_pg, &mut state, &mut to_client);
-        pending = pending.and_then(|p| p.ready(shared, &mut state, &mut to_pg));
+        pending = pending.and_then(|p| p.ready(shared, &mut state, &from_client, &mut to_pg));
         if probing && !state.probe.in_flight() {
             // Answered: what the app sent meanwhile is read now, before
             // waiting on either side (it may wait for nothing else).

@@ -796,6 +796,22 @@ async fn psycopg_asyncpg_node_pg_and_jdbc_get_what_postgresql_gives_them_for_wri
         let out = client(c, &proxy.url(&db), uuid::Uuid::new_v4(), &delete);
         assert!(out.trim().ends_with("0: error 0A000"), "{}: {out}", c.1);
     }
+    // JDBC's executeBatch pipelines its rows with one Sync, in one
+    // implicit transaction the facade cannot make atomic: refused whole,
+    // nothing written; directly, the rows go in.
+    let batch = |url: &str, keys: [uuid::Uuid; 2]| {
+        let keys = keys.map(|k| k.to_string());
+        let mut args = vec!["batch", url, insert.as_str()];
+        args.extend(keys.iter().map(String::as_str));
+        crate::proxy_modes::run_client("java", "Jdbc.java", &args)
+    };
+    let rows = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    assert_eq!(batch(&proxy.url(&db), rows).trim(), "error 0A000");
+    for k in rows {
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+    let rows = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    assert_eq!(batch(&direct, rows).trim(), "counts [1, 1]");
     facade.close().await;
 }
 
@@ -863,6 +879,107 @@ async fn a_write_whose_parse_fails_runs_nowhere() {
     let kinds: Vec<u8> = answer.iter().map(|(kind, _)| *kind).collect();
     assert_eq!(kinds, b"12CZ", "{answer:?}");
     assert!(latest(&facade, k, "BASE").await.is_some());
+    facade.close().await;
+}
+
+/// A pipelined batch on a raw connection, as JDBC's `executeBatch` and
+/// asyncpg's `executemany` send one: `Parse` of `sql` (one uuid
+/// parameter), then `Bind` (binary) and `Execute` per key, and one `Sync`
+/// at the end, so every write is in one implicit transaction. The
+/// answer's message kinds, and the SQLSTATE of its error.
+fn raw_batch(
+    stream: &mut std::net::TcpStream,
+    sql: &str,
+    keys: &[uuid::Uuid],
+) -> (Vec<u8>, String) {
+    use crate::proxy_modes::{cstr, message};
+    use std::io::Write;
+    let mut parse = [cstr(""), cstr(sql)].concat();
+    parse.extend_from_slice(&1i16.to_be_bytes());
+    parse.extend_from_slice(&2950u32.to_be_bytes());
+    let mut out = message(b'P', &parse);
+    for k in keys {
+        let mut bind = [cstr(""), cstr("")].concat();
+        bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
+        bind.extend_from_slice(k.as_bytes());
+        bind.extend_from_slice(&0i16.to_be_bytes());
+        out.extend(message(b'B', &bind));
+        out.extend(message(
+            b'E',
+            &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+        ));
+    }
+    out.extend(message(b'S', &[]));
+    stream.write_all(&out).unwrap();
+    let answer = crate::proxy::messages_until_ready(stream);
+    let sqlstate = answer
+        .iter()
+        .find(|(kind, _)| *kind == b'E')
+        .map(|(_, body)| {
+            let text = String::from_utf8_lossy(body);
+            text.split('\0')
+                .find_map(|f| f.strip_prefix('C').map(str::to_string))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    (answer.iter().map(|(kind, _)| *kind).collect(), sqlstate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_batch_of_writes_is_refused_whole_as_one_implicit_transaction() {
+    // PostgreSQL runs a batch sent with one Sync in one implicit
+    // transaction: a row that fails rolls back the rows before it. The
+    // facade cannot take back a cell, so such a batch is refused before
+    // anything is written; with a Sync after each write it runs.
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let taken = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(taken)),
+    );
+    assert!(ok, "{out}{err}");
+    // Directly, the first row is rolled back with the batch.
+    let port = crate::harness::cluster().spec().postgres_port;
+    let mut own =
+        crate::proxy::raw_session(std::net::SocketAddr::from(([127, 0, 0, 1], port)), &db);
+    let first = uuid::Uuid::new_v4();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "{} ON CONFLICT DO NOTHING",
+        trip(taken)
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let (kinds, sqlstate) = raw_batch(&mut own, &insert, &[first, taken]);
+    assert_eq!(
+        (kinds.as_slice(), sqlstate.as_str()),
+        (&b"12C2EZ"[..], "23505")
+    );
+    let in_postgres = format!("SELECT count(*) FROM trips WHERE uuid = '{first}'");
+    assert_eq!(db.count(&in_postgres).await, 0, "rolled back");
+    // Through the proxy: refused at the first write (its Execute raises
+    // the refusal), nothing written.
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[first, taken]);
+    assert_eq!(
+        (kinds.as_slice(), sqlstate.as_str()),
+        (&b"12EZ"[..], "0A000")
+    );
+    assert!(latest(&facade, first, "BASE").await.is_none(), "written");
+    // And with rows that all go in: refused too, the session going on.
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[a, b]);
+    assert_eq!(
+        (kinds.as_slice(), sqlstate.as_str()),
+        (&b"12EZ"[..], "0A000")
+    );
+    assert!(latest(&facade, a, "BASE").await.is_none(), "written");
+    // One write in its own implicit transaction runs.
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[a]);
+    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
+    assert!(latest(&facade, a, "BASE").await.is_some());
     facade.close().await;
 }
 

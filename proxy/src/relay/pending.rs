@@ -1,0 +1,197 @@
+//! A statement held while Schemaless or the facade answers it, and when
+//! a held write may start.
+
+use bytes::BytesMut;
+use pgwire::messages::extendedquery::Flush;
+use tokio::sync::oneshot;
+
+use super::held::refuse_write;
+use super::State;
+use crate::frame::{self, Frame};
+use crate::sample::Held;
+use crate::Shared;
+
+/// A `Query` or `Bind` waiting for Schemaless's answer; nothing the app
+/// sent after it is read until it is settled, so the order of statements
+/// holds.
+pub(super) struct Pending {
+    pub(super) frame: Frame,
+    /// What Schemaless or the facade answers; `None` while a write waits
+    /// to start ([`Pending::deferred`]).
+    pub(super) answer: Option<oneshot::Receiver<Held>>,
+    /// The mode it was held in: in `schemaless`, a read Schemaless does
+    /// not answer is refused rather than forwarded.
+    pub(super) mode: tripstore::Mode,
+    /// A read's statement and its parameters as text, to sample it.
+    pub(super) read: Option<(String, Vec<String>)>,
+    /// A prepared write's statement and parameters, not yet handed to the
+    /// facade: PostgreSQL has not answered everything sent before its
+    /// `Bind`.
+    deferred: Option<(String, Vec<Option<String>>)>,
+}
+
+impl Pending {
+    /// `frame` held until `answer` comes, in the mode of now.
+    pub(super) fn new(
+        shared: &Shared,
+        frame: Frame,
+        answer: oneshot::Receiver<Held>,
+        read: Option<(String, Vec<String>)>,
+    ) -> Pending {
+        Pending {
+            frame,
+            answer: Some(answer),
+            mode: shared.mode(),
+            read,
+            deferred: None,
+        }
+    }
+
+    /// The `Bind` of a prepared write the facade is to run, held until it
+    /// may start ([`Pending::ready`]). A `Flush` asks PostgreSQL for the
+    /// answers still owed to what was sent before it.
+    pub(super) fn write(
+        shared: &Shared,
+        state: &State,
+        frame: Frame,
+        write: (String, Vec<Option<String>>),
+        out: &mut BytesMut,
+    ) -> Pending {
+        if !state.answers.settled() {
+            frame::encode(&Flush::new(), out);
+        }
+        Pending {
+            frame,
+            answer: None,
+            mode: shared.mode(),
+            read: None,
+            deferred: Some(write),
+        }
+    }
+
+    /// A held write handed to the facade once it may run as PostgreSQL
+    /// would run it (`None`: nothing is held any more). `unread` is what
+    /// the app sent after its `Bind`, not read yet.
+    ///
+    /// - Messages sent to PostgreSQL before it (its own `Parse`, say, in
+    ///   the same flight) may still fail, and PostgreSQL would then skip
+    ///   the `Bind` and its `Execute` to the `Sync`: so it waits for their
+    ///   answers, and after an error it is sent on to be skipped, nothing
+    ///   of it run.
+    /// - Statements the app sent after it before the `Sync` are in one
+    ///   implicit transaction with it, which PostgreSQL rolls back whole
+    ///   if one fails (JDBC's `executeBatch`, asyncpg's `executemany`).
+    ///   The facade cannot take a cell back, so such a write is refused
+    ///   (`0A000`) before anything is written: PostgreSQL then skips the
+    ///   rest to the `Sync`, as after any error.
+    pub(super) fn ready(
+        mut self,
+        shared: &Shared,
+        state: &mut State,
+        unread: &[u8],
+        out: &mut BytesMut,
+    ) -> Option<Pending> {
+        if self.deferred.is_none() {
+            return Some(self);
+        }
+        if state.answers.skipping() {
+            tracing::debug!("proxy: a write's Bind follows an error; PostgreSQL skips it");
+            state.sent(self.frame.kind);
+            out.extend_from_slice(&self.frame.bytes);
+            return None;
+        }
+        match after(unread) {
+            After::Unknown => return Some(self),
+            After::Others => {
+                refuse_write(shared, state, self.frame, PIPELINED, out);
+                return None;
+            }
+            After::Alone if !state.answers.settled() => return Some(self),
+            After::Alone => {}
+        }
+        let (sql, params) = self.deferred.take().expect("checked");
+        self.answer = Some(shared.sampling.write(sql, params, state.session.clone()));
+        Some(self)
+    }
+}
+
+/// Why a write pipelined with other statements in one implicit
+/// transaction is refused.
+const PIPELINED: &str = "a write the facade would run, sent with other statements before its \
+     Sync: PostgreSQL runs them in one implicit transaction, which the facade cannot make \
+     atomic (one failing would leave this write in place); send a Sync after each write \
+     (JDBC's executeBatch and asyncpg's executemany pipeline theirs), or all its rows in one \
+     multi-row INSERT";
+
+/// What the app sent after a held write's `Bind`, as far as it has come.
+#[derive(Debug, PartialEq, Eq)]
+enum After {
+    /// Not up to its `Sync` yet.
+    Unknown,
+    /// Only its `Describe`, `Execute` (and `Close`s) before a `Sync`, or a
+    /// `Flush` (the app waits for the answer before it sends more).
+    Alone,
+    /// Another statement, or the end of the session (PostgreSQL rolls
+    /// back a write never synced).
+    Others,
+}
+
+/// Reads the whole messages at the start of `unread` (kinds and lengths
+/// only).
+fn after(unread: &[u8]) -> After {
+    let mut at = 0;
+    while let Some(header) = unread.get(at..at + 5) {
+        match header[0] {
+            b'S' | b'H' => return After::Alone,
+            b'D' | b'E' | b'C' => {}
+            _ => return After::Others,
+        }
+        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        let Ok(len) = usize::try_from(declared) else {
+            return After::Others;
+        };
+        if len < 4 {
+            return After::Others;
+        }
+        at += 1 + len;
+    }
+    After::Unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn a_write_alone_before_its_sync_is_told_from_a_pipelined_one() {
+        let describe = message(b'D', b"P\0");
+        let execute = message(b'E', b"\0\0\0\0\0");
+        let sync = message(b'S', b"");
+        let alone = [describe.clone(), execute.clone(), sync.clone()].concat();
+        assert_eq!(after(&alone), After::Alone);
+        // Up to any cut before the Sync's header, it is not known yet.
+        for cut in 0..describe.len() + execute.len() + 5 {
+            assert_eq!(after(&alone[..cut]), After::Unknown, "{cut}");
+        }
+        let flushed = [execute.clone(), message(b'H', b"")].concat();
+        assert_eq!(after(&flushed), After::Alone);
+        let batch = [
+            execute.clone(),
+            message(b'B', b"\0\0"),
+            execute.clone(),
+            sync,
+        ]
+        .concat();
+        assert_eq!(after(&batch), After::Others);
+        let ended = [execute, message(b'X', b"")].concat();
+        assert_eq!(after(&ended), After::Others);
+        assert_eq!(after(b"E\0\0\0\x02"), After::Others, "a length under 4");
+    }
+}

@@ -24,6 +24,7 @@ use crate::frame::{self, Frame, FrameError};
 use query::run::Origin;
 
 use crate::route::{refusing_statement, unserved, Resolution, Verdict};
+use crate::sample::Held;
 use crate::Shared;
 use verifier::Side;
 
@@ -96,6 +97,10 @@ struct State {
     /// name a layout table: the `PREPARE`'s text, by name. An `EXECUTE`
     /// of one is judged as that `PREPARE` would be now.
     named: HashMap<String, String>,
+    /// The answers to the rest of a pipelined batch of writes the facade
+    /// ran as one ([`pending::Pending::ready`]), each with the `Bind` it
+    /// answers, in the order the app sent them.
+    batch: std::collections::VecDeque<(BytesMut, Result<query::run::Written, query::run::Refused>)>,
     /// Portals bound to a statement answered for Schemaless, until the
     /// `Sync` that ends them: the origins their `RowDescription` must
     /// name, and a write's command tag.
@@ -128,6 +133,7 @@ impl State {
             refused: HashMap::new(),
             reads: HashMap::new(),
             named: HashMap::new(),
+            batch: std::collections::VecDeque::new(),
             served: HashMap::new(),
             layout: true,
             session: std::sync::Arc::default(),
@@ -147,6 +153,39 @@ impl State {
         if let Some(awaits) = Awaits::of(kind) {
             self.answers.push(Owed::app(awaits));
         }
+    }
+
+    /// A batch's answer: the first write's, the rest kept for the
+    /// `Bind`s (`frames`) that follow it.
+    fn unbatch(&mut self, held: Held, frames: Vec<BytesMut>) -> Held {
+        let Held::Batch(results) = held else {
+            return held;
+        };
+        let mut results = results.into_iter();
+        let first = results.next().unwrap_or_else(|| {
+            Err(query::run::Refused::new(
+                "XX000",
+                "the facade answered a batch with nothing",
+            ))
+        });
+        self.batch = frames.into_iter().zip(results).collect();
+        Held::Write(first)
+    }
+
+    /// The answer of the batch's write `frame` is, if it is the next one
+    /// kept (the facade ran it with the batch's first).
+    fn batched(
+        &mut self,
+        frame: &Frame,
+    ) -> Option<Result<query::run::Written, query::run::Refused>> {
+        if self.batch.front()?.0 != frame.bytes {
+            // Not what the batch held (cannot be: the relay reads the
+            // app's messages in order); nothing more is taken from it.
+            tracing::warn!("proxy: a Bind that is not the next of its batch; batch dropped");
+            self.batch.clear();
+            return None;
+        }
+        self.batch.pop_front().map(|(_, result)| result)
     }
 
     fn in_transaction(&self) -> bool {
@@ -261,8 +300,9 @@ pub async fn relay(
             }
             served = async { pending.as_mut().and_then(|p| p.answer.as_mut()).expect("guarded").await },
                 if pending.as_ref().is_some_and(|p| p.answer.is_some()) => {
-                let Pending { frame, mode, read, .. } = pending.take().expect("guarded");
+                let Pending { frame, mode, read, batch, .. } = pending.take().expect("guarded");
                 let write = read.is_none();
+                let served = served.map(|held| state.unbatch(held, batch));
                 let side = settle(shared, &mut state, (frame, mode, write), served, &mut to_pg);
                 // The read is sampled as the store that answered it.
                 if let (Some(side), Some((sql, params))) = (side, read) {
@@ -446,8 +486,10 @@ fn message(
             out.extend_from_slice(&frame.bytes);
         }
         b'S' => {
-            // It ends the implicit transaction, and the portals with it.
+            // It ends the implicit transaction, and the portals with it
+            // (and a batch's answers, all taken by now).
             state.served.clear();
+            state.batch.clear();
             state.sent(b'S');
             out.extend_from_slice(&frame.bytes);
         }

@@ -47,6 +47,9 @@ use crate::stats::{SampleOutcome, Stats};
 pub(crate) enum Held {
     Read(Serving),
     Write(Result<Written, Refused>),
+    /// A pipelined batch of writes run as one: a result per statement, or
+    /// up to the first that failed ([`query::run::write_batch`]).
+    Batch(Vec<Result<Written, Refused>>),
 }
 
 /// What sampling, serving and writing through the facade need, shared
@@ -195,15 +198,46 @@ impl Sampling {
                     )
                     .await
                 }
-                None => Err(Refused {
-                    sqlstate: "0A000".into(),
-                    message: "no layout".into(),
-                }),
+                None => Err(Refused::new("0A000", "no layout")),
             };
             if let Err(e) = &written {
                 tracing::debug!("proxy: a write through the facade failed: {e:?}\n  {sql}");
             }
             Held::Write(written)
+        })
+    }
+
+    /// Runs the translatable writes an app pipelined in one implicit
+    /// transaction (`statements`: each one's SQL and parameters) through
+    /// the facade as one batch, in the background: nothing is put unless
+    /// every statement evaluates and checks
+    /// ([`query::run::write_batch`]).
+    pub(crate) fn write_batch(
+        &self,
+        statements: Vec<(String, Vec<Option<String>>)>,
+        session: Arc<AppSession>,
+    ) -> tokio::sync::oneshot::Receiver<Held> {
+        let limits = self.limits.clone();
+        self.background(move |facade, catalog, model| async move {
+            let Some(model) = model else {
+                return Held::Batch(vec![Err(Refused::new("0A000", "no layout"))]);
+            };
+            let eval = session.evaluator(facade.legacy());
+            let batch: Vec<(&str, &[Option<String>])> = statements
+                .iter()
+                .map(|(sql, params)| (sql.as_str(), params.as_slice()))
+                .collect();
+            let results =
+                query::run::write_batch(eval, facade.as_ref(), &catalog, (&model, &limits), &batch)
+                    .await;
+            if let Some(Err(e)) = results.last() {
+                tracing::debug!(
+                    "proxy: a batch of {} writes through the facade failed at its write {}: {e:?}",
+                    statements.len(),
+                    results.len()
+                );
+            }
+            Held::Batch(results)
         })
     }
 

@@ -797,21 +797,53 @@ async fn psycopg_asyncpg_node_pg_and_jdbc_get_what_postgresql_gives_them_for_wri
         assert!(out.trim().ends_with("0: error 0A000"), "{}: {out}", c.1);
     }
     // JDBC's executeBatch pipelines its rows with one Sync, in one
-    // implicit transaction the facade cannot make atomic: refused whole,
-    // nothing written; directly, the rows go in.
-    let batch = |url: &str, keys: [uuid::Uuid; 2]| {
-        let keys = keys.map(|k| k.to_string());
+    // implicit transaction: run as one by the facade, the counts
+    // PostgreSQL gives; with a row that exists, the error PostgreSQL
+    // gives and nothing written.
+    let batch = |url: &str, keys: &[uuid::Uuid]| {
+        let keys: Vec<String> = keys.iter().map(uuid::Uuid::to_string).collect();
         let mut args = vec!["batch", url, insert.as_str()];
         args.extend(keys.iter().map(String::as_str));
         crate::proxy_modes::run_client("java", "Jdbc.java", &args)
     };
-    let rows = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
-    assert_eq!(batch(&proxy.url(&db), rows).trim(), "error 0A000");
+    let fresh = || [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
+    let (rows, twins) = (fresh(), fresh());
+    let direct_out = batch(&direct, &twins);
+    assert_eq!(direct_out.trim(), "counts [1, 1]");
+    assert_eq!(batch(&proxy.url(&db), &rows), direct_out);
     for k in rows {
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+        assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
     }
-    let rows = [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
-    assert_eq!(batch(&direct, rows).trim(), "counts [1, 1]");
+    let [a, b] = fresh();
+    let direct_out = batch(&direct, &[b, twins[0]]);
+    assert_eq!(direct_out.trim(), "error 23505");
+    assert_eq!(batch(&proxy.url(&db), &[a, rows[0]]), direct_out);
+    assert!(latest(&facade, a, "BASE").await.is_none(), "written");
+    // The same with psycopg's and asyncpg's executemany.
+    for driver in ["psycopg", "asyncpg"] {
+        let batch = |url: &str, keys: &[uuid::Uuid]| {
+            let keys: Vec<String> = keys.iter().map(uuid::Uuid::to_string).collect();
+            let mut args = vec![driver, url, insert.as_str()];
+            args.extend(keys.iter().map(String::as_str));
+            crate::proxy_modes::run_client("python3", "batch.py", &args)
+        };
+        let (rows, twins) = (fresh(), fresh());
+        let direct_out = batch(&direct, &twins);
+        assert_eq!(direct_out.trim(), "ok", "{driver}");
+        assert_eq!(batch(&proxy.url(&db), &rows), direct_out, "{driver}");
+        for k in rows {
+            assert!(latest(&facade, k, "BASE").await.is_some(), "{driver}");
+        }
+        let [a, b] = fresh();
+        let direct_out = batch(&direct, &[b, twins[0]]);
+        assert_eq!(direct_out.trim(), "error 23505", "{driver}");
+        assert_eq!(
+            batch(&proxy.url(&db), &[a, rows[0]]),
+            direct_out,
+            "{driver}"
+        );
+        assert!(latest(&facade, a, "BASE").await.is_none(), "{driver}");
+    }
     facade.close().await;
 }
 
@@ -911,7 +943,52 @@ fn raw_batch(
     }
     out.extend(message(b'S', &[]));
     stream.write_all(&out).unwrap();
-    let answer = crate::proxy::messages_until_ready(stream);
+    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
+}
+
+/// [`raw_batch`] of statements prepared first, each under its name (one
+/// uuid parameter; `named`, prepared again on each call), bound in the
+/// batch in the order of `binds`: the batch's answer.
+fn raw_named_batch(
+    stream: &mut std::net::TcpStream,
+    named: &[(&str, &str)],
+    binds: &[(&str, uuid::Uuid)],
+) -> (Vec<u8>, String) {
+    use crate::proxy_modes::{cstr, message};
+    use std::io::Write;
+    let mut out = Vec::new();
+    for (name, sql) in named {
+        out.extend(message(b'C', &[b"S".to_vec(), cstr(name)].concat()));
+        let mut parse = [cstr(name), cstr(sql)].concat();
+        parse.extend_from_slice(&[0, 1, 0, 0, 0x0b, 0x86]);
+        out.extend(message(b'P', &parse));
+    }
+    out.extend(message(b'S', &[]));
+    stream.write_all(&out).unwrap();
+    let prepared = crate::proxy::messages_until_ready(stream);
+    assert!(
+        prepared.iter().all(|(kind, _)| *kind != b'E'),
+        "{prepared:?}"
+    );
+    let mut out = Vec::new();
+    for (name, k) in binds {
+        let mut bind = [cstr(""), cstr(name)].concat();
+        bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
+        bind.extend_from_slice(k.as_bytes());
+        bind.extend_from_slice(&0i16.to_be_bytes());
+        out.extend(message(b'B', &bind));
+        out.extend(message(
+            b'E',
+            &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+        ));
+    }
+    out.extend(message(b'S', &[]));
+    stream.write_all(&out).unwrap();
+    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
+}
+
+/// An answer's message kinds, and the SQLSTATE of its error.
+fn kinds_and_sqlstate(answer: &[(u8, Vec<u8>)]) -> (Vec<u8>, String) {
     let sqlstate = answer
         .iter()
         .find(|(kind, _)| *kind == b'E')
@@ -926,11 +1003,11 @@ fn raw_batch(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pipelined_batch_of_writes_is_refused_whole_as_one_implicit_transaction() {
+async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql() {
     // PostgreSQL runs a batch sent with one Sync in one implicit
     // transaction: a row that fails rolls back the rows before it. The
-    // facade cannot take back a cell, so such a batch is refused before
-    // anything is written; with a Sync after each write it runs.
+    // facade evaluates and checks every write of the batch before it puts
+    // a cell, so the app gets the same answers and nothing is written.
     let (db, facade, file) = primary().await;
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     let insert = INSERT_TRIP.replace("'{k}'", "$1");
@@ -940,11 +1017,6 @@ async fn a_pipelined_batch_of_writes_is_refused_whole_as_one_implicit_transactio
         &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(taken)),
     );
     assert!(ok, "{out}{err}");
-    // Directly, the first row is rolled back with the batch.
-    let port = crate::harness::cluster().spec().postgres_port;
-    let mut own =
-        crate::proxy::raw_session(std::net::SocketAddr::from(([127, 0, 0, 1], port)), &db);
-    let first = uuid::Uuid::new_v4();
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "{} ON CONFLICT DO NOTHING",
         trip(taken)
@@ -952,34 +1024,93 @@ async fn a_pipelined_batch_of_writes_is_refused_whole_as_one_implicit_transactio
     .execute(&db.pool)
     .await
     .unwrap();
-    let (kinds, sqlstate) = raw_batch(&mut own, &insert, &[first, taken]);
-    assert_eq!(
-        (kinds.as_slice(), sqlstate.as_str()),
-        (&b"12C2EZ"[..], "23505")
-    );
-    let in_postgres = format!("SELECT count(*) FROM trips WHERE uuid = '{first}'");
-    assert_eq!(db.count(&in_postgres).await, 0, "rolled back");
-    // Through the proxy: refused at the first write (its Execute raises
-    // the refusal), nothing written.
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut own = crate::proxy::raw_session(own_addr, &db);
     let mut through = crate::proxy::raw_session(proxy.addr, &db);
-    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[first, taken]);
-    assert_eq!(
-        (kinds.as_slice(), sqlstate.as_str()),
-        (&b"12EZ"[..], "0A000")
-    );
-    assert!(latest(&facade, first, "BASE").await.is_none(), "written");
-    // And with rows that all go in: refused too, the session going on.
-    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[a, b]);
-    assert_eq!(
-        (kinds.as_slice(), sqlstate.as_str()),
-        (&b"12EZ"[..], "0A000")
-    );
-    assert!(latest(&facade, a, "BASE").await.is_none(), "written");
-    // One write in its own implicit transaction runs.
-    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[a]);
+    let fresh = || uuid::Uuid::new_v4();
+    let in_postgres = |k: uuid::Uuid| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
+
+    // A row that exists, after one that does not: 23505 at the second,
+    // the first rolled back (directly) or never written (through).
+    let (a, b) = (fresh(), fresh());
+    let direct = raw_batch(&mut own, &insert, &[a, taken]);
+    assert_eq!(direct, (b"12C2EZ".to_vec(), "23505".to_string()));
+    assert_eq!(db.count(&in_postgres(a)).await, 0, "rolled back");
+    assert_eq!(raw_batch(&mut through, &insert, &[b, taken]), direct);
+    assert!(latest(&facade, b, "BASE").await.is_none(), "written");
+
+    // One key twice in the batch: 23505 at the second, nothing written.
+    let (a, b) = (fresh(), fresh());
+    let direct = raw_batch(&mut own, &insert, &[a, a]);
+    assert_eq!(direct, (b"12C2EZ".to_vec(), "23505".to_string()));
+    assert_eq!(raw_batch(&mut through, &insert, &[b, b]), direct);
+    assert!(latest(&facade, b, "BASE").await.is_none(), "written");
+
+    // Rows that all go in: every one written, answered as PostgreSQL does.
+    let direct = raw_batch(&mut own, &insert, &[fresh(), fresh(), fresh()]);
+    assert_eq!(direct, (b"12C2C2CZ".to_vec(), String::new()));
+    let rows = [fresh(), fresh(), fresh()];
+    assert_eq!(raw_batch(&mut through, &insert, &rows), direct);
+    for k in rows {
+        assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
+    }
+
+    // A write pipelined with a statement that is not one the facade
+    // runs: refused at the write (its Execute raises the refusal),
+    // nothing written, the rest skipped to the Sync.
+    use crate::proxy_modes::{cstr, message};
+    use std::io::Write;
+    let k = fresh();
+    let mut parse = [cstr(""), cstr(&insert)].concat();
+    parse.extend_from_slice(&[0, 1, 0, 0, 0x0b, 0x86]);
+    let mut bind = [cstr(""), cstr("")].concat();
+    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
+    bind.extend_from_slice(k.as_bytes());
+    bind.extend_from_slice(&0i16.to_be_bytes());
+    let execute = message(b'E', &[cstr(""), 0i32.to_be_bytes().to_vec()].concat());
+    let other = [cstr(""), cstr("SELECT 1"), 0i16.to_be_bytes().to_vec()].concat();
+    let plain_bind = [cstr(""), cstr(""), vec![0, 0, 0, 0, 0, 0]].concat();
+    let flight = [
+        message(b'P', &parse),
+        message(b'B', &bind),
+        execute.clone(),
+        message(b'P', &other),
+        message(b'B', &plain_bind),
+        execute,
+        message(b'S', &[]),
+    ]
+    .concat();
+    through.write_all(&flight).unwrap();
+    let answer = crate::proxy::messages_until_ready(&mut through);
+    let kinds: Vec<u8> = answer.iter().map(|(kind, _)| *kind).collect();
+    assert_eq!(kinds, b"12EZ", "{answer:?}");
+    assert!(String::from_utf8_lossy(&answer[2].1).contains("C0A000"));
+    assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+
+    // Writes of one row in one batch, each evaluated without the one
+    // before (a note for a trip the batch inserts, an UPDATE of it):
+    // PostgreSQL runs them; the facade refuses the later one (0A000) and
+    // writes nothing.
+    let note = "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
+                ((SELECT id FROM trips WHERE uuid = $1), 1, 'ops', 'a note', now())";
+    let bump = "UPDATE trips SET version = version + 1 WHERE uuid = $1";
+    for second in [note, bump] {
+        let named = [("s_trip", insert.as_str()), ("s_second", second)];
+        let (d, k) = (fresh(), fresh());
+        let direct = raw_named_batch(&mut own, &named, &[("s_trip", d), ("s_second", d)]);
+        assert_eq!(direct.0, b"2C2CZ", "{second}: {direct:?}");
+        let through_out = raw_named_batch(&mut through, &named, &[("s_trip", k), ("s_second", k)]);
+        assert_eq!(through_out.0, b"2C2EZ", "{second}: {through_out:?}");
+        assert_eq!(through_out.1, "0A000", "{second}");
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+
+    // A write with its own Sync runs.
+    let k = fresh();
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);
     assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
-    assert!(latest(&facade, a, "BASE").await.is_some());
+    assert!(latest(&facade, k, "BASE").await.is_some());
     facade.close().await;
 }
 

@@ -62,14 +62,17 @@ pub(super) fn settle(
             fail_write(shared, state, frame, &refused, out);
             return None;
         }
+        Ok(Held::Batch(_)) => {
+            // Unpacked into its first write's answer before it is settled.
+            let refused = Refused::new("XX000", "a batch's answer reached one write");
+            fail_write(shared, state, frame, &refused, out);
+            return None;
+        }
         Err(_) if !write => "the proxy is shutting down".to_string(),
         Err(_) => {
             // Nothing of it ran; a write is not sent to PostgreSQL behind
             // the facade.
-            let refused = Refused {
-                sqlstate: "57P01".into(),
-                message: "the mezzanine proxy is shutting down".into(),
-            };
+            let refused = Refused::new("57P01", "the mezzanine proxy is shutting down");
             fail_write(shared, state, frame, &refused, out);
             return None;
         }

@@ -11,6 +11,9 @@ use crate::frame::{self, Frame};
 use crate::sample::Held;
 use crate::Shared;
 
+/// A write's SQL and its parameters (`None` a NULL), as text.
+pub(super) type Write = (String, Vec<Option<String>>);
+
 /// A `Query` or `Bind` waiting for Schemaless's answer; nothing the app
 /// sent after it is read until it is settled, so the order of statements
 /// holds.
@@ -27,7 +30,10 @@ pub(super) struct Pending {
     /// A prepared write's statement and parameters, not yet handed to the
     /// facade: PostgreSQL has not answered everything sent before its
     /// `Bind`.
-    deferred: Option<(String, Vec<Option<String>>)>,
+    deferred: Option<Write>,
+    /// The `Bind`s of the rest of a pipelined batch run with this write,
+    /// whose answers come with its own.
+    pub(super) batch: Vec<BytesMut>,
 }
 
 impl Pending {
@@ -44,7 +50,20 @@ impl Pending {
             mode: shared.mode(),
             read,
             deferred: None,
+            batch: Vec::new(),
         }
+    }
+
+    /// A write of a batch the facade already ran with the batch's first:
+    /// its answer, as if it had come now.
+    pub(super) fn answered(
+        shared: &Shared,
+        frame: Frame,
+        result: Result<query::run::Written, query::run::Refused>,
+    ) -> Pending {
+        let (tx, answer) = oneshot::channel();
+        let _ = tx.send(Held::Write(result));
+        Pending::new(shared, frame, answer, None)
     }
 
     /// The `Bind` of a prepared write the facade is to run, held until it
@@ -54,7 +73,7 @@ impl Pending {
         shared: &Shared,
         state: &State,
         frame: Frame,
-        write: (String, Vec<Option<String>>),
+        write: Write,
         out: &mut BytesMut,
     ) -> Pending {
         if !state.answers.settled() {
@@ -66,6 +85,7 @@ impl Pending {
             mode: shared.mode(),
             read: None,
             deferred: Some(write),
+            batch: Vec::new(),
         }
     }
 
@@ -80,10 +100,13 @@ impl Pending {
     ///   of it run.
     /// - Statements the app sent after it before the `Sync` are in one
     ///   implicit transaction with it, which PostgreSQL rolls back whole
-    ///   if one fails (JDBC's `executeBatch`, asyncpg's `executemany`).
-    ///   The facade cannot take a cell back, so such a write is refused
-    ///   (`0A000`) before anything is written: PostgreSQL then skips the
-    ///   rest to the `Sync`, as after any error.
+    ///   if one fails. When they are all translatable writes the facade
+    ///   runs (JDBC's `executeBatch`, asyncpg's `executemany`), the batch
+    ///   is run as one ([`query::run::write_batch`]: nothing is written
+    ///   unless every write evaluates and checks), each answered at its
+    ///   turn. Otherwise the write is refused (`0A000`) before anything is
+    ///   written, and PostgreSQL skips the rest to the `Sync`, as after
+    ///   any error.
     pub(super) fn ready(
         mut self,
         shared: &Shared,
@@ -100,28 +123,51 @@ impl Pending {
             out.extend_from_slice(&self.frame.bytes);
             return None;
         }
-        match after(unread) {
-            After::Unknown => return Some(self),
-            After::Others => {
-                refuse_write(shared, state, self.frame, PIPELINED, out);
-                return None;
-            }
-            After::Alone if !state.answers.settled() => return Some(self),
-            After::Alone => {}
+        if !state.answers.settled() {
+            return Some(self);
         }
-        let (sql, params) = self.deferred.take().expect("checked");
-        self.answer = Some(shared.sampling.write(sql, params, state.session.clone()));
+        let rest = match after(unread) {
+            After::Unknown => return Some(self),
+            After::Alone => Vec::new(),
+            After::Others => match super::prepared::batched_writes(shared, state, unread) {
+                Batch::Unknown => return Some(self),
+                Batch::Writes(rest) => rest,
+                Batch::Not => {
+                    refuse_write(shared, state, self.frame, PIPELINED, out);
+                    return None;
+                }
+            },
+        };
+        let first = self.deferred.take().expect("checked");
+        let session = state.session.clone();
+        self.answer = Some(if rest.is_empty() {
+            shared.sampling.write(first.0, first.1, session)
+        } else {
+            let (frames, writes): (Vec<BytesMut>, Vec<_>) = rest.into_iter().unzip();
+            self.batch = frames;
+            let statements = std::iter::once(first).chain(writes).collect();
+            shared.sampling.write_batch(statements, session)
+        });
         Some(self)
     }
 }
 
+/// The rest of a pipelined batch, as far as the app has sent it.
+pub(super) enum Batch {
+    /// Not up to its `Sync` yet.
+    Unknown,
+    /// Each `Bind`'s bytes, and its write's SQL and parameters: all
+    /// translatable writes the facade runs now.
+    Writes(Vec<(BytesMut, Write)>),
+    /// Something else is in it.
+    Not,
+}
+
 /// Why a write pipelined with other statements in one implicit
 /// transaction is refused.
-const PIPELINED: &str = "a write the facade would run, sent with other statements before its \
-     Sync: PostgreSQL runs them in one implicit transaction, which the facade cannot make \
-     atomic (one failing would leave this write in place); send a Sync after each write \
-     (JDBC's executeBatch and asyncpg's executemany pipeline theirs), or all its rows in one \
-     multi-row INSERT";
+const PIPELINED: &str = "a write the facade would run, sent with other statements than writes \
+     it runs before its Sync: PostgreSQL runs them in one implicit transaction, which the \
+     facade cannot make atomic with PostgreSQL's statements; send a Sync after the write";
 
 /// What the app sent after a held write's `Bind`, as far as it has come.
 #[derive(Debug, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use bytes::BytesMut;
 use pgwire::messages::extendedquery::{Bind, Parse};
 
 use super::held::{refuse_held, refuse_prepared, refuse_write, UNCOUNTED, UNCOUNTED_WRITE};
+use super::pending::Batch;
 use super::{route, Pending, State};
 use crate::answers::Described;
 use crate::frame::{self, Frame};
@@ -117,6 +118,11 @@ pub(super) fn bind(
     frame: Frame,
     out: &mut BytesMut,
 ) -> Option<Pending> {
+    if !state.batch.is_empty() {
+        if let Some(result) = state.batched(&frame) {
+            return Some(Pending::answered(shared, frame, result));
+        }
+    }
     let Some(bind) = frame::decode::<Bind>(&frame) else {
         state.sent(b'B');
         out.extend_from_slice(&frame.bytes);
@@ -229,6 +235,72 @@ fn bind_write(
     };
     refuse_write(shared, state, frame, why, out);
     None
+}
+
+/// How many bytes of a pipelined batch the relay reads ahead, waiting
+/// for its `Sync`, before it refuses the batch instead.
+const MOST_BATCHED: usize = 16 << 20;
+
+/// The rest of a pipelined batch after a held write's `Bind` (`unread`,
+/// up to its `Sync`): whether it is only `Bind`s of translatable writes
+/// the facade runs now, as judged when they were prepared, with their
+/// `Describe`s and `Execute`s.
+pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> Batch {
+    let now = shared.mode();
+    let waiting = || {
+        if unread.len() > MOST_BATCHED {
+            Batch::Not
+        } else {
+            Batch::Unknown
+        }
+    };
+    let mut rest = Vec::new();
+    let mut at = 0;
+    loop {
+        let Some(header) = unread.get(at..at + 5) else {
+            return waiting();
+        };
+        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        let Some(len) = usize::try_from(declared).ok().filter(|&len| len >= 4) else {
+            return Batch::Not;
+        };
+        let Some(bytes) = unread.get(at..at + 1 + len) else {
+            return waiting();
+        };
+        match header[0] {
+            b'S' if rest.is_empty() => return Batch::Not,
+            b'S' => return Batch::Writes(rest),
+            b'D' | b'E' | b'C' => {}
+            b'B' => {
+                let frame = Frame {
+                    kind: b'B',
+                    bytes: BytesMut::from(bytes),
+                };
+                let Some(bind) = frame::decode::<Bind>(&frame) else {
+                    return Batch::Not;
+                };
+                let name = bind.statement_name.as_deref().unwrap_or_default();
+                let Some(p) = state.reads.get(name).filter(|p| {
+                    p.write
+                        && p.mode == now
+                        && p.in_transaction == state.in_transaction()
+                        && p.resolution == state.resolution
+                        && !state.refused.contains_key(name)
+                        && matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless)
+                }) else {
+                    return Batch::Not;
+                };
+                let Some(params) =
+                    params_nullable(&p.types, &bind.parameter_format_codes, &bind.parameters)
+                else {
+                    return Batch::Not;
+                };
+                rest.push((frame.bytes, (p.sql.clone(), params)));
+            }
+            _ => return Batch::Not,
+        }
+        at += 1 + len;
+    }
 }
 
 /// Judges again a prepared statement bound in another mode than the one

@@ -76,13 +76,26 @@ pub struct Written {
 pub struct Refused {
     pub sqlstate: String,
     pub message: String,
+    /// The row whose state in the stores the error comes from (a key
+    /// taken, a parent missing): in a batch, an earlier write of the same
+    /// row may be what the statement needed ([`write_batch`]).
+    pub row: Option<RowKey>,
 }
 
 impl Refused {
-    fn new(sqlstate: &str, message: impl Into<String>) -> Refused {
+    pub fn new(sqlstate: &str, message: impl Into<String>) -> Refused {
         Refused {
             sqlstate: sqlstate.to_string(),
             message: message.into(),
+            row: None,
+        }
+    }
+
+    /// The error, coming from the state of `row`.
+    fn of_row(self, row: RowKey) -> Refused {
+        Refused {
+            row: Some(row),
+            ..self
         }
     }
 }
@@ -106,75 +119,220 @@ pub async fn write_through<S: CellStore>(
     eval: Evaluator<'_>,
     store: &S,
     catalog: &Catalog,
-    (model, limits): (&crate::Model, &config::Limits),
+    model: (&crate::Model, &config::Limits),
     sql: &str,
     params: &[Option<String>],
 ) -> Result<Written, Refused> {
+    let mut results = write_batch(eval, store, catalog, model, &[(sql, params)]).await;
+    results.pop().expect("a result per statement run")
+}
+
+/// Runs statements an app pipelined in one implicit transaction (a
+/// driver's batch: JDBC's `executeBatch`, asyncpg's `executemany`) as one
+/// write, as PostgreSQL runs them: every statement's rows are evaluated
+/// and checked before any cell is put, so a statement that fails leaves
+/// nothing of the batch written, as PostgreSQL rolls the batch back.
+///
+/// The results, in order: one per statement, or up to the first that
+/// fails, ending with its error; the ones before it are answered as
+/// PostgreSQL answers them before the rollback (their rows, not written).
+///
+/// A statement's rows are evaluated against the stores as they are, not
+/// as the batch's earlier statements would leave them: a statement
+/// writing a row an earlier one writes is refused (`0A000`; send them
+/// with a `Sync` each). As for one statement of several rows, a store
+/// failing while the cells are put can leave some written.
+pub async fn write_batch<S: CellStore>(
+    eval: Evaluator<'_>,
+    store: &S,
+    catalog: &Catalog,
+    (model, limits): (&crate::Model, &config::Limits),
+    statements: &[(&str, &[Option<String>])],
+) -> Vec<Result<Written, Refused>> {
+    // Each statement's plan and its table's columns, up to the first
+    // that does not translate.
+    let mut analyzed = Vec::with_capacity(statements.len());
+    let mut failed = None;
+    for (sql, params) in statements {
+        match analyze(eval, catalog, model, sql, params).await {
+            Ok(ok) => analyzed.push(ok),
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let writers: Vec<Writer<'_, S>> = analyzed
+        .iter()
+        .map(|(write, cols)| Writer {
+            eval,
+            limits,
+            store,
+            cols,
+            write,
+        })
+        .collect();
+    // Every statement's rows, evaluated and checked, nothing put yet.
+    let mut planned = Vec::with_capacity(writers.len());
+    let mut earlier = BatchWrites::default();
+    for writer in &writers {
+        let (rows, cells, tag, named) = match writer.plan().await {
+            Ok(plan) => plan,
+            Err(e) => {
+                // A row an earlier write of the batch writes may be what
+                // this one needed (a parent row, a key to update).
+                failed = Some(match &e.row {
+                    Some(key)
+                        if earlier.rows.contains(key) || earlier.children_of.contains(key) =>
+                    {
+                        again(key)
+                    }
+                    _ => e,
+                });
+                break;
+            }
+        };
+        if let Err(e) = earlier.check(writer, &named, &cells) {
+            failed = Some(e);
+            break;
+        }
+        earlier.add(writer, &cells);
+        planned.push((rows, cells, tag));
+    }
+    if let Some(e) = failed {
+        // As PostgreSQL answers the statements before the one that failed,
+        // then rolls them back: nothing is put.
+        let mut results: Vec<Result<Written, Refused>> = writers
+            .iter()
+            .zip(planned)
+            .map(|(writer, (rows, _, tag))| {
+                Ok(Written {
+                    rendering: writer.rendering(&rows)?,
+                    tag: format!("{tag} {}", rows.len()),
+                    cells: 0,
+                })
+            })
+            .collect();
+        results.push(Err(e));
+        return results;
+    }
+    let mut results = Vec::with_capacity(writers.len());
+    for (writer, (rows, cells, tag)) in writers.iter().zip(planned) {
+        let result = writer.finish(rows, cells, tag).await;
+        let stop = result.is_err();
+        results.push(result);
+        if stop {
+            break;
+        }
+    }
+    results
+}
+
+/// What a batch's earlier writes write, to tell a later write that
+/// depends on them: each was evaluated against the stores alone.
+#[derive(Default)]
+struct BatchWrites {
+    /// Rows whose parent-table cells an earlier write writes.
+    rows: std::collections::HashSet<RowKey>,
+    /// Child rows an earlier write writes, and the rows they belong to.
+    children: std::collections::HashSet<schemaless::CellKey>,
+    children_of: std::collections::HashSet<RowKey>,
+}
+
+impl BatchWrites {
+    /// Whether `writer`'s statement, which names rows `named` and writes
+    /// `cells`, was evaluated without what an earlier write writes: an
+    /// INSERT of a row or child row an earlier INSERT writes fails as
+    /// PostgreSQL's would (`23505`); any other overlap is refused.
+    fn check<S: CellStore>(
+        &self,
+        writer: &Writer<'_, S>,
+        named: &[RowKey],
+        cells: &[Vec<Cell>],
+    ) -> Result<(), Refused> {
+        let child = matches!(writer.write.table, Table::Child(_));
+        let inserts = matches!(
+            writer.write.rows,
+            Rows::Insert {
+                conflict: OnConflict::Fail,
+                ..
+            }
+        );
+        let updates = matches!(writer.write.rows, Rows::Update { .. });
+        if let Some(key) = named.iter().find(|k| self.rows.contains(k)) {
+            return Err(if inserts && !child {
+                duplicate(&writer.table_name(), key)
+            } else {
+                again(key)
+            });
+        }
+        if child && updates {
+            if let Some(key) = named.iter().find(|k| self.children_of.contains(k)) {
+                return Err(again(key));
+            }
+        }
+        if child {
+            if let Some(cell) = cells
+                .iter()
+                .flatten()
+                .find(|c| self.children.contains(&c.key))
+            {
+                return Err(if inserts {
+                    duplicate(&writer.table_name(), &cell.key.row_key)
+                } else {
+                    again(&cell.key.row_key)
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn add<S: CellStore>(&mut self, writer: &Writer<'_, S>, cells: &[Vec<Cell>]) {
+        for cell in cells.iter().flatten() {
+            if matches!(writer.write.table, Table::Child(_)) {
+                self.children.insert(cell.key.clone());
+                self.children_of.insert(cell.key.row_key);
+            } else {
+                self.rows.insert(cell.key.row_key);
+            }
+        }
+    }
+}
+
+/// A write of a batch on a row an earlier write of the batch writes.
+fn again(key: &RowKey) -> Refused {
+    Refused::new(
+        "0A000",
+        format!(
+            "this write names row {} that an earlier write of its pipelined batch writes, and \
+             the facade evaluates a batch's writes before it writes any: send them with a \
+             Sync each",
+            key.uuid()
+        ),
+    )
+}
+
+/// A statement's translated plan and its table's columns.
+async fn analyze<'a>(
+    eval: Evaluator<'a>,
+    catalog: &Catalog,
+    model: &crate::Model,
+    sql: &str,
+    params: &[Option<String>],
+) -> Result<(Write, Vec<Col<'a>>), Refused> {
     let statement = bind_nullable(sql, params)?;
     let write = match crate::analyze(model, &statement.to_string()).plan {
         Some(Plan::Write(write)) => write,
         _ => return Err(Refused::new("0A000", "not a translatable write")),
     };
     let cols = columns(eval.legacy, catalog, model, write.table).await?;
-    let writer = Writer {
-        eval,
-        limits,
-        store,
-        cols: &cols,
-        write: &write,
-    };
-    // Rows are read and evaluated a few at a time; nothing is put before
-    // all of them are, and an error is the first failing row's.
-    let mut done: Vec<Option<RowWrite>> = Vec::new();
-    let tag = match &write.rows {
-        Rows::Insert { rows, conflict } => {
-            for chunk in rows.chunks(ROWS_AT_ONCE) {
-                let mut rows = Vec::with_capacity(chunk.len());
-                for row in chunk {
-                    rows.push(writer.insert(row, conflict));
-                }
-                // Every row's outcome, so the error is the first row's, as in
-                // PostgreSQL, whichever finished first.
-                for row in futures::future::join_all(rows).await {
-                    done.push(row?);
-                }
-            }
-            "INSERT 0"
-        }
-        Rows::Update {
-            keys,
-            sets,
-            conditions,
-        } => {
-            let keys = eval.keys(keys).await?;
-            for chunk in keys.chunks(ROWS_AT_ONCE) {
-                let mut rows = Vec::with_capacity(chunk.len());
-                for key in chunk {
-                    rows.push(writer.update_existing(key, sets, conditions));
-                }
-                // Every row's outcome, so the error is the first row's, as in
-                // PostgreSQL, whichever finished first.
-                for row in futures::future::join_all(rows).await {
-                    done.push(row?);
-                }
-            }
-            "UPDATE"
-        }
-    };
-    let (rows, cells): (Vec<_>, Vec<_>) = done.into_iter().flatten().unzip();
-    let count = writer.put(cells).await?;
-    let rows: Vec<Vec<Value>> = rows
-        .into_iter()
-        .zip(&count)
-        .filter(|(_, &kept)| kept)
-        .map(|(row, _)| row)
-        .collect();
-    Ok(Written {
-        rendering: writer.rendering(&rows)?,
-        tag: format!("{tag} {}", rows.len()),
-        cells: count.len(),
-    })
+    Ok((*write, cols))
 }
+
+/// A statement's rows, evaluated: each written row's values and cells,
+/// its command tag's verb, and every row key it names (an UPDATE's
+/// matching nothing too).
+type Planned = (Vec<Vec<Value>>, Vec<Vec<Cell>>, &'static str, Vec<RowKey>);
 
 struct Writer<'a, S> {
     eval: Evaluator<'a>,
@@ -190,6 +348,66 @@ struct Writer<'a, S> {
 type RowWrite = (Vec<Value>, Vec<Cell>);
 
 impl<S: CellStore> Writer<'_, S> {
+    /// Reads and evaluates the statement's rows a few at a time; nothing
+    /// is put. An error is the first failing row's, as in PostgreSQL,
+    /// whichever finished first.
+    async fn plan(&self) -> Result<Planned, Refused> {
+        let mut done: Vec<Option<RowWrite>> = Vec::new();
+        let mut named = Vec::new();
+        let tag = match &self.write.rows {
+            Rows::Insert { rows, conflict } => {
+                for chunk in rows.chunks(ROWS_AT_ONCE) {
+                    let rows = chunk.iter().map(|row| self.insert(row, conflict));
+                    for row in futures::future::join_all(rows).await {
+                        done.push(row?);
+                    }
+                }
+                "INSERT 0"
+            }
+            Rows::Update {
+                keys,
+                sets,
+                conditions,
+            } => {
+                let keys = self.eval.keys(keys).await?;
+                named.extend(keys.iter().copied());
+                for chunk in keys.chunks(ROWS_AT_ONCE) {
+                    let rows = chunk
+                        .iter()
+                        .map(|key| self.update_existing(key, sets, conditions));
+                    for row in futures::future::join_all(rows).await {
+                        done.push(row?);
+                    }
+                }
+                "UPDATE"
+            }
+        };
+        let (rows, cells): (Vec<_>, Vec<Vec<Cell>>) = done.into_iter().flatten().unzip();
+        named.extend(cells.iter().flatten().map(|c| c.key.row_key));
+        Ok((rows, cells, tag, named))
+    }
+
+    /// Puts a planned statement's cells, and answers it.
+    async fn finish(
+        &self,
+        rows: Vec<Vec<Value>>,
+        cells: Vec<Vec<Cell>>,
+        tag: &str,
+    ) -> Result<Written, Refused> {
+        let count = self.put(cells).await?;
+        let rows: Vec<Vec<Value>> = rows
+            .into_iter()
+            .zip(&count)
+            .filter(|(_, &kept)| kept)
+            .map(|(row, _)| row)
+            .collect();
+        Ok(Written {
+            rendering: self.rendering(&rows)?,
+            tag: format!("{tag} {}", rows.len()),
+            cells: count.len(),
+        })
+    }
+
     fn layout(&self) -> &legacy::layout::Layout {
         self.eval.legacy.layout()
     }

@@ -79,7 +79,8 @@ impl<S: CellStore> Writer<'_, S> {
                         self.table_name(),
                         self.layout().table
                     ),
-                ));
+                )
+                .of_row(key));
             }
         } else if exists {
             return match conflict {
@@ -280,6 +281,7 @@ pub(super) fn duplicate(table: &str, key: &RowKey) -> Refused {
             key.uuid()
         ),
     )
+    .of_row(*key)
 }
 
 /// `sets` with every `EXCLUDED.x` replaced by the proposed row's typed

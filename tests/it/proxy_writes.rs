@@ -914,6 +914,40 @@ async fn a_write_whose_parse_fails_runs_nowhere() {
     facade.close().await;
 }
 
+/// A `Parse` of `sql` under `name`, its one parameter a uuid.
+fn parse_uuid(name: &str, sql: &str) -> Vec<u8> {
+    use crate::proxy_modes::{cstr, message};
+    let mut parse = [cstr(name), cstr(sql)].concat();
+    parse.extend_from_slice(&1i16.to_be_bytes());
+    parse.extend_from_slice(&2950u32.to_be_bytes());
+    message(b'P', &parse)
+}
+
+/// A `Bind` of statement `name` to the unnamed portal with `k` (a binary
+/// uuid), and its `Execute`.
+fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
+    use crate::proxy_modes::{cstr, message};
+    let mut bind = [cstr(""), cstr(name)].concat();
+    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
+    bind.extend_from_slice(k.as_bytes());
+    bind.extend_from_slice(&0i16.to_be_bytes());
+    let mut out = message(b'B', &bind);
+    out.extend(message(
+        b'E',
+        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+    ));
+    out
+}
+
+/// `flight` then a `Sync` sent on a raw connection: the answer's message
+/// kinds, and the SQLSTATE of its error.
+fn raw_flight(stream: &mut std::net::TcpStream, mut flight: Vec<u8>) -> (Vec<u8>, String) {
+    use std::io::Write;
+    flight.extend(crate::proxy_modes::message(b'S', &[]));
+    stream.write_all(&flight).unwrap();
+    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
+}
+
 /// A pipelined batch on a raw connection, as JDBC's `executeBatch` and
 /// asyncpg's `executemany` send one: `Parse` of `sql` (one uuid
 /// parameter), then `Bind` (binary) and `Execute` per key, and one `Sync`
@@ -924,67 +958,28 @@ fn raw_batch(
     sql: &str,
     keys: &[uuid::Uuid],
 ) -> (Vec<u8>, String) {
-    use crate::proxy_modes::{cstr, message};
-    use std::io::Write;
-    let mut parse = [cstr(""), cstr(sql)].concat();
-    parse.extend_from_slice(&1i16.to_be_bytes());
-    parse.extend_from_slice(&2950u32.to_be_bytes());
-    let mut out = message(b'P', &parse);
-    for k in keys {
-        let mut bind = [cstr(""), cstr("")].concat();
-        bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
-        bind.extend_from_slice(k.as_bytes());
-        bind.extend_from_slice(&0i16.to_be_bytes());
-        out.extend(message(b'B', &bind));
-        out.extend(message(
-            b'E',
-            &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
-        ));
-    }
-    out.extend(message(b'S', &[]));
-    stream.write_all(&out).unwrap();
-    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
+    let mut flight = parse_uuid("", sql);
+    flight.extend(keys.iter().flat_map(|k| bind_uuid("", *k)));
+    raw_flight(stream, flight)
 }
 
-/// [`raw_batch`] of statements prepared first, each under its name (one
-/// uuid parameter; `named`, prepared again on each call), bound in the
-/// batch in the order of `binds`: the batch's answer.
+/// [`raw_batch`] of statements prepared first, each under its name
+/// (`named`, prepared again on each call), bound in the batch in the
+/// order of `binds`: the batch's answer.
 fn raw_named_batch(
     stream: &mut std::net::TcpStream,
     named: &[(&str, &str)],
     binds: &[(&str, uuid::Uuid)],
 ) -> (Vec<u8>, String) {
     use crate::proxy_modes::{cstr, message};
-    use std::io::Write;
-    let mut out = Vec::new();
+    let mut prepare = Vec::new();
     for (name, sql) in named {
-        out.extend(message(b'C', &[b"S".to_vec(), cstr(name)].concat()));
-        let mut parse = [cstr(name), cstr(sql)].concat();
-        parse.extend_from_slice(&[0, 1, 0, 0, 0x0b, 0x86]);
-        out.extend(message(b'P', &parse));
+        prepare.extend(message(b'C', &[b"S".to_vec(), cstr(name)].concat()));
+        prepare.extend(parse_uuid(name, sql));
     }
-    out.extend(message(b'S', &[]));
-    stream.write_all(&out).unwrap();
-    let prepared = crate::proxy::messages_until_ready(stream);
-    assert!(
-        prepared.iter().all(|(kind, _)| *kind != b'E'),
-        "{prepared:?}"
-    );
-    let mut out = Vec::new();
-    for (name, k) in binds {
-        let mut bind = [cstr(""), cstr(name)].concat();
-        bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
-        bind.extend_from_slice(k.as_bytes());
-        bind.extend_from_slice(&0i16.to_be_bytes());
-        out.extend(message(b'B', &bind));
-        out.extend(message(
-            b'E',
-            &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
-        ));
-    }
-    out.extend(message(b'S', &[]));
-    stream.write_all(&out).unwrap();
-    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
+    assert_eq!(raw_flight(stream, prepare).1, "", "prepared");
+    let flight = binds.iter().flat_map(|(name, k)| bind_uuid(name, *k));
+    raw_flight(stream, flight.collect())
 }
 
 /// An answer's message kinds, and the SQLSTATE of its error.
@@ -1060,32 +1055,20 @@ async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql()
     // runs: refused at the write (its Execute raises the refusal),
     // nothing written, the rest skipped to the Sync.
     use crate::proxy_modes::{cstr, message};
-    use std::io::Write;
     let k = fresh();
-    let mut parse = [cstr(""), cstr(&insert)].concat();
-    parse.extend_from_slice(&[0, 1, 0, 0, 0x0b, 0x86]);
-    let mut bind = [cstr(""), cstr("")].concat();
-    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
-    bind.extend_from_slice(k.as_bytes());
-    bind.extend_from_slice(&0i16.to_be_bytes());
-    let execute = message(b'E', &[cstr(""), 0i32.to_be_bytes().to_vec()].concat());
     let other = [cstr(""), cstr("SELECT 1"), 0i16.to_be_bytes().to_vec()].concat();
     let plain_bind = [cstr(""), cstr(""), vec![0, 0, 0, 0, 0, 0]].concat();
+    let execute = message(b'E', &[cstr(""), 0i32.to_be_bytes().to_vec()].concat());
     let flight = [
-        message(b'P', &parse),
-        message(b'B', &bind),
-        execute.clone(),
+        parse_uuid("", &insert),
+        bind_uuid("", k),
         message(b'P', &other),
         message(b'B', &plain_bind),
         execute,
-        message(b'S', &[]),
     ]
     .concat();
-    through.write_all(&flight).unwrap();
-    let answer = crate::proxy::messages_until_ready(&mut through);
-    let kinds: Vec<u8> = answer.iter().map(|(kind, _)| *kind).collect();
-    assert_eq!(kinds, b"12EZ", "{answer:?}");
-    assert!(String::from_utf8_lossy(&answer[2].1).contains("C0A000"));
+    let answer = raw_flight(&mut through, flight);
+    assert_eq!(answer, (b"12EZ".to_vec(), "0A000".to_string()));
     assert!(latest(&facade, k, "BASE").await.is_none(), "written");
 
     // Writes of one row in one batch, each evaluated without the one

@@ -5,13 +5,13 @@
 //! strictly, refused where PostgreSQL would print the value otherwise,
 //! served through the proxy.
 
-use schemaless::{Cell, CellStore, MySqlStore, RefKey, RowKey};
+use schemaless::MySqlStore;
 use serde_json::json;
-use tripstore::{Mode, TripStore};
 
-use crate::durations::{all, body, key, put, round_trip};
-use crate::harness::{config_file, strict_full_diff, LegacyDb};
-use crate::proxy::{psql, ProxyProcess};
+use crate::durations::{
+    body, key, planted, put, refused_by_field, round_trip, served_as_twin, with_copies,
+};
+use crate::harness::{strict_full_diff, LegacyDb};
 
 const SETUP: &str = r#"
 CREATE TABLE hosts (
@@ -112,25 +112,12 @@ async fn network_addresses_are_kept_in_postgresqls_own_text() {
                "mac8": "ff:ff:ff:ff:ff:ff:ff:ff", "seen": [], "nets": []}),
     ];
     round_trip(&legacy, &schemaless, &expected).await;
-    let differing: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT count(*) FROM hosts a JOIN hosts b \
-         ON b.host_key::text = '30000000-0000-4000-8000-' || lpad((a.host_id + 100)::text, 12, '0') \
-         WHERE a.host_id <= 3 AND ROW({c})::text IS DISTINCT FROM ROW({d})::text",
-        c = COLUMNS
-            .split(", ")
-            .map(|c| format!("a.{c}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        d = COLUMNS
-            .split(", ")
-            .map(|c| format!("b.{c}"))
-            .collect::<Vec<_>>()
-            .join(", "),
-    )))
-    .fetch_one(&db.pool)
-    .await
-    .unwrap();
-    assert_eq!(differing, 0, "the copies are the originals");
+    let mut connection = db.pool.acquire().await.unwrap();
+    let pairs = with_copies(&mut connection, "hosts", ("host_id", "host_key"), COLUMNS).await;
+    assert_eq!(pairs.len(), 3);
+    for (a, b) in &pairs {
+        assert_eq!(a, b, "the copy is the original");
+    }
 
     // The strict full diff agrees.
     let checked = strict_full_diff(&db, &legacy, &schemaless, 1..4).await;
@@ -148,54 +135,36 @@ async fn network_addresses_are_kept_in_postgresqls_own_text() {
         (&kept["ip"], &kept["mac"]),
         (&expected[0]["ip"], &expected[0]["mac"])
     );
-    for (field, value, says) in [
-        (
-            "net",
-            json!("10.1.2.3/8"),
-            "bits set to the right of its mask",
-        ),
-        ("ip", json!("10.1"), "is not a network address"),
-        ("ip", json!("10.0.0.1/33"), "mask length is over 32"),
-        (
-            "mac",
-            json!("08:00:2b:01:02"),
-            "is not a MAC address of 6 bytes",
-        ),
-        ("seen", json!(["10.0.0.1", "nope"]), "element 1"),
-    ] {
-        let mut bad = expected[0].clone();
-        bad[field] = value;
-        let err = put(&legacy, key(200), bad).await.unwrap_err();
-        assert!(err.contains(says), "{field}: {err}");
-        assert!(err.contains(&format!("body.{field}")), "{field}: {err}");
-    }
-    assert_eq!(body(&legacy, key(200)).await, None);
+    refused_by_field(
+        &legacy,
+        &expected[0],
+        vec![
+            (
+                "net",
+                json!("10.1.2.3/8"),
+                "bits set to the right of its mask",
+            ),
+            ("ip", json!("10.1"), "is not a network address"),
+            ("ip", json!("10.0.0.1/33"), "mask length is over 32"),
+            (
+                "mac",
+                json!("08:00:2b:01:02"),
+                "is not a MAC address of 6 bytes",
+            ),
+            ("seen", json!(["10.0.0.1", "nope"]), "element 1"),
+        ],
+    )
+    .await;
 
     // A read of a row only Schemaless holds, served through the proxy,
     // is what PostgreSQL prints for its twin.
-    let facade = TripStore::connect(&db.config).await.unwrap();
-    crate::worker::forced(&facade, Mode::Schemaless).await;
-    let planted = key(7);
-    let (_, first) = body(&schemaless, key(1)).await.unwrap();
-    let cell = Cell::new(planted, all(), RefKey::new(1).unwrap(), first);
-    schemaless.put_cells(vec![cell]).await.unwrap();
-    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
-    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
-    let direct = crate::harness::cluster().postgres_url(&db.name);
-    let select = |k: RowKey| {
+    let (facade, proxy) = planted(&db, &schemaless).await;
+    served_as_twin(&db, &proxy, |k| {
         format!(
             "\\set ON_ERROR_STOP 1\nSELECT host_key, {COLUMNS} FROM hosts WHERE host_key = '{}';\n",
             k.uuid()
         )
-    };
-    let (ok, served, err) = psql(&proxy.url(&db), &select(planted));
-    assert!(ok && served.contains("(1 row)"), "{served}{err}");
-    let (ok, twin, err) = psql(&direct, &select(key(1)));
-    assert!(ok, "{twin}{err}");
-    assert_eq!(
-        served,
-        twin.replace(&key(1).uuid().to_string(), &planted.uuid().to_string())
-    );
+    });
     facade.close().await;
     legacy.close().await;
 }

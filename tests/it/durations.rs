@@ -97,6 +97,83 @@ pub(crate) async fn round_trip(legacy: &LegacyStore, schemaless: &MySqlStore, ex
     }
 }
 
+/// Each of `cases` (a field, a value for it, what the error says) put in
+/// `good` and refused by the legacy store, naming the field; nothing of
+/// them written.
+pub(crate) async fn refused_by_field(
+    legacy: &LegacyStore,
+    good: &Value,
+    cases: Vec<(&str, Value, &str)>,
+) {
+    for (field, value, says) in cases {
+        let mut bad = good.clone();
+        bad[field] = value;
+        let err = put(legacy, key(200), bad).await.unwrap_err();
+        assert!(err.contains(says), "{field}: {err}");
+        assert!(err.contains(&format!("body.{field}")), "{field}: {err}");
+    }
+    assert_eq!(body(legacy, key(200)).await, None);
+}
+
+/// Rows 1 to 3 of `table` (its id and uuid columns named by `keys`) each
+/// next to its copy [`round_trip`] wrote back, as PostgreSQL's text of
+/// `columns` in one `ROW`, printed in `connection`'s session.
+pub(crate) async fn with_copies(
+    connection: &mut sqlx::PgConnection,
+    table: &str,
+    (id, uuid): (&str, &str),
+    columns: &str,
+) -> Vec<(String, String)> {
+    let of = |alias: &str| {
+        let named: Vec<String> = columns
+            .split(", ")
+            .map(|c| format!("{alias}.{c}"))
+            .collect();
+        named.join(", ")
+    };
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT ROW({})::text, ROW({})::text FROM {table} a
+         JOIN {table} b ON b.{uuid}::text = '30000000-0000-4000-8000-' || lpad((a.{id} + 100)::text, 12, '0')
+         WHERE a.{id} <= 3 ORDER BY a.{id}",
+        of("a"),
+        of("b")
+    )))
+    .fetch_all(connection)
+    .await
+    .unwrap()
+}
+
+/// A proxy over `db` in `schemaless`, and the facade (in that mode), with
+/// row 7 planted in Schemaless only: a copy of row 1's cell.
+pub(crate) async fn planted(db: &LegacyDb, schemaless: &MySqlStore) -> (TripStore, ProxyProcess) {
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Schemaless).await;
+    let (_, first) = body(schemaless, key(1)).await.unwrap();
+    let cell = Cell::new(key(7), all(), RefKey::new(1).unwrap(), first);
+    schemaless.put_cells(vec![cell]).await.unwrap();
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    (facade, ProxyProcess::start(file.path(), "127.0.0.1:0"))
+}
+
+/// psql's output for `select` of the planted row 7 through the proxy
+/// ([`planted`]): what PostgreSQL prints for its twin, row 1, read
+/// directly, but for the key.
+pub(crate) fn served_as_twin(
+    db: &LegacyDb,
+    proxy: &ProxyProcess,
+    select: impl Fn(RowKey) -> String,
+) {
+    let (ok, served, err) = psql(&proxy.url(db), &select(key(7)));
+    assert!(ok && served.contains("(1 row)"), "{served}{err}");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (ok, twin, err) = psql(&direct, &select(key(1)));
+    assert!(ok, "{twin}{err}");
+    assert_eq!(
+        served,
+        twin.replace(&key(1).uuid().to_string(), &key(7).uuid().to_string())
+    );
+}
+
 /// Installs capture on `db`'s layout; then how many changes wait in its
 /// queue, on each call of what it returns.
 pub(crate) async fn captured(db: &LegacyDb, legacy: &LegacyStore) -> impl AsyncFn() -> u64 {
@@ -144,23 +221,13 @@ async fn times_intervals_and_bytea_survive_both_stores_and_the_proxy() {
             .execute(&mut *connection)
             .await
             .unwrap();
-        let of = |table: &str| {
-            COLUMNS
-                .split(", ")
-                .map(|c| format!("{table}.{c}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let pairs: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT ROW({})::text, ROW({})::text FROM shifts a
-             JOIN shifts b ON b.shift_key::text = '30000000-0000-4000-8000-' || lpad((a.shift_id + 100)::text, 12, '0')
-             WHERE a.shift_id <= 3 ORDER BY a.shift_id",
-            of("a"),
-            of("b")
-        )))
-        .fetch_all(&mut *connection)
-        .await
-        .unwrap();
+        let pairs = with_copies(
+            &mut connection,
+            "shifts",
+            ("shift_id", "shift_key"),
+            COLUMNS,
+        )
+        .await;
         assert_eq!(pairs.len(), 3, "{style}");
         for (a, b) in &pairs {
             assert_eq!(a, b, "{style}");
@@ -200,46 +267,44 @@ async fn times_intervals_and_bytea_survive_both_stores_and_the_proxy() {
     // What the column would change or cannot read is refused before
     // anything is written, naming the field.
     let good = &expected[0];
-    for (field, value, says) in [
-        ("starts", json!("7:30"), "is not a time of day"),
-        ("starts", json!("12:00:60"), "out of range"),
-        (
-            "ends",
-            json!("07:30:05.255"),
-            "more fraction digits than a precision of 2",
-        ),
-        (
-            "paid",
-            json!("PT1.5S"),
-            "more fraction digits than a precision of 0",
-        ),
-        (
-            "term",
-            json!("P1Y2M1D"),
-            "which the column's interval fields drop",
-        ),
-        ("length", json!("1 day"), "is not an ISO 8601 interval"),
-        (
-            "length",
-            json!("P1.5Y"),
-            "only the seconds may have a fraction",
-        ),
-        ("badge", json!("deadbeef"), "is not bytea in hex form"),
-        ("badge", json!("\\xabc"), "pairs of hex digits"),
-        ("breaks", json!(["25:00:00"]), "element 0"),
-        (
-            "legs",
-            json!([7]),
-            "element 0: expected an ISO 8601 interval",
-        ),
-    ] {
-        let mut bad = good.clone();
-        bad[field] = value;
-        let err = put(&legacy, key(200), bad).await.unwrap_err();
-        assert!(err.contains(says), "{field}: {err}");
-        assert!(err.contains(&format!("body.{field}")), "{field}: {err}");
-    }
-    assert_eq!(body(&legacy, key(200)).await, None);
+    refused_by_field(
+        &legacy,
+        good,
+        vec![
+            ("starts", json!("7:30"), "is not a time of day"),
+            ("starts", json!("12:00:60"), "out of range"),
+            (
+                "ends",
+                json!("07:30:05.255"),
+                "more fraction digits than a precision of 2",
+            ),
+            (
+                "paid",
+                json!("PT1.5S"),
+                "more fraction digits than a precision of 0",
+            ),
+            (
+                "term",
+                json!("P1Y2M1D"),
+                "which the column's interval fields drop",
+            ),
+            ("length", json!("1 day"), "is not an ISO 8601 interval"),
+            (
+                "length",
+                json!("P1.5Y"),
+                "only the seconds may have a fraction",
+            ),
+            ("badge", json!("deadbeef"), "is not bytea in hex form"),
+            ("badge", json!("\\xabc"), "pairs of hex digits"),
+            ("breaks", json!(["25:00:00"]), "element 0"),
+            (
+                "legs",
+                json!([7]),
+                "element 0: expected an ISO 8601 interval",
+            ),
+        ],
+    )
+    .await;
     // Other spellings of the same values are taken in their canonical
     // form: weeks as days, minutes past 59 kept as minutes of the time.
     let mut spelled = good.clone();
@@ -261,37 +326,20 @@ async fn times_intervals_and_bytea_survive_both_stores_and_the_proxy() {
     // holds is served with what PostgreSQL prints for its twin in the
     // session's styles, and an INSERT's values are cast as PostgreSQL
     // casts them.
-    let facade = TripStore::connect(&db.config).await.unwrap();
-    crate::worker::forced(&facade, Mode::Schemaless).await;
-    let planted = key(7);
-    let (_, first) = body(&schemaless, key(1)).await.unwrap();
-    let cell = Cell::new(planted, all(), RefKey::new(1).unwrap(), first);
-    schemaless.put_cells(vec![cell]).await.unwrap();
-    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
-    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let (facade, proxy) = planted(&db, &schemaless).await;
     let url = proxy.url(&db);
     let direct = crate::harness::cluster().postgres_url(&db.name);
-    let select = |k: RowKey, style: &str| {
-        format!(
-            "\\set ON_ERROR_STOP 1\n{style};\n\
-             SELECT shift_key, {COLUMNS} FROM shifts WHERE shift_key = '{}';\n",
-            k.uuid()
-        )
-    };
     for style in [
         "SET IntervalStyle = postgres_verbose",
         "SET IntervalStyle = iso_8601; SET bytea_output = hex",
     ] {
-        let (ok, served, err) = psql(&url, &select(planted, style));
-        assert!(ok, "{served}{err}");
-        let (ok, twin, err) = psql(&direct, &select(key(1), style));
-        assert!(ok, "{twin}{err}");
-        assert_eq!(
-            served,
-            twin.replace(&key(1).uuid().to_string(), &planted.uuid().to_string()),
-            "{style}"
-        );
-        assert!(served.contains("(1 row)"), "{served}");
+        served_as_twin(&db, &proxy, |k| {
+            format!(
+                "\\set ON_ERROR_STOP 1\n{style};\n\
+                 SELECT shift_key, {COLUMNS} FROM shifts WHERE shift_key = '{}';\n",
+                k.uuid()
+            )
+        });
     }
 
     let insert = |k: uuid::Uuid| {

@@ -7,11 +7,11 @@
 //! PostgreSQL's stale rows.
 
 use sqlx::{Connection, PgConnection};
-use tripstore::{Mode, TripStore};
+use tripstore::Mode;
 
-use crate::harness::{config_file, LegacyDb};
-use crate::proxy::{psql, sqlstate, ProxyProcess};
-use crate::proxy_writes::{proxy_in, trip};
+use crate::harness::LegacyDb;
+use crate::proxy::sqlstate;
+use crate::proxy_writes::proxy_in;
 
 /// The status PostgreSQL itself holds for trip `k`.
 async fn status_in_postgres(db: &LegacyDb, k: uuid::Uuid) -> String {
@@ -34,19 +34,7 @@ async fn fails(conn: &mut PgConnection, sql: &str) -> Option<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_prepared_in_sql_is_judged_as_its_prepare_would_be_when_executed() {
-    let db = LegacyDb::trips().await;
-    db.apply_schemaless().await;
-    let facade = TripStore::connect(&db.config).await.unwrap();
-    crate::worker::forced(&facade, Mode::Shadow).await;
-    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
-    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
-    proxy_in(&proxy, "shadow");
-    let k = uuid::Uuid::new_v4();
-    let (ok, out, err) = psql(
-        &proxy.url(&db),
-        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(k)),
-    );
-    assert!(ok, "{out}{err}");
+    let (db, facade, proxy, k) = crate::proxy_writes::shadow_with_a_trip().await;
 
     // In shadow, every one is forwarded, and runs on PostgreSQL.
     let mut conn = PgConnection::connect(&proxy.url(&db)).await.unwrap();

@@ -405,6 +405,26 @@ pub(crate) async fn primary() -> (LegacyDb, TripStore, tempfile::NamedTempFile) 
     primary_with("").await
 }
 
+/// The trips database with its Schemaless schema, the facade forced to
+/// `shadow`, a proxy over them that follows, and a trip inserted through
+/// it (so in PostgreSQL): its key.
+pub(crate) async fn shadow_with_a_trip() -> (LegacyDb, TripStore, ProxyProcess, uuid::Uuid) {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Shadow).await;
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "shadow");
+    let k = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(k)),
+    );
+    assert!(ok, "{out}{err}");
+    (db, facade, proxy, k)
+}
+
 /// [`primary`], the proxy's config ending with `extra`.
 async fn primary_with(extra: &str) -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
     let db = LegacyDb::trips().await;
@@ -1214,19 +1234,7 @@ pub(crate) fn proxy_in(proxy: &ProxyProcess, mode: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_statement_prepared_before_a_mode_change_is_judged_in_the_new_mode() {
-    let db = LegacyDb::trips().await;
-    db.apply_schemaless().await;
-    let facade = TripStore::connect(&db.config).await.unwrap();
-    crate::worker::forced(&facade, Mode::Shadow).await;
-    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
-    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
-    proxy_in(&proxy, "shadow");
-    let k = uuid::Uuid::new_v4();
-    let (ok, out, err) = psql(
-        &proxy.url(&db),
-        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(k)),
-    );
-    assert!(ok, "{out}{err}");
+    let (db, facade, proxy, k) = shadow_with_a_trip().await;
     // One connection, its statements prepared once (sqlx caches them by
     // their text): in shadow, all go to PostgreSQL.
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&proxy.url(&db))

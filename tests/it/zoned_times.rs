@@ -5,13 +5,12 @@
 //! written back, checked strictly, refused where PostgreSQL would read
 //! the value otherwise, served and written through the proxy.
 
-use schemaless::{Cell, CellStore, MySqlStore, RefKey, RowKey};
+use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
-use tripstore::{Mode, TripStore};
 
-use crate::durations::{all, body, key, put, round_trip};
-use crate::harness::{config_file, strict_full_diff, LegacyDb};
-use crate::proxy::{psql, ProxyProcess};
+use crate::durations::{body, planted, refused_by_field, round_trip, served_as_twin, with_copies};
+use crate::harness::{strict_full_diff, LegacyDb};
+use crate::proxy::psql;
 
 const SETUP: &str = r#"
 DO $$ BEGIN
@@ -93,23 +92,8 @@ async fn times_with_offsets_are_kept_in_postgresqls_own_text() {
         json!({"opens": "24:00:00-15:59:59", "closes": "00:00:00+15:59", "breaks": []}),
     ];
     round_trip(&legacy, &schemaless, &expected).await;
-    let of = |table: &str| {
-        COLUMNS
-            .split(", ")
-            .map(|c| format!("{table}.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let pairs: Vec<(String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT ROW({})::text, ROW({})::text FROM desks a
-         JOIN desks b ON b.desk_key::text = '30000000-0000-4000-8000-' || lpad((a.desk_id + 100)::text, 12, '0')
-         WHERE a.desk_id <= 3 ORDER BY a.desk_id",
-        of("a"),
-        of("b")
-    )))
-    .fetch_all(&db.pool)
-    .await
-    .unwrap();
+    let mut connection = db.pool.acquire().await.unwrap();
+    let pairs = with_copies(&mut connection, "desks", ("desk_id", "desk_key"), COLUMNS).await;
     assert_eq!(pairs.len(), 3);
     for (a, b) in &pairs {
         assert_eq!(a, b, "the copy is the original");
@@ -120,55 +104,38 @@ async fn times_with_offsets_are_kept_in_postgresqls_own_text() {
 
     // A zone name (no fixed offset without a date), an offset PostgreSQL
     // refuses, and digits `timetz(0)` would round are refused by field.
-    for (field, value, says) in [
-        (
-            "opens",
-            json!("07:30 EST"),
-            "a zone name has no fixed offset",
-        ),
-        (
-            "opens",
-            json!("07:30:00"),
-            "not a time of day with a zone offset",
-        ),
-        ("opens", json!("07:30+16"), "within 15:59:59"),
-        ("closes", json!("17:00:00.5+00"), "precision of 0"),
-        ("breaks", json!(["12:00+00", 7]), "element 1"),
-    ] {
-        let mut bad = expected[0].clone();
-        bad[field] = value;
-        let err = put(&legacy, key(200), bad).await.unwrap_err();
-        assert!(err.contains(says), "{field}: {err}");
-        assert!(err.contains(&format!("body.{field}")), "{field}: {err}");
-    }
-    assert_eq!(body(&legacy, key(200)).await, None);
+    refused_by_field(
+        &legacy,
+        &expected[0],
+        vec![
+            (
+                "opens",
+                json!("07:30 EST"),
+                "a zone name has no fixed offset",
+            ),
+            (
+                "opens",
+                json!("07:30:00"),
+                "not a time of day with a zone offset",
+            ),
+            ("opens", json!("07:30+16"), "within 15:59:59"),
+            ("closes", json!("17:00:00.5+00"), "precision of 0"),
+            ("breaks", json!(["12:00+00", 7]), "element 1"),
+        ],
+    )
+    .await;
 
     // Through the proxy in `schemaless`: a row only Schemaless holds is
     // served as PostgreSQL prints its twin, and an INSERT's values are
     // cast as PostgreSQL casts them.
-    let facade = TripStore::connect(&db.config).await.unwrap();
-    crate::worker::forced(&facade, Mode::Schemaless).await;
-    let planted = key(7);
-    let (_, first) = body(&schemaless, key(1)).await.unwrap();
-    let cell = Cell::new(planted, all(), RefKey::new(1).unwrap(), first);
-    schemaless.put_cells(vec![cell]).await.unwrap();
-    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
-    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
-    let direct = crate::harness::cluster().postgres_url(&db.name);
-    let select = |k: RowKey| {
+    let (facade, proxy) = planted(&db, &schemaless).await;
+    served_as_twin(&db, &proxy, |k| {
         format!(
             "\\set ON_ERROR_STOP 1\nSELECT desk_key, {COLUMNS} FROM desks WHERE desk_key = '{}';\n",
             k.uuid()
         )
-    };
-    let (ok, served, err) = psql(&proxy.url(&db), &select(planted));
-    assert!(ok && served.contains("(1 row)"), "{served}{err}");
-    let (ok, twin, err) = psql(&direct, &select(key(1)));
-    assert!(ok, "{twin}{err}");
-    assert_eq!(
-        served,
-        twin.replace(&key(1).uuid().to_string(), &planted.uuid().to_string())
-    );
+    });
+    let direct = crate::harness::cluster().postgres_url(&db.name);
     let insert = |k: uuid::Uuid| {
         format!(
             "\\set ON_ERROR_STOP 1\nINSERT INTO desks (desk_key, rev, opens, closes, breaks) \

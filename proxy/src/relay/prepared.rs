@@ -254,6 +254,11 @@ pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> B
             Batch::Unknown
         }
     };
+    // Each `Bind` is decoded only once the `Sync` has come (the batch is
+    // looked at again on every read of the app's messages until then).
+    if !synced(unread) {
+        return waiting();
+    }
     let mut rest = Vec::new();
     let mut at = 0;
     loop {
@@ -303,6 +308,24 @@ pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> B
     }
 }
 
+/// Whether the whole of a `Sync` is among the messages at the start of
+/// `unread` (their headers only are read).
+fn synced(unread: &[u8]) -> bool {
+    let mut at = 0;
+    while let Some(header) = unread.get(at..at + 5) {
+        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        let Some(len) = usize::try_from(declared).ok().filter(|&len| len >= 4) else {
+            // Malformed: the batch is judged (and refused) now.
+            return true;
+        };
+        if header[0] == b'S' {
+            return unread.len() >= at + 1 + len;
+        }
+        at += 1 + len;
+    }
+    false
+}
+
 /// Judges again a prepared statement bound in another mode than the one
 /// its `Parse` was judged in (or on the other side of a transaction
 /// block, or after the session's names changed): its decision now, or
@@ -319,5 +342,36 @@ fn rejudged(shared: &Shared, state: &State, prepared: &Prepared) -> Result<Decis
     match decision.verdict {
         Verdict::Refuse(reason) => Err(reason),
         Verdict::Forward => Ok(decision),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![kind];
+        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+        m.extend_from_slice(body);
+        m
+    }
+
+    #[test]
+    fn a_batch_is_synced_once_its_whole_sync_has_come() {
+        let bind = message(b'B', b"\0\0\0\0\0\0\0\0");
+        let execute = message(b'E', b"\0\0\0\0\0");
+        let batch = [
+            bind.clone(),
+            execute.clone(),
+            bind,
+            execute,
+            message(b'S', b""),
+        ]
+        .concat();
+        assert!(synced(&batch));
+        for cut in 0..batch.len() {
+            assert!(!synced(&batch[..cut]), "{cut}");
+        }
+        assert!(synced(b"E\0\0\0\x02"), "malformed: judged at once");
     }
 }

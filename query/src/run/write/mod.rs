@@ -175,29 +175,35 @@ pub async fn write_batch<S: CellStore>(
     // Every statement's rows, evaluated and checked, nothing put yet.
     let mut planned = Vec::with_capacity(writers.len());
     let mut earlier = BatchWrites::default();
-    for writer in &writers {
-        let (rows, cells, tag, named) = match writer.plan().await {
-            Ok(plan) => plan,
-            Err(e) => {
-                // A row an earlier write of the batch writes may be what
-                // this one needed (a parent row, a key to update).
-                failed = Some(match &e.row {
-                    Some(key)
-                        if earlier.rows.contains(key) || earlier.children_of.contains(key) =>
-                    {
-                        again(key)
-                    }
-                    _ => e,
-                });
-                break;
+    // A batch's statements are evaluated a few at once, as a statement's
+    // rows are; each is still checked against the ones before it, in
+    // order.
+    'plans: for chunk in writers.chunks(ROWS_AT_ONCE) {
+        let plans = futures::future::join_all(chunk.iter().map(|writer| writer.plan())).await;
+        for (writer, plan) in chunk.iter().zip(plans) {
+            let (rows, cells, tag, named) = match plan {
+                Ok(plan) => plan,
+                Err(e) => {
+                    // A row an earlier write of the batch writes may be what
+                    // this one needed (a parent row, a key to update).
+                    failed = Some(match &e.row {
+                        Some(key)
+                            if earlier.rows.contains(key) || earlier.children_of.contains(key) =>
+                        {
+                            again(key)
+                        }
+                        _ => e,
+                    });
+                    break 'plans;
+                }
+            };
+            if let Err(e) = earlier.check(writer, &named, &cells) {
+                failed = Some(e);
+                break 'plans;
             }
-        };
-        if let Err(e) = earlier.check(writer, &named, &cells) {
-            failed = Some(e);
-            break;
+            earlier.add(writer, &cells);
+            planned.push((rows, cells, tag));
         }
-        earlier.add(writer, &cells);
-        planned.push((rows, cells, tag));
     }
     if let Some(e) = failed {
         // As PostgreSQL answers the statements before the one that failed,
@@ -216,14 +222,22 @@ pub async fn write_batch<S: CellStore>(
         results.push(Err(e));
         return results;
     }
-    let mut results = Vec::with_capacity(writers.len());
-    for (writer, (rows, cells, tag)) in writers.iter().zip(planned) {
-        let result = writer.finish(rows, cells, tag).await;
-        let stop = result.is_err();
-        results.push(result);
-        if stop {
+    // Put a few statements at once too (the batch's rows are apart); the
+    // results end at the first that failed.
+    let mut results: Vec<Result<Written, Refused>> = Vec::with_capacity(writers.len());
+    let mut planned = planned.into_iter();
+    for chunk in writers.chunks(ROWS_AT_ONCE) {
+        let finishing = chunk
+            .iter()
+            .zip(planned.by_ref())
+            .map(|(writer, (rows, cells, tag))| writer.finish(rows, cells, tag));
+        results.extend(futures::future::join_all(finishing).await);
+        if results.iter().any(Result::is_err) {
             break;
         }
+    }
+    if let Some(first) = results.iter().position(Result::is_err) {
+        results.truncate(first + 1);
     }
     results
 }

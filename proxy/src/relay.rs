@@ -172,8 +172,8 @@ impl State {
         Held::Write(first)
     }
 
-    /// The answer of the batch's write `frame` is, if it is the next one
-    /// kept (the facade ran it with the batch's first).
+    /// The answer kept for `frame`, if it is the batch's next write (the
+    /// facade ran it with the batch's first).
     fn batched(
         &mut self,
         frame: &Frame,

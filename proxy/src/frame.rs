@@ -53,6 +53,52 @@ pub fn next(buf: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameError>
     }))
 }
 
+/// A message at the start of a buffer, looked at without taking it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Peeked<'a> {
+    /// All of it has come: its type byte and its bytes (header included).
+    Whole(u8, &'a [u8]),
+    /// Its header has come, not all of its body: its type byte.
+    Partial(u8),
+    /// Its length is under the 4 bytes of the length itself.
+    Malformed,
+}
+
+/// The messages at the start of `buf`, in order, without taking them
+/// (a held statement looks ahead at what the app sent after it): it ends
+/// after a partial or malformed one, or where the next header has not
+/// come.
+pub fn peek(buf: &[u8]) -> impl Iterator<Item = Peeked<'_>> {
+    let mut at = 0;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        let header = buf.get(at..at + 5)?;
+        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        let Some(len) = usize::try_from(declared).ok().filter(|&len| len >= 4) else {
+            done = true;
+            return Some(Peeked::Malformed);
+        };
+        let Some(bytes) = buf.get(at..at + 1 + len) else {
+            done = true;
+            return Some(Peeked::Partial(header[0]));
+        };
+        at += 1 + len;
+        Some(Peeked::Whole(header[0], bytes))
+    })
+}
+
+/// One message's bytes: `kind`, its length, `body` (for tests).
+#[cfg(test)]
+pub(crate) fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+    let mut m = vec![kind];
+    m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
+    m.extend_from_slice(body);
+    m
+}
+
 /// Decodes a frame with pgwire's decoder for its type.
 pub fn decode<M: Message>(frame: &Frame) -> Option<M> {
     let mut bytes = frame.bytes.clone();
@@ -92,6 +138,19 @@ mod tests {
         buf.extend_from_slice(b"\0\x04");
         assert_eq!(next(&mut buf, 1024).unwrap().unwrap().kind, b'S');
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn messages_are_peeked_whole_then_partial_or_malformed() {
+        let buf = [message(b'E', b"\0\0\0\0\0"), b"Q\0\0\0\x09ab".to_vec()].concat();
+        let peeked: Vec<Peeked> = peek(&buf).collect();
+        assert_eq!(
+            peeked,
+            [Peeked::Whole(b'E', &buf[..10]), Peeked::Partial(b'Q')]
+        );
+        assert_eq!(peek(&buf[..14]).count(), 1, "the next header has not come");
+        let bad = b"E\0\0\0\x02S\0\0\0\x04";
+        assert_eq!(peek(bad).collect::<Vec<_>>(), [Peeked::Malformed]);
     }
 
     #[test]

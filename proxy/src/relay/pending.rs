@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 
 use super::held::refuse_write;
 use super::State;
-use crate::frame::{self, Frame};
+use crate::frame::{self, Frame, Peeked};
 use crate::sample::Held;
 use crate::Shared;
 
@@ -182,24 +182,14 @@ enum After {
     Others,
 }
 
-/// Reads the whole messages at the start of `unread` (kinds and lengths
-/// only).
+/// Reads the messages at the start of `unread` (their type bytes only).
 fn after(unread: &[u8]) -> After {
-    let mut at = 0;
-    while let Some(header) = unread.get(at..at + 5) {
-        match header[0] {
-            b'S' | b'H' => return After::Alone,
-            b'D' | b'E' | b'C' => {}
+    for peeked in frame::peek(unread) {
+        match peeked {
+            Peeked::Whole(b'S' | b'H', _) | Peeked::Partial(b'S' | b'H') => return After::Alone,
+            Peeked::Whole(b'D' | b'E' | b'C', _) | Peeked::Partial(b'D' | b'E' | b'C') => {}
             _ => return After::Others,
         }
-        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let Ok(len) = usize::try_from(declared) else {
-            return After::Others;
-        };
-        if len < 4 {
-            return After::Others;
-        }
-        at += 1 + len;
     }
     After::Unknown
 }
@@ -207,13 +197,7 @@ fn after(unread: &[u8]) -> After {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
-        let mut m = vec![kind];
-        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        m.extend_from_slice(body);
-        m
-    }
+    use crate::frame::message;
 
     #[test]
     fn a_write_alone_before_its_sync_is_told_from_a_pipelined_one() {

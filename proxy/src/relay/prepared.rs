@@ -10,7 +10,7 @@ use super::held::{refuse_held, refuse_prepared, refuse_write, UNCOUNTED, UNCOUNT
 use super::pending::Batch;
 use super::{route, Pending, State};
 use crate::answers::Described;
-use crate::frame::{self, Frame};
+use crate::frame::{self, Frame, Peeked};
 use crate::params::{params_nullable, params_text};
 use crate::route::{unserved, Decision, Resolution, Verdict};
 use crate::stats::SampleOutcome;
@@ -260,19 +260,13 @@ pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> B
         return waiting();
     }
     let mut rest = Vec::new();
-    let mut at = 0;
-    loop {
-        let Some(header) = unread.get(at..at + 5) else {
-            return waiting();
+    for peeked in frame::peek(unread) {
+        let bytes = match peeked {
+            Peeked::Whole(_, bytes) => bytes,
+            Peeked::Partial(_) => return waiting(),
+            Peeked::Malformed => return Batch::Not,
         };
-        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let Some(len) = usize::try_from(declared).ok().filter(|&len| len >= 4) else {
-            return Batch::Not;
-        };
-        let Some(bytes) = unread.get(at..at + 1 + len) else {
-            return waiting();
-        };
-        match header[0] {
+        match bytes[0] {
             b'S' if rest.is_empty() => return Batch::Not,
             b'S' => return Batch::Writes(rest),
             b'D' | b'E' | b'C' => {}
@@ -304,26 +298,17 @@ pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> B
             }
             _ => return Batch::Not,
         }
-        at += 1 + len;
     }
+    waiting()
 }
 
 /// Whether the whole of a `Sync` is among the messages at the start of
 /// `unread` (their headers only are read).
 fn synced(unread: &[u8]) -> bool {
-    let mut at = 0;
-    while let Some(header) = unread.get(at..at + 5) {
-        let declared = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-        let Some(len) = usize::try_from(declared).ok().filter(|&len| len >= 4) else {
-            // Malformed: the batch is judged (and refused) now.
-            return true;
-        };
-        if header[0] == b'S' {
-            return unread.len() >= at + 1 + len;
-        }
-        at += 1 + len;
-    }
-    false
+    frame::peek(unread).any(|peeked| {
+        // Malformed: the batch is judged (and refused) now.
+        matches!(peeked, Peeked::Whole(b'S', _) | Peeked::Malformed)
+    })
 }
 
 /// Judges again a prepared statement bound in another mode than the one
@@ -348,13 +333,7 @@ fn rejudged(shared: &Shared, state: &State, prepared: &Prepared) -> Result<Decis
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
-        let mut m = vec![kind];
-        m.extend_from_slice(&((body.len() + 4) as u32).to_be_bytes());
-        m.extend_from_slice(body);
-        m
-    }
+    use crate::frame::message;
 
     #[test]
     fn a_batch_is_synced_once_its_whole_sync_has_come() {

@@ -19,6 +19,7 @@ import java.util.UUID;
  *     java -cp postgresql.jar Jdbc.java served postgres://user@host:port/db "SELECT ... WHERE k = $1" KEY...
  *     java -cp postgresql.jar Jdbc.java writes postgres://user@host:port/db KEY "INSERT ... $1 ..." ...
  *     java -cp postgresql.jar Jdbc.java batch postgres://user@host:port/db "INSERT ... $1 ..." KEY...
+ *     java -cp postgresql.jar Jdbc.java statements postgres://user@host:port/db "INSERT ... $1 ..." KEY...
  *
  * Each statement has one parameter, $1 (written as JDBC's ?), the row
  * key. Run straight against PostgreSQL and through the proxy; the tests
@@ -33,7 +34,9 @@ public class Jdbc {
             case "served" -> served(args[1], args[2].replace("$1", "?"), args, 3, out);
             case "writes" -> writes(args[1], args[2], args, 3, out);
             case "batch" -> batch(args[1], args[2], args, 3, out);
-            default -> throw new IllegalArgumentException("served, writes or batch, not " + args[0]);
+            case "statements" -> statements(args[1], args[2], args, 3, out);
+            default -> throw new IllegalArgumentException(
+                "served, writes, batch or statements, not " + args[0]);
         }
         System.out.println(String.join("\n", out));
     }
@@ -145,6 +148,27 @@ public class Jdbc {
                 ps.addBatch();
             }
             out.add("counts " + java.util.Arrays.toString(ps.executeBatch()));
+        } catch (SQLException e) {
+            SQLException first = e.getNextException() == null ? e : e.getNextException();
+            out.add(error(first));
+        }
+    }
+
+    /**
+     * A batch of SQL text: the statement with each key written in as a
+     * literal, added with Statement.addBatch and run with executeBatch,
+     * in autocommit. pgjdbc sends each statement with its own Parse, and
+     * one Sync for the batch. Its update counts, or the SQLSTATE of the
+     * first error.
+     */
+    static void statements(String url, String sql, String[] keys, int from, List<String> out)
+            throws Exception {
+        try (Connection conn = connect(url, "");
+             Statement st = conn.createStatement()) {
+            for (int k = from; k < keys.length; k++) {
+                st.addBatch(sql.replace("$1", "'" + keys[k] + "'"));
+            }
+            out.add("counts " + java.util.Arrays.toString(st.executeBatch()));
         } catch (SQLException e) {
             SQLException first = e.getNextException() == null ? e : e.getNextException();
             out.add(error(first));

@@ -126,6 +126,15 @@ impl Owed {
         }
     }
 
+    /// One answer to a message the proxy sent on its own: kept from the
+    /// app (but an error).
+    pub(crate) fn ours(awaits: Awaits) -> Owed {
+        Owed {
+            ours: true,
+            ..Owed::app(awaits)
+        }
+    }
+
     pub(crate) fn app(awaits: Awaits) -> Owed {
         Owed {
             awaits,
@@ -386,14 +395,7 @@ mod tests {
     use super::*;
 
     fn ours(awaits: Awaits) -> Owed {
-        Owed {
-            awaits,
-            ours: true,
-            origins: None,
-            tag: None,
-            probe: false,
-            describes: None,
-        }
+        Owed::ours(awaits)
     }
 
     /// The answers the app sees, of those given.

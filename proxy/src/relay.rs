@@ -541,14 +541,7 @@ mod tests {
         out.clear();
         state.sent(b'P');
         for awaits in [Awaits::Close, Awaits::Parse] {
-            state.answers.push(Owed {
-                awaits,
-                ours: true,
-                origins: None,
-                tag: None,
-                probe: false,
-                describes: None,
-            });
+            state.answers.push(Owed::ours(awaits));
         }
         state.sent(b'B');
         state.sent(b'S');

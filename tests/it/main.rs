@@ -111,6 +111,7 @@ mod model;
 mod moves;
 mod placement;
 mod proxy;
+mod proxy_batches;
 mod proxy_corpus;
 mod proxy_modes;
 mod proxy_names;

@@ -11,7 +11,8 @@ use crate::proxy::{psql, sqlstate, ProxyProcess};
 use crate::proxy_modes::{raw_answer, raw_prepared};
 
 /// A whole trip row, every NOT NULL column given; `{k}` is its UUID.
-const INSERT_TRIP: &str = "INSERT INTO trips (uuid, driver_uuid, rider_uuid, city_id, status, \
+pub(crate) const INSERT_TRIP: &str =
+    "INSERT INTO trips (uuid, driver_uuid, rider_uuid, city_id, status, \
      fare, currency, distance_km, requested_at, version) VALUES ('{k}', \
      '6f1c1a0e-0000-4000-8000-000000000001', '6f1c1a0e-0000-4000-8000-000000000002', 7, \
      'requested', 12.5, 'EUR', 0.1, '2026-12-03 10:00:00.123456+02', 1)";
@@ -819,28 +820,32 @@ async fn psycopg_asyncpg_node_pg_and_jdbc_get_what_postgresql_gives_them_for_wri
     // JDBC's executeBatch pipelines its rows with one Sync, in one
     // implicit transaction: run as one by the facade, the counts
     // PostgreSQL gives; with a row that exists, the error PostgreSQL
-    // gives and nothing written.
-    let batch = |url: &str, keys: &[uuid::Uuid]| {
-        let keys: Vec<String> = keys.iter().map(uuid::Uuid::to_string).collect();
-        let mut args = vec!["batch", url, insert.as_str()];
-        args.extend(keys.iter().map(String::as_str));
-        crate::proxy_modes::run_client("java", "Jdbc.java", &args)
-    };
+    // gives and nothing written. A PreparedStatement's batch binds one
+    // statement; a Statement's sends each row's SQL with its own Parse.
     let fresh = || [uuid::Uuid::new_v4(), uuid::Uuid::new_v4()];
-    let (rows, twins) = (fresh(), fresh());
-    let direct_out = batch(&direct, &twins);
-    assert_eq!(direct_out.trim(), "counts [1, 1]");
-    assert_eq!(batch(&proxy.url(&db), &rows), direct_out);
-    for k in rows {
-        assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
+    for how in ["batch", "statements"] {
+        let batch = |url: &str, keys: &[uuid::Uuid]| {
+            let keys: Vec<String> = keys.iter().map(uuid::Uuid::to_string).collect();
+            let mut args = vec![how, url, insert.as_str()];
+            args.extend(keys.iter().map(String::as_str));
+            crate::proxy_modes::run_client("java", "Jdbc.java", &args)
+        };
+        let (rows, twins) = (fresh(), fresh());
+        let direct_out = batch(&direct, &twins);
+        assert_eq!(direct_out.trim(), "counts [1, 1]", "{how}");
+        assert_eq!(batch(&proxy.url(&db), &rows), direct_out, "{how}");
+        for k in rows {
+            assert!(latest(&facade, k, "BASE").await.is_some(), "{how}");
+        }
+        let [a, b] = fresh();
+        let direct_out = batch(&direct, &[b, twins[0]]);
+        assert_eq!(direct_out.trim(), "error 23505", "{how}");
+        assert_eq!(batch(&proxy.url(&db), &[a, rows[0]]), direct_out, "{how}");
+        assert!(latest(&facade, a, "BASE").await.is_none(), "{how}");
     }
-    let [a, b] = fresh();
-    let direct_out = batch(&direct, &[b, twins[0]]);
-    assert_eq!(direct_out.trim(), "error 23505");
-    assert_eq!(batch(&proxy.url(&db), &[a, rows[0]]), direct_out);
-    assert!(latest(&facade, a, "BASE").await.is_none(), "written");
-    // The same with psycopg's and asyncpg's executemany.
-    for driver in ["psycopg", "asyncpg"] {
+    // The same with psycopg's and asyncpg's executemany, and statements
+    // executed one by one in a psycopg pipeline block.
+    for driver in ["psycopg", "asyncpg", "pipeline"] {
         let batch = |url: &str, keys: &[uuid::Uuid]| {
             let keys: Vec<String> = keys.iter().map(uuid::Uuid::to_string).collect();
             let mut args = vec![driver, url, insert.as_str()];
@@ -930,189 +935,6 @@ async fn a_write_whose_parse_fails_runs_nowhere() {
     let answer = raw_binary_write(&mut through, &insert, &[2950], &[k.as_bytes().to_vec()]);
     let kinds: Vec<u8> = answer.iter().map(|(kind, _)| *kind).collect();
     assert_eq!(kinds, b"12CZ", "{answer:?}");
-    assert!(latest(&facade, k, "BASE").await.is_some());
-    facade.close().await;
-}
-
-/// A `Parse` of `sql` under `name`, its one parameter a uuid.
-fn parse_uuid(name: &str, sql: &str) -> Vec<u8> {
-    use crate::proxy_modes::{cstr, message};
-    let mut parse = [cstr(name), cstr(sql)].concat();
-    parse.extend_from_slice(&1i16.to_be_bytes());
-    parse.extend_from_slice(&2950u32.to_be_bytes());
-    message(b'P', &parse)
-}
-
-/// A `Bind` of statement `name` to the unnamed portal with `k` (a binary
-/// uuid), and its `Execute`.
-fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
-    use crate::proxy_modes::{cstr, message};
-    let mut bind = [cstr(""), cstr(name)].concat();
-    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
-    bind.extend_from_slice(k.as_bytes());
-    bind.extend_from_slice(&0i16.to_be_bytes());
-    let mut out = message(b'B', &bind);
-    out.extend(message(
-        b'E',
-        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
-    ));
-    out
-}
-
-/// `flight` then a `Sync` sent on a raw connection: the answer's message
-/// kinds, and the SQLSTATE of its error.
-fn raw_flight(stream: &mut std::net::TcpStream, mut flight: Vec<u8>) -> (Vec<u8>, String) {
-    use std::io::Write;
-    flight.extend(crate::proxy_modes::message(b'S', &[]));
-    stream.write_all(&flight).unwrap();
-    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
-}
-
-/// A pipelined batch on a raw connection, as JDBC's `executeBatch` and
-/// asyncpg's `executemany` send one: `Parse` of `sql` (one uuid
-/// parameter), then `Bind` (binary) and `Execute` per key, and one `Sync`
-/// at the end, so every write is in one implicit transaction. The
-/// answer's message kinds, and the SQLSTATE of its error.
-fn raw_batch(
-    stream: &mut std::net::TcpStream,
-    sql: &str,
-    keys: &[uuid::Uuid],
-) -> (Vec<u8>, String) {
-    let mut flight = parse_uuid("", sql);
-    flight.extend(keys.iter().flat_map(|k| bind_uuid("", *k)));
-    raw_flight(stream, flight)
-}
-
-/// [`raw_batch`] of statements prepared first, each under its name
-/// (`named`, prepared again on each call), bound in the batch in the
-/// order of `binds`: the batch's answer.
-fn raw_named_batch(
-    stream: &mut std::net::TcpStream,
-    named: &[(&str, &str)],
-    binds: &[(&str, uuid::Uuid)],
-) -> (Vec<u8>, String) {
-    use crate::proxy_modes::{cstr, message};
-    let mut prepare = Vec::new();
-    for (name, sql) in named {
-        prepare.extend(message(b'C', &[b"S".to_vec(), cstr(name)].concat()));
-        prepare.extend(parse_uuid(name, sql));
-    }
-    assert_eq!(raw_flight(stream, prepare).1, "", "prepared");
-    let flight = binds.iter().flat_map(|(name, k)| bind_uuid(name, *k));
-    raw_flight(stream, flight.collect())
-}
-
-/// An answer's message kinds, and the SQLSTATE of its error.
-fn kinds_and_sqlstate(answer: &[(u8, Vec<u8>)]) -> (Vec<u8>, String) {
-    let sqlstate = answer
-        .iter()
-        .find(|(kind, _)| *kind == b'E')
-        .map(|(_, body)| {
-            let text = String::from_utf8_lossy(body);
-            text.split('\0')
-                .find_map(|f| f.strip_prefix('C').map(str::to_string))
-                .unwrap_or_default()
-        })
-        .unwrap_or_default();
-    (answer.iter().map(|(kind, _)| *kind).collect(), sqlstate)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql() {
-    // PostgreSQL runs a batch sent with one Sync in one implicit
-    // transaction: a row that fails rolls back the rows before it. The
-    // facade evaluates and checks every write of the batch before it puts
-    // a cell, so the app gets the same answers and nothing is written.
-    let (db, facade, file) = primary().await;
-    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
-    let insert = INSERT_TRIP.replace("'{k}'", "$1");
-    let taken = uuid::Uuid::new_v4();
-    let (ok, out, err) = psql(
-        &proxy.url(&db),
-        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(taken)),
-    );
-    assert!(ok, "{out}{err}");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "{} ON CONFLICT DO NOTHING",
-        trip(taken)
-    )))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    let port = crate::harness::cluster().spec().postgres_port;
-    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut own = crate::proxy::raw_session(own_addr, &db);
-    let mut through = crate::proxy::raw_session(proxy.addr, &db);
-    let fresh = || uuid::Uuid::new_v4();
-    let in_postgres = |k: uuid::Uuid| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
-
-    // A row that exists, after one that does not: 23505 at the second,
-    // the first rolled back (directly) or never written (through).
-    let (a, b) = (fresh(), fresh());
-    let direct = raw_batch(&mut own, &insert, &[a, taken]);
-    assert_eq!(direct, (b"12C2EZ".to_vec(), "23505".to_string()));
-    assert_eq!(db.count(&in_postgres(a)).await, 0, "rolled back");
-    assert_eq!(raw_batch(&mut through, &insert, &[b, taken]), direct);
-    assert!(latest(&facade, b, "BASE").await.is_none(), "written");
-
-    // One key twice in the batch: 23505 at the second, nothing written.
-    let (a, b) = (fresh(), fresh());
-    let direct = raw_batch(&mut own, &insert, &[a, a]);
-    assert_eq!(direct, (b"12C2EZ".to_vec(), "23505".to_string()));
-    assert_eq!(raw_batch(&mut through, &insert, &[b, b]), direct);
-    assert!(latest(&facade, b, "BASE").await.is_none(), "written");
-
-    // Rows that all go in: every one written, answered as PostgreSQL does.
-    let direct = raw_batch(&mut own, &insert, &[fresh(), fresh(), fresh()]);
-    assert_eq!(direct, (b"12C2C2CZ".to_vec(), String::new()));
-    let rows = [fresh(), fresh(), fresh()];
-    assert_eq!(raw_batch(&mut through, &insert, &rows), direct);
-    for k in rows {
-        assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
-    }
-
-    // A write pipelined with a statement that is not one the facade
-    // runs: refused at the write (its Execute raises the refusal),
-    // nothing written, the rest skipped to the Sync.
-    use crate::proxy_modes::{cstr, message};
-    let k = fresh();
-    let other = [cstr(""), cstr("SELECT 1"), 0i16.to_be_bytes().to_vec()].concat();
-    let plain_bind = [cstr(""), cstr(""), vec![0, 0, 0, 0, 0, 0]].concat();
-    let execute = message(b'E', &[cstr(""), 0i32.to_be_bytes().to_vec()].concat());
-    let flight = [
-        parse_uuid("", &insert),
-        bind_uuid("", k),
-        message(b'P', &other),
-        message(b'B', &plain_bind),
-        execute,
-    ]
-    .concat();
-    let answer = raw_flight(&mut through, flight);
-    assert_eq!(answer, (b"12EZ".to_vec(), "0A000".to_string()));
-    assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-
-    // Writes of one row in one batch, each evaluated without the one
-    // before (a note for a trip the batch inserts, an UPDATE of it):
-    // PostgreSQL runs them; the facade refuses the later one (0A000) and
-    // writes nothing.
-    let note = "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
-                ((SELECT id FROM trips WHERE uuid = $1), 1, 'ops', 'a note', now())";
-    let bump = "UPDATE trips SET version = version + 1 WHERE uuid = $1";
-    for second in [note, bump] {
-        let named = [("s_trip", insert.as_str()), ("s_second", second)];
-        let (d, k) = (fresh(), fresh());
-        let direct = raw_named_batch(&mut own, &named, &[("s_trip", d), ("s_second", d)]);
-        assert_eq!(direct.0, b"2C2CZ", "{second}: {direct:?}");
-        let through_out = raw_named_batch(&mut through, &named, &[("s_trip", k), ("s_second", k)]);
-        assert_eq!(through_out.0, b"2C2EZ", "{second}: {through_out:?}");
-        assert_eq!(through_out.1, "0A000", "{second}");
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-    }
-
-    // A write with its own Sync runs.
-    let k = fresh();
-    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);
-    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
     assert!(latest(&facade, k, "BASE").await.is_some());
     facade.close().await;
 }

@@ -147,17 +147,9 @@ fn serve_held(
 /// answers to both kept from the app; its name, for the `Bind`.
 fn prepare_ours(state: &mut State, sql: String, out: &mut BytesMut) -> Option<String> {
     let name = Some(SERVED_STATEMENT.to_string());
-    let ours = |awaits| Owed {
-        awaits,
-        ours: true,
-        origins: None,
-        tag: None,
-        probe: false,
-        describes: None,
-    };
-    state.answers.push(ours(Awaits::Close));
+    state.answers.push(Owed::ours(Awaits::Close));
     frame::encode(&Close::new(b'S', name.clone()), out);
-    state.answers.push(ours(Awaits::Parse));
+    state.answers.push(Owed::ours(Awaits::Parse));
     frame::encode(&Parse::new(name.clone(), sql, Vec::new()), out);
     name
 }

@@ -2,11 +2,12 @@
 //! a held write may start.
 
 use bytes::BytesMut;
-use pgwire::messages::extendedquery::Flush;
+use pgwire::messages::extendedquery::{Close, Flush, Parse};
 use tokio::sync::oneshot;
 
-use super::held::refuse_write;
+use super::held::{refuse_write, SERVED_STATEMENT};
 use super::State;
+use crate::answers::{Awaits, Owed};
 use crate::frame::{self, Frame, Peeked};
 use crate::sample::Held;
 use crate::Shared;
@@ -34,6 +35,9 @@ pub(super) struct Pending {
     /// The `Bind`s of the rest of a pipelined batch run with this write,
     /// whose answers come with its own.
     pub(super) batch: Vec<BytesMut>,
+    /// The statements its batch parses were sent to PostgreSQL to be
+    /// parsed first ([`check_parsed`]).
+    checked: bool,
 }
 
 impl Pending {
@@ -51,6 +55,7 @@ impl Pending {
             read,
             deferred: None,
             batch: Vec::new(),
+            checked: false,
         }
     }
 
@@ -86,6 +91,7 @@ impl Pending {
             read: None,
             deferred: Some(write),
             batch: Vec::new(),
+            checked: false,
         }
     }
 
@@ -107,6 +113,9 @@ impl Pending {
     ///   turn. Otherwise the write is refused (`0A000`) before anything is
     ///   written, and PostgreSQL skips the rest to the `Sync`, as after
     ///   any error.
+    /// - A batch that parses its own statements (each with its `Parse`)
+    ///   has them parsed on PostgreSQL first ([`check_parsed`]): after an
+    ///   error there, the write is sent on to be skipped, nothing run.
     pub(super) fn ready(
         mut self,
         shared: &Shared,
@@ -131,7 +140,12 @@ impl Pending {
             After::Alone => Vec::new(),
             After::Others => match super::prepared::batched_writes(shared, state, unread) {
                 Batch::Unknown => return Some(self),
-                Batch::Writes(rest) => rest,
+                Batch::Writes { parsed, .. } if !parsed.is_empty() && !self.checked => {
+                    check_parsed(state, &parsed, out);
+                    self.checked = true;
+                    return Some(self);
+                }
+                Batch::Writes { binds, .. } => binds,
                 Batch::Not => {
                     refuse_write(shared, state, self.frame, PIPELINED, out);
                     return None;
@@ -156,11 +170,64 @@ impl Pending {
 pub(super) enum Batch {
     /// Not up to its `Sync` yet.
     Unknown,
-    /// Each `Bind`'s bytes, and its write's SQL and parameters: all
-    /// translatable writes the facade runs now.
-    Writes(Vec<(BytesMut, Write)>),
+    /// All translatable writes the facade runs now.
+    Writes {
+        /// Each `Bind`'s bytes, and its write's SQL and parameters.
+        binds: Vec<(BytesMut, Write)>,
+        /// The statements the batch parses, in order.
+        parsed: Vec<Parsed>,
+    },
     /// Something else is in it.
     Not,
+}
+
+/// A statement a batch parses (its `Parse` not sent yet): its name (`""`
+/// the unnamed one), text and declared parameter types.
+pub(super) struct Parsed {
+    pub(super) name: String,
+    pub(super) sql: String,
+    pub(super) types: Vec<u32>,
+}
+
+/// Sends each statement a batch parses to PostgreSQL to be parsed first,
+/// as the app's `Parse` will be, in the app's session (its role, its
+/// path, its types), then closed: the answers are the proxy's, but an
+/// error is relayed, and PostgreSQL then skips the held write to the
+/// `Sync`, nothing of the batch run. Without this the facade would write
+/// a batch whose later statement PostgreSQL refuses to parse (a key
+/// declared `varchar`, a bad literal), the app told it failed.
+///
+/// A named statement is parsed under its own name, so one the session
+/// already holds fails as the app's would (`42P05`); the unnamed one under
+/// the proxy's own name ([`SERVED_STATEMENT`]), so the statement the held
+/// write binds stays as it is. A `Flush` asks for the answers.
+fn check_parsed(state: &mut State, parsed: &[Parsed], out: &mut BytesMut) {
+    for statement in parsed {
+        let name = match statement.name.as_str() {
+            "" => {
+                close_ours(state, SERVED_STATEMENT, out);
+                SERVED_STATEMENT
+            }
+            name => name,
+        };
+        state.answers.push(Owed::ours(Awaits::Parse));
+        frame::encode(
+            &Parse::new(
+                Some(name.to_string()),
+                statement.sql.clone(),
+                statement.types.clone(),
+            ),
+            out,
+        );
+        close_ours(state, name, out);
+    }
+    frame::encode(&Flush::new(), out);
+}
+
+/// A `Close` of statement `name`, its answer kept from the app.
+fn close_ours(state: &mut State, name: &str, out: &mut BytesMut) {
+    state.answers.push(Owed::ours(Awaits::Close));
+    frame::encode(&Close::new(b'S', Some(name.to_string())), out);
 }
 
 /// Why a write pipelined with other statements in one implicit

@@ -3,11 +3,13 @@
 //! transaction block) moved since, then held for Schemaless or the
 //! facade, refused, or forwarded.
 
+use std::collections::HashMap;
+
 use bytes::BytesMut;
-use pgwire::messages::extendedquery::{Bind, Parse};
+use pgwire::messages::extendedquery::{Bind, Close, Parse};
 
 use super::held::{refuse_held, refuse_prepared, refuse_write, UNCOUNTED, UNCOUNTED_WRITE};
-use super::pending::Batch;
+use super::pending::{Batch, Parsed};
 use super::{route, Pending, State};
 use crate::answers::Described;
 use crate::frame::{self, Frame, Peeked};
@@ -242,9 +244,13 @@ fn bind_write(
 const MOST_BATCHED: usize = 16 << 20;
 
 /// The rest of a pipelined batch after a held write's `Bind` (`unread`,
-/// up to its `Sync`): whether it is only `Bind`s of translatable writes
-/// the facade runs now, as judged when they were prepared, with their
-/// `Describe`s and `Execute`s.
+/// up to its `Sync`): whether it is only translatable writes the facade
+/// runs now, with their `Describe`s, `Execute`s and `Close`s. Each
+/// `Bind` binds a statement prepared before the batch (as judged when it
+/// was prepared) or one the batch parses itself (JDBC's
+/// `Statement.addBatch`, a psycopg pipeline: each statement's own
+/// `Parse`), judged here; those `Parse`s are returned to be checked on
+/// PostgreSQL before anything runs ([`Parsed`]).
 pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> Batch {
     let now = shared.mode();
     let waiting = || {
@@ -254,47 +260,92 @@ pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> B
             Batch::Unknown
         }
     };
-    // Each `Bind` is decoded only once the `Sync` has come (the batch is
+    // Each message is decoded only once the `Sync` has come (the batch is
     // looked at again on every read of the app's messages until then).
     if !synced(unread) {
         return waiting();
     }
-    let mut rest = Vec::new();
+    let facade_runs = matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless);
+    let mut binds = Vec::new();
+    let mut parsed: Vec<Parsed> = Vec::new();
+    // Statements the batch parses (`Some`) or closes (`None`) by name,
+    // before PostgreSQL has seen any of it.
+    let mut batch_names: HashMap<String, Option<(String, Vec<u32>)>> = HashMap::new();
     for peeked in frame::peek(unread) {
         let bytes = match peeked {
             Peeked::Whole(_, bytes) => bytes,
             Peeked::Partial(_) => return waiting(),
             Peeked::Malformed => return Batch::Not,
         };
+        let frame = |kind| Frame {
+            kind,
+            bytes: BytesMut::from(bytes),
+        };
         match bytes[0] {
-            b'S' if rest.is_empty() => return Batch::Not,
-            b'S' => return Batch::Writes(rest),
-            b'D' | b'E' | b'C' => {}
-            b'B' => {
-                let frame = Frame {
-                    kind: b'B',
-                    bytes: BytesMut::from(bytes),
+            b'S' if binds.is_empty() => return Batch::Not,
+            b'S' => return Batch::Writes { binds, parsed },
+            b'D' | b'E' => {}
+            b'C' => {
+                let Some(close) = frame::decode::<Close>(&frame(b'C')) else {
+                    return Batch::Not;
                 };
+                if close.target_type == b'S' {
+                    // A later `Bind` of it fails on PostgreSQL (26000).
+                    batch_names.insert(close.name.unwrap_or_default(), None);
+                }
+            }
+            b'P' => {
+                let Some(parse) = frame::decode::<Parse>(&frame(b'P')) else {
+                    return Batch::Not;
+                };
+                let decision =
+                    super::judge::decide(shared, state, &parse.query, now, state.resolution);
+                if decision.verdict != Verdict::Forward || !decision.writable || !facade_runs {
+                    return Batch::Not;
+                }
+                let name = parse.name.unwrap_or_default();
+                if !name.is_empty() && matches!(batch_names.get(&name), Some(Some(_))) {
+                    // Named twice without a `Close`: PostgreSQL refuses the
+                    // second (42P05).
+                    return Batch::Not;
+                }
+                batch_names.insert(
+                    name.clone(),
+                    Some((parse.query.clone(), parse.type_oids.clone())),
+                );
+                parsed.push(Parsed {
+                    name,
+                    sql: parse.query,
+                    types: parse.type_oids,
+                });
+            }
+            b'B' => {
+                let frame = frame(b'B');
                 let Some(bind) = frame::decode::<Bind>(&frame) else {
                     return Batch::Not;
                 };
                 let name = bind.statement_name.as_deref().unwrap_or_default();
-                let Some(p) = state.reads.get(name).filter(|p| {
-                    p.write
-                        && p.mode == now
-                        && p.in_transaction == state.in_transaction()
-                        && p.resolution == state.resolution
-                        && !state.refused.contains_key(name)
-                        && matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless)
-                }) else {
-                    return Batch::Not;
+                let (sql, types) = match batch_names.get(name) {
+                    Some(Some((sql, types))) => (sql, types),
+                    Some(None) => return Batch::Not,
+                    None => match state.reads.get(name).filter(|p| {
+                        p.write
+                            && p.mode == now
+                            && p.in_transaction == state.in_transaction()
+                            && p.resolution == state.resolution
+                            && !state.refused.contains_key(name)
+                            && facade_runs
+                    }) {
+                        Some(p) => (&p.sql, &p.types),
+                        None => return Batch::Not,
+                    },
                 };
                 let Some(params) =
-                    params_nullable(&p.types, &bind.parameter_format_codes, &bind.parameters)
+                    params_nullable(types, &bind.parameter_format_codes, &bind.parameters)
                 else {
                     return Batch::Not;
                 };
-                rest.push((frame.bytes, (p.sql.clone(), params)));
+                binds.push((frame.bytes, (sql.clone(), params)));
             }
             _ => return Batch::Not,
         }

@@ -1,0 +1,379 @@
+//! Pipelined batches of writes through `mezzanine proxy` in `primary`:
+//! statements an app sends with one `Sync` (JDBC's `executeBatch`,
+//! psycopg's and asyncpg's `executemany`, a psycopg pipeline), which
+//! PostgreSQL runs in one implicit transaction, answered message for
+//! message as PostgreSQL answers them on the raw protocol, and written
+//! whole or not at all.
+
+use crate::proxy::{psql, ProxyProcess};
+use crate::proxy_writes::{latest, primary, trip, INSERT_TRIP};
+
+/// A `Parse` of `sql` under `name`, its one parameter a uuid.
+fn parse_uuid(name: &str, sql: &str) -> Vec<u8> {
+    parse_typed(name, sql, &[2950])
+}
+
+/// A `Parse` of `sql` under `name`, its parameters declared `types`.
+fn parse_typed(name: &str, sql: &str, types: &[u32]) -> Vec<u8> {
+    use crate::proxy_modes::{cstr, message};
+    let mut parse = [cstr(name), cstr(sql)].concat();
+    parse.extend_from_slice(&(types.len() as i16).to_be_bytes());
+    for t in types {
+        parse.extend_from_slice(&t.to_be_bytes());
+    }
+    message(b'P', &parse)
+}
+
+/// A `Bind` of statement `name` to the unnamed portal with `params` as
+/// text, and its `Execute`.
+fn bind_text(name: &str, params: &[String]) -> Vec<u8> {
+    use crate::proxy_modes::{cstr, message};
+    let mut bind = [cstr(""), cstr(name)].concat();
+    bind.extend_from_slice(&0i16.to_be_bytes());
+    bind.extend_from_slice(&(params.len() as i16).to_be_bytes());
+    for p in params {
+        bind.extend_from_slice(&(p.len() as i32).to_be_bytes());
+        bind.extend_from_slice(p.as_bytes());
+    }
+    bind.extend_from_slice(&0i16.to_be_bytes());
+    let mut out = message(b'B', &bind);
+    out.extend(message(
+        b'E',
+        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+    ));
+    out
+}
+
+/// A `Bind` of statement `name` to the unnamed portal with `k` (a binary
+/// uuid), and its `Execute`.
+fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
+    use crate::proxy_modes::{cstr, message};
+    let mut bind = [cstr(""), cstr(name)].concat();
+    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
+    bind.extend_from_slice(k.as_bytes());
+    bind.extend_from_slice(&0i16.to_be_bytes());
+    let mut out = message(b'B', &bind);
+    out.extend(message(
+        b'E',
+        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
+    ));
+    out
+}
+
+/// `flight` then a `Sync` sent on a raw connection: the answer's message
+/// kinds, and the SQLSTATE of its error.
+fn raw_flight(stream: &mut std::net::TcpStream, mut flight: Vec<u8>) -> (Vec<u8>, String) {
+    use std::io::Write;
+    flight.extend(crate::proxy_modes::message(b'S', &[]));
+    stream.write_all(&flight).unwrap();
+    kinds_and_sqlstate(&crate::proxy::messages_until_ready(stream))
+}
+
+/// A pipelined batch on a raw connection, as JDBC's `executeBatch` and
+/// asyncpg's `executemany` send one: `Parse` of `sql` (one uuid
+/// parameter), then `Bind` (binary) and `Execute` per key, and one `Sync`
+/// at the end, so every write is in one implicit transaction. The
+/// answer's message kinds, and the SQLSTATE of its error.
+fn raw_batch(
+    stream: &mut std::net::TcpStream,
+    sql: &str,
+    keys: &[uuid::Uuid],
+) -> (Vec<u8>, String) {
+    let mut flight = parse_uuid("", sql);
+    flight.extend(keys.iter().flat_map(|k| bind_uuid("", *k)));
+    raw_flight(stream, flight)
+}
+
+/// [`raw_batch`] of statements prepared first, each under its name
+/// (`named`, prepared again on each call), bound in the batch in the
+/// order of `binds`: the batch's answer.
+fn raw_named_batch(
+    stream: &mut std::net::TcpStream,
+    named: &[(&str, &str)],
+    binds: &[(&str, uuid::Uuid)],
+) -> (Vec<u8>, String) {
+    use crate::proxy_modes::{cstr, message};
+    let mut prepare = Vec::new();
+    for (name, sql) in named {
+        prepare.extend(message(b'C', &[b"S".to_vec(), cstr(name)].concat()));
+        prepare.extend(parse_uuid(name, sql));
+    }
+    assert_eq!(raw_flight(stream, prepare).1, "", "prepared");
+    let flight = binds.iter().flat_map(|(name, k)| bind_uuid(name, *k));
+    raw_flight(stream, flight.collect())
+}
+
+/// An answer's message kinds, and the SQLSTATE of its error.
+fn kinds_and_sqlstate(answer: &[(u8, Vec<u8>)]) -> (Vec<u8>, String) {
+    let sqlstate = answer
+        .iter()
+        .find(|(kind, _)| *kind == b'E')
+        .map(|(_, body)| {
+            let text = String::from_utf8_lossy(body);
+            text.split('\0')
+                .find_map(|f| f.strip_prefix('C').map(str::to_string))
+                .unwrap_or_default()
+        })
+        .unwrap_or_default();
+    (answer.iter().map(|(kind, _)| *kind).collect(), sqlstate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql() {
+    // PostgreSQL runs a batch sent with one Sync in one implicit
+    // transaction: a row that fails rolls back the rows before it. The
+    // facade evaluates and checks every write of the batch before it puts
+    // a cell, so the app gets the same answers and nothing is written.
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let taken = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(taken)),
+    );
+    assert!(ok, "{out}{err}");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "{} ON CONFLICT DO NOTHING",
+        trip(taken)
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut own = crate::proxy::raw_session(own_addr, &db);
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let fresh = || uuid::Uuid::new_v4();
+    let in_postgres = |k: uuid::Uuid| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
+
+    // A row that exists, after one that does not: 23505 at the second,
+    // the first rolled back (directly) or never written (through).
+    let (a, b) = (fresh(), fresh());
+    let direct = raw_batch(&mut own, &insert, &[a, taken]);
+    assert_eq!(direct, (b"12C2EZ".to_vec(), "23505".to_string()));
+    assert_eq!(db.count(&in_postgres(a)).await, 0, "rolled back");
+    assert_eq!(raw_batch(&mut through, &insert, &[b, taken]), direct);
+    assert!(latest(&facade, b, "BASE").await.is_none(), "written");
+
+    // One key twice in the batch: 23505 at the second, nothing written.
+    let (a, b) = (fresh(), fresh());
+    let direct = raw_batch(&mut own, &insert, &[a, a]);
+    assert_eq!(direct, (b"12C2EZ".to_vec(), "23505".to_string()));
+    assert_eq!(raw_batch(&mut through, &insert, &[b, b]), direct);
+    assert!(latest(&facade, b, "BASE").await.is_none(), "written");
+
+    // Rows that all go in: every one written, answered as PostgreSQL does.
+    let direct = raw_batch(&mut own, &insert, &[fresh(), fresh(), fresh()]);
+    assert_eq!(direct, (b"12C2C2CZ".to_vec(), String::new()));
+    let rows = [fresh(), fresh(), fresh()];
+    assert_eq!(raw_batch(&mut through, &insert, &rows), direct);
+    for k in rows {
+        assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
+    }
+
+    // A write pipelined with a statement that is not one the facade
+    // runs: refused at the write (its Execute raises the refusal),
+    // nothing written, the rest skipped to the Sync.
+    use crate::proxy_modes::{cstr, message};
+    let k = fresh();
+    let other = [cstr(""), cstr("SELECT 1"), 0i16.to_be_bytes().to_vec()].concat();
+    let plain_bind = [cstr(""), cstr(""), vec![0, 0, 0, 0, 0, 0]].concat();
+    let execute = message(b'E', &[cstr(""), 0i32.to_be_bytes().to_vec()].concat());
+    let flight = [
+        parse_uuid("", &insert),
+        bind_uuid("", k),
+        message(b'P', &other),
+        message(b'B', &plain_bind),
+        execute,
+    ]
+    .concat();
+    let answer = raw_flight(&mut through, flight);
+    assert_eq!(answer, (b"12EZ".to_vec(), "0A000".to_string()));
+    assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+
+    // Writes of one row in one batch, each evaluated without the one
+    // before (a note for a trip the batch inserts, an UPDATE of it):
+    // PostgreSQL runs them; the facade refuses the later one (0A000) and
+    // writes nothing.
+    let note = "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
+                ((SELECT id FROM trips WHERE uuid = $1), 1, 'ops', 'a note', now())";
+    let bump = "UPDATE trips SET version = version + 1 WHERE uuid = $1";
+    for second in [note, bump] {
+        let named = [("s_trip", insert.as_str()), ("s_second", second)];
+        let (d, k) = (fresh(), fresh());
+        let direct = raw_named_batch(&mut own, &named, &[("s_trip", d), ("s_second", d)]);
+        assert_eq!(direct.0, b"2C2CZ", "{second}: {direct:?}");
+        let through_out = raw_named_batch(&mut through, &named, &[("s_trip", k), ("s_second", k)]);
+        assert_eq!(through_out.0, b"2C2EZ", "{second}: {through_out:?}");
+        assert_eq!(through_out.1, "0A000", "{second}");
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+
+    // A write with its own Sync runs.
+    let k = fresh();
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);
+    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
+    assert!(latest(&facade, k, "BASE").await.is_some());
+    facade.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_parses_each_of_its_statements_runs_whole_or_nowhere() {
+    // JDBC's Statement.addBatch, a psycopg pipeline, Npgsql's batches:
+    // each statement with its own Parse, one Sync at the end. The facade
+    // runs the batch as one; a statement PostgreSQL would refuse to parse
+    // stops it before anything is written.
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut own = crate::proxy::raw_session(own_addr, &db);
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let fresh = || uuid::Uuid::new_v4();
+    let in_postgres = |k: uuid::Uuid| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
+    // Each key's own unnamed Parse (its key as text), Bind and Execute.
+    let each_parsed = |keys: &[uuid::Uuid], types: &[u32]| -> Vec<u8> {
+        keys.iter()
+            .flat_map(|k| {
+                [
+                    parse_typed("", &insert, types),
+                    bind_text("", &[k.to_string()]),
+                ]
+                .concat()
+            })
+            .collect()
+    };
+
+    // All go in: answered as PostgreSQL answers them, all written.
+    let (d, t) = ([fresh(), fresh(), fresh()], [fresh(), fresh(), fresh()]);
+    let direct = raw_flight(&mut own, each_parsed(&d, &[2950]));
+    assert_eq!(direct, (b"12C12C12CZ".to_vec(), String::new()));
+    assert_eq!(raw_flight(&mut through, each_parsed(&t, &[2950])), direct);
+    for k in t {
+        assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
+        assert_eq!(db.count(&in_postgres(k)).await, 0, "run on PostgreSQL");
+    }
+
+    // The second statement's Parse fails on PostgreSQL (its key declared
+    // varchar, as JDBC's setString declares it): the batch is rolled back
+    // there, and nothing is written through. PostgreSQL answers the first
+    // statement before the error; through the proxy the error comes at
+    // the first Bind (its answers are not given for a batch that fails).
+    let statements = |keys: [uuid::Uuid; 3]| {
+        [
+            each_parsed(&keys[..1], &[2950]),
+            each_parsed(&keys[1..2], &[1043]),
+            each_parsed(&keys[2..], &[2950]),
+        ]
+        .concat()
+    };
+    let (d, t) = ([fresh(), fresh(), fresh()], [fresh(), fresh(), fresh()]);
+    let direct = raw_flight(&mut own, statements(d));
+    assert_eq!(direct, (b"12CEZ".to_vec(), "42804".to_string()));
+    assert_eq!(db.count(&in_postgres(d[0])).await, 0, "rolled back");
+    assert_eq!(
+        raw_flight(&mut through, statements(t)),
+        (b"1EZ".to_vec(), "42804".to_string())
+    );
+    for k in t {
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+
+    // A literal PostgreSQL refuses at its Parse (JDBC's Statement batches
+    // send SQL text): 22P02, nothing written.
+    let bad = trip(fresh()).replacen("'6f1c1a0e-0000-4000-8000-000000000001'", "'not-a-uuid'", 1);
+    let with_bad = |k: uuid::Uuid| {
+        [
+            each_parsed(&[k], &[2950]),
+            parse_typed("", &bad, &[]),
+            bind_text("", &[]),
+        ]
+        .concat()
+    };
+    let (d, t) = (fresh(), fresh());
+    let direct = raw_flight(&mut own, with_bad(d));
+    assert_eq!(direct, (b"12CEZ".to_vec(), "22P02".to_string()));
+    assert_eq!(
+        raw_flight(&mut through, with_bad(t)),
+        (b"1EZ".to_vec(), "22P02".to_string())
+    );
+    assert!(latest(&facade, t, "BASE").await.is_none(), "written");
+
+    // A named statement the batch parses, binds and closes: as
+    // PostgreSQL answers it; parsed again in a later batch, the same.
+    use crate::proxy_modes::{cstr, message};
+    let close_named = message(b'C', &[b"S".to_vec(), cstr("s_batch")].concat());
+    let named = |keys: [uuid::Uuid; 2]| {
+        [
+            each_parsed(&keys[..1], &[2950]),
+            parse_typed("s_batch", &insert, &[2950]),
+            bind_text("s_batch", &[keys[1].to_string()]),
+            close_named.clone(),
+        ]
+        .concat()
+    };
+    for _ in 0..2 {
+        let (d, t) = ([fresh(), fresh()], [fresh(), fresh()]);
+        let direct = raw_flight(&mut own, named(d));
+        assert_eq!(direct, (b"12C12C3Z".to_vec(), String::new()));
+        assert_eq!(raw_flight(&mut through, named(t)), direct);
+        for k in t {
+            assert!(latest(&facade, k, "BASE").await.is_some(), "not written");
+        }
+    }
+
+    // A name the session already holds, parsed again in a batch:
+    // PostgreSQL refuses it (42P05), and nothing is written.
+    for stream in [&mut own, &mut through] {
+        let prepare = parse_typed("s_held", &insert, &[2950]);
+        assert_eq!(raw_flight(stream, prepare), (b"1Z".to_vec(), String::new()));
+    }
+    let again = |keys: [uuid::Uuid; 2]| {
+        [
+            each_parsed(&keys[..1], &[2950]),
+            parse_typed("s_held", &insert, &[2950]),
+            bind_text("s_held", &[keys[1].to_string()]),
+        ]
+        .concat()
+    };
+    let (d, t) = ([fresh(), fresh()], [fresh(), fresh()]);
+    assert_eq!(
+        raw_flight(&mut own, again(d)),
+        (b"12CEZ".to_vec(), "42P05".to_string())
+    );
+    assert_eq!(
+        raw_flight(&mut through, again(t)),
+        (b"1EZ".to_vec(), "42P05".to_string())
+    );
+    for k in t {
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+
+    // A statement closed before the batch binds it again: PostgreSQL
+    // refuses that Bind (26000); the proxy refuses the batch (0A000).
+    // Either way nothing is written.
+    let closed = |keys: [uuid::Uuid; 2]| {
+        [
+            parse_typed("s_closed", &insert, &[2950]),
+            bind_text("s_closed", &[keys[0].to_string()]),
+            message(b'C', &[b"S".to_vec(), cstr("s_closed")].concat()),
+            bind_text("s_closed", &[keys[1].to_string()]),
+        ]
+        .concat()
+    };
+    let (d, t) = ([fresh(), fresh()], [fresh(), fresh()]);
+    assert_eq!(raw_flight(&mut own, closed(d)).1, "26000");
+    assert_eq!(raw_flight(&mut through, closed(t)).1, "0A000");
+    for k in t {
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+
+    // The session goes on: a write with its own Sync runs.
+    let k = fresh();
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);
+    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
+    assert!(latest(&facade, k, "BASE").await.is_some());
+    facade.close().await;
+}

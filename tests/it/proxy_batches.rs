@@ -192,23 +192,53 @@ async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql()
     assert_eq!(answer, (b"12EZ".to_vec(), "0A000".to_string()));
     assert!(latest(&facade, k, "BASE").await.is_none(), "written");
 
-    // Writes of one row in one batch, each evaluated without the one
-    // before (a note for a trip the batch inserts, an UPDATE of it):
-    // PostgreSQL runs them; the facade refuses the later one (0A000) and
-    // writes nothing.
+    // Writes of one row in one batch: each later one reads what the
+    // earlier ones write, as in PostgreSQL (a note for a trip the batch
+    // inserts, UPDATEs of it, an upsert of it), all written.
     let note = "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
                 ((SELECT id FROM trips WHERE uuid = $1), 1, 'ops', 'a note', now())";
     let bump = "UPDATE trips SET version = version + 1 WHERE uuid = $1";
-    for second in [note, bump] {
-        let named = [("s_trip", insert.as_str()), ("s_second", second)];
-        let (d, k) = (fresh(), fresh());
-        let direct = raw_named_batch(&mut own, &named, &[("s_trip", d), ("s_second", d)]);
-        assert_eq!(direct.0, b"2C2CZ", "{second}: {direct:?}");
-        let through_out = raw_named_batch(&mut through, &named, &[("s_trip", k), ("s_second", k)]);
-        assert_eq!(through_out.0, b"2C2EZ", "{second}: {through_out:?}");
-        assert_eq!(through_out.1, "0A000", "{second}");
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-    }
+    let upsert = format!(
+        "{} ON CONFLICT (uuid) DO UPDATE SET status = 'upserted', version = trips.version + 1",
+        insert
+    );
+    let named = [
+        ("s_trip", insert.as_str()),
+        ("s_note", note),
+        ("s_bump", bump),
+        ("s_upsert", upsert.as_str()),
+    ];
+    let (d, k) = (fresh(), fresh());
+    let binds = |k| {
+        [
+            ("s_trip", k),
+            ("s_note", k),
+            ("s_bump", k),
+            ("s_upsert", k),
+            ("s_bump", k),
+        ]
+    };
+    let direct = raw_named_batch(&mut own, &named, &binds(d));
+    assert_eq!(direct, (b"2C2C2C2C2CZ".to_vec(), String::new()));
+    assert_eq!(raw_named_batch(&mut through, &named, &binds(k)), direct);
+    let base = latest(&facade, k, "BASE").await.expect("written");
+    assert_eq!(base.cell.key.ref_key.get(), 4, "{base:?}");
+    assert_eq!(base.cell.body.fields()["status"], "upserted");
+    assert!(latest(&facade, k, "NOTES").await.is_some(), "the note");
+    let row = format!("SELECT version, status FROM trips WHERE uuid = '{d}'");
+    let (version, status): (i64, String) = sqlx::query_as(sqlx::AssertSqlSafe(row))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!((version, status.as_str()), (4, "upserted"), "PostgreSQL's");
+    // A note of a trip the batch inserts, inserted twice: 23505 at the
+    // second (the notes' key is the trip and seq), nothing written.
+    let (d, k) = (fresh(), fresh());
+    let twice = |k| [("s_trip", k), ("s_note", k), ("s_note", k)];
+    let direct = raw_named_batch(&mut own, &named, &twice(d));
+    assert_eq!(direct, (b"2C2C2EZ".to_vec(), "23505".to_string()));
+    assert_eq!(raw_named_batch(&mut through, &named, &twice(k)), direct);
+    assert!(latest(&facade, k, "BASE").await.is_none(), "written");
 
     // A write with its own Sync runs.
     let k = fresh();

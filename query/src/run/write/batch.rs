@@ -2,6 +2,8 @@
 //! batch), run as one: every statement evaluated and checked before any
 //! cell is put.
 
+use std::collections::{HashMap, HashSet};
+
 use super::*;
 
 /// Runs statements an app pipelined in one implicit transaction (a
@@ -14,11 +16,13 @@ use super::*;
 /// fails, ending with its error; the ones before it are answered as
 /// PostgreSQL answers them before the rollback (their rows, not written).
 ///
-/// A statement's rows are evaluated against the stores as they are, not
-/// as the batch's earlier statements would leave them: a statement
-/// writing a row an earlier one writes is refused (`0A000`; send them
-/// with a `Sync` each). As for one statement of several rows, a store
-/// failing while the cells are put can leave some written.
+/// A statement reads the rows the batch's earlier statements write as
+/// they leave them ([`Earlier`]), as PostgreSQL's later statement sees
+/// the earlier ones' rows: a trip's note after the trip, an UPDATE of a
+/// row the batch inserts. Statements are evaluated a few at once; one
+/// that names a row an earlier one writes is evaluated again once those
+/// before it are. As for one statement of several rows, a store failing
+/// while the cells are put can leave some written.
 pub async fn write_batch<S: CellStore>(
     eval: Evaluator<'_>,
     store: &S,
@@ -39,6 +43,7 @@ pub async fn write_batch<S: CellStore>(
             }
         }
     }
+    let earlier = Earlier::default();
     let writers: Vec<Writer<'_, S>> = analyzed
         .iter()
         .map(|(write, cols)| Writer {
@@ -47,30 +52,23 @@ pub async fn write_batch<S: CellStore>(
             store,
             cols,
             write,
+            earlier: &earlier,
         })
         .collect();
     // Every statement's rows, evaluated and checked, nothing put yet.
     let mut planned = Vec::with_capacity(writers.len());
-    let mut earlier = BatchWrites::default();
-    // A batch's statements are evaluated a few at once, as a statement's
-    // rows are; each is still checked against the ones before it, in
-    // order.
     'plans: for chunk in writers.chunks(ROWS_AT_ONCE) {
         let plans = futures::future::join_all(chunk.iter().map(|writer| writer.plan())).await;
-        for (writer, plan) in chunk.iter().zip(plans) {
+        for (writer, mut plan) in chunk.iter().zip(plans) {
+            // Evaluated beside the statements before it: again, over what
+            // they write, if it reads a row one of them writes.
+            if earlier.read_by(&plan) {
+                plan = writer.plan().await;
+            }
             let (rows, cells, tag, named) = match plan {
                 Ok(plan) => plan,
                 Err(e) => {
-                    // A row an earlier write of the batch writes may be what
-                    // this one needed (a parent row, a key to update).
-                    failed = Some(match &e.row {
-                        Some(key)
-                            if earlier.rows.contains(key) || earlier.children_of.contains(key) =>
-                        {
-                            again(key)
-                        }
-                        _ => e,
-                    });
+                    failed = Some(e);
                     break 'plans;
                 }
             };
@@ -99,8 +97,8 @@ pub async fn write_batch<S: CellStore>(
         results.push(Err(e));
         return results;
     }
-    // Put a few statements at once too (the batch's rows are apart); the
-    // results end at the first that failed.
+    // Put a few statements at once too (each cell of the batch is
+    // another); the results end at the first that failed.
     let mut results: Vec<Result<Written, Refused>> = Vec::with_capacity(writers.len());
     let mut planned = planned.into_iter();
     for chunk in writers.chunks(ROWS_AT_ONCE) {
@@ -119,28 +117,65 @@ pub async fn write_batch<S: CellStore>(
     results
 }
 
-/// What a batch's earlier writes write, to tell a later write that
-/// depends on them: each was evaluated against the stores alone.
+/// What a batch's earlier statements write: the latest cell of each row
+/// column, which a later statement reads before the store's, and every
+/// cell, which a later statement must not write again.
 #[derive(Default)]
-struct BatchWrites {
-    /// Rows whose parent-table cells an earlier write writes.
-    rows: std::collections::HashSet<RowKey>,
-    /// Child rows an earlier write writes, and the rows they belong to.
-    children: std::collections::HashSet<schemaless::CellKey>,
-    children_of: std::collections::HashSet<RowKey>,
+pub(super) struct Earlier(std::sync::Mutex<Writes>);
+
+#[derive(Default)]
+struct Writes {
+    /// The latest cell of each (row, column) written.
+    latest: HashMap<(RowKey, Column), StoredCell>,
+    /// Rows whose parent-table cells are written.
+    rows: HashSet<RowKey>,
+    /// Every cell written.
+    keys: HashSet<schemaless::CellKey>,
+    /// Rows whose child cells are written.
+    children_of: HashSet<RowKey>,
 }
 
-impl BatchWrites {
+impl Earlier {
+    fn written(&self) -> std::sync::MutexGuard<'_, Writes> {
+        // Held only for map operations that cannot panic.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The latest cell of `column` in row `key` an earlier statement
+    /// writes.
+    pub(super) fn latest(&self, key: &RowKey, column: &Column) -> Option<StoredCell> {
+        self.written().latest.get(&(*key, column.clone())).cloned()
+    }
+
+    /// Whether a statement evaluated without the earlier statements'
+    /// cells read a row they write: its rows name one, or its error came
+    /// from one (a parent missing) or from no row it says (an error
+    /// evaluating a value, which may have read one).
+    fn read_by(&self, plan: &Result<Planned, Refused>) -> bool {
+        let written = self.written();
+        match plan {
+            Ok((_, _, _, named)) => named.iter().any(|k| written.rows.contains(k)),
+            Err(e) => match &e.row {
+                Some(key) => written.rows.contains(key),
+                None => !written.rows.is_empty(),
+            },
+        }
+    }
+
     /// Whether `writer`'s statement, which names rows `named` and writes
-    /// `cells`, was evaluated without what an earlier write writes: an
-    /// INSERT of a row or child row an earlier INSERT writes fails as
-    /// PostgreSQL's would (`23505`); any other overlap is refused.
+    /// `cells`, writes a cell an earlier statement writes: an INSERT of a
+    /// child row an earlier INSERT writes fails as PostgreSQL's would
+    /// (`23505`); any other such write is refused, as is an UPDATE of
+    /// child rows of a row whose child rows an earlier statement writes.
     fn check<S: CellStore>(
         &self,
         writer: &Writer<'_, S>,
         named: &[RowKey],
         cells: &[Vec<Cell>],
     ) -> Result<(), Refused> {
+        let written = self.written();
         let child = matches!(writer.write.table, Table::Child(_));
         let inserts = matches!(
             writer.write.rows,
@@ -149,55 +184,57 @@ impl BatchWrites {
                 ..
             }
         );
-        let updates = matches!(writer.write.rows, Rows::Update { .. });
-        if let Some(key) = named.iter().find(|k| self.rows.contains(k)) {
-            return Err(if inserts && !child {
-                duplicate(&writer.table_name(), key)
-            } else {
-                again(key)
-            });
-        }
-        if child && updates {
-            if let Some(key) = named.iter().find(|k| self.children_of.contains(k)) {
+        if child && matches!(writer.write.rows, Rows::Update { .. }) {
+            if let Some(key) = named.iter().find(|k| written.children_of.contains(k)) {
                 return Err(again(key));
             }
         }
-        if child {
-            if let Some(cell) = cells
-                .iter()
-                .flatten()
-                .find(|c| self.children.contains(&c.key))
-            {
-                return Err(if inserts {
-                    duplicate(&writer.table_name(), &cell.key.row_key)
-                } else {
-                    again(&cell.key.row_key)
-                });
-            }
+        match cells
+            .iter()
+            .flatten()
+            .find(|c| written.keys.contains(&c.key))
+        {
+            Some(cell) if inserts => Err(duplicate(&writer.table_name(), &cell.key.row_key)),
+            Some(cell) => Err(again(&cell.key.row_key)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    fn add<S: CellStore>(&mut self, writer: &Writer<'_, S>, cells: &[Vec<Cell>]) {
+    fn add<S: CellStore>(&self, writer: &Writer<'_, S>, cells: &[Vec<Cell>]) {
+        let mut written = self.written();
+        let child = matches!(writer.write.table, Table::Child(_));
         for cell in cells.iter().flatten() {
-            if matches!(writer.write.table, Table::Child(_)) {
-                self.children.insert(cell.key.clone());
-                self.children_of.insert(cell.key.row_key);
-            } else {
-                self.rows.insert(cell.key.row_key);
+            written.keys.insert(cell.key.clone());
+            let row = cell.key.row_key;
+            if child {
+                written.children_of.insert(row);
+                continue;
+            }
+            written.rows.insert(row);
+            let at = (row, cell.key.column.clone());
+            let newer = written
+                .latest
+                .get(&at)
+                .is_none_or(|s| s.cell.key.ref_key < cell.key.ref_key);
+            if newer {
+                let stored = StoredCell {
+                    cell: cell.clone(),
+                    added_id: 0,
+                    created_at: 0,
+                };
+                written.latest.insert(at, stored);
             }
         }
     }
 }
 
-/// A write of a batch on a row an earlier write of the batch writes.
+/// A write of a batch of a cell an earlier write of the batch writes.
 fn again(key: &RowKey) -> Refused {
     Refused::new(
         "0A000",
         format!(
-            "this write names row {} that an earlier write of its pipelined batch writes, and \
-             the facade evaluates a batch's writes before it writes any: send them with a \
-             Sync each",
+            "this write writes a cell of row {} that an earlier write of its pipelined batch \
+             writes: send them with a Sync each",
             key.uuid()
         ),
     )

@@ -143,6 +143,9 @@ struct Writer<'a, S> {
     store: &'a S,
     cols: &'a [Col<'a>],
     write: &'a Write,
+    /// What the earlier statements of its batch write, read before the
+    /// store.
+    earlier: &'a batch::Earlier,
 }
 
 /// A written row's values (one per [`Col`]) and its cells.
@@ -218,16 +221,20 @@ impl<S: CellStore> Writer<'_, S> {
     }
 
     /// The latest cell of each of the parent's layout columns (`None` for
-    /// the others).
+    /// the others): the one an earlier write of the batch writes, else
+    /// the store's.
     async fn latest(&self, key: &RowKey) -> Result<Vec<Option<StoredCell>>, Refused> {
         let layout = self.layout();
         futures::future::try_join_all(layout.columns.iter().map(|c| async move {
             match c.shape {
-                Shape::Row => {
-                    self.store
-                        .get_cell_latest(key, &c.name, ReadFrom::Master)
-                        .await
-                }
+                Shape::Row => match self.earlier.latest(key, &c.name) {
+                    Some(cell) => Ok(Some(cell)),
+                    None => {
+                        self.store
+                            .get_cell_latest(key, &c.name, ReadFrom::Master)
+                            .await
+                    }
+                },
                 Shape::Child { .. } => Ok(None),
             }
         }))

@@ -240,6 +240,21 @@ async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql()
     assert_eq!(raw_named_batch(&mut through, &named, &twice(k)), direct);
     assert!(latest(&facade, k, "BASE").await.is_none(), "written");
 
+    // A later statement that fails on its own rows (one key twice in a
+    // two-row INSERT, 23505) after one that goes in: nothing written,
+    // the earlier statement's cells not put either.
+    let values = &insert[insert.find("VALUES ").expect("VALUES") + 7..];
+    let two_rows = format!("{insert}, {values}");
+    let named = [("s_trip", insert.as_str()), ("s_two", two_rows.as_str())];
+    let (d, k) = ([fresh(), fresh()], [fresh(), fresh()]);
+    let binds = |k: [uuid::Uuid; 2]| [("s_trip", k[0]), ("s_two", k[1])];
+    let direct = raw_named_batch(&mut own, &named, &binds(d));
+    assert_eq!(direct, (b"2C2EZ".to_vec(), "23505".to_string()));
+    assert_eq!(raw_named_batch(&mut through, &named, &binds(k)), direct);
+    for k in k {
+        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
+    }
+
     // A write with its own Sync runs.
     let k = fresh();
     let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);

@@ -3,21 +3,56 @@
 
 use super::*;
 
+/// A statement's cells ready to be put: which of its rows are kept so
+/// far, the row of each cell, and the cells.
+pub(super) struct Staged {
+    kept: Vec<bool>,
+    of_row: Vec<usize>,
+    pub(super) cells: Vec<Cell>,
+}
+
+impl Staged {
+    /// How many cells it puts (also once they are taken to be put).
+    pub(super) fn len(&self) -> usize {
+        self.of_row.len()
+    }
+}
+
+/// Puts `cells` through `store` in as few calls as the batch limits
+/// allow: one result per cell, or the store's failure (with the results
+/// of the calls before it).
+pub(super) async fn put_all<S: CellStore>(
+    store: &S,
+    limits: &config::Limits,
+    cells: Vec<Cell>,
+) -> (Vec<schemaless::CellResult>, Option<Refused>) {
+    let sizes = schemaless::cell::batch_sizes(cells.iter().map(|c| c.body.json_len()), limits);
+    let mut cells = cells.into_iter();
+    let mut results = Vec::with_capacity(cells.len());
+    for size in sizes {
+        let batch: Vec<Cell> = cells.by_ref().take(size).collect();
+        match store.put_cells(batch).await {
+            Ok(put) => results.extend(put),
+            Err(e) => {
+                let failed =
+                    Refused::new("58000", format!("Schemaless did not take the write: {e}"));
+                return (results, Some(failed));
+            }
+        }
+    }
+    (results, None)
+}
+
 /// The statement PostgreSQL runs in place of a write without RETURNING:
 /// it answers `NoData` to a `Describe` and a bare `CommandComplete`.
 const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
 
 impl<S: CellStore> Writer<'_, S> {
-    /// Puts every row's cells, in as few calls as the batch limits allow;
-    /// which rows were written (a row of ON CONFLICT DO NOTHING whose cell
-    /// was taken meanwhile is not).
-    pub(super) async fn put(&self, mut rows: Vec<Vec<Cell>>) -> Result<Vec<bool>, Refused> {
-        let insert = match &self.write.rows {
-            Rows::Insert { conflict, .. } => Some(conflict),
-            Rows::Update { .. } => None,
-        };
+    /// A planned statement's cells, to be put with its batch's: checked
+    /// against each other first ([`Writer::repeated`]), nothing put.
+    pub(super) fn stage(&self, mut rows: Vec<Vec<Cell>>) -> Result<Staged, Refused> {
         let mut kept = vec![true; rows.len()];
-        if let Some(conflict) = insert {
+        if let Rows::Insert { conflict, .. } = &self.write.rows {
             self.repeated(conflict, &mut rows, &mut kept)?;
         }
         let of_row: Vec<usize> = rows
@@ -25,27 +60,34 @@ impl<S: CellStore> Writer<'_, S> {
             .enumerate()
             .flat_map(|(r, cells)| std::iter::repeat_n(r, cells.len()))
             .collect();
-        let cells: Vec<Cell> = rows.into_iter().flatten().collect();
-        if cells.is_empty() {
-            return Ok(kept);
-        }
-        let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
-        let sizes =
-            schemaless::cell::batch_sizes(cells.iter().map(|c| c.body.json_len()), self.limits);
-        let mut cells = cells.into_iter();
-        let mut results = Vec::with_capacity(keys.len());
-        for size in sizes {
-            let batch: Vec<Cell> = cells.by_ref().take(size).collect();
-            results.extend(self.store.put_cells(batch).await.map_err(|e| {
-                Refused::new("58000", format!("Schemaless did not take the write: {e}"))
-            })?);
-        }
-        for ((result, r), key) in results.iter().zip(of_row).zip(keys) {
+        let cells = rows.into_iter().flatten().collect();
+        Ok(Staged {
+            kept,
+            of_row,
+            cells,
+        })
+    }
+
+    /// Which of a staged statement's rows were written, from its cells'
+    /// `results` (a row of ON CONFLICT DO NOTHING whose cell was taken
+    /// meanwhile is not); or the error PostgreSQL would have raised.
+    pub(super) fn outcome(
+        &self,
+        staged: &Staged,
+        keys: &[RowKey],
+        results: &[schemaless::CellResult],
+    ) -> Result<Vec<bool>, Refused> {
+        let insert = match &self.write.rows {
+            Rows::Insert { conflict, .. } => Some(conflict),
+            Rows::Update { .. } => None,
+        };
+        let mut kept = staged.kept.clone();
+        for ((result, &r), key) in results.iter().zip(&staged.of_row).zip(keys) {
             let taken = matches!(result, Err(_) | Ok(WriteOutcome::AlreadyPresent));
             match (insert, taken) {
                 (_, false) => {}
                 (Some(OnConflict::Nothing), true) => kept[r] = false,
-                (Some(_), true) => return Err(duplicate(&self.table_name(), &key)),
+                (Some(_), true) => return Err(duplicate(&self.table_name(), key)),
                 // The same next version, written by an equal UPDATE.
                 (None, true) if result.is_ok() => {}
                 (None, true) => {

@@ -48,7 +48,6 @@ pub async fn write_batch<S: CellStore>(
         .iter()
         .map(|(write, cols)| Writer {
             eval,
-            limits,
             store,
             cols,
             write,
@@ -76,8 +75,15 @@ pub async fn write_batch<S: CellStore>(
                 failed = Some(e);
                 break 'plans;
             }
-            earlier.add(writer, &cells);
-            planned.push((rows, cells, tag));
+            let staged = match writer.stage(cells) {
+                Ok(staged) => staged,
+                Err(e) => {
+                    failed = Some(e);
+                    break 'plans;
+                }
+            };
+            earlier.add(writer, &staged.cells);
+            planned.push((rows, staged, tag));
         }
     }
     if let Some(e) = failed {
@@ -97,22 +103,35 @@ pub async fn write_batch<S: CellStore>(
         results.push(Err(e));
         return results;
     }
-    // Put a few statements at once too (each cell of the batch is
-    // another); the results end at the first that failed.
+    // Every cell of the batch, put in as few calls as the store's limits
+    // allow (a call per statement cost a transaction per statement on
+    // each master); then each statement answered from its cells'
+    // results, up to the first that failed.
+    let mut cells = Vec::new();
+    for (_, staged, _) in &mut planned {
+        cells.append(&mut staged.cells);
+    }
+    let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
+    let (put, failure) = put_all(store, limits, cells).await;
     let mut results: Vec<Result<Written, Refused>> = Vec::with_capacity(writers.len());
-    let mut planned = planned.into_iter();
-    for chunk in writers.chunks(ROWS_AT_ONCE) {
-        let finishing = chunk
-            .iter()
-            .zip(planned.by_ref())
-            .map(|(writer, (rows, cells, tag))| writer.finish(rows, cells, tag));
-        results.extend(futures::future::join_all(finishing).await);
-        if results.iter().any(Result::is_err) {
+    let mut at = 0;
+    for (writer, (rows, staged, tag)) in writers.iter().zip(planned) {
+        let end = at + staged.len();
+        let Some(put) = put.get(at..end) else {
+            results.push(Err(failure.unwrap_or_else(|| {
+                Refused::new("XX000", "Schemaless answered fewer cells than were put")
+            })));
+            break;
+        };
+        let answered = writer
+            .outcome(&staged, &keys[at..end], put)
+            .and_then(|kept| writer.answer(rows, &kept, end - at, tag));
+        let failed = answered.is_err();
+        results.push(answered);
+        if failed {
             break;
         }
-    }
-    if let Some(first) = results.iter().position(Result::is_err) {
-        results.truncate(first + 1);
+        at = end;
     }
     results
 }
@@ -200,10 +219,10 @@ impl Earlier {
         }
     }
 
-    fn add<S: CellStore>(&self, writer: &Writer<'_, S>, cells: &[Vec<Cell>]) {
+    fn add<S: CellStore>(&self, writer: &Writer<'_, S>, cells: &[Cell]) {
         let mut written = self.written();
         let child = matches!(writer.write.table, Table::Child(_));
-        for cell in cells.iter().flatten() {
+        for cell in cells {
             written.keys.insert(cell.key.clone());
             let row = cell.key.row_key;
             if child {

@@ -60,6 +60,7 @@ mod batch;
 mod columns;
 mod rows;
 
+use answer::put_all;
 pub use batch::write_batch;
 use columns::{columns, Col, Kind};
 use rows::duplicate;
@@ -137,9 +138,6 @@ type Planned = (Vec<Vec<Value>>, Vec<Vec<Cell>>, &'static str, Vec<RowKey>);
 
 struct Writer<'a, S> {
     eval: Evaluator<'a>,
-    /// The store's batch limits: a long INSERT's cells are put in as many
-    /// batches as they take.
-    limits: &'a config::Limits,
     store: &'a S,
     cols: &'a [Col<'a>],
     write: &'a Write,
@@ -191,24 +189,25 @@ impl<S: CellStore> Writer<'_, S> {
         Ok((rows, cells, tag, named))
     }
 
-    /// Puts a planned statement's cells, and answers it.
-    async fn finish(
+    /// A statement answered once its cells are put: the rows `kept`, and
+    /// the number of `cells` put.
+    fn answer(
         &self,
         rows: Vec<Vec<Value>>,
-        cells: Vec<Vec<Cell>>,
+        kept: &[bool],
+        cells: usize,
         tag: &str,
     ) -> Result<Written, Refused> {
-        let count = self.put(cells).await?;
         let rows: Vec<Vec<Value>> = rows
             .into_iter()
-            .zip(&count)
+            .zip(kept)
             .filter(|(_, &kept)| kept)
             .map(|(row, _)| row)
             .collect();
         Ok(Written {
             rendering: self.rendering(&rows)?,
             tag: format!("{tag} {}", rows.len()),
-            cells: count.len(),
+            cells,
         })
     }
 

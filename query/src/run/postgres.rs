@@ -114,7 +114,7 @@ pub(super) async fn postgres_rows(
 /// `uuid_in` and `uuid::Uuid::parse_str` agree (PostgreSQL takes braces
 /// and other hyphen places too, the crate `urn:uuid:`; those, and every
 /// other expression, are left to PostgreSQL).
-fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
+pub(super) fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
     let text = match e {
         Expr::Nested(inner) => return literal_uuid(inner),
         Expr::Cast {

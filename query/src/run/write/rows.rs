@@ -54,21 +54,39 @@ impl<S: CellStore> Writer<'_, S> {
                 },
             ));
         }
-        // A default that draws from a sequence cannot run in the
-        // read-only evaluation: drawn first, then given as a value.
-        if !drawn.is_empty() {
-            let values = self.draw(&drawn).await?;
-            for ((at, _), v) in drawn.iter().zip(values) {
-                targets[*at].1 = self.cols[*at].typed(&v)?;
+        let evaluating = async {
+            // A default that draws from a sequence cannot run in the
+            // read-only evaluation: drawn first, then given as a value.
+            if !drawn.is_empty() {
+                let values = self.draw(&drawn).await?;
+                for ((at, _), v) in drawn.iter().zip(values) {
+                    targets[*at].1 = self.cols[*at].typed(&v)?;
+                }
             }
-        }
-        let (key, new, _) = self.evaluate(Some(&row.key), &targets, &[], None).await?;
+            self.evaluate(Some(&row.key), &targets, &[], None).await
+        };
+        // A key written as a literal UUID (a bound parameter) is known
+        // before PostgreSQL evaluates it: its latest cells are read
+        // meanwhile, one round trip less; used only if the evaluation
+        // gives that key.
+        let (evaluated, early) = match super::super::postgres::literal_uuid(&row.key) {
+            Some(uuid) => {
+                let guess = RowKey::from(uuid);
+                let (evaluated, latest) = futures::join!(evaluating, self.latest(&guess));
+                (evaluated, Some((guess, latest)))
+            }
+            None => (evaluating.await, None),
+        };
+        let (key, new, _) = evaluated?;
         let key = row_key(key)?;
         let new = self.generate(new).await?;
         // PostgreSQL checks the proposed row before it looks for a
         // conflict: an upsert's too.
         self.check_not_null(&new)?;
-        let latest = self.latest(&key).await?;
+        let latest = match early {
+            Some((guess, latest)) if guess == key => latest?,
+            _ => self.latest(&key).await?,
+        };
         let exists = latest.iter().any(Option::is_some);
         if let Table::Child(_) = self.write.table {
             if !exists {

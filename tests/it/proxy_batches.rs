@@ -27,30 +27,28 @@ fn parse_typed(name: &str, sql: &str, types: &[u32]) -> Vec<u8> {
 /// A `Bind` of statement `name` to the unnamed portal with `params` as
 /// text, and its `Execute`.
 fn bind_text(name: &str, params: &[String]) -> Vec<u8> {
-    use crate::proxy_modes::{cstr, message};
-    let mut bind = [cstr(""), cstr(name)].concat();
-    bind.extend_from_slice(&0i16.to_be_bytes());
-    bind.extend_from_slice(&(params.len() as i16).to_be_bytes());
-    for p in params {
-        bind.extend_from_slice(&(p.len() as i32).to_be_bytes());
-        bind.extend_from_slice(p.as_bytes());
-    }
-    bind.extend_from_slice(&0i16.to_be_bytes());
-    let mut out = message(b'B', &bind);
-    out.extend(message(
-        b'E',
-        &[cstr(""), 0i32.to_be_bytes().to_vec()].concat(),
-    ));
-    out
+    let params: Vec<&[u8]> = params.iter().map(|p| p.as_bytes()).collect();
+    bind_in(name, 0, &params)
 }
 
 /// A `Bind` of statement `name` to the unnamed portal with `k` (a binary
 /// uuid), and its `Execute`.
 fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
+    bind_in(name, 1, &[k.as_bytes()])
+}
+
+/// A `Bind` of statement `name` to the unnamed portal with `params`, all
+/// in `format` (0 text, 1 binary), and its `Execute`.
+fn bind_in(name: &str, format: i16, params: &[&[u8]]) -> Vec<u8> {
     use crate::proxy_modes::{cstr, message};
     let mut bind = [cstr(""), cstr(name)].concat();
-    bind.extend_from_slice(&[0, 1, 0, 1, 0, 1, 0, 0, 0, 16]);
-    bind.extend_from_slice(k.as_bytes());
+    bind.extend_from_slice(&1i16.to_be_bytes());
+    bind.extend_from_slice(&format.to_be_bytes());
+    bind.extend_from_slice(&(params.len() as i16).to_be_bytes());
+    for p in params {
+        bind.extend_from_slice(&(p.len() as i32).to_be_bytes());
+        bind.extend_from_slice(p);
+    }
     bind.extend_from_slice(&0i16.to_be_bytes());
     let mut out = message(b'B', &bind);
     out.extend(message(
@@ -140,10 +138,7 @@ async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql()
     .execute(&db.pool)
     .await
     .unwrap();
-    let port = crate::harness::cluster().spec().postgres_port;
-    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut own = crate::proxy::raw_session(own_addr, &db);
-    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let (mut own, mut through) = raw_sessions(&db, &proxy);
     let fresh = || uuid::Uuid::new_v4();
     let in_postgres = |k: uuid::Uuid| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
 
@@ -251,15 +246,10 @@ async fn a_pipelined_batch_of_writes_runs_whole_or_not_at_all_as_in_postgresql()
     let direct = raw_named_batch(&mut own, &named, &binds(d));
     assert_eq!(direct, (b"2C2EZ".to_vec(), "23505".to_string()));
     assert_eq!(raw_named_batch(&mut through, &named, &binds(k)), direct);
-    for k in k {
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-    }
+    none_written(&facade, &k).await;
 
     // A write with its own Sync runs.
-    let k = fresh();
-    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);
-    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
-    assert!(latest(&facade, k, "BASE").await.is_some());
+    a_write_alone_runs(&mut through, &insert, &facade).await;
     facade.close().await;
 }
 
@@ -272,10 +262,7 @@ async fn a_batch_that_parses_each_of_its_statements_runs_whole_or_nowhere() {
     let (db, facade, file) = primary().await;
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     let insert = INSERT_TRIP.replace("'{k}'", "$1");
-    let port = crate::harness::cluster().spec().postgres_port;
-    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut own = crate::proxy::raw_session(own_addr, &db);
-    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let (mut own, mut through) = raw_sessions(&db, &proxy);
     let fresh = || uuid::Uuid::new_v4();
     let in_postgres = |k: uuid::Uuid| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'");
     // Each key's own unnamed Parse (its key as text), Bind and Execute.
@@ -322,9 +309,7 @@ async fn a_batch_that_parses_each_of_its_statements_runs_whole_or_nowhere() {
         raw_flight(&mut through, statements(t)),
         (b"1EZ".to_vec(), "42804".to_string())
     );
-    for k in t {
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-    }
+    none_written(&facade, &t).await;
 
     // A literal PostgreSQL refuses at its Parse (JDBC's Statement batches
     // send SQL text): 22P02, nothing written.
@@ -392,9 +377,7 @@ async fn a_batch_that_parses_each_of_its_statements_runs_whole_or_nowhere() {
         raw_flight(&mut through, again(t)),
         (b"1EZ".to_vec(), "42P05".to_string())
     );
-    for k in t {
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-    }
+    none_written(&facade, &t).await;
 
     // A statement closed before the batch binds it again: PostgreSQL
     // refuses that Bind (26000); the proxy refuses the batch (0A000).
@@ -411,14 +394,41 @@ async fn a_batch_that_parses_each_of_its_statements_runs_whole_or_nowhere() {
     let (d, t) = ([fresh(), fresh()], [fresh(), fresh()]);
     assert_eq!(raw_flight(&mut own, closed(d)).1, "26000");
     assert_eq!(raw_flight(&mut through, closed(t)).1, "0A000");
-    for k in t {
-        assert!(latest(&facade, k, "BASE").await.is_none(), "written");
-    }
+    none_written(&facade, &t).await;
 
     // The session goes on: a write with its own Sync runs.
-    let k = fresh();
-    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &[k]);
-    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
-    assert!(latest(&facade, k, "BASE").await.is_some());
+    a_write_alone_runs(&mut through, &insert, &facade).await;
     facade.close().await;
+}
+
+/// Asserts Schemaless holds no BASE cell of any of `keys`.
+async fn none_written(facade: &tripstore::TripStore, keys: &[uuid::Uuid]) {
+    for k in keys {
+        assert!(latest(facade, *k, "BASE").await.is_none(), "{k} written");
+    }
+}
+
+/// The session goes on: a write with its own `Sync` runs.
+async fn a_write_alone_runs(
+    through: &mut std::net::TcpStream,
+    insert: &str,
+    facade: &tripstore::TripStore,
+) {
+    let k = uuid::Uuid::new_v4();
+    let (kinds, sqlstate) = raw_batch(through, insert, &[k]);
+    assert_eq!((kinds.as_slice(), sqlstate.as_str()), (&b"12CZ"[..], ""));
+    assert!(latest(facade, k, "BASE").await.is_some());
+}
+
+/// Raw sessions straight to PostgreSQL and through `proxy`.
+fn raw_sessions(
+    db: &crate::harness::LegacyDb,
+    proxy: &ProxyProcess,
+) -> (std::net::TcpStream, std::net::TcpStream) {
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    (
+        crate::proxy::raw_session(own_addr, db),
+        crate::proxy::raw_session(proxy.addr, db),
+    )
 }

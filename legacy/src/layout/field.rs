@@ -1,0 +1,167 @@
+//! One JSON field of a layout column and the SQL column behind it: what
+//! a value written for it must be to fit that column (its conversion,
+//! length limit, enum labels, digits kept).
+
+use serde_json::Value;
+
+use crate::conversion::{self, Conversion};
+
+/// One JSON field of a column and the SQL column behind it.
+#[derive(Clone, Debug)]
+pub struct Field {
+    /// The body's field name.
+    pub json: String,
+    /// The SQL column.
+    pub sql: String,
+    /// How its type converts.
+    pub conversion: Conversion,
+    /// The column's exact type (`numeric(10,2)`), which written values are
+    /// cast to.
+    pub sql_type: String,
+    /// The column's type as the catalog names it (`pg_type.typname`:
+    /// `numeric`, `_int4`; a domain's base type's), whatever
+    /// [`Field::conversion`] says: the strict check of `verify full`
+    /// decides by it alone.
+    pub typname: String,
+    /// The type without its modifier (`numeric`, `character varying`,
+    /// `integer[]`).
+    pub base_type: String,
+    /// The type's modifier (`atttypmod`, a domain's `typtypmod`; -1 for
+    /// none): a `numeric` with one has a fixed scale.
+    pub typmod: i32,
+    /// The length limit of a `varchar(n)` or `character(n)`, checked
+    /// before writing so the error can name the field.
+    pub max_chars: Option<usize>,
+    /// An enum's labels, as the catalog had them when the layout was
+    /// read (a label added since is refused until the process reads the
+    /// layout again).
+    pub labels: Option<Vec<String>>,
+    /// A generated column: PostgreSQL computes it from the row's other
+    /// columns. It is read like any field, never written: a cell whose
+    /// value is not what PostgreSQL computes is refused by the write's
+    /// read-back, naming the value PostgreSQL would keep.
+    pub generated: bool,
+    /// An identity column `GENERATED ALWAYS`: a new row is inserted with
+    /// the cell's value (`OVERRIDING SYSTEM VALUE`), an update leaves it
+    /// as it is (PostgreSQL refuses to change it), and the read-back
+    /// refuses a cell that says otherwise.
+    pub identity_always: bool,
+}
+
+impl Field {
+    /// A JSON value written for this field: its canonical form and the
+    /// text cast into the column (`None` for NULL), checked as far as the
+    /// column's type goes without asking PostgreSQL: the conversion, a
+    /// length limit, an enum's labels, the digits a `numeric(p,s)` or a
+    /// `timestamp(p)` keeps (a value PostgreSQL would round is refused,
+    /// as the legacy store refuses a write that reads back otherwise, so
+    /// Schemaless never takes a value the legacy column cannot hold).
+    /// What only PostgreSQL knows (a domain's or the table's CHECK
+    /// constraints) is checked where the value is cast into the column.
+    pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
+        let (canonical, param) = self.conversion.accept(value)?;
+        match (&canonical, self.conversion) {
+            (Value::Array(items), conversion) => {
+                if let Conversion::ArrayOf(element) = conversion {
+                    for (i, item) in items.iter().enumerate() {
+                        if let Value::String(text) = item {
+                            self.check(element.scalar(), text)
+                                .map_err(|e| format!("element {i}: {e}"))?;
+                        }
+                    }
+                }
+                match self.fitted_elements(items)? {
+                    Some(cut) => self.conversion.accept(&cut),
+                    None => Ok((canonical, param)),
+                }
+            }
+            (Value::String(text), conversion) => {
+                self.check(conversion, text)?;
+                match self.fitted(text)? {
+                    Some(cut) => Ok((Value::String(cut.clone()), Some(cut))),
+                    None => Ok((canonical, param)),
+                }
+            }
+            _ => Ok((canonical, param)),
+        }
+    }
+
+    /// The checks of a canonical text value (or array element) of
+    /// `conversion` that need the field: an enum's labels, the digits a
+    /// `numeric(p,s)`, a `timestamp(p)`, a `time(p)` or a `timetz(p)` keeps, the fields
+    /// and digits an `interval` column keeps.
+    fn check(&self, conversion: Conversion, text: &str) -> Result<(), String> {
+        if let (Conversion::Enum, Some(labels)) = (conversion, &self.labels) {
+            if !labels.iter().any(|l| l == text) {
+                return Err(format!(
+                    "{text:?} is not a label of the enum (its labels: {})",
+                    labels.join(", ")
+                ));
+            }
+        }
+        match conversion {
+            Conversion::Numeric => conversion::numeric_fits(text, self.typmod),
+            Conversion::Timestamp | Conversion::Timestamptz => {
+                conversion::timestamp_fits(text, self.typmod)
+            }
+            Conversion::Time => crate::duration::time_fits(text, self.typmod),
+            Conversion::Timetz => crate::zoned::timetz_fits(text, self.typmod),
+            Conversion::Interval => crate::duration::Interval::parse(text)?.fits(self.typmod, text),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the canonical value, cast into the column's type, gives
+    /// back the text PostgreSQL sends for the stored value. Not for an
+    /// unconstrained `numeric` (`1.50` is kept as `1.5`) or a `json`
+    /// (its spacing and key order are not kept): Schemaless keeps their
+    /// value. A `numeric(p,s)`, or a domain over one, gets its scale back
+    /// from the cast.
+    pub fn keeps_text(&self) -> bool {
+        match self.conversion {
+            Conversion::Numeric | Conversion::ArrayOf(conversion::Element::Numeric) => {
+                self.typmod >= 0
+            }
+            Conversion::Json => false,
+            _ => true,
+        }
+    }
+
+    /// An array's elements in the length limit of a `varchar(n)[]` or
+    /// `character(n)[]` (PostgreSQL fits each element it assigns as it
+    /// fits a scalar): `None` when all fit as they are, the array with
+    /// the cut ones when only spaces were over; an error naming the first
+    /// element over it.
+    pub fn fitted_elements(&self, items: &[Value]) -> Result<Option<Value>, String> {
+        let mut cut = None;
+        for (i, item) in items.iter().enumerate() {
+            let Value::String(text) = item else {
+                continue;
+            };
+            if let Some(fits) = self.fitted(text).map_err(|e| format!("element {i} {e}"))? {
+                cut.get_or_insert_with(|| items.to_vec())[i] = Value::String(fits);
+            }
+        }
+        Ok(cut.map(Value::Array))
+    }
+
+    /// `text` in the column's length limit, as PostgreSQL fits a value
+    /// it assigns: `None` when it fits as it is; cut to the limit when
+    /// only spaces are over it (`'ab   '` into `varchar(3)` is `'ab '`);
+    /// an error when more is. A `character(n)`'s canonical text has no
+    /// trailing spaces to cut.
+    pub fn fitted(&self, text: &str) -> Result<Option<String>, String> {
+        let Some(max) = self.max_chars else {
+            return Ok(None);
+        };
+        let chars = text.chars().count();
+        if chars <= max {
+            return Ok(None);
+        }
+        let (at, _) = text.char_indices().nth(max).unwrap_or((text.len(), ' '));
+        if text[at..].bytes().all(|b| b == b' ') {
+            return Ok(Some(text[..at].to_string()));
+        }
+        Err(format!("is {chars} characters, over the {max} it holds"))
+    }
+}

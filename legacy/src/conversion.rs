@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `smallint`, `integer`, `bigint` | number (integer) |
 //! | `numeric` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`) |
+//! | `money` | string, the amount as a `numeric` is written (`"12.5"`, `"-0.07"`): PostgreSQL's text (`$12.50`) follows `lc_monetary`, the amount does not. At most two fraction digits (a third PostgreSQL would round), within the type's range; the layout refuses a server whose `lc_monetary` keeps another number of digits or another decimal point ([`crate::layout`]) |
 //! | `real`, `double precision` | number, the shortest text of the float (`-0.0` kept); `"NaN"`, `"Infinity"`, `"-Infinity"` as strings. A number written whose value the type cannot hold exactly (`0.30000000000000001` is `0.3`, but `12.345678901234567890123` is not a double) is refused, naming the value it would become |
 //! | `text`, `varchar`, `citext` | string, as written (a `citext`'s case kept) |
 //! | `character(n)` | string without the trailing spaces the type pads with (PostgreSQL ignores them: `'ab'` and `'ab '` are one `character(3)`) |
@@ -23,6 +24,7 @@
 //! | `bytea` | `"\\xdeadbeef"`: `\x` and lowercase hex |
 //! | `inet`, `cidr` | PostgreSQL's text: `"10.1.2.3/8"`, `"2001:db8::1"`, a `cidr` with its mask always ([`crate::network`]) |
 //! | `macaddr`, `macaddr8` | lowercase hex pairs: `"08:00:2b:01:02:03"` |
+//! | `point` | PostgreSQL's text, `"(1.5,-2)"`, each coordinate a double printed as PostgreSQL prints it ([`crate::point`]) |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
@@ -48,6 +50,7 @@ use serde_json::{Number, Value};
 
 use crate::duration::{self, Interval};
 use crate::network;
+use crate::point;
 use crate::time;
 use crate::zoned;
 pub use schemaless::decimal::canonical_decimal;
@@ -63,6 +66,8 @@ pub enum Conversion {
     Int8,
     /// `numeric`, exact, as a string.
     Numeric,
+    /// `money`: its amount, exact, as a `numeric` string.
+    Money,
     /// `real`
     Float4,
     /// `double precision`
@@ -100,6 +105,8 @@ pub enum Conversion {
     Macaddr,
     /// `macaddr8`
     Macaddr8,
+    /// `point`: PostgreSQL's text of its two doubles.
+    Point,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -168,7 +175,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -181,6 +188,7 @@ impl Conversion {
             "int4" => Conversion::Int4,
             "int8" => Conversion::Int8,
             "numeric" => Conversion::Numeric,
+            "money" => Conversion::Money,
             "float4" => Conversion::Float4,
             "float8" => Conversion::Float8,
             // `citext` (the extension's) is text whose comparisons
@@ -200,6 +208,7 @@ impl Conversion {
             "cidr" => Conversion::Cidr,
             "macaddr" => Conversion::Macaddr,
             "macaddr8" => Conversion::Macaddr8,
+            "point" => Conversion::Point,
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "_text" | "_varchar" | "_citext" => Conversion::TextArray,
@@ -253,6 +262,8 @@ impl Conversion {
                  (extract(hour FROM {column}) * 3600000000 + extract(minute FROM {column}) * 60000000 \
                   + extract(microseconds FROM {column}))::bigint::text END"
             ),
+            // The amount, whatever `lc_monetary` prints around it.
+            Conversion::Money => format!("({column})::pg_catalog.numeric::text"),
             // Hex whatever `bytea_output` says.
             Conversion::Bytea => format!("(E'\\\\x' || encode({column}, 'hex'))"),
             Conversion::TextArray
@@ -293,7 +304,7 @@ impl Conversion {
                 .parse::<i64>()
                 .map(Value::from)
                 .map_err(|e| format!("{text:?} is not an integer: {e}")),
-            Conversion::Numeric => canonical_decimal(text).map(Value::String),
+            Conversion::Numeric | Conversion::Money => canonical_decimal(text).map(Value::String),
             Conversion::Float4 => {
                 let x: f32 = text
                     .parse()
@@ -334,6 +345,7 @@ impl Conversion {
             }
             Conversion::Macaddr => network::canonical_mac(text, 6).map(Value::String),
             Conversion::Macaddr8 => network::canonical_mac(text, 8).map(Value::String),
+            Conversion::Point => point::canonical_point(text).map(Value::String),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -383,6 +395,16 @@ impl Conversion {
                     _ => return Err(expected("a decimal string such as \"12.50\"", value)),
                 };
                 Value::String(canonical_decimal(&text)?)
+            }
+            Conversion::Money => {
+                let text = match value {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    _ => return Err(expected("an amount string such as \"12.50\"", value)),
+                };
+                let canonical = canonical_decimal(&text)?;
+                money_fits(&canonical)?;
+                Value::String(canonical)
             }
             Conversion::Float4 => {
                 let x = float_input(value)?;
@@ -475,6 +497,12 @@ impl Conversion {
                     .ok_or_else(|| expected("a MAC address string", value))?;
                 let len = if *self == Conversion::Macaddr { 6 } else { 8 };
                 Value::String(network::canonical_mac(s, len)?)
+            }
+            Conversion::Point => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a point string \"(x,y)\"", value))?;
+                Value::String(point::canonical_point(s)?)
             }
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));
@@ -605,6 +633,38 @@ pub fn numeric_fits(text: &str, typmod: i32) -> Result<(), String> {
     if weight > precision - scale {
         return Err(format!(
             "{text} is too large for {kind} (numeric field overflow)"
+        ));
+    }
+    Ok(())
+}
+
+/// The fraction digits a `money` keeps: the layout refuses a server
+/// whose `lc_monetary` keeps another number.
+pub const MONEY_SCALE: usize = 2;
+
+/// Whether a canonical decimal is an amount a `money` holds exactly: a
+/// number (not `NaN` or infinite) of at most [`MONEY_SCALE`] fraction
+/// digits (PostgreSQL rounds a third away), whose cents fit the 64-bit
+/// integer PostgreSQL keeps.
+pub fn money_fits(text: &str) -> Result<(), String> {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if !digits.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return Err(format!("{text} is not an amount money can hold"));
+    }
+    let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+    if fraction.len() > MONEY_SCALE {
+        return Err(format!(
+            "{text} has more than {MONEY_SCALE} fraction digits: money would round it"
+        ));
+    }
+    let cents = format!("{whole}{fraction:0<MONEY_SCALE$}");
+    let cents: i128 = cents
+        .parse()
+        .map_err(|_| format!("{text} is out of range for type money"))?;
+    let cents = if text.starts_with('-') { -cents } else { cents };
+    if i64::try_from(cents).is_err() {
+        return Err(format!(
+            "{text} is out of range for type money (-92233720368547758.08 to 92233720368547758.07)"
         ));
     }
     Ok(())

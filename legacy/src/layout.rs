@@ -174,6 +174,29 @@ struct CatalogColumn {
     identity_always: bool,
 }
 
+/// Whether this server's `money` keeps an amount as the layout writes it
+/// (`"-1234.56"`, [`crate::conversion::money_fits`]): `lc_monetary` reads
+/// the decimal point as `.` and keeps two fraction digits. Under a locale
+/// with `,` for the point, `'1234.56'` would be read as 123456, and under
+/// one with no fraction digits, `12.5` would be rounded.
+async fn money_reads_back(pool: &PgPool, column: &str) -> Result<(), Error> {
+    let (back, monetary): (String, String) = sqlx::query_as(
+        "/* mezzanine */ SELECT ('-1234.56'::pg_catalog.money)::pg_catalog.numeric::text, \
+         pg_catalog.current_setting('lc_monetary')",
+    )
+    .fetch_one(pool)
+    .await
+    .map_err(|e| Error::postgres("checking how money reads amounts", e))?;
+    if back != "-1234.56" {
+        return Err(Error::Layout(format!(
+            "{column} is money, which the layout keeps only where lc_monetary reads '.' as the \
+             decimal point and keeps two fraction digits: under lc_monetary = {monetary:?}, \
+             '-1234.56'::money is {back}"
+        )));
+    }
+    Ok(())
+}
+
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
     // (name, typname, format_type, modifier, base type, enum labels,
     // generated, identity always)
@@ -407,6 +430,14 @@ impl Layout {
                 ref_key_sql: quote(&spec.ref_key),
                 fields,
             });
+        }
+
+        let money = columns
+            .iter()
+            .flat_map(|c| c.fields.iter().map(move |f| (c, f)))
+            .find(|(_, f)| f.conversion == Conversion::Money);
+        if let Some((column, field)) = money {
+            money_reads_back(pool, &format!("{}.{}", column.table_sql, quote(&field.sql))).await?;
         }
 
         let mut resolved_indexes = Vec::with_capacity(indexes.len());

@@ -14,6 +14,7 @@
 //!
 //! - [`conversion`]: SQL type <-> JSON, and the canonical form of each;
 //! - [`time`]: canonical timestamps and dates;
+//! - [`point`]: canonical `point`s;
 //! - [`layout`]: the config's layout checked against the live schema;
 //! - [`store`]: the cell API over the legacy tables;
 //! - [`scan`]: set-based reads of many parents: chunks for the backfill
@@ -50,6 +51,7 @@ pub mod error;
 pub mod index;
 pub mod layout;
 pub mod network;
+pub mod point;
 pub mod predicate;
 mod repair;
 pub mod scan;

@@ -261,3 +261,55 @@ fn arrays_of_other_scalars_convert_element_by_element() {
     assert!(numbers.accept(&json!("1")).is_err());
     assert!(flags.render(Some(r#""a multidimensional array""#)).is_err());
 }
+
+#[test]
+fn money_takes_amounts_it_holds_to_the_cent() {
+    for (written, kept) in [
+        (json!("12.50"), "12.5"),
+        (json!(7), "7"),
+        (json!("-0.07"), "-0.07"),
+        (json!("-92233720368547758.08"), "-92233720368547758.08"),
+        (json!("92233720368547758.07"), "92233720368547758.07"),
+    ] {
+        let (value, param) = Conversion::Money.accept(&written).unwrap();
+        assert_eq!(value, json!(kept), "{written}");
+        assert_eq!(param.as_deref(), Some(kept));
+    }
+    for (written, says) in [
+        (json!("1.234"), "money would round it"),
+        (json!("92233720368547758.08"), "out of range"),
+        (json!("-92233720368547758.09"), "out of range"),
+        (json!("1e30"), "out of range"),
+        (json!("NaN"), "not an amount"),
+        (json!("Infinity"), "not an amount"),
+        (json!("$12.50"), "decimal"),
+        (json!([1]), "expected an amount string"),
+    ] {
+        let err = Conversion::Money.accept(&written).unwrap_err();
+        assert!(err.contains(says), "{written}: {err}");
+    }
+    // Read as its amount, whatever PostgreSQL prints around it.
+    assert_eq!(
+        Conversion::Money.read_expr("c"),
+        "(c)::pg_catalog.numeric::text"
+    );
+    assert_eq!(Conversion::Money.render(Some("12.50")), Ok(json!("12.5")));
+    assert_eq!(Conversion::for_type("money"), Some(Conversion::Money));
+}
+
+#[test]
+fn points_are_postgresqls_text() {
+    let (value, param) = Conversion::Point
+        .accept(&json!("( 1.50 , 1e300 )"))
+        .unwrap();
+    assert_eq!(value, json!("(1.5,1e+300)"));
+    assert_eq!(param.as_deref(), Some("(1.5,1e+300)"));
+    assert_eq!(
+        Conversion::Point.render(Some("(NaN,-0)")),
+        Ok(json!("(NaN,-0)"))
+    );
+    assert!(Conversion::Point.accept(&json!([1.5, 2])).is_err());
+    assert_eq!(Conversion::for_type("point"), Some(Conversion::Point));
+    // Other geometric types stay refused (their texts normalize more).
+    assert_eq!(Conversion::for_type("box"), None);
+}

@@ -15,7 +15,7 @@ use super::RunError;
 /// `en_US.UTF-8` (`'B' < 'a'` in bytes, not there: a `LIMIT` after an
 /// `ORDER BY name` takes other rows), an enum (ordered as declared), a
 /// `citext` or a case-insensitive collation (`=` ignores case), an
-/// interval (`1 day` = `24 hours`) or JSON.
+/// interval (`1 day` = `24 hours`), JSON, or a `point` (no `=` at all).
 pub(super) async fn compared_otherwise(
     legacy: &LegacyStore,
     catalog: &Catalog,
@@ -50,7 +50,7 @@ pub(super) async fn compared_otherwise(
         let fits = match (kept_as, f.conversion) {
             (T::Int, C::Int2 | C::Int4 | C::Int8) => true,
             (T::Float, C::Float4 | C::Float8) => true,
-            (T::Decimal, C::Numeric | C::Int2 | C::Int4 | C::Int8) => true,
+            (T::Decimal, C::Numeric | C::Money | C::Int2 | C::Int4 | C::Int8) => true,
             (T::Bool, C::Bool) => true,
             (T::String, c) => !matches!(
                 c,
@@ -60,6 +60,7 @@ pub(super) async fn compared_otherwise(
                     | C::Float4
                     | C::Float8
                     | C::Numeric
+                    | C::Money
                     | C::Bool
                     | C::Json
                     | C::Jsonb
@@ -82,6 +83,7 @@ pub(super) async fn compared_otherwise(
             .await?;
         let why = match f.conversion {
             C::Interval | C::Json | C::Jsonb => Some("compares its values otherwise"),
+            C::Point => Some("has no = for points"),
             C::Enum if ordered => Some("orders an enum as its labels are declared"),
             C::Inet | C::Cidr if ordered => Some("orders addresses as addresses"),
             C::Timetz if ordered => Some("orders times with offsets by their instant in UTC"),

@@ -24,7 +24,7 @@
 //! | `bytea` | `"\\xdeadbeef"`: `\x` and lowercase hex |
 //! | `inet`, `cidr` | PostgreSQL's text: `"10.1.2.3/8"`, `"2001:db8::1"`, a `cidr` with its mask always ([`crate::network`]) |
 //! | `macaddr`, `macaddr8` | lowercase hex pairs: `"08:00:2b:01:02:03"` |
-//! | `point` | PostgreSQL's text, `"(1.5,-2)"`, each coordinate a double printed as PostgreSQL prints it ([`crate::point`]) |
+//! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle` | PostgreSQL's text, `"(1.5,-2)"`, `"(3,3),(1,1)"`, each coordinate a double printed as PostgreSQL prints it ([`crate::geometry`]) |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
@@ -49,8 +49,8 @@
 use serde_json::{Number, Value};
 
 use crate::duration::{self, Interval};
+use crate::geometry::Geometry;
 use crate::network;
-use crate::point;
 use crate::time;
 use crate::zoned;
 pub use schemaless::decimal::canonical_decimal;
@@ -105,8 +105,9 @@ pub enum Conversion {
     Macaddr,
     /// `macaddr8`
     Macaddr8,
-    /// `point`: PostgreSQL's text of its two doubles.
-    Point,
+    /// `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`:
+    /// PostgreSQL's text, its doubles as PostgreSQL prints them.
+    Geometric(Geometry),
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -175,7 +176,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -208,7 +209,9 @@ impl Conversion {
             "cidr" => Conversion::Cidr,
             "macaddr" => Conversion::Macaddr,
             "macaddr8" => Conversion::Macaddr8,
-            "point" => Conversion::Point,
+            "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle" => {
+                Conversion::Geometric(Geometry::of_type(typname)?)
+            }
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "_text" | "_varchar" | "_citext" => Conversion::TextArray,
@@ -345,7 +348,7 @@ impl Conversion {
             }
             Conversion::Macaddr => network::canonical_mac(text, 6).map(Value::String),
             Conversion::Macaddr8 => network::canonical_mac(text, 8).map(Value::String),
-            Conversion::Point => point::canonical_point(text).map(Value::String),
+            Conversion::Geometric(g) => g.canonical(text).map(Value::String),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -498,11 +501,11 @@ impl Conversion {
                 let len = if *self == Conversion::Macaddr { 6 } else { 8 };
                 Value::String(network::canonical_mac(s, len)?)
             }
-            Conversion::Point => {
+            Conversion::Geometric(g) => {
                 let s = value
                     .as_str()
-                    .ok_or_else(|| expected("a point string \"(x,y)\"", value))?;
-                Value::String(point::canonical_point(s)?)
+                    .ok_or_else(|| expected("a geometric value as PostgreSQL prints it", value))?;
+                Value::String(g.canonical(s)?)
             }
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));

@@ -14,7 +14,7 @@
 //!
 //! - [`conversion`]: SQL type <-> JSON, and the canonical form of each;
 //! - [`time`]: canonical timestamps and dates;
-//! - [`point`]: canonical `point`s;
+//! - [`geometry`]: canonical `point`s, `box`es and the other geometric types;
 //! - [`layout`]: the config's layout checked against the live schema;
 //! - [`store`]: the cell API over the legacy tables;
 //! - [`scan`]: set-based reads of many parents: chunks for the backfill
@@ -48,10 +48,10 @@ pub mod connection;
 pub mod conversion;
 pub mod duration;
 pub mod error;
+pub mod geometry;
 pub mod index;
 pub mod layout;
 pub mod network;
-pub mod point;
 pub mod predicate;
 mod repair;
 pub mod scan;

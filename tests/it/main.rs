@@ -108,7 +108,7 @@ mod legacy_scan;
 mod mirror;
 mod mode;
 mod model;
-mod money_points;
+mod money_geometry;
 mod moves;
 mod placement;
 mod proxy;

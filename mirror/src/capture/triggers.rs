@@ -116,8 +116,10 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 /// The value of a field as compared to tell whether it changed: natively,
 /// but floats, `json`/`jsonb` and `interval` as text (`1.50` and `1.5` are
 /// equal numbers but different values here, as `1 day` and `24 hours` are
-/// equal intervals; arrays of them likewise), a `point` as text (it has
-/// no `=` at all: a row comparison of one fails), and text of any kind byte
+/// equal intervals; arrays of them likewise), geometric values as text
+/// (a `point` or a `path` has no `=`, so a row comparison of one fails;
+/// a `box`'s or a `circle`'s `=` compares areas, so a moved box would be
+/// no change), and text of any kind byte
 /// for byte (`COLLATE "C"`): a `citext`, or a column of a
 /// nondeterministic collation, finds `Bob` equal to `bob`, and a change of
 /// case is a change of the value Schemaless keeps.
@@ -129,7 +131,7 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::Json
             | Conversion::Jsonb
             | Conversion::Interval
-            | Conversion::Point
+            | Conversion::Geometric(_)
             | Conversion::Text
             | Conversion::Char
             | Conversion::Enum

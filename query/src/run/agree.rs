@@ -15,7 +15,8 @@ use super::RunError;
 /// `en_US.UTF-8` (`'B' < 'a'` in bytes, not there: a `LIMIT` after an
 /// `ORDER BY name` takes other rows), an enum (ordered as declared), a
 /// `citext` or a case-insensitive collation (`=` ignores case), an
-/// interval (`1 day` = `24 hours`), JSON, or a `point` (no `=` at all).
+/// interval (`1 day` = `24 hours`), JSON, or a geometric value (a
+/// `point` has no `=`, a `box`'s compares areas).
 pub(super) async fn compared_otherwise(
     legacy: &LegacyStore,
     catalog: &Catalog,
@@ -83,7 +84,7 @@ pub(super) async fn compared_otherwise(
             .await?;
         let why = match f.conversion {
             C::Interval | C::Json | C::Jsonb => Some("compares its values otherwise"),
-            C::Point => Some("has no = for points"),
+            C::Geometric(_) => Some("compares geometric values otherwise (or not at all)"),
             C::Enum if ordered => Some("orders an enum as its labels are declared"),
             C::Inet | C::Cidr if ordered => Some("orders addresses as addresses"),
             C::Timetz if ordered => Some("orders times with offsets by their instant in UTC"),

@@ -25,6 +25,7 @@
 //! | `inet`, `cidr` | PostgreSQL's text: `"10.1.2.3/8"`, `"2001:db8::1"`, a `cidr` with its mask always ([`crate::network`]) |
 //! | `macaddr`, `macaddr8` | lowercase hex pairs: `"08:00:2b:01:02:03"` |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle` | PostgreSQL's text, `"(1.5,-2)"`, `"(3,3),(1,1)"`, each coordinate a double printed as PostgreSQL prints it ([`crate::geometry`]) |
+//! | `bit(n)`, `bit varying(n)` | string, the bits: `"0101"` ([`crate::bits`]); a `bit(n)` exactly `n` of them, a `bit varying(n)` at most `n` |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
@@ -48,6 +49,7 @@
 
 use serde_json::{Number, Value};
 
+use crate::bits;
 use crate::duration::{self, Interval};
 use crate::geometry::Geometry;
 use crate::network;
@@ -108,6 +110,8 @@ pub enum Conversion {
     /// `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle`:
     /// PostgreSQL's text, its doubles as PostgreSQL prints them.
     Geometric(Geometry),
+    /// `bit(n)`, `bit varying(n)`: the bits as `0` and `1`.
+    Bit,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -176,7 +180,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -212,6 +216,7 @@ impl Conversion {
             "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle" => {
                 Conversion::Geometric(Geometry::of_type(typname)?)
             }
+            "bit" | "varbit" => Conversion::Bit,
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "_text" | "_varchar" | "_citext" => Conversion::TextArray,
@@ -349,6 +354,7 @@ impl Conversion {
             Conversion::Macaddr => network::canonical_mac(text, 6).map(Value::String),
             Conversion::Macaddr8 => network::canonical_mac(text, 8).map(Value::String),
             Conversion::Geometric(g) => g.canonical(text).map(Value::String),
+            Conversion::Bit => bits::canonical_bits(text).map(Value::String),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -500,6 +506,12 @@ impl Conversion {
                     .ok_or_else(|| expected("a MAC address string", value))?;
                 let len = if *self == Conversion::Macaddr { 6 } else { 8 };
                 Value::String(network::canonical_mac(s, len)?)
+            }
+            Conversion::Bit => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a bit string such as \"0101\"", value))?;
+                Value::String(bits::canonical_bits(s)?)
             }
             Conversion::Geometric(g) => {
                 let s = value

@@ -14,6 +14,7 @@
 //!
 //! - [`conversion`]: SQL type <-> JSON, and the canonical form of each;
 //! - [`time`]: canonical timestamps and dates;
+//! - [`bits`]: canonical bit strings;
 //! - [`geometry`]: canonical `point`s, `box`es and the other geometric types;
 //! - [`layout`]: the config's layout checked against the live schema;
 //! - [`store`]: the cell API over the legacy tables;
@@ -43,6 +44,7 @@
 //! ```
 
 pub mod add_uuid;
+pub mod bits;
 mod classify;
 pub mod connection;
 pub mod conversion;

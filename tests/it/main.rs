@@ -88,6 +88,7 @@ mod availability;
 mod backfill;
 mod backup;
 mod bad_input;
+mod bits;
 mod capture;
 mod catalog_types;
 mod cells;

@@ -328,6 +328,9 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
             )
         }
         "text" | "varchar" | "bpchar" | "citext" => format!("{text} IS NOT DISTINCT FROM {column}::text COLLATE \"C\""),
+        // The bits as text: a cast to `bit` without its length would cut
+        // them to one.
+        "bit" | "varbit" => format!("{text} IS NOT DISTINCT FROM {column}::text COLLATE \"C\""),
         _ => format!("{text}::{base}::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\""),
     }
 }

@@ -89,7 +89,8 @@ impl Field {
     /// The checks of a canonical text value (or array element) of
     /// `conversion` that need the field: an enum's labels, the digits a
     /// `numeric(p,s)`, a `timestamp(p)`, a `time(p)` or a `timetz(p)` keeps, the fields
-    /// and digits an `interval` column keeps.
+    /// and digits an `interval` column keeps, the bits a `bit(n)` or
+    /// `bit varying(n)` holds.
     fn check(&self, conversion: Conversion, text: &str) -> Result<(), String> {
         if let (Conversion::Enum, Some(labels)) = (conversion, &self.labels) {
             if !labels.iter().any(|l| l == text) {
@@ -107,6 +108,7 @@ impl Field {
             Conversion::Time => crate::duration::time_fits(text, self.typmod),
             Conversion::Timetz => crate::zoned::timetz_fits(text, self.typmod),
             Conversion::Interval => crate::duration::Interval::parse(text)?.fits(self.typmod, text),
+            Conversion::Bit => crate::bits::bits_fit(text, &self.typname, self.typmod),
             _ => Ok(()),
         }
     }

@@ -52,10 +52,16 @@ impl Col<'_> {
     /// `character(n)` (or their arrays) cuts a long value silently, where the app's INSERT or UPDATE (an assignment) would
     /// have failed; the limit is applied as an assignment applies it, by
     /// [`Col::render`]. The value is still cast to the column's own type
-    /// (a domain's constraints). Either way it is evaluated once.
+    /// (a domain's constraints). A `bit(n)` or `bit varying(n)` likewise:
+    /// an explicit cast pads or cuts the bits, an assignment refuses a
+    /// length the column does not hold. Either way it is evaluated once.
     pub(super) fn read(&self, expr: &str) -> String {
         let ty = &self.attr.sql_type;
         match &self.kind {
+            Kind::Field(_, f) if f.conversion == legacy::conversion::Conversion::Bit => format!(
+                "(SELECT CASE WHEN CAST(v AS {ty}) IS NULL THEN NULL ELSE v::text END \
+                 FROM (SELECT CAST(({expr}) AS pg_catalog.varbit) AS v) AS assigned)"
+            ),
             Kind::Field(_, f) if f.max_chars.is_some() => {
                 use legacy::conversion::{Conversion, Element};
                 let unbounded = match f.conversion {
@@ -94,6 +100,15 @@ impl Col<'_> {
                         format!("{} {e}: Schemaless cannot hold this value", f.json),
                     )
                 })?;
+                if let (legacy::conversion::Conversion::Bit, Value::String(bits)) =
+                    (f.conversion, &value)
+                {
+                    // PostgreSQL's codes: a `bit(n)`'s length mismatch,
+                    // a `bit varying(n)`'s truncation.
+                    let code = if f.typname == "bit" { "22026" } else { "22001" };
+                    legacy::bits::bits_fit(bits, &f.typname, f.typmod)
+                        .map_err(|e| Refused::new(code, e))?;
+                }
                 let fitted = match &value {
                     Value::String(text) => f.fitted(text).map(|cut| cut.map(Value::String)),
                     Value::Array(items) => f.fitted_elements(items),

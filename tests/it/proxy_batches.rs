@@ -401,6 +401,70 @@ async fn a_batch_that_parses_each_of_its_statements_runs_whole_or_nowhere() {
     facade.close().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_values_are_evaluated_together_and_fail_where_postgresql_fails() {
+    // The values of a batch's rows are evaluated by PostgreSQL (as the
+    // app's role, read only) in shared transactions rather than one
+    // each: forty INSERTs take far fewer than forty. A value that fails
+    // in the middle of them fails where PostgreSQL fails, nothing
+    // written, the rows before it answered.
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let (mut own, mut through) = raw_sessions(&db, &proxy);
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let transactions = || async {
+        let (calls,): (i64,) = sqlx::query_as(
+            "SELECT coalesce(sum(s.calls), 0)::int8 FROM pg_stat_statements s \
+             JOIN pg_database d ON d.oid = s.dbid \
+             WHERE d.datname = current_database() AND s.query = 'BEGIN READ ONLY'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        calls
+    };
+    let before = transactions().await;
+    let keys: Vec<uuid::Uuid> = (0..40).map(|_| uuid::Uuid::new_v4()).collect();
+    let (kinds, sqlstate) = raw_batch(&mut through, &insert, &keys);
+    assert_eq!(sqlstate, "");
+    assert_eq!(kinds.len(), 2 + 2 * 40, "{kinds:?}");
+    for k in &keys {
+        assert!(
+            latest(&facade, *k, "BASE").await.is_some(),
+            "{k} not written"
+        );
+    }
+    let evaluated_in = transactions().await - before;
+    assert!(
+        (1..=20).contains(&evaluated_in),
+        "forty rows evaluated in {evaluated_in} transactions"
+    );
+
+    // The 23rd of forty divides by zero: 22012 there, as PostgreSQL says.
+    // (Volatile, so PostgreSQL divides when it runs the row, not when it
+    // plans it at the Bind.)
+    let failing = insert.replace("12.5,", "12.5 / floor(random()),");
+    let named = [("s_ok", insert.as_str()), ("s_bad", failing.as_str())];
+    let binds = |keys: &[uuid::Uuid]| -> Vec<(&'static str, uuid::Uuid)> {
+        keys.iter()
+            .enumerate()
+            .map(|(i, k)| (if i == 22 { "s_bad" } else { "s_ok" }, *k))
+            .collect()
+    };
+    let direct_keys: Vec<uuid::Uuid> = (0..40).map(|_| uuid::Uuid::new_v4()).collect();
+    let direct = raw_named_batch(&mut own, &named, &binds(&direct_keys));
+    assert_eq!(direct.1, "22012", "{direct:?}");
+    let keys: Vec<uuid::Uuid> = (0..40).map(|_| uuid::Uuid::new_v4()).collect();
+    assert_eq!(raw_named_batch(&mut through, &named, &binds(&keys)), direct);
+    none_written(&facade, &keys).await;
+    a_write_alone_runs(&mut through, &insert, &facade).await;
+    facade.close().await;
+}
+
 /// Asserts Schemaless holds no BASE cell of any of `keys`.
 async fn none_written(facade: &tripstore::TripStore, keys: &[uuid::Uuid]) {
     for k in keys {

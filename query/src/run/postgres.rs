@@ -114,6 +114,17 @@ pub(super) async fn postgres_rows(
 /// `uuid_in` and `uuid::Uuid::parse_str` agree (PostgreSQL takes braces
 /// and other hyphen places too, the crate `urn:uuid:`; those, and every
 /// other expression, are left to PostgreSQL).
+/// Ends whatever a failed guarded `Query` left open: the statements
+/// after the error did not run, so the block may still be open (and
+/// aborted). A failure here closes the connection rather than return it
+/// open.
+async fn roll_back(conn: &mut sqlx::pool::PoolConnection<sqlx::Postgres>) {
+    use sqlx::Executor as _;
+    if conn.execute("ROLLBACK").await.is_err() {
+        conn.close_on_drop();
+    }
+}
+
 pub(super) fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
     let text = match e {
         Expr::Nested(inner) => return literal_uuid(inner),
@@ -208,7 +219,6 @@ impl<'a> Evaluator<'a> {
         sql: &str,
         commit: bool,
     ) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
-        use sqlx::Executor as _;
         let sql = format!("/* mezzanine */ {sql}");
         let Some(role) = self.role else {
             return sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -220,7 +230,99 @@ impl<'a> Evaluator<'a> {
             true => ("BEGIN", "COMMIT"),
             false => ("BEGIN READ ONLY", "ROLLBACK"),
         };
+        let (mut guarded, _) = self.guard(begin, role);
+        guarded.push_str(&format!("{sql}; {end}"));
+        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded))
+            .fetch_all(&mut *conn)
+            .await;
+        if rows.is_err() {
+            roll_back(&mut conn).await;
+        }
+        rows
+    }
+
+    /// The first row of each of `statements` (values only, as
+    /// [`Evaluator::rows`] takes), evaluated as the app's role in one
+    /// read-only transaction and one round trip: one `BEGIN`, one set of
+    /// `SET LOCAL`s, the statements, one `ROLLBACK`, where each statement
+    /// alone costs all of them. The answers in order, up to and including
+    /// the first that failed: PostgreSQL skips the statements after it,
+    /// which get no answer. Without a role (the operator's own `query
+    /// run`), each statement is run alone.
+    pub(super) async fn first_rows(
+        &self,
+        statements: &[String],
+    ) -> Vec<Result<Option<sqlx::postgres::PgRow>, sqlx::Error>> {
+        use futures::TryStreamExt as _;
+        let Some(role) = self.role else {
+            let mut out = Vec::with_capacity(statements.len());
+            for sql in statements {
+                let rows = self
+                    .run(sql, false)
+                    .await
+                    .map(|rows| rows.into_iter().next());
+                let failed = rows.is_err();
+                out.push(rows);
+                if failed {
+                    break;
+                }
+            }
+            return out;
+        };
+        let mut conn = match self.legacy.pool().acquire().await {
+            Ok(conn) => conn,
+            Err(e) => return vec![Err(e)],
+        };
+        // `before`: the statements ahead of the app's, `BEGIN` and each
+        // `SET LOCAL`.
+        let (mut guarded, before) = self.guard("BEGIN READ ONLY", role);
+        for sql in statements {
+            guarded.push_str(&format!("/* mezzanine */ {sql}; "));
+        }
+        guarded.push_str("ROLLBACK");
+        let mut out: Vec<Result<Option<sqlx::postgres::PgRow>, sqlx::Error>> =
+            Vec::with_capacity(statements.len());
+        // One result per statement (its CommandComplete); a row belongs
+        // to the statement whose result comes next.
+        let mut completed = 0usize;
+        let mut first: Option<sqlx::postgres::PgRow> = None;
+        let mut failed = false;
+        {
+            let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded)).fetch_many(&mut *conn);
+            loop {
+                match stream.try_next().await {
+                    Ok(Some(sqlx::Either::Right(row))) => {
+                        first.get_or_insert(row);
+                    }
+                    Ok(Some(sqlx::Either::Left(_))) => {
+                        if (before..before + statements.len()).contains(&completed) {
+                            out.push(Ok(first.take()));
+                        }
+                        first = None;
+                        completed += 1;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        failed = true;
+                        if out.len() < statements.len() {
+                            out.push(Err(e));
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        if failed {
+            roll_back(&mut conn).await;
+        }
+        out
+    }
+
+    /// `begin`, the role, and the app session's settings, each a
+    /// statement ending in `; `, and how many statements that is.
+    fn guard(&self, begin: &str, role: &str) -> (String, usize) {
         let mut guarded = format!("{begin}; SET LOCAL ROLE {}; ", serve::quote(role));
+        let mut statements = 2;
         for (name, value) in self.settings {
             if name == "search_path" {
                 // A list, not one literal (which would be one schema).
@@ -228,6 +330,7 @@ impl<'a> Evaluator<'a> {
                 // splits; one that did not would leave the default path.
                 if let Some(list) = super::session::search_path_list(value) {
                     guarded.push_str(&format!("SET LOCAL search_path TO {list}; "));
+                    statements += 1;
                 }
                 continue;
             }
@@ -237,20 +340,9 @@ impl<'a> Evaluator<'a> {
                 serve::quote(name),
                 value.replace('\'', "''")
             ));
+            statements += 1;
         }
-        guarded.push_str(&format!("{sql}; {end}"));
-        let rows = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded))
-            .fetch_all(&mut *conn)
-            .await;
-        if rows.is_err() {
-            // The statements after the error did not run: the block may
-            // still be open (and aborted). A failure here leaves the
-            // connection closed rather than returned open.
-            if conn.execute("ROLLBACK").await.is_err() {
-                conn.close_on_drop();
-            }
-        }
-        rows
+        (guarded, statements)
     }
 
     pub(super) async fn texts(&self, sql: String) -> Result<Vec<Option<String>>, RunError> {

@@ -44,6 +44,7 @@ pub async fn write_batch<S: CellStore>(
         }
     }
     let earlier = Earlier::default();
+    let evaluations = evaluations::Evaluations::default();
     let writers: Vec<Writer<'_, S>> = analyzed
         .iter()
         .map(|(write, cols)| Writer {
@@ -52,6 +53,7 @@ pub async fn write_batch<S: CellStore>(
             cols,
             write,
             earlier: &earlier,
+            evaluations: &evaluations,
         })
         .collect();
     // Every statement's rows, evaluated and checked, nothing put yet.

@@ -58,6 +58,7 @@ use crate::plan::{Inserted, OnConflict, Rows, Write};
 mod answer;
 mod batch;
 mod columns;
+mod evaluations;
 mod rows;
 
 use answer::put_all;
@@ -144,6 +145,8 @@ struct Writer<'a, S> {
     /// What the earlier statements of its batch write, read before the
     /// store.
     earlier: &'a batch::Earlier,
+    /// The batch's evaluations, combined into shared round trips.
+    evaluations: &'a evaluations::Evaluations,
 }
 
 /// A written row's values (one per [`Col`]) and its cells.
@@ -270,7 +273,7 @@ impl<S: CellStore> Writer<'_, S> {
         if let Some(base) = base {
             sql.push_str(&format!(" FROM {}", self.values(&[base.to_vec()])?));
         }
-        let mut texts = texts(self.eval, &sql).await?.into_iter();
+        let mut texts = self.evaluations.texts(self.eval, sql).await?.into_iter();
         let key = if key.is_some() {
             texts.next().flatten()
         } else {
@@ -338,10 +341,6 @@ impl<S: CellStore> Writer<'_, S> {
 }
 
 /// One row of text values, PostgreSQL's errors kept with their SQLSTATE.
-async fn texts(eval: Evaluator<'_>, sql: &str) -> Result<Vec<Option<String>>, Refused> {
-    first_row(eval.rows(sql).await)
-}
-
 fn first_row(
     rows: Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>,
 ) -> Result<Vec<Option<String>>, Refused> {

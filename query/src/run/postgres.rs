@@ -109,11 +109,6 @@ pub(super) async fn postgres_rows(
     Ok(out)
 }
 
-/// `'…'` or `'…'::uuid` holding a UUID as 32 hex digits, or 36 with
-/// hyphens at PostgreSQL's places: the forms on which PostgreSQL's
-/// `uuid_in` and `uuid::Uuid::parse_str` agree (PostgreSQL takes braces
-/// and other hyphen places too, the crate `urn:uuid:`; those, and every
-/// other expression, are left to PostgreSQL).
 /// Ends whatever a failed guarded `Query` left open: the statements
 /// after the error did not run, so the block may still be open (and
 /// aborted). A failure here closes the connection rather than return it
@@ -125,6 +120,11 @@ async fn roll_back(conn: &mut sqlx::pool::PoolConnection<sqlx::Postgres>) {
     }
 }
 
+/// `'…'` or `'…'::uuid` holding a UUID as 32 hex digits, or 36 with
+/// hyphens at PostgreSQL's places: the forms on which PostgreSQL's
+/// `uuid_in` and `uuid::Uuid::parse_str` agree (PostgreSQL takes braces
+/// and other hyphen places too, the crate `urn:uuid:`; those, and every
+/// other expression, are left to PostgreSQL).
 pub(super) fn literal_uuid(e: &Expr) -> Option<uuid::Uuid> {
     let text = match e {
         Expr::Nested(inner) => return literal_uuid(inner),

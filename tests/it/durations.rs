@@ -143,6 +143,29 @@ pub(crate) async fn with_copies(
     .unwrap()
 }
 
+/// Rows 1 to 3 read as `expected` and copied back ([`round_trip`]), each
+/// copy equal to its original in PostgreSQL's text of `columns` (`keys`:
+/// the id and uuid columns of `table`), and the strict full diff
+/// silent. The (original, copy) texts, for more checks.
+pub(crate) async fn kept_exactly(
+    db: &LegacyDb,
+    (legacy, schemaless): (&LegacyStore, &MySqlStore),
+    expected: &[Value],
+    (table, keys, columns): (&str, (&str, &str), &str),
+) -> Vec<(String, String)> {
+    round_trip(legacy, schemaless, expected).await;
+    let mut connection = db.pool.acquire().await.unwrap();
+    let pairs = with_copies(&mut connection, table, keys, columns).await;
+    assert_eq!(pairs.len(), 3);
+    for (a, b) in &pairs {
+        assert_eq!(a, b, "the copy is the original");
+    }
+    let checked = strict_full_diff(db, legacy, schemaless, 1..4).await;
+    assert_eq!(checked.parents, 3);
+    assert!(checked.mismatches.is_empty(), "{:#?}", checked.mismatches);
+    pairs
+}
+
 /// A proxy over `db` in `schemaless`, and the facade (in that mode), with
 /// row 7 planted in Schemaless only: a copy of row 1's cell.
 pub(crate) async fn planted(db: &LegacyDb, schemaless: &MySqlStore) -> (TripStore, ProxyProcess) {

@@ -10,6 +10,7 @@
 
 /// The canonical text of the bit string written `text`.
 pub fn canonical_bits(text: &str) -> Result<String, String> {
+    let shown = crate::conversion::shown(text);
     let (hex, digits) = match text.as_bytes().first() {
         Some(b'x' | b'X') => (true, &text[1..]),
         Some(b'b' | b'B') => (false, &text[1..]),
@@ -25,12 +26,12 @@ pub fn canonical_bits(text: &str) -> Result<String, String> {
             }
             (false, _) => {
                 return Err(format!(
-                    "{text:?} is not a bit string: {c:?} is not a binary digit"
+                    "{shown} is not a bit string: {c:?} is not a binary digit"
                 ))
             }
             (true, _) => {
                 return Err(format!(
-                    "{text:?} is not a bit string: {c:?} is not a hex digit"
+                    "{shown} is not a bit string: {c:?} is not a hex digit"
                 ))
             }
         }

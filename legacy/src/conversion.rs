@@ -703,6 +703,15 @@ pub fn timestamp_fits(text: &str, typmod: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// `text` quoted for a message, cut to its first 60 characters: a
+/// refusal names the value without echoing a megabyte body back.
+pub(crate) fn shown(text: &str) -> String {
+    match text.char_indices().nth(60) {
+        Some((at, _)) => format!("{:?}…", &text[..at]),
+        None => format!("{text:?}"),
+    }
+}
+
 fn expected(what: &str, got: &Value) -> String {
     format!(
         "expected {what}, got {} ({got})",

@@ -79,10 +79,11 @@ impl Geometry {
 
     /// The canonical text of the value written `text`.
     pub fn canonical(self, text: &str) -> Result<String, String> {
-        let parts = parse(text).map_err(|e| format!("{text:?} is not a {}: {e}", self.name()))?;
+        let shown = crate::conversion::shown(text);
+        let parts = parse(text).map_err(|e| format!("{shown} is not a {}: {e}", self.name()))?;
         let wrong = || {
             format!(
-                "{text:?} is not a {} written as PostgreSQL prints one: {}",
+                "{shown} is not a {} written as PostgreSQL prints one: {}",
                 self.name(),
                 self.form()
             )
@@ -96,7 +97,7 @@ impl Geometry {
                 };
                 if *a == 0.0 && *b == 0.0 {
                     return Err(format!(
-                        "{text:?} is not a line: A and B cannot both be zero"
+                        "{shown} is not a line: A and B cannot both be zero"
                     ));
                 }
                 format!(
@@ -140,7 +141,7 @@ impl Geometry {
                 };
                 if *r < 0.0 {
                     return Err(format!(
-                        "{text:?} is not a circle: its radius cannot be negative"
+                        "{shown} is not a circle: its radius cannot be negative"
                     ));
                 }
                 format!(
@@ -198,15 +199,25 @@ fn point(x: f64, y: f64) -> String {
 /// The parts of `text` at its top level, split at commas.
 fn parse(text: &str) -> Result<Vec<Part>, String> {
     let mut chars = text.char_indices().peekable();
-    let parts = parse_list(text, &mut chars, None)?;
+    let parts = parse_list(text, &mut chars, None, 0)?;
     Ok(parts)
 }
+
+/// Brackets inside brackets no geometric type's text goes deeper than
+/// (a path's points in the path's own: two). Past it the text is refused
+/// before the parse can go deeper: a body of a million `(` would
+/// otherwise overflow the stack.
+const MAX_DEPTH: usize = 3;
 
 fn parse_list(
     text: &str,
     chars: &mut std::iter::Peekable<std::str::CharIndices<'_>>,
     close: Option<char>,
+    depth: usize,
 ) -> Result<Vec<Part>, String> {
+    if depth > MAX_DEPTH {
+        return Err("brackets nested deeper than any geometric value's".into());
+    }
     let mut parts = Vec::new();
     loop {
         while chars.next_if(|(_, c)| c.is_whitespace()).is_some() {}
@@ -219,7 +230,7 @@ fn parse_list(
                     '<' => '>',
                     _ => '}',
                 };
-                Part::Group(open, parse_list(text, chars, Some(close))?)
+                Part::Group(open, parse_list(text, chars, Some(close), depth + 1)?)
             }
             Some((start, _)) => {
                 let mut end = start;
@@ -390,10 +401,22 @@ mod tests {
             ("(-NaN,2)", "\"-NaN\" is not a double"),
             ("(0x10,2)", "\"0x10\" is not a double"),
             ("(1,2))", "unexpected ')'"),
+            ("((((1,2))))", "nested deeper"),
             ("", "ends early"),
         ] {
             let err = canonical_point(text).unwrap_err();
             assert!(err.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_text_of_a_million_brackets_is_refused_not_a_stack_overflow() {
+        let deep = "(".repeat(1_000_000);
+        for geometry in [Geometry::Point, Geometry::Path, Geometry::Polygon] {
+            let err = geometry.canonical(&deep).unwrap_err();
+            assert!(err.contains("nested deeper"), "{err}");
+            // The value named, not echoed whole.
+            assert!(err.len() < 200, "{err}");
         }
     }
 

@@ -662,24 +662,25 @@ pub const MONEY_SCALE: usize = 2;
 /// digits (PostgreSQL rounds a third away), whose cents fit the 64-bit
 /// integer PostgreSQL keeps.
 pub fn money_fits(text: &str) -> Result<(), String> {
+    let named = shown(text);
     let digits = text.strip_prefix('-').unwrap_or(text);
     if !digits.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return Err(format!("{text} is not an amount money can hold"));
+        return Err(format!("{named} is not an amount money can hold"));
     }
     let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
     if fraction.len() > MONEY_SCALE {
         return Err(format!(
-            "{text} has more than {MONEY_SCALE} fraction digits: money would round it"
+            "{named} has more than {MONEY_SCALE} fraction digits: money would round it"
         ));
     }
     let cents = format!("{whole}{fraction:0<MONEY_SCALE$}");
     let cents: i128 = cents
         .parse()
-        .map_err(|_| format!("{text} is out of range for type money"))?;
+        .map_err(|_| format!("{named} is out of range for type money"))?;
     let cents = if text.starts_with('-') { -cents } else { cents };
     if i64::try_from(cents).is_err() {
         return Err(format!(
-            "{text} is out of range for type money (-92233720368547758.08 to 92233720368547758.07)"
+            "{named} is out of range for type money (-92233720368547758.08 to 92233720368547758.07)"
         ));
     }
     Ok(())

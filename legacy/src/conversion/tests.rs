@@ -289,6 +289,11 @@ fn money_takes_amounts_it_holds_to_the_cent() {
         let err = Conversion::Money.accept(&written).unwrap_err();
         assert!(err.contains(says), "{written}: {err}");
     }
+    // A huge amount is named, not echoed whole.
+    let err = Conversion::Money
+        .accept(&json!("9".repeat(100_000)))
+        .unwrap_err();
+    assert!(err.contains("out of range") && err.len() < 300, "{err}");
     // Read as its amount, whatever PostgreSQL prints around it.
     assert_eq!(
         Conversion::Money.read_expr("c"),

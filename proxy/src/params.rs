@@ -126,6 +126,30 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join(":")
         }
+        // money: the amount in cents (the layout keeps two fraction
+        // digits; it refuses a server whose `lc_monetary` keeps others).
+        790 => {
+            let cents = i64::from_be_bytes(fixed(8)?.try_into().ok()?);
+            let sign = if cents < 0 { "-" } else { "" };
+            let cents = cents.unsigned_abs();
+            format!("{sign}{}.{:02}", cents / 100, cents % 100)
+        }
+        600..=604 | 628 | 718 => geometric_text(oid, value)?,
+        // bit, varbit: the length in bits, then the bits, high first.
+        1560 | 1562 => {
+            let (len, bytes) = value.split_first_chunk::<4>()?;
+            let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
+            (bytes.len() == len.div_ceil(8)).then_some(())?;
+            (0..len)
+                .map(|i| {
+                    if bytes[i / 8] >> (7 - i % 8) & 1 == 1 {
+                        '1'
+                    } else {
+                        '0'
+                    }
+                })
+                .collect()
+        }
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -135,6 +159,60 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
             text
         }
         _ => return array_text(oid, value),
+    })
+}
+
+/// A geometric type's binary form (its doubles, a path's closed flag and
+/// a path's or polygon's point count) as the text its input reads.
+fn geometric_text(oid: u32, value: &[u8]) -> Option<String> {
+    let doubles = |bytes: &[u8]| -> Option<Vec<String>> {
+        bytes.len().is_multiple_of(8).then_some(())?;
+        Some(
+            bytes
+                .chunks_exact(8)
+                .map(|c| {
+                    float_text(
+                        f64::from_be_bytes(c.try_into().expect("eight bytes")),
+                        false,
+                    )
+                })
+                .collect(),
+        )
+    };
+    let points = |xy: &[String]| -> String {
+        xy.chunks(2)
+            .map(|p| format!("({},{})", p[0], p.get(1).map_or("", String::as_str)))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    // A path (1 byte, closed or not) or polygon: the count, then points.
+    let counted = |bytes: &[u8]| -> Option<Vec<String>> {
+        let (n, rest) = bytes.split_first_chunk::<4>()?;
+        let n = usize::try_from(i32::from_be_bytes(*n)).ok()?;
+        (n >= 1 && rest.len() == n.checked_mul(16)?).then_some(())?;
+        doubles(rest)
+    };
+    let fixed = |n: usize| (value.len() == n * 8).then(|| doubles(value)).flatten();
+    Some(match oid {
+        600 => points(&fixed(2)?),
+        601 => format!("[{}]", points(&fixed(4)?)),
+        603 => points(&fixed(4)?),
+        628 => format!("{{{}}}", fixed(3)?.join(",")),
+        718 => {
+            let c = fixed(3)?;
+            format!("<({},{}),{}>", c[0], c[1], c[2])
+        }
+        602 => {
+            let (closed, rest) = value.split_first()?;
+            let xy = counted(rest)?;
+            match closed {
+                0 => format!("[{}]", points(&xy)),
+                1 => format!("({})", points(&xy)),
+                _ => return None,
+            }
+        }
+        604 => format!("({})", points(&counted(value)?)),
+        _ => return None,
     })
 }
 
@@ -330,6 +408,67 @@ mod tests {
             None,
             "NULL is not a literal"
         );
+    }
+
+    #[test]
+    fn binary_money_geometry_and_bits_read_as_text() {
+        let doubles = |xs: &[f64]| -> Vec<u8> { xs.iter().flat_map(|x| x.to_be_bytes()).collect() };
+        let counted = |prefix: &[u8], xs: &[f64]| -> Vec<u8> {
+            let mut out = prefix.to_vec();
+            out.extend(((xs.len() / 2) as i32).to_be_bytes());
+            out.extend(doubles(xs));
+            out
+        };
+        for (oid, bytes, want) in [
+            (790, (-1234_i64).to_be_bytes().to_vec(), "-12.34"),
+            (790, 5_i64.to_be_bytes().to_vec(), "0.05"),
+            (
+                790,
+                i64::MIN.to_be_bytes().to_vec(),
+                "-92233720368547758.08",
+            ),
+            (600, doubles(&[1.5, -2.0]), "(1.5,-2)"),
+            (601, doubles(&[0.0, 0.0, 1.0, 1.0]), "[(0,0),(1,1)]"),
+            (603, doubles(&[3.0, 3.0, 1.0, 1.0]), "(3,3),(1,1)"),
+            (628, doubles(&[1.0, -1.0, 0.0]), "{1,-1,0}"),
+            (718, doubles(&[1.0, 2.0, 0.5]), "<(1,2),0.5>"),
+            (602, counted(&[0], &[0.0, 0.0, 1.5, 2.0]), "[(0,0),(1.5,2)]"),
+            (602, counted(&[1], &[0.0, 0.0, 1.5, 2.0]), "((0,0),(1.5,2))"),
+            (
+                604,
+                counted(&[], &[0.0, 0.0, 4.0, 0.0, 4.0, 3.0]),
+                "((0,0),(4,0),(4,3))",
+            ),
+            (600, doubles(&[f64::NAN, f64::INFINITY]), "(NaN,Infinity)"),
+            (
+                1560,
+                [&4_i32.to_be_bytes()[..], &[0b0101_0000]].concat(),
+                "0101",
+            ),
+            (
+                1562,
+                [&10_i32.to_be_bytes()[..], &[0xff, 0b0100_0000]].concat(),
+                "1111111101",
+            ),
+            (1562, 0_i32.to_be_bytes().to_vec(), ""),
+        ] {
+            assert_eq!(binary_text(oid, &bytes).as_deref(), Some(want), "{oid}");
+        }
+        // Malformed: the wrong length, a count past the bytes, a bad flag.
+        for (oid, bytes) in [
+            (600, doubles(&[1.0])),
+            (602, counted(&[2], &[0.0, 0.0])),
+            (
+                604,
+                [&5_i32.to_be_bytes()[..], &doubles(&[0.0, 0.0])].concat(),
+            ),
+            (604, counted(&[], &[])),
+            (1560, [&9_i32.to_be_bytes()[..], &[0xff]].concat()),
+            (1562, (-1_i32).to_be_bytes().to_vec()),
+            (790, vec![0; 7]),
+        ] {
+            assert_eq!(binary_text(oid, &bytes), None, "{oid}: {bytes:?}");
+        }
     }
 
     #[test]

@@ -7,7 +7,10 @@
 use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
-use crate::durations::{body, kept_exactly, key, planted, put, refused_by_field, served_as_twin};
+use crate::durations::{
+    body, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field, sent,
+    served_as_twin,
+};
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
 
@@ -131,6 +134,18 @@ async fn bit_strings_keep_their_length_in_both_stores_and_the_proxy() {
         (&fields["flags"], &fields["mask"], &fields["seen"]),
         (&json!("1010"), &json!("0011"), &json!("11111"))
     );
+    // In binary, as asyncpg and pgx bind bit strings.
+    let sends = [
+        "bit_send(B'1001')",
+        "varbit_send(B'10101')",
+        "varbit_send(X'F0F')",
+    ];
+    let params = sent(&db, sends.into_iter()).await;
+    let sql = "INSERT INTO gates (gate_key, rev, flags, mask, seen) VALUES ($1, 1, $2, $3, $4)";
+    let (k, d) = inserted_in_binary(&db, &proxy, sql, &[1560, 1562, 1562], &params);
+    let written = body(&facade, RowKey::from(k)).await.expect("written");
+    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
+    assert_eq!(written.1.fields()["seen"], "111100001111");
     for (flags, mask) in [
         ("B'101'", "NULL"),
         ("'0101'", "B'1111111'"),

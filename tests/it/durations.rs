@@ -166,6 +166,52 @@ pub(crate) async fn kept_exactly(
     pairs
 }
 
+/// What each of `sends` (`point_send('(1,2)')`, ...) gives: PostgreSQL's
+/// own binary form of a value.
+pub(crate) async fn sent(db: &LegacyDb, sends: impl Iterator<Item = &str>) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for send in sends {
+        let (bytes,): (Vec<u8>,) = sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {send}")))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        out.push(bytes);
+    }
+    out
+}
+
+/// `sql` (an INSERT of a new row key, `$1`, then `params` of `types`)
+/// bound in binary on the raw protocol through `proxy` and straight to
+/// PostgreSQL: both answered alike, and written. The keys (through,
+/// direct).
+pub(crate) fn inserted_in_binary(
+    db: &LegacyDb,
+    proxy: &ProxyProcess,
+    sql: &str,
+    types: &[u32],
+    params: &[Vec<u8>],
+) -> (uuid::Uuid, uuid::Uuid) {
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let all_types: Vec<u32> = std::iter::once(2950).chain(types.iter().copied()).collect();
+    let mut answers = Vec::new();
+    for (addr, key) in [(proxy.addr, k), (own_addr, d)] {
+        let mut session = crate::proxy::raw_session(addr, db);
+        let mut values: Vec<&[u8]> = vec![key.as_bytes()];
+        values.extend(params.iter().map(Vec::as_slice));
+        let flight = [
+            crate::proxy_batches::parse_typed("", sql, &all_types),
+            crate::proxy_batches::bind_in("", 1, &values),
+        ]
+        .concat();
+        answers.push(crate::proxy_batches::raw_flight(&mut session, flight));
+    }
+    assert_eq!(answers[0], answers[1], "through the proxy, then direct");
+    assert_eq!(answers[1], (b"12CZ".to_vec(), String::new()));
+    (k, d)
+}
+
 /// A proxy over `db` in `schemaless`, and the facade (in that mode), with
 /// row 7 planted in Schemaless only: a copy of row 1's cell.
 pub(crate) async fn planted(db: &LegacyDb, schemaless: &MySqlStore) -> (TripStore, ProxyProcess) {

@@ -10,7 +10,8 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
 use crate::durations::{
-    body, captured, kept_exactly, key, planted, put, refused_by_field, served_as_twin,
+    body, captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field, sent,
+    served_as_twin,
 };
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
@@ -294,6 +295,29 @@ async fn money_and_geometric_values_survive_both_stores_capture_and_the_proxy() 
         assert_eq!(fields["fare"], want);
         assert_eq!(fields["pickup"], "(0.30000000000000004,1)");
     }
+    // In binary, as asyncpg and pgx bind these types: PostgreSQL's own
+    // `*_send` bytes read as PostgreSQL reads them.
+    let sends = [
+        ("cash_send('12.34')", 790),
+        ("point_send('(1.5,-2)')", 600),
+        ("box_send('(1,1),(3,3)')", 603),
+        ("path_send('[(0,0),(1e300,2)]')", 602),
+        ("poly_send('((0,0),(4,0),(4,3))')", 604),
+        ("circle_send('<(1,2),0.5>')", 718),
+        ("lseg_send('[(0,0),(1,1)]')", 601),
+        ("line_send('{1,-1,0}')", 628),
+    ];
+    let params = sent(&db, sends.iter().map(|(send, _)| *send)).await;
+    let sql =
+        "INSERT INTO legs (leg_key, rev, fare, pickup, zone, route, area, reach, edge, axis) \
+               VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9)";
+    let types: Vec<u32> = sends.iter().map(|(_, oid)| *oid).collect();
+    let (k, d) = inserted_in_binary(&db, &proxy, sql, &types, &params);
+    let written = body(&facade, RowKey::from(k)).await.expect("written");
+    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
+    assert_eq!(written.1.fields()["route"], "[(0,0),(1e+300,2)]");
+    assert_eq!(written.1.fields()["fare"], "12.34");
+
     // What PostgreSQL refuses, it refuses through the proxy too, and
     // nothing is written.
     for (fare, dropoff, sqlstate) in [("1", "'(1;2)'", "22P02"), ("1e30", "NULL", "22003")] {

@@ -14,7 +14,7 @@ fn parse_uuid(name: &str, sql: &str) -> Vec<u8> {
 }
 
 /// A `Parse` of `sql` under `name`, its parameters declared `types`.
-fn parse_typed(name: &str, sql: &str, types: &[u32]) -> Vec<u8> {
+pub(crate) fn parse_typed(name: &str, sql: &str, types: &[u32]) -> Vec<u8> {
     use crate::proxy_modes::{cstr, message};
     let mut parse = [cstr(name), cstr(sql)].concat();
     parse.extend_from_slice(&(types.len() as i16).to_be_bytes());
@@ -39,7 +39,7 @@ fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
 
 /// A `Bind` of statement `name` to the unnamed portal with `params`, all
 /// in `format` (0 text, 1 binary), and its `Execute`.
-fn bind_in(name: &str, format: i16, params: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn bind_in(name: &str, format: i16, params: &[&[u8]]) -> Vec<u8> {
     use crate::proxy_modes::{cstr, message};
     let mut bind = [cstr(""), cstr(name)].concat();
     bind.extend_from_slice(&1i16.to_be_bytes());
@@ -60,7 +60,10 @@ fn bind_in(name: &str, format: i16, params: &[&[u8]]) -> Vec<u8> {
 
 /// `flight` then a `Sync` sent on a raw connection: the answer's message
 /// kinds, and the SQLSTATE of its error.
-fn raw_flight(stream: &mut std::net::TcpStream, mut flight: Vec<u8>) -> (Vec<u8>, String) {
+pub(crate) fn raw_flight(
+    stream: &mut std::net::TcpStream,
+    mut flight: Vec<u8>,
+) -> (Vec<u8>, String) {
     use std::io::Write;
     flight.extend(crate::proxy_modes::message(b'S', &[]));
     stream.write_all(&flight).unwrap();

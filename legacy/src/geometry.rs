@@ -95,7 +95,7 @@ impl Geometry {
                 let [Part::Number(a), Part::Number(b), Part::Number(c)] = abc.as_slice() else {
                     return Err(wrong());
                 };
-                if *a == 0.0 && *b == 0.0 {
+                if fp_zero(*a) && fp_zero(*b) {
                     return Err(format!(
                         "{shown} is not a line: A and B cannot both be zero"
                     ));
@@ -159,6 +159,14 @@ impl Geometry {
 /// The canonical text of the point written `text` (`(x,y)` or `x,y`).
 pub fn canonical_point(text: &str) -> Result<String, String> {
     Geometry::Point.canonical(text)
+}
+
+/// Zero as `line_in` tells it (`FPzero`): within PostgreSQL's geometric
+/// `EPSILON` of it. A line whose A and B are both that small is refused
+/// there, so it is here: Schemaless must not keep a value the reverse
+/// mirror could never write.
+fn fp_zero(x: f64) -> bool {
+    x.abs() <= 1.0e-6
 }
 
 /// `a < b` as PostgreSQL orders doubles (`float8_lt`): NaN above all.
@@ -426,6 +434,7 @@ mod tests {
         for (geometry, text, want) in [
             (Geometry::Line, "{1,-1,0}", "{1,-1,0}"),
             (Geometry::Line, " { 0.5 , 0 , 1e300 } ", "{0.5,0,1e+300}"),
+            (Geometry::Line, "{1.0000001e-6,0,1}", "{1.0000001e-06,0,1}"),
             (
                 Geometry::Lseg,
                 " [ ( 1 , 2 ) , ( 3 , 4 ) ] ",
@@ -451,6 +460,13 @@ mod tests {
         }
         for (geometry, text, says) in [
             (Geometry::Line, "{0,0,1}", "A and B cannot both be zero"),
+            // PostgreSQL's `FPzero`: within 1e-6 of zero is zero.
+            (
+                Geometry::Line,
+                "{1e-7,1e-7,1}",
+                "A and B cannot both be zero",
+            ),
+            (Geometry::Line, "{1e-6,-0,1}", "A and B cannot both be zero"),
             (Geometry::Line, "[(1,2),(3,4)]", "{A,B,C}"),
             (Geometry::Lseg, "((1,2),(3,4))", "[(x1,y1),(x2,y2)]"),
             (Geometry::Box, "1,2,3,4", "(x1,y1),(x2,y2)"),

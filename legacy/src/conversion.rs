@@ -213,9 +213,6 @@ impl Conversion {
             "cidr" => Conversion::Cidr,
             "macaddr" => Conversion::Macaddr,
             "macaddr8" => Conversion::Macaddr8,
-            "point" | "line" | "lseg" | "box" | "path" | "polygon" | "circle" => {
-                Conversion::Geometric(Geometry::of_type(typname)?)
-            }
             "bit" | "varbit" => Conversion::Bit,
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
@@ -240,7 +237,7 @@ impl Conversion {
             "_cidr" => Conversion::ArrayOf(Element::Cidr),
             "_macaddr" => Conversion::ArrayOf(Element::Macaddr),
             "_macaddr8" => Conversion::ArrayOf(Element::Macaddr8),
-            _ => return None,
+            other => Conversion::Geometric(Geometry::of_type(other)?),
         })
     }
 

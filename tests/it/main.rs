@@ -42,6 +42,9 @@
 //!   Schemaless master stopped under load and two relays at once; the
 //!   reverse mirror survives a kill and ignores late, older cells; every
 //!   test ends comparing the two stores;
+//! - [`deletes`]: tombstones put through the facade delete from the
+//!   legacy tables in every mode (through the reverse mirror in
+//!   `primary`); tombstones the legacy tables cannot follow are refused;
 //! - [`capture`]: plain SQL writes from psql processes reach Schemaless
 //!   through a killed relay and a concurrent backfill; deletions become
 //!   tombstones; the version rule; install and uninstall under writers;
@@ -97,6 +100,7 @@ mod classify;
 mod cli;
 mod connections;
 mod cutover;
+mod deletes;
 mod durations;
 mod exact_values;
 mod group_commit;

@@ -32,7 +32,7 @@ fn request(target: Mode) -> ModeRequest {
 }
 
 /// The database's config with a `[mirror]` table.
-fn with_mirror(db: &LegacyDb, mirror: &str) -> (config::Config, String) {
+pub(crate) fn with_mirror(db: &LegacyDb, mirror: &str) -> (config::Config, String) {
     let text = format!("{}\n[mirror]\n{mirror}\n", db.config_text);
     let config = config::Config::parse(&text, "mirror-test.toml").expect("the test config");
     (config, text)

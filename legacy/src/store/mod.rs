@@ -58,6 +58,9 @@ pub struct LegacyStore {
     shard_count: u32,
     /// `postgres host:port/db`, naming the node in errors.
     pub(crate) label: String,
+    /// `capture.tombstone_column`: a cell put there deletes what it names
+    /// (see [`LegacyStore::put_cells_with`]).
+    pub(crate) tombstones: Column,
 }
 
 impl LegacyStore {
@@ -66,9 +69,12 @@ impl LegacyStore {
     pub async fn connect(config: &config::Config) -> Result<LegacyStore, crate::Error> {
         let legacy = crate::connection::legacy_config(config)?;
         let layout = crate::connection::layout_config(config)?;
+        let tombstones = Column::new(&config.capture.tombstone_column)
+            .map_err(|e| crate::Error::Config(format!("capture.tombstone_column: {e}")))?;
         let pool = crate::connection::pool(legacy)?;
         let layout = Layout::resolve(layout, &config.indexes, &pool).await?;
         Ok(LegacyStore {
+            tombstones,
             pool,
             layout: Arc::new(layout),
             limits: config.limits.clone(),
@@ -80,6 +86,12 @@ impl LegacyStore {
     /// The resolved layout.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// Whether a cell of `column` can be written here: a layout column's,
+    /// or a tombstone (which deletes what it names).
+    pub fn writes(&self, column: &Column) -> bool {
+        self.layout.column(column.as_str()).is_some() || *column == self.tombstones
     }
 
     /// The same store over another resolved layout: `change` edits a copy

@@ -20,7 +20,9 @@
 //! the change-log heads when the mode enters `primary` (the cells before
 //! came from the legacy tables). Until then it does nothing.
 //!
-//! Cells of columns the layout does not map are skipped (counted). Cells
+//! Tombstones (`capture.tombstone_column`) delete what they name: the
+//! parent row with its child rows, or one child row. Cells of other
+//! columns the layout does not map are skipped (counted). Cells
 //! the legacy model refuses (a child whose parent row does not exist, a
 //! value its SQL type cannot hold) are parked in
 //! `mezzanine.reverse_parked` with the reason, and the shard moves on.
@@ -306,12 +308,7 @@ impl ReverseMirror {
         let mut apply = Vec::with_capacity(cells.len());
         let mut parked = Vec::new();
         for stored in cells {
-            if self
-                .legacy
-                .layout()
-                .column(stored.cell.key.column.as_str())
-                .is_none()
-            {
+            if !self.legacy.writes(&stored.cell.key.column) {
                 applied.skipped += 1;
                 continue;
             }

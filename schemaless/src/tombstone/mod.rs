@@ -60,31 +60,11 @@ impl Tombstones {
     }
 
     fn add(&mut self, cell: &Cell) -> Result<()> {
-        let unreadable = |reason: &str| {
-            Error::Unreadable {
-            what: format!("tombstone {}", cell.key),
-            reason: format!(
-                "{reason}; a tombstone body is {{\"row\": true}} or {{\"column\": NAME, \"ref_key\": N}}, got {}",
-                cell.body
-            ),
-        }
-        };
-        let fields = cell.body.fields();
-        match (
-            fields.get("row"),
-            fields.get("column"),
-            fields.get("ref_key"),
-        ) {
-            (Some(Value::Bool(true)), None, None) => self.row = true,
-            (None, Some(Value::String(column)), Some(ref_key)) => {
-                let column = Column::new(column).map_err(|_| unreadable("a bad column name"))?;
-                let ref_key = ref_key
-                    .as_i64()
-                    .filter(|r| *r >= 0)
-                    .ok_or_else(|| unreadable("a bad ref key"))?;
+        match Deletion::of(cell)? {
+            Deletion::Row => self.row = true,
+            Deletion::Cell(column, ref_key) => {
                 self.cells.insert((column, ref_key));
             }
-            _ => return Err(unreadable("not a tombstone")),
         }
         Ok(())
     }
@@ -105,6 +85,95 @@ impl Tombstones {
     /// Whether any cell of `column` may be hidden.
     pub fn touches(&self, column: &Column) -> bool {
         self.row || self.cells.iter().any(|(c, _)| c == column)
+    }
+}
+
+/// What one tombstone cell deletes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    /// The whole row (`{"row": true}`).
+    Row,
+    /// The cell at (column, ref key) (`{"column": NAME, "ref_key": N}`).
+    Cell(Column, i64),
+}
+
+impl Deletion {
+    /// What the tombstone `cell` deletes. A body that is not a tombstone
+    /// is an error naming the cell: the tombstone column holds nothing
+    /// else. (The ref key is not checked here: readers honour what is
+    /// stored; [`Deletion::checked`] is for writers.)
+    pub fn of(cell: &Cell) -> Result<Deletion> {
+        let unreadable = |reason: &str| {
+            Error::Unreadable {
+            what: format!("tombstone {}", cell.key),
+            reason: format!(
+                "{reason}; a tombstone body is {{\"row\": true}} or {{\"column\": NAME, \"ref_key\": N}}, got {}",
+                cell.body
+            ),
+        }
+        };
+        let fields = cell.body.fields();
+        match (
+            fields.get("row"),
+            fields.get("column"),
+            fields.get("ref_key"),
+        ) {
+            (Some(Value::Bool(true)), None, None) => Ok(Deletion::Row),
+            (None, Some(Value::String(column)), Some(ref_key)) => {
+                let column = Column::new(column).map_err(|_| unreadable("a bad column name"))?;
+                let ref_key = ref_key
+                    .as_i64()
+                    .filter(|r| *r >= 0)
+                    .ok_or_else(|| unreadable("a bad ref key"))?;
+                Ok(Deletion::Cell(column, ref_key))
+            }
+            _ => Err(unreadable("not a tombstone")),
+        }
+    }
+
+    /// What a tombstone about to be written deletes: its body must be a
+    /// tombstone and its ref key the one derived from what it deletes
+    /// ([`row_ref_key`], [`cell_ref_key`]), so that every writer of one
+    /// deletion writes the same cell. Errors are bad input naming the
+    /// field.
+    pub fn checked(cell: &Cell) -> Result<Deletion> {
+        let deletion = Deletion::of(cell).map_err(|e| match e {
+            Error::Unreadable { reason, .. } => Error::invalid("body", reason),
+            other => other,
+        })?;
+        if cell.body.fields() != deletion.body().fields() {
+            return Err(Error::invalid(
+                "body",
+                format!(
+                    "a tombstone body is {} and nothing else, got {}",
+                    deletion.body(),
+                    cell.body
+                ),
+            ));
+        }
+        let want = match &deletion {
+            Deletion::Row => row_ref_key(),
+            Deletion::Cell(column, ref_key) => cell_ref_key(column, *ref_key),
+        };
+        if cell.key.ref_key != want {
+            return Err(Error::invalid(
+                "ref_key",
+                format!(
+                    "a tombstone's ref key is derived from what it deletes: {} here, not {} (see schemaless::tombstone)",
+                    want.get(),
+                    cell.key.ref_key.get()
+                ),
+            ));
+        }
+        Ok(deletion)
+    }
+
+    /// The tombstone's body in its one form.
+    pub fn body(&self) -> Body {
+        match self {
+            Deletion::Row => row_body(),
+            Deletion::Cell(column, ref_key) => cell_body(column, *ref_key),
+        }
     }
 }
 
@@ -194,5 +263,54 @@ mod tests {
         assert!(Tombstones::from_cells([&row_tombstone(row, &column)])
             .unwrap()
             .row_deleted());
+    }
+
+    #[test]
+    fn a_tombstone_to_write_is_checked_whole() {
+        let row = RowKey::parse("6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d").unwrap();
+        let column = Column::new("DELETED").unwrap();
+        let notes = Column::new("NOTES").unwrap();
+        let good = cell_tombstone(row, &column, &notes, 3);
+        assert_eq!(
+            Deletion::checked(&good).unwrap(),
+            Deletion::Cell(notes.clone(), 3)
+        );
+        assert_eq!(
+            Deletion::checked(&row_tombstone(row, &column)).unwrap(),
+            Deletion::Row
+        );
+        let with = |ref_key: i64, body: Value| {
+            Cell::new(
+                row,
+                column.clone(),
+                RefKey::new(ref_key).unwrap(),
+                Body::from_value(body).unwrap(),
+            )
+        };
+        let refused = [
+            (with(0, json!({"row": false})), "body"),
+            (with(0, json!({"row": true, "why": 1})), "body"),
+            (with(5, json!({"row": true})), "ref_key"),
+            (
+                with(
+                    cell_ref_key(&notes, 3).get(),
+                    json!({"column": "NOTES", "ref_key": 4}),
+                ),
+                "ref_key",
+            ),
+            (with(1, json!({"column": "no such", "ref_key": 1})), "body"),
+            (with(1, json!({"column": "NOTES", "ref_key": -1})), "body"),
+        ];
+        for (cell, field) in refused {
+            match Deletion::checked(&cell) {
+                Err(Error::InvalidInput { field: f, .. }) => assert_eq!(f, field, "{}", cell.body),
+                other => panic!("{} was not refused: {other:?}", cell.body),
+            }
+        }
+        // Readers stay lenient: a stored body with more fields still reads.
+        assert_eq!(
+            Deletion::of(&with(0, json!({"row": true, "why": 1}))).unwrap(),
+            Deletion::Row
+        );
     }
 }

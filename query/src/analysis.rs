@@ -243,12 +243,7 @@ fn classify(model: &Model, statement: &Statement) -> Result<Plan, String> {
              statements), whose every Bind is judged"
                 .into(),
         ),
-        Statement::Delete(_) => Err(format!(
-            "DELETE: cells are append-only, so a row is never removed; mark it deleted \
-             with a field of its row column, or delete through the facade, which writes a \
-             tombstone cell (column {})",
-            model.tombstones
-        )),
+        Statement::Delete(delete) => crate::write::delete(model, delete),
         other => {
             let text = other.to_string();
             let keyword = text.split_whitespace().next().unwrap_or("statement");

@@ -167,6 +167,12 @@ pub enum Rows {
         sets: Vec<(String, Expr)>,
         conditions: Vec<Expr>,
     },
+    /// DELETE by row key: the WHERE's other conditions on the latest row.
+    /// Each row there (and matching) gets a tombstone.
+    Delete {
+        keys: Box<Keys>,
+        conditions: Vec<Expr>,
+    },
 }
 
 /// One row an INSERT gives.

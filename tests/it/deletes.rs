@@ -228,3 +228,238 @@ async fn tombstones_put_through_the_facade_delete_from_postgresql_in_every_mode(
     assert_eq!(in_postgresql(&db, kept).await, (true, vec![1, 2]));
     facade.close().await;
 }
+
+/// A note of trip `k` at `seq`, as an app inserts it.
+fn insert_note(k: uuid::Uuid, seq: i64) -> String {
+    format!(
+        "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
+         ((SELECT id FROM trips WHERE uuid = '{k}'), {seq}, 'ops', 'note', '2026-12-03 10:00:00Z');\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_by_row_key_through_the_proxy_is_a_tombstone_answered_as_postgresql_answers() {
+    use crate::proxy::{psql, sqlstate, ProxyProcess};
+    use crate::proxy_writes::{latest, trip};
+
+    let (db, facade, file) = crate::proxy_writes::primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    // `k` through the proxy (into Schemaless, then PostgreSQL by the
+    // reverse mirror), with two notes; `d`, its twin, straight into
+    // PostgreSQL.
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let script = format!(
+        "\\set ON_ERROR_STOP 1\n{};\n{}{}",
+        trip(k),
+        insert_note(k, 1),
+        insert_note(k, 2)
+    );
+    let (ok, out, err) = psql(&url, &script);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = psql(&direct, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(d)));
+    assert!(ok, "{out}{err}");
+    facade.reverse().catch_up().await.unwrap();
+    assert_eq!(
+        in_postgresql(&db, RowKey::from(k)).await,
+        (true, vec![1, 2])
+    );
+
+    // A condition that does not hold on the latest cell, and a row that is
+    // not there: 0 rows, nothing written.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    for (sql, key) in [
+        ("DELETE FROM trips WHERE uuid = $1 AND status = 'done'", k),
+        ("DELETE FROM trips WHERE uuid = $1", uuid::Uuid::new_v4()),
+    ] {
+        let done = sqlx::query(sql).bind(key).execute(&pool).await.unwrap();
+        assert_eq!(done.rows_affected(), 0, "{sql}");
+    }
+    assert!(latest(&facade, k, "BASE").await.is_some());
+
+    // RETURNING shows the row as it was, in the session's zone, as
+    // PostgreSQL's own DELETE of the twin shows it; the tag too.
+    let delete = |u: uuid::Uuid| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nSET TimeZone = 'Asia/Kolkata';\n\
+             DELETE FROM trips t WHERE t.uuid = '{u}' AND t.status = 'requested' \
+             RETURNING t.uuid, fare, t.status AS s, requested_at, completed_at, 1 AS one;\n"
+        )
+    };
+    let (ok, through, err) = psql(&url, &delete(k));
+    assert!(ok, "{through}{err}");
+    let (ok, twin, err) = psql(&direct, &delete(d));
+    assert!(ok, "{twin}{err}");
+    assert_eq!(through.replace(&k.to_string(), &d.to_string()), twin);
+    assert!(twin.contains("DELETE 1"), "{twin}");
+
+    // Gone for every later statement: read, updated, deleted again.
+    assert!(latest(&facade, k, "BASE").await.is_none());
+    assert!(latest(&facade, k, "NOTES").await.is_none());
+    let done = sqlx::query("DELETE FROM trips WHERE uuid = $1")
+        .bind(k)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 0);
+    let done = sqlx::query("UPDATE trips SET status = 'x', version = version + 1 WHERE uuid = $1")
+        .bind(k)
+        .execute(&pool)
+        .await
+        .unwrap();
+    assert_eq!(done.rows_affected(), 0);
+    let served: Vec<String> = sqlx::query_scalar("SELECT status FROM trips WHERE uuid = $1")
+        .bind(k)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(
+        served.is_empty(),
+        "a read served from Schemaless: {served:?}"
+    );
+
+    // Its key is retired: an INSERT of it again (at a version no cell of
+    // it has, so the store would take it) fails as a taken key does, and
+    // nothing is written; DO NOTHING skips it.
+    let raw_cells = || async {
+        facade
+            .schemaless()
+            .get_column_cells(
+                &[RowKey::from(k)],
+                &Column::new("BASE").unwrap(),
+                ReadFrom::Master,
+            )
+            .await
+            .unwrap()
+            .len()
+    };
+    let before = raw_cells().await;
+    let again = trip(k).replace("+02', 1)", "+02', 2)");
+    assert_ne!(again, trip(k));
+    let (_, _, err) = psql(
+        &url,
+        &format!(
+            "{again};
+"
+        ),
+    );
+    assert!(err.contains("23505") && err.contains("retired"), "{err}");
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "{again} ON CONFLICT DO NOTHING;
+"
+        ),
+    );
+    assert!(ok && out.trim() == "INSERT 0 0", "{out}{err}");
+    assert_eq!(raw_cells().await, before, "nothing written under the key");
+
+    // The reverse mirror deletes the row and its notes from PostgreSQL.
+    facade.reverse().catch_up().await.unwrap();
+    assert_eq!(in_postgresql(&db, RowKey::from(k)).await, (false, vec![]));
+
+    // What the cell API cannot express is still refused, nothing run.
+    let e = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(e)));
+    assert!(ok, "{out}{err}");
+    for sql in [
+        "DELETE FROM trips WHERE uuid = $1 RETURNING id",
+        "DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1)",
+    ] {
+        let refused = sqlx::query(sql).bind(e).execute(&pool).await.unwrap_err();
+        assert_eq!(
+            sqlstate(&refused).as_deref(),
+            Some("0A000"),
+            "{sql}: {refused}"
+        );
+    }
+    assert!(latest(&facade, e, "BASE").await.is_some());
+    facade.close().await;
+}
+
+/// A pipelined batch of binds of statements prepared first (`named`),
+/// with one Sync, as JDBC's `executeBatch` sends it: each statement's
+/// command tag, then the error's SQLSTATE if one failed.
+fn tags_of_batch(
+    stream: &mut std::net::TcpStream,
+    named: &[(&str, &str)],
+    binds: &[(&str, uuid::Uuid)],
+) -> Vec<String> {
+    use crate::proxy_batches::{bind_uuid, parse_uuid, raw_flight};
+    use crate::proxy_modes::{cstr, message};
+    let prepare: Vec<u8> = named
+        .iter()
+        .flat_map(|(name, sql)| {
+            let close = message(b'C', &[b"S".to_vec(), cstr(name)].concat());
+            [close, parse_uuid(name, sql)].concat()
+        })
+        .collect();
+    assert_eq!(raw_flight(stream, prepare).1, "", "prepared");
+    let mut flight: Vec<u8> = binds.iter().flat_map(|(n, k)| bind_uuid(n, *k)).collect();
+    flight.extend(message(b'S', &[]));
+    std::io::Write::write_all(stream, &flight).unwrap();
+    crate::proxy::messages_until_ready(stream)
+        .into_iter()
+        .filter_map(|(kind, body)| {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            match kind {
+                b'C' => Some(text.trim_end_matches('\0').to_string()),
+                b'E' => text
+                    .split('\0')
+                    .find_map(|f| f.strip_prefix('C').map(str::to_string)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_pipelined_batch_statements_after_a_delete_find_the_row_gone() {
+    use crate::proxy::{psql, ProxyProcess};
+    use crate::proxy_writes::{latest, trip, INSERT_TRIP};
+
+    let (db, facade, file) = crate::proxy_writes::primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(a)),
+    );
+    assert!(ok, "{out}{err}");
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let named = [
+        ("del", "DELETE FROM trips WHERE uuid = $1"),
+        (
+            "upd",
+            "UPDATE trips SET status = 'x', version = version + 1 WHERE uuid = $1",
+        ),
+        ("ins", insert.as_str()),
+    ];
+    let mut stream = crate::proxy::raw_session(proxy.addr, &db);
+    // PostgreSQL's answers: the UPDATE and the second DELETE find the row
+    // the first deleted gone.
+    assert_eq!(
+        tags_of_batch(&mut stream, &named, &[("del", a), ("upd", a), ("del", a)]),
+        ["DELETE 1", "UPDATE 0", "DELETE 0"]
+    );
+    assert!(latest(&facade, a, "BASE").await.is_none());
+    // A row inserted and deleted in one batch is deleted; its key cannot
+    // be inserted again (retired), which fails the whole batch: nothing
+    // of it is written.
+    assert_eq!(
+        tags_of_batch(&mut stream, &named, &[("ins", b), ("del", b), ("ins", b)]),
+        ["INSERT 0 1", "DELETE 1", "23505"]
+    );
+    let raw = facade
+        .schemaless()
+        .get_cells_for_row(&RowKey::from(b), ReadFrom::Master)
+        .await
+        .unwrap();
+    assert!(raw.is_empty(), "the failed batch wrote {raw:?}");
+    facade.close().await;
+}

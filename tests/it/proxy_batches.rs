@@ -9,7 +9,7 @@ use crate::proxy::{psql, ProxyProcess};
 use crate::proxy_writes::{latest, primary, trip, INSERT_TRIP};
 
 /// A `Parse` of `sql` under `name`, its one parameter a uuid.
-fn parse_uuid(name: &str, sql: &str) -> Vec<u8> {
+pub(crate) fn parse_uuid(name: &str, sql: &str) -> Vec<u8> {
     parse_typed(name, sql, &[2950])
 }
 
@@ -33,7 +33,7 @@ fn bind_text(name: &str, params: &[String]) -> Vec<u8> {
 
 /// A `Bind` of statement `name` to the unnamed portal with `k` (a binary
 /// uuid), and its `Execute`.
-fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
+pub(crate) fn bind_uuid(name: &str, k: uuid::Uuid) -> Vec<u8> {
     bind_in(name, 1, &[k.as_bytes()])
 }
 

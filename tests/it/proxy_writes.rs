@@ -812,7 +812,7 @@ async fn psycopg_asyncpg_node_pg_and_jdbc_get_what_postgresql_gives_them_for_wri
     // A write the proxy refuses, prepared by each client: PostgreSQL
     // prepares it as sent, so asyncpg, which checks its arguments against
     // the statement's parameters before it binds, gets the refusal too.
-    let delete = ["DELETE FROM trips WHERE uuid = $1".to_string()];
+    let delete = ["DELETE FROM trips WHERE uuid = $1 RETURNING id".to_string()];
     for c in clients {
         let out = client(c, &proxy.url(&db), uuid::Uuid::new_v4(), &delete);
         assert!(out.trim().ends_with("0: error 0A000"), "{}: {out}", c.1);
@@ -1139,7 +1139,7 @@ async fn a_statement_prepared_before_a_mode_change_is_judged_in_the_new_mode() {
         .execute(&db.pool)
         .await
         .unwrap();
-    let delete = "DELETE FROM trips WHERE uuid = $1";
+    let delete = "DELETE FROM trips WHERE uuid = $1 RETURNING id";
     let refused = sqlx::query(delete)
         .bind(d)
         .execute(&mut conn)

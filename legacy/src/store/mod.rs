@@ -88,6 +88,11 @@ impl LegacyStore {
         &self.layout
     }
 
+    /// `capture.tombstone_column`, where deletions are written.
+    pub fn tombstones(&self) -> &Column {
+        &self.tombstones
+    }
+
     /// Whether a cell of `column` can be written here: a layout column's,
     /// or a tombstone (which deletes what it names).
     pub fn writes(&self, column: &Column) -> bool {
@@ -156,6 +161,10 @@ impl CellStore for LegacyStore {
         key: &CellKey,
         _from: ReadFrom,
     ) -> Result<Answer<Option<StoredCell>>> {
+        if key.column == self.tombstones {
+            // A deleted legacy row is simply gone: no tombstone is kept.
+            return Ok(Answer::fresh(None));
+        }
         Ok(Answer::fresh(self.cell(key).await?))
     }
 

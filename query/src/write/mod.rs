@@ -1,22 +1,103 @@
-//! INSERT and UPDATE: `put_cell`s by row key, or the reason they are not.
+//! INSERT, UPDATE and DELETE: `put_cell`s by row key (a DELETE's is a
+//! tombstone), or the reason they are not.
 //!
-//! Its rooms: `insert` and `update`; this file holds what they share
-//! (RETURNING, values shown in reasons, readable columns).
+//! Its rooms: `insert`, `update` and `delete`; this file holds what they
+//! share (rows named by key, RETURNING, values shown in reasons, readable
+//! columns).
 
 use sqlparser::ast::{
-    AssignmentTarget, Expr, Insert, ObjectName, OnConflictAction, OnInsert, Query, SelectItem,
-    SetExpr, TableObject, Update,
+    AssignmentTarget, Delete, Expr, FromTable, Insert, ObjectName, OnConflictAction, OnInsert,
+    Query, SelectItem, SetExpr, TableObject, Update,
 };
 
 use crate::expr::{cond, conjuncts, is_value, strip, value_text, Col, Cond, Scope};
 use crate::model::{folded, Model, Source, Table};
 use crate::plan::{Inserted, Keys, OnConflict, Plan, Put, Rows, Write};
 
+mod delete;
 mod insert;
 mod update;
 
+pub use delete::delete;
 pub use insert::insert;
 pub use update::update;
+
+/// The rows an UPDATE's or DELETE's WHERE names by row key (`uuid = $1`,
+/// `IN (...)`, `= ANY($1)`), its other conditions (on the latest cells),
+/// and those as the calls show them; or why the statement writes by
+/// something else.
+fn by_row_key(
+    model: &Model,
+    scope: &Scope,
+    selection: Option<&Expr>,
+    verb: &str,
+) -> Result<(Keys, Vec<Expr>, Vec<String>), String> {
+    let written = &scope.tables[0].written;
+    let Some(selection) = selection else {
+        return Err(format!(
+            "writes every row of {written}: a write by a non-key predicate; find the rows \
+             first (an index query) and write each by its UUID"
+        ));
+    };
+    let mut key = None;
+    let mut others = Vec::new();
+    for e in conjuncts(selection) {
+        if let Some(sub) = crate::expr::subquery_in(e) {
+            return Err(format!("subquery {sub} in {verb}'s WHERE: run it first"));
+        }
+        let c = cond(scope, model, e)?;
+        let by_row_key = match &c {
+            Cond::Cmp {
+                col,
+                op: schemaless::FilterOp::Eq,
+                value,
+            } if col.source == Source::RowKey => Some(Keys::One((*value).clone())),
+            Cond::InList { col, values } if col.source == Source::RowKey => {
+                Some(Keys::List(values.iter().map(|v| (*v).clone()).collect()))
+            }
+            Cond::Any { col, array } if col.source == Source::RowKey => {
+                Some(Keys::Array((*array).clone()))
+            }
+            _ => None,
+        };
+        match by_row_key {
+            Some(rows) if key.is_none() => key = Some(rows),
+            _ => others.push((e, c)),
+        }
+    }
+    let Some(keys) = key else {
+        let by_id = others.iter().find_map(|(_, c)| {
+            c.cols()
+                .into_iter()
+                .find(|col| col.source == Source::IntegerId)
+                .cloned()
+        });
+        return Err(match by_id {
+            Some(col) => format!(
+                "writes by {}, the integer id: rewrite it to the UUID {} (the row key)",
+                scope.show(&col),
+                model.layout.uuid
+            ),
+            None => format!(
+                "a write by a non-key predicate ({selection}): find the rows first (an index \
+                 query), then write each by its UUID {}",
+                model.layout.uuid
+            ),
+        });
+    };
+    let mut checks = Vec::new();
+    for (e, c) in &others {
+        for col in c.cols() {
+            unreadable(model, scope, col)?;
+        }
+        checks.push(format!("check in the app: {e}"));
+    }
+    Ok((
+        keys,
+        others.into_iter().map(|(e, _)| e.clone()).collect(),
+        checks,
+    ))
+}
 
 /// RETURNING may name only what the cells hold.
 fn check_returning(

@@ -30,66 +30,8 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 .to_string(),
         );
     }
-    let Some(selection) = &update.selection else {
-        return Err(format!(
-            "updates every row of {written}: a write by a non-key predicate; find the rows \
-             first (an index query) and write each by its UUID"
-        ));
-    };
-    let mut key = None;
-    let mut others = Vec::new();
-    for e in conjuncts(selection) {
-        if let Some(sub) = crate::expr::subquery_in(e) {
-            return Err(format!("subquery {sub} in an UPDATE's WHERE: run it first"));
-        }
-        let c = cond(&scope, model, e)?;
-        let by_row_key = match &c {
-            Cond::Cmp {
-                col,
-                op: schemaless::FilterOp::Eq,
-                value,
-            } if col.source == Source::RowKey => Some(Keys::One((*value).clone())),
-            Cond::InList { col, values } if col.source == Source::RowKey => {
-                Some(Keys::List(values.iter().map(|v| (*v).clone()).collect()))
-            }
-            Cond::Any { col, array } if col.source == Source::RowKey => {
-                Some(Keys::Array((*array).clone()))
-            }
-            _ => None,
-        };
-        match by_row_key {
-            Some(rows) if key.is_none() => key = Some(rows),
-            _ => others.push((e, c)),
-        }
-    }
-    let Some(keys) = key else {
-        let by_id = others.iter().find_map(|(_, c)| {
-            c.cols()
-                .into_iter()
-                .find(|col| col.source == Source::IntegerId)
-                .cloned()
-        });
-        return Err(match by_id {
-            Some(col) => format!(
-                "writes by {}, the integer id: rewrite it to the UUID {} (the row key)",
-                scope.show(&col),
-                model.layout.uuid
-            ),
-            None => format!(
-                "a write by a non-key predicate ({selection}): find the rows first (an index \
-                 query), then write each by its UUID {}",
-                model.layout.uuid
-            ),
-        });
-    };
+    let (keys, others, checks) = by_row_key(model, &scope, update.selection.as_ref(), "UPDATE")?;
     let row = keys.text();
-    let mut checks = Vec::new();
-    for (e, c) in &others {
-        for col in c.cols() {
-            unreadable(model, &scope, col)?;
-        }
-        checks.push(format!("check in the app: {e}"));
-    }
     check_returning(
         model,
         table,
@@ -188,7 +130,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 .iter()
                 .map(|(col, value)| (col.name.clone(), (*value).clone()))
                 .collect(),
-            conditions: others.iter().map(|(e, _)| (*e).clone()).collect(),
+            conditions: others,
         },
         returning: returning_items(update.returning.as_deref()),
     })))

@@ -80,6 +80,9 @@ impl<S: CellStore> Writer<'_, S> {
         let insert = match &self.write.rows {
             Rows::Insert { conflict, .. } => Some(conflict),
             Rows::Update { .. } => None,
+            Rows::Delete { .. } => {
+                return Ok(self.deleted(staged, results));
+            }
         };
         let mut kept = staged.kept.clone();
         for ((result, &r), key) in results.iter().zip(&staged.of_row).zip(keys) {
@@ -103,6 +106,20 @@ impl<S: CellStore> Writer<'_, S> {
             }
         }
         Ok(kept)
+    }
+
+    /// Which rows a DELETE deleted: those whose tombstone it wrote. One
+    /// already there was put by another deleter meanwhile, whose count
+    /// the row is in, as a concurrent DELETE in PostgreSQL waits and
+    /// then finds the row gone.
+    fn deleted(&self, staged: &Staged, results: &[schemaless::CellResult]) -> Vec<bool> {
+        let mut kept = staged.kept.clone();
+        for (result, &r) in results.iter().zip(&staged.of_row) {
+            if !matches!(result, Ok(WriteOutcome::Written)) {
+                kept[r] = false;
+            }
+        }
+        kept
     }
 
     /// An INSERT's rows that name a cell an earlier row of the statement

@@ -154,6 +154,8 @@ struct Writes {
     keys: HashSet<schemaless::CellKey>,
     /// Rows whose child cells are written.
     children_of: HashSet<RowKey>,
+    /// Rows deleted (their tombstone written).
+    deleted: HashSet<RowKey>,
 }
 
 impl Earlier {
@@ -168,6 +170,13 @@ impl Earlier {
     /// writes.
     pub(super) fn latest(&self, key: &RowKey, column: &Column) -> Option<StoredCell> {
         self.written().latest.get(&(*key, column.clone())).cloned()
+    }
+
+    /// Whether an earlier statement deletes row `key`: a later one finds
+    /// it gone, as in PostgreSQL, and its key retired (an INSERT of it
+    /// fails, see `Writer::retired`).
+    pub(super) fn deletes(&self, key: &RowKey) -> bool {
+        self.written().deleted.contains(key)
     }
 
     /// Whether a statement evaluated without the earlier statements'
@@ -232,6 +241,10 @@ impl Earlier {
                 continue;
             }
             written.rows.insert(row);
+            if matches!(writer.write.rows, Rows::Delete { .. }) {
+                written.deleted.insert(row);
+                continue;
+            }
             let at = (row, cell.key.column.clone());
             let newer = written
                 .latest

@@ -13,7 +13,10 @@
 //!   evaluated over the row's latest cells, given as a typed `VALUES` row
 //!   under the name the statement calls the table (`version + 1`,
 //!   `t.fare * 2`);
-//! - an upsert's `EXCLUDED.x` is the proposed row's value, typed.
+//! - an upsert's `EXCLUDED.x` is the proposed row's value, typed;
+//! - a DELETE's other conditions are evaluated as an UPDATE's, and each
+//!   row there that matches gets a tombstone (its RETURNING is the row as
+//!   it was).
 //!
 //! What PostgreSQL would have raised is raised with its SQLSTATE: a
 //! unique key (`23505`: the row, or the child row, exists), a missing
@@ -70,7 +73,7 @@ use rows::duplicate;
 #[derive(Clone, Debug)]
 pub struct Written {
     pub rendering: Rendering,
-    /// `INSERT 0 n` or `UPDATE n`.
+    /// `INSERT 0 n`, `UPDATE n` or `DELETE n`.
     pub tag: String,
     /// Cells put.
     pub cells: usize,
@@ -186,6 +189,19 @@ impl<S: CellStore> Writer<'_, S> {
                 }
                 "UPDATE"
             }
+            Rows::Delete { keys, conditions } => {
+                let keys = self.eval.keys(keys).await?;
+                named.extend(keys.iter().copied());
+                for chunk in keys.chunks(ROWS_AT_ONCE) {
+                    let rows = chunk
+                        .iter()
+                        .map(|key| self.delete_existing(key, conditions));
+                    for row in futures::future::join_all(rows).await {
+                        done.push(row?);
+                    }
+                }
+                "DELETE"
+            }
         };
         let (rows, cells): (Vec<_>, Vec<Vec<Cell>>) = done.into_iter().flatten().unzip();
         named.extend(cells.iter().flatten().map(|c| c.key.row_key));
@@ -227,6 +243,9 @@ impl<S: CellStore> Writer<'_, S> {
     /// the store's.
     async fn latest(&self, key: &RowKey) -> Result<Vec<Option<StoredCell>>, Refused> {
         let layout = self.layout();
+        if self.earlier.deletes(key) {
+            return Ok(vec![None; layout.columns.len()]);
+        }
         futures::future::try_join_all(layout.columns.iter().map(|c| async move {
             match c.shape {
                 Shape::Row => match self.earlier.latest(key, &c.name) {
@@ -242,6 +261,25 @@ impl<S: CellStore> Writer<'_, S> {
         }))
         .await
         .map_err(|e| Refused::new("58000", format!("reading the row's latest cells: {e}")))
+    }
+
+    /// Whether parent row `key` was deleted (its key retired: the row's
+    /// tombstone hides every cell of it, also ones written later), by
+    /// an earlier statement of the batch or in the store. A child
+    /// table's INSERT does not ask: its parent reads as missing.
+    async fn retired(&self, key: &RowKey) -> Result<bool, Refused> {
+        if !matches!(self.write.table, Table::Parent) {
+            return Ok(false);
+        }
+        if self.earlier.deletes(key) {
+            return Ok(true);
+        }
+        let tombstone = schemaless::tombstone::row_tombstone(*key, self.eval.legacy.tombstones());
+        self.store
+            .get_cell(&tombstone.key, ReadFrom::Master)
+            .await
+            .map(|cell| cell.is_some())
+            .map_err(|e| Refused::new("58000", format!("reading the row's tombstone: {e}")))
     }
 
     /// Evaluates `targets` (column, expression) and whether `conditions`

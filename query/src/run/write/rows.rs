@@ -72,8 +72,9 @@ impl<S: CellStore> Writer<'_, S> {
         let (evaluated, early) = match super::super::postgres::literal_uuid(&row.key) {
             Some(uuid) => {
                 let guess = RowKey::from(uuid);
-                let (evaluated, latest) = futures::join!(evaluating, self.latest(&guess));
-                (evaluated, Some((guess, latest)))
+                let (evaluated, latest, retired) =
+                    futures::join!(evaluating, self.latest(&guess), self.retired(&guess));
+                (evaluated, Some((guess, latest, retired)))
             }
             None => (evaluating.await, None),
         };
@@ -83,11 +84,32 @@ impl<S: CellStore> Writer<'_, S> {
         // PostgreSQL checks the proposed row before it looks for a
         // conflict: an upsert's too.
         self.check_not_null(&new)?;
-        let latest = match early {
-            Some((guess, latest)) if guess == key => latest?,
-            _ => self.latest(&key).await?,
+        let (latest, retired) = match early {
+            Some((guess, latest, retired)) if guess == key => (latest?, retired?),
+            _ => {
+                let (latest, retired) = futures::join!(self.latest(&key), self.retired(&key));
+                (latest?, retired?)
+            }
         };
         let exists = latest.iter().any(Option::is_some);
+        if retired && !exists {
+            // A deleted row's key: a cell put under it now would be
+            // acknowledged and then hidden by the row's tombstone.
+            return match conflict {
+                OnConflict::Nothing => Ok(None),
+                _ => Err(Refused::new(
+                    "23505",
+                    format!(
+                        "duplicate key value: row {} of {} was deleted, and a deleted row key \
+                         is retired (its tombstone hides whatever is written under it): insert \
+                         the row under a new UUID",
+                        key.uuid(),
+                        self.layout().table
+                    ),
+                )
+                .of_row(key)),
+            };
+        }
         if let Table::Child(_) = self.write.table {
             if !exists {
                 return Err(Refused::new(
@@ -140,17 +162,29 @@ impl<S: CellStore> Writer<'_, S> {
         self.update(key, &latest, sets, conditions).await
     }
 
-    /// The next version of an existing row: `sets` evaluated over its
-    /// latest cells, if `conditions` hold there.
-    async fn update(
+    /// The tombstone of row `key`, if it is there and `conditions` hold
+    /// on its latest cells; the row's values are what RETURNING shows.
+    pub(super) async fn delete_existing(
         &self,
         key: &RowKey,
-        latest: &[Option<StoredCell>],
-        sets: &[(String, Expr)],
         conditions: &[Expr],
     ) -> Result<Option<RowWrite>, Refused> {
-        let base: Vec<Value> = self
-            .cols
+        let latest = self.latest(key).await?;
+        if latest.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let base = self.base(key, &latest);
+        let (_, _, holds) = self.evaluate(None, &[], conditions, Some(&base)).await?;
+        if !holds {
+            return Ok(None);
+        }
+        let tombstone = schemaless::tombstone::row_tombstone(*key, self.eval.legacy.tombstones());
+        Ok(Some((base, vec![tombstone])))
+    }
+
+    /// The row `key`'s values (one per [`Col`]) in its latest cells.
+    fn base(&self, key: &RowKey, latest: &[Option<StoredCell>]) -> Vec<Value> {
+        self.cols
             .iter()
             .map(|c| match c.kind {
                 Kind::RowKey => Value::String(key.uuid().to_string()),
@@ -162,7 +196,19 @@ impl<S: CellStore> Writer<'_, S> {
                     .and_then(|s| s.cell.body.fields().get(&f.json).cloned())
                     .unwrap_or(Value::Null),
             })
-            .collect();
+            .collect()
+    }
+
+    /// The next version of an existing row: `sets` evaluated over its
+    /// latest cells, if `conditions` hold there.
+    async fn update(
+        &self,
+        key: &RowKey,
+        latest: &[Option<StoredCell>],
+        sets: &[(String, Expr)],
+        conditions: &[Expr],
+    ) -> Result<Option<RowWrite>, Refused> {
+        let base = self.base(key, latest);
         let mut targets = Vec::new();
         for (name, e) in sets {
             let at = self.position(name).ok_or_else(|| {

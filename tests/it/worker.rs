@@ -1091,3 +1091,61 @@ async fn a_stale_answer_says_so_and_readiness_follows_the_stores_the_mode_uses()
     served.done.await.unwrap();
     facade.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tombstone_posted_over_http_deletes_the_row_and_a_bad_one_is_a_400() {
+    // `legacy` mode: the facade deletes the PostgreSQL rows in the write's
+    // transaction (docs/migration.md, "Deletes through the facade").
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    let file = config_file(&format!("{}\n{TOKENS}", db.config_text));
+    let worker = WorkerProcess::start(file.path(), &[]);
+    let http = http_client();
+    let row = schemaless::RowKey::random();
+    let trip = json!({"driver_uuid": "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d",
+        "rider_uuid": "7f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d", "city_id": 3,
+        "status": "requested", "currency": "USD",
+        "requested_at": "2015-03-08T07:30:00Z"});
+    let note = json!({"author": "ops", "text": "x", "at": "2015-03-08T07:31:00Z"});
+    let post = |cells: Value| {
+        http.post(format!("{}/v1/cells", worker.url))
+            .header("authorization", "Bearer write-secret-0123456789abcdef")
+            .json(&json!({ "cells": cells }))
+            .send()
+    };
+    let cell = |column: &str, ref_key: i64, body: &Value| json!({"row_key": row.to_string(), "column": column, "ref_key": ref_key, "body": body});
+    let r = post(json!([cell("BASE", 1, &trip), cell("NOTES", 1, &note)]))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "{}", r.text().await.unwrap());
+    let in_postgresql = format!(
+        "SELECT (SELECT count(*) FROM trips WHERE uuid = '{row}') + \
+         (SELECT count(*) FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = '{row}')"
+    );
+    assert_eq!(db.count(&in_postgresql).await, 2);
+
+    // One version of the row column cannot be deleted in PostgreSQL: 400
+    // naming the field, nothing deleted.
+    let base = schemaless::Column::new("BASE").unwrap();
+    let at = schemaless::tombstone::cell_ref_key(&base, 1).get();
+    let version = cell("DELETED", at, &json!({"column": "BASE", "ref_key": 1}));
+    let r = post(json!([version])).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "invalid_input", "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("body.column"),
+        "{body}"
+    );
+    assert_eq!(db.count(&in_postgresql).await, 2);
+
+    // The row's tombstone: the row and its note are gone.
+    let r = post(json!([cell("DELETED", 0, &json!({"row": true}))]))
+        .await
+        .unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["results"][0]["outcome"], "written", "{body}");
+    assert_eq!(db.count(&in_postgresql).await, 0);
+    facade.close().await;
+}

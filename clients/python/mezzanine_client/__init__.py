@@ -39,9 +39,49 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-__all__ = ["Client", "ApiError", "Unavailable", "Answer", "dumps", "loads"]
+__all__ = [
+    "Client",
+    "ApiError",
+    "Unavailable",
+    "Answer",
+    "dumps",
+    "loads",
+    "row_tombstone",
+    "cell_tombstone",
+]
 
 RETRIED_STATUSES = (502, 503, 504)
+
+# ``capture.tombstone_column``'s default.
+TOMBSTONE_COLUMN = "DELETED"
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+
+
+def row_tombstone(row_key: str, tombstone_column: str = TOMBSTONE_COLUMN) -> dict:
+    """The cell that deletes row ``row_key`` (every cell of it, also ones
+    written later: the key is retired), to pass to ``put_cells``. It
+    deletes the row from the legacy tables too, in every mode."""
+    return {"row_key": row_key, "column": tombstone_column, "ref_key": 0, "body": {"row": True}}
+
+
+def cell_tombstone(
+    row_key: str, column: str, ref_key: int, tombstone_column: str = TOMBSTONE_COLUMN
+) -> dict:
+    """The cell that deletes the cell (``column``, ``ref_key``) of row
+    ``row_key`` (a child row), to pass to ``put_cells``. Its ref key is
+    derived from what it deletes, as ``schemaless::tombstone::cell_ref_key``
+    derives it, so every writer of one deletion writes the same cell."""
+    h = _FNV_OFFSET
+    for b in f"{column}\0{ref_key}".encode():
+        h = ((h ^ b) * _FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return {
+        "row_key": row_key,
+        "column": tombstone_column,
+        "ref_key": 1 + h % (2**63 - 2),
+        "body": {"column": column, "ref_key": ref_key},
+    }
 
 
 class ApiError(Exception):

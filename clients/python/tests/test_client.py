@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from mezzanine_client import ApiError, Client, dumps, loads
+from mezzanine_client import ApiError, Client, cell_tombstone, dumps, loads, row_tombstone
 
 
 def base_cell(row, ref_key=1, status="requested", city_id=3):
@@ -97,6 +97,25 @@ def test_every_operation_reads_back_what_was_written(workers, tokens):
         assert len(page["cells"]) <= 10 and page["next"] >= 0
     except ApiError as e:
         assert e.status == 422 and e.code == "unsupported"
+
+
+def test_tombstones_delete_a_child_row_then_the_row(workers, tokens):
+    (w,) = workers(1)
+    store = Client([w.url], token=tokens["write"])
+    row = str(uuid.uuid4())
+    note = {"author": "ops", "text": "x", "at": "2015-03-08T07:31:00Z"}
+    assert store.put_cells([base_cell(row), {"row_key": row, "column": "NOTES", "ref_key": 1, "body": note}]) == ["written", "written"]
+    # The ref key derived here is the server's: a wrong one is a 400.
+    assert store.put_cells([cell_tombstone(row, "NOTES", 1)]) == ["written"]
+    assert store.get_cell_latest(row, "NOTES").value is None
+    assert store.get_cell_latest(row, "BASE").value is not None
+    assert store.put_cells([row_tombstone(row)]) == ["written"]
+    assert store.get_cell_latest(row, "BASE").value is None
+    wrong = cell_tombstone(row, "NOTES", 1)
+    wrong["ref_key"] += 1
+    with pytest.raises(ApiError) as e:
+        store.put_cells([wrong])
+    assert e.value.status == 400 and "ref_key" in str(e.value)
 
 
 def test_tokens_decide_and_nothing_is_written_without_one(workers, tokens):

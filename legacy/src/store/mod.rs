@@ -18,6 +18,10 @@
 //!   batches lock parent rows in the same order); a lost race for a new
 //!   parent row retries the batch.
 //!
+//! - A tombstone (`capture.tombstone_column`) deletes what it names: the
+//!   parent row with its child-table rows, or one child row. The tables
+//!   keep no tombstones: reads of that column find none.
+//!
 //! What the legacy model cannot do (`get_cells_for_shard`: it has no change
 //! log) is [`Error::Unsupported`].
 //!
@@ -174,6 +178,9 @@ impl CellStore for LegacyStore {
         column: &Column,
         _from: ReadFrom,
     ) -> Result<Answer<Option<StoredCell>>> {
+        if *column == self.tombstones {
+            return Ok(Answer::fresh(None));
+        }
         let (_, column) = self.column(column)?;
         Ok(Answer::fresh(self.latest(column, row_key).await?))
     }
@@ -226,6 +233,9 @@ impl CellStore for LegacyStore {
         column: &Column,
         _from: ReadFrom,
     ) -> Result<Answer<Vec<StoredCell>>> {
+        if *column == self.tombstones {
+            return Ok(Answer::fresh(Vec::new()));
+        }
         let (_, column) = self.column(column)?;
         let layout = &*self.layout;
         let uuids: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();

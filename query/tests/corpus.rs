@@ -84,7 +84,8 @@ const SHOP: &[Case] = &[
     ("INSERT INTO order_lines (order_no, line_no, sku, qty, price) VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
     ("INSERT INTO order_lines (order_no, line_no, sku) VALUES ($1, 1, $2)", Class::None, "names its parent by the integer id order_lines.order_no"),
     ("DELETE FROM orders WHERE public_id = $1", Class::Write, "put_cell(row = $1, DELETED, ref_key = 0, {row: true})"),
-    ("DELETE FROM order_lines WHERE line_no = $1", Class::None, "a child row is one cell of column LINES"),
+    ("DELETE FROM order_lines WHERE line_no = $1", Class::None, "without naming their parent by UUID"),
+    ("DELETE FROM order_lines WHERE order_no = (SELECT order_no FROM orders WHERE public_id = $1) AND line_no = $2", Class::Write, "get_column_cells(row = $1, LINES)"),
     // Tables named where sqlparser's relation visitor does not look, and
     // reads PostgreSQL answers otherwise than a cell read would.
     ("COPY orders FROM STDIN", Class::None, "COPY FROM into a layout table"),

@@ -297,13 +297,48 @@ async fn a_delete_by_row_key_through_the_proxy_is_a_tombstone_answered_as_postgr
     );
     let (ok, out, err) = psql(&url, &script);
     assert!(ok, "{out}{err}");
-    let (ok, out, err) = psql(&direct, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(d)));
+    let (ok, out, err) = psql(
+        &direct,
+        &format!("\\set ON_ERROR_STOP 1\n{};\n{}", trip(d), insert_note(d, 1)),
+    );
     assert!(ok, "{out}{err}");
     facade.reverse().catch_up().await.unwrap();
     assert_eq!(
         in_postgresql(&db, RowKey::from(k)).await,
         (true, vec![1, 2])
     );
+
+    // A child row, by its parent's UUID and its ref key: its tombstone,
+    // answered as PostgreSQL answers the same DELETE of the twin's note.
+    let delete_note = |u: uuid::Uuid| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nDELETE FROM trip_notes n WHERE n.trip_id = \
+             (SELECT id FROM trips WHERE uuid = '{u}') AND n.seq = 1 \
+             RETURNING n.seq, n.author, n.body, n.created_at;\n"
+        )
+    };
+    let (ok, through, err) = psql(&url, &delete_note(k));
+    assert!(ok, "{through}{err}");
+    let (ok, twin, err) = psql(&direct, &delete_note(d));
+    assert!(ok, "{twin}{err}");
+    assert_eq!(through, twin);
+    assert!(twin.contains("DELETE 1"), "{twin}");
+    let (ok, again, err) = psql(&url, &delete_note(k));
+    assert!(ok && again.contains("DELETE 0"), "{again}{err}");
+    let notes: Vec<i64> = facade
+        .get_column_cells(
+            &[RowKey::from(k)],
+            &Column::new("NOTES").unwrap(),
+            ReadFrom::Master,
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|s| s.cell.key.ref_key.get())
+        .collect();
+    assert_eq!(notes, [2], "the facade reads the note deleted");
+    facade.reverse().catch_up().await.unwrap();
+    assert_eq!(in_postgresql(&db, RowKey::from(k)).await, (true, vec![2]));
 
     // A condition that does not hold on the latest cell, and a row that is
     // not there: 0 rows, nothing written.
@@ -408,7 +443,7 @@ async fn a_delete_by_row_key_through_the_proxy_is_a_tombstone_answered_as_postgr
     assert!(ok, "{out}{err}");
     for sql in [
         "DELETE FROM trips WHERE uuid = $1 RETURNING id",
-        "DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1)",
+        "DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1) RETURNING trip_id",
     ] {
         let refused = sqlx::query(sql).bind(e).execute(&pool).await.unwrap_err();
         assert_eq!(

@@ -1,6 +1,9 @@
 //! DELETE: a tombstone of each parent row the WHERE names by key (see
 //! `schemaless::tombstone`), put once the row's latest cells show it is
-//! there and the WHERE's other conditions hold on them.
+//! there and the WHERE's other conditions hold on them; or, of a child
+//! table, a tombstone of each child row of the parent the WHERE names
+//! (`parent = (SELECT id FROM parent WHERE uuid = $1)`) on which its other
+//! conditions hold.
 
 use super::*;
 
@@ -29,16 +32,7 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
     let written = scope.tables[0].written.clone();
     match scope.table(0) {
         Some(Table::Parent) => {}
-        Some(Table::Child(c)) => {
-            return Err(format!(
-                "deletes rows of {written}: a child row is one cell of column {}, and a \
-                 deleted one is hidden by a tombstone cell of column {} naming it (`{{\"column\": \
-                 \"{}\", \"ref_key\": N}}`); put that tombstone through the facade",
-                model.column(c).name,
-                model.tombstones,
-                model.column(c).name,
-            ))
-        }
+        Some(Table::Child(c)) => return child(model, &scope, c, delete),
         None => {
             return Err(format!(
                 "deletes from {written}, outside the layout, by a layout table: read the cells \
@@ -74,6 +68,88 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
             checks: reads,
         }],
         table: Table::Parent,
+        alias: scope.tables[0].alias.clone(),
+        rows: Rows::Delete {
+            keys: Box::new(keys),
+            conditions,
+        },
+        returning: returning_items(delete.returning.as_deref()),
+    })))
+}
+
+/// The plan of a DELETE of a child table's rows: its parent named by
+/// UUID, every other condition checked on each child row.
+fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan, String> {
+    let column = model.column(c);
+    let written = &scope.tables[0].written;
+    let by_parent = || {
+        format!(
+            "deletes rows of {written} without naming their parent by UUID: name it as \
+             {written}.<parent key> = (SELECT {id} FROM {parent} WHERE {uuid} = $1)",
+            id = model.layout.id,
+            parent = model.layout.table,
+            uuid = model.layout.uuid,
+        )
+    };
+    let selection = delete.selection.as_ref().ok_or_else(by_parent)?;
+    let mut key = None;
+    let mut conditions = Vec::new();
+    let mut checks = Vec::new();
+    for e in conjuncts(selection) {
+        if let Expr::BinaryOp {
+            left,
+            op: sqlparser::ast::BinaryOperator::Eq,
+            right,
+        } = strip(e)
+        {
+            let parent_key = |side: &Expr| matches!(scope.column(model, side), Ok(Some(col)) if col.source == Source::IntegerId);
+            let named = match (parent_key(left), parent_key(right)) {
+                (true, _) => super::insert::parent_by_uuid(model, right),
+                (_, true) => super::insert::parent_by_uuid(model, left),
+                _ => None,
+            };
+            if let (Some(v), None) = (named, &key) {
+                key = Some(Keys::One(v.clone()));
+                continue;
+            }
+        }
+        if let Some(sub) = crate::expr::subquery_in(e) {
+            return Err(format!("subquery {sub} in DELETE's WHERE: run it first"));
+        }
+        let cond = cond(scope, model, e)?;
+        for col in cond.cols() {
+            unreadable(model, scope, col)?;
+        }
+        checks.push(format!("check in the app: {e}"));
+        conditions.push(e.clone());
+    }
+    let keys = key.ok_or_else(by_parent)?;
+    check_returning(
+        model,
+        Table::Child(c),
+        &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
+        delete.returning.as_deref(),
+    )?;
+    let row = keys.text();
+    let mut reads = vec![format!("get_column_cells({row}, {})", column.name)];
+    reads.extend(checks);
+    Ok(Plan::Write(Box::new(Write {
+        puts: vec![Put {
+            row,
+            column: model.tombstones.clone(),
+            ref_key: format!("derived from ({}, each child's ref key)", column.name),
+            fields: vec![
+                ("column".to_string(), format!("'{}'", column.name)),
+                (
+                    "ref_key".to_string(),
+                    format!("the child's {}", column.ref_key),
+                ),
+            ],
+            read_latest: false,
+            merge: false,
+            checks: reads,
+        }],
+        table: Table::Child(c),
         alias: scope.tables[0].alias.clone(),
         rows: Rows::Delete {
             keys: Box::new(keys),

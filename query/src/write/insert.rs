@@ -405,7 +405,7 @@ fn row_puts<'a>(
 }
 
 /// `(SELECT id FROM parent WHERE uuid = v)`: `v`.
-fn parent_by_uuid<'a>(model: &Model, value: &'a Expr) -> Option<&'a Expr> {
+pub(super) fn parent_by_uuid<'a>(model: &Model, value: &'a Expr) -> Option<&'a Expr> {
     let Expr::Subquery(query) = strip(value) else {
         return None;
     };

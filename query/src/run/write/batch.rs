@@ -214,7 +214,7 @@ impl Earlier {
                 ..
             }
         );
-        if child && matches!(writer.write.rows, Rows::Update { .. }) {
+        if child && matches!(writer.write.rows, Rows::Update { .. } | Rows::Delete { .. }) {
             if let Some(key) = named.iter().find(|k| written.children_of.contains(k)) {
                 return Err(again(key));
             }

@@ -193,11 +193,9 @@ impl<S: CellStore> Writer<'_, S> {
                 let keys = self.eval.keys(keys).await?;
                 named.extend(keys.iter().copied());
                 for chunk in keys.chunks(ROWS_AT_ONCE) {
-                    let rows = chunk
-                        .iter()
-                        .map(|key| self.delete_existing(key, conditions));
-                    for row in futures::future::join_all(rows).await {
-                        done.push(row?);
+                    let rows = chunk.iter().map(|key| self.delete(key, conditions));
+                    for rows in futures::future::join_all(rows).await {
+                        done.extend(rows?.into_iter().map(Some));
                     }
                 }
                 "DELETE"

@@ -162,9 +162,70 @@ impl<S: CellStore> Writer<'_, S> {
         self.update(key, &latest, sets, conditions).await
     }
 
+    /// What a DELETE of row `key` (a parent row, or the child rows of
+    /// parent `key`) writes: a tombstone per row deleted, with the row's
+    /// values, which RETURNING shows.
+    pub(super) async fn delete(
+        &self,
+        key: &RowKey,
+        conditions: &[Expr],
+    ) -> Result<Vec<RowWrite>, Refused> {
+        match self.write.table {
+            Table::Parent => Ok(self
+                .delete_existing(key, conditions)
+                .await?
+                .into_iter()
+                .collect()),
+            Table::Child(_) => self.delete_children(key, conditions).await,
+        }
+    }
+
+    /// The tombstone of each child row of parent `key` (as the facade
+    /// reads them: a deleted parent has none) on which `conditions` hold.
+    async fn delete_children(
+        &self,
+        key: &RowKey,
+        conditions: &[Expr],
+    ) -> Result<Vec<RowWrite>, Refused> {
+        let Some(column) = self.cols.iter().find_map(|c| match c.kind {
+            Kind::RefKey(i) => Some(i),
+            _ => None,
+        }) else {
+            return Ok(Vec::new());
+        };
+        let name = &self.layout().columns[column].name;
+        if self.earlier.deletes(key) {
+            return Ok(Vec::new());
+        }
+        let mut children = self
+            .store
+            .get_column_cells(std::slice::from_ref(key), name, ReadFrom::Master)
+            .await
+            .map_err(|e| Refused::new("58000", format!("reading the child rows: {e}")))?;
+        children.sort_by_key(|s| s.cell.key.ref_key);
+        let evaluated = children.iter().map(|stored| async move {
+            let mut latest = vec![None; self.layout().columns.len()];
+            latest[column] = Some(stored.clone());
+            let values = self.base(key, &latest);
+            let (_, _, holds) = self.evaluate(None, &[], conditions, Some(&values)).await?;
+            let tombstone = schemaless::tombstone::cell_tombstone(
+                *key,
+                self.eval.legacy.tombstones(),
+                name,
+                stored.cell.key.ref_key.get(),
+            );
+            Ok::<_, Refused>(holds.then(|| (values, vec![tombstone])))
+        });
+        let mut rows = Vec::new();
+        for row in futures::future::join_all(evaluated).await {
+            rows.extend(row?);
+        }
+        Ok(rows)
+    }
+
     /// The tombstone of row `key`, if it is there and `conditions` hold
     /// on its latest cells; the row's values are what RETURNING shows.
-    pub(super) async fn delete_existing(
+    async fn delete_existing(
         &self,
         key: &RowKey,
         conditions: &[Expr],

@@ -26,6 +26,7 @@
 //! log) is [`Error::Unsupported`].
 //!
 //! Its rooms: `write` (checking, canonicalizing and writing batches),
+//! `delete` (tombstones applied as deletes),
 //! `read` (cells read back through the layout), `hook` (what a caller
 //! runs inside a write's transaction, and skipping capture); the chunk
 //! scan is [`crate::scan`].
@@ -42,6 +43,7 @@ use uuid::Uuid;
 
 use crate::layout::{ColumnLayout, Layout, Shape};
 
+mod delete;
 mod hook;
 mod read;
 mod write;

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use schemaless::retry::{self, Retryable};
-use schemaless::tombstone::Deletion;
 use schemaless::{
     cell::check_batch, Body, Cell, CellKey, CellResult, Conflict, Error, Failure, RefKey, Result,
     RowKey, WriteOutcome,
@@ -16,6 +15,7 @@ use sqlx::postgres::{PgDatabaseError, PgRow};
 use sqlx::{AssertSqlSafe, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+use super::delete::Deleted;
 use super::hook::{SKIP_CAPTURE, SKIP_CAPTURE_MARKED};
 use super::{read_body, LegacyStore, TransactionHook};
 use crate::layout::{quote, ColumnLayout, Shape};
@@ -25,16 +25,16 @@ use crate::layout::{quote, ColumnLayout, Shape};
 const RETRIES: usize = 4;
 
 /// A cell checked against the layout, ready to write.
-struct Prepared {
-    row_key: Uuid,
-    ref_key: i64,
+pub(super) struct Prepared {
+    pub(super) row_key: Uuid,
+    pub(super) ref_key: i64,
     /// The body in canonical form, every field present.
-    canonical: Body,
-    what: Write,
+    pub(super) canonical: Body,
+    pub(super) what: Write,
 }
 
 /// What writing a prepared cell does.
-enum Write {
+pub(super) enum Write {
     /// Writes a layout column's cell (the column's index) with, per field
     /// (layout order), the text cast into the SQL column.
     Cell {
@@ -43,14 +43,6 @@ enum Write {
     },
     /// Deletes what a tombstone names.
     Delete(Deleted),
-}
-
-/// What a tombstone deletes from the legacy tables.
-enum Deleted {
-    /// The parent row, and its rows in the layout's child tables.
-    Row,
-    /// One child row: the child column's index and the row's ref key.
-    Child(usize, i64),
 }
 
 fn same_or_conflict(stored: &Body, canonical: &Body, key: CellKey) -> CellResult {
@@ -123,40 +115,6 @@ impl LegacyStore {
         })
     }
 
-    /// A tombstone, checked: its body and derived ref key as every writer
-    /// of the deletion writes them, and something the legacy tables can
-    /// delete (a whole row, or one child row). One version of a row column
-    /// cannot be deleted here: PostgreSQL keeps only the row's current
-    /// version.
-    fn prepare_deletion(&self, cell: &Cell) -> Result<Prepared> {
-        let deletion = Deletion::checked(cell)?;
-        let deleted = match &deletion {
-            Deletion::Row => Deleted::Row,
-            Deletion::Cell(column, ref_key) => {
-                let (index, layout) = self
-                    .column(column)
-                    .map_err(|e| Error::invalid("body.column", e.to_string()))?;
-                if matches!(layout.shape, Shape::Row) {
-                    return Err(Error::invalid(
-                        "body.column",
-                        format!(
-                            "{column} is a row column, kept in the parent row of {}, which holds only the row's current version: one version of it cannot be deleted; delete the whole row ({})",
-                            layout.table,
-                            Deletion::Row.body()
-                        ),
-                    ));
-                }
-                Deleted::Child(index, *ref_key)
-            }
-        };
-        Ok(Prepared {
-            row_key: cell.key.row_key.uuid(),
-            ref_key: cell.key.ref_key.get(),
-            canonical: deletion.body(),
-            what: Write::Delete(deleted),
-        })
-    }
-
     /// Writes one prepared cell inside the batch's transaction.
     async fn write(
         &self,
@@ -169,121 +127,6 @@ impl LegacyStore {
                 self.write_cell(tx, cell, *column, params, copy_to).await
             }
             Write::Delete(deleted) => self.delete(tx, cell, deleted, copy_to).await,
-        }
-    }
-
-    /// Deletes what a tombstone names, inside the batch's transaction:
-    /// `Written` when a row was deleted, `AlreadyPresent` when there was
-    /// none (a deletion applied twice deletes once). A whole row's
-    /// deletion removes its rows in the layout's child tables first, so a
-    /// foreign key without `ON DELETE CASCADE` does not refuse it; a row
-    /// of another table that still refers to the parent does (bad input
-    /// naming PostgreSQL's reason).
-    async fn delete(
-        &self,
-        tx: &mut Transaction<'static, Postgres>,
-        cell: &Prepared,
-        deleted: &Deleted,
-        copy_to: Option<&str>,
-    ) -> Result<CellResult> {
-        let layout = &*self.layout;
-        let parent_is_p = format!("p.{} = $1", layout.uuid_sql);
-        let (statement, child_ref_key) = match deleted {
-            Deleted::Row => {
-                let mut children: Vec<(&str, &str)> = Vec::new();
-                for column in &layout.columns {
-                    if let Shape::Child { parent_sql } = &column.shape {
-                        let child = (column.table_sql.as_str(), parent_sql.as_str());
-                        if !children.contains(&child) {
-                            children.push(child);
-                        }
-                    }
-                }
-                for (table, parent) in children {
-                    let sql = format!(
-                        "/* mezzanine */ DELETE FROM {table} c USING {parent_table} p WHERE c.{parent} = p.{id} AND {parent_is_p}",
-                        parent_table = layout.table_sql,
-                        id = layout.id_sql,
-                    );
-                    sqlx::query(AssertSqlSafe(sql))
-                        .bind(cell.row_key)
-                        .execute(&mut **tx)
-                        .await
-                        .map_err(|e| self.delete_error(table, e))?;
-                }
-                (
-                    format!(
-                        "DELETE FROM {table} p WHERE {parent_is_p} RETURNING 1",
-                        table = layout.table_sql
-                    ),
-                    None,
-                )
-            }
-            Deleted::Child(index, ref_key) => {
-                let column = &layout.columns[*index];
-                let Shape::Child { parent_sql } = &column.shape else {
-                    unreachable!("prepare_deletion takes child columns only")
-                };
-                (
-                    format!(
-                        "DELETE FROM {table} c USING {parent_table} p WHERE c.{parent_sql} = p.{id} AND {parent_is_p} AND c.{s} = $2 RETURNING 1",
-                        table = column.table_sql,
-                        parent_table = layout.table_sql,
-                        id = layout.id_sql,
-                        s = column.ref_key_sql,
-                    ),
-                    Some(*ref_key),
-                )
-            }
-        };
-        // The tombstone is copied (into the outbox) when it deleted a row,
-        // by the same statement; parameters after the ones it uses.
-        let next = if child_ref_key.is_some() { 3 } else { 2 };
-        let sql = match copy_to {
-            None => format!("/* mezzanine */ WITH w AS ({statement}) SELECT count(*) FROM w"),
-            Some(table) => format!(
-                "/* mezzanine */ WITH w AS ({statement}),
-                 c AS (INSERT INTO {table} (row_key, column_name, ref_key, body)
-                       SELECT $1, ${}, ${}, ${} WHERE EXISTS (SELECT 1 FROM w))
-                 SELECT count(*) FROM w",
-                next,
-                next + 1,
-                next + 2
-            ),
-        };
-        let mut query = sqlx::query_scalar::<_, i64>(AssertSqlSafe(sql)).bind(cell.row_key);
-        if let Some(r) = child_ref_key {
-            query = query.bind(r);
-        }
-        if copy_to.is_some() {
-            query = query
-                .bind(self.tombstones.as_str().to_string())
-                .bind(cell.ref_key)
-                .bind(cell.canonical.to_string());
-        }
-        let deleted_rows = query
-            .fetch_one(&mut **tx)
-            .await
-            .map_err(|e| self.delete_error(&layout.table, e))?;
-        Ok(Ok(match deleted_rows {
-            0 => WriteOutcome::AlreadyPresent,
-            _ => WriteOutcome::Written,
-        }))
-    }
-
-    /// Maps a failed delete: a row of another table still referring to
-    /// the deleted one (`23503`) is bad input naming PostgreSQL's reason.
-    fn delete_error(&self, table: &str, e: sqlx::Error) -> Error {
-        let referred = |db: &&dyn sqlx::error::DatabaseError| db.code().as_deref() == Some("23503");
-        match e.as_database_error().filter(referred) {
-            Some(db) => Error::invalid(
-                "body",
-                format!(
-                    "PostgreSQL refuses the deletion from {table}: {}",
-                    db.message()
-                ),
-            ),
-            None => self.storage(e),
         }
     }
 

@@ -26,6 +26,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use schemaless::tombstone::Tombstoned;
 use schemaless::{Body, Cell, CellStore, Column, ReadFrom, RefKey, RowKey, WriteOutcome};
 use sqlx::{PgPool, Row};
 use tokio::sync::{watch, Notify};
@@ -93,12 +94,16 @@ impl Relay {
     /// A relay over `legacy`'s database into `target`, with the config's
     /// `[mirror]` settings (batches capped at `limits.max_batch_cells`);
     /// it delivers captured changes too, through `legacy`'s layout, unless
-    /// `capture.enabled` is off.
+    /// `capture.enabled` is off. Writes go through `target`'s tombstones
+    /// ([`Tombstoned`]): a cell one would hide is parked with the reason.
     pub fn new(
         legacy: &legacy::LegacyStore,
         target: Arc<dyn CellStore>,
         config: &config::Config,
     ) -> Result<Relay, Error> {
+        // A cell a tombstone would hide (a row deleted, then written to
+        // again) is refused there and parked here, not acknowledged and lost.
+        let target: Arc<dyn CellStore> = Arc::new(Tombstoned::new(target, config)?);
         let mut settings = config.clone();
         settings.mirror.relay_batch = config.mirror.relay_batch.min(config.limits.max_batch_cells);
         let capture = match config.capture.enabled {

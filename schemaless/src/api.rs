@@ -294,3 +294,71 @@ pub trait CellStore: Send + Sync {
         })
     }
 }
+
+/// A shared store is a store: wrappers such as
+/// [`crate::tombstone::Tombstoned`] then take an `Arc<dyn CellStore>` as
+/// readily as a concrete one. Every call is the inner store's own.
+#[async_trait]
+impl<T: CellStore + ?Sized> CellStore for std::sync::Arc<T> {
+    fn shard_count(&self) -> u32 {
+        (**self).shard_count()
+    }
+
+    async fn put_cells(&self, cells: Vec<Cell>) -> Result<Vec<CellResult>> {
+        (**self).put_cells(cells).await
+    }
+
+    async fn get_cells_for_shard(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+        from: ReadFrom,
+    ) -> Result<ShardPage> {
+        (**self)
+            .get_cells_for_shard(shard, after, limit, from)
+            .await
+    }
+
+    async fn get_cell_answer(
+        &self,
+        key: &CellKey,
+        from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        (**self).get_cell_answer(key, from).await
+    }
+
+    async fn get_cell_latest_answer(
+        &self,
+        row_key: &RowKey,
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Option<StoredCell>>> {
+        (**self).get_cell_latest_answer(row_key, column, from).await
+    }
+
+    async fn get_cells_for_row_answer(
+        &self,
+        row_key: &RowKey,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
+        (**self).get_cells_for_row_answer(row_key, from).await
+    }
+
+    async fn get_column_cells_answer(
+        &self,
+        rows: &[RowKey],
+        column: &Column,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<StoredCell>>> {
+        (**self).get_column_cells_answer(rows, column, from).await
+    }
+
+    async fn query_index_answer(
+        &self,
+        query: &IndexQuery,
+        from: ReadFrom,
+    ) -> Result<Answer<Vec<IndexEntry>>> {
+        (**self).query_index_answer(query, from).await
+    }
+}

@@ -268,6 +268,151 @@ async fn tombstones_put_through_the_facade_delete_from_postgresql_in_every_mode(
     facade.close().await;
 }
 
+/// `cell` again at `ref_key`, completed: a new version of the trip.
+fn completed(cell: &Cell, ref_key: i64) -> Cell {
+    let mut fields = cell.body.fields().clone();
+    fields.insert("status".into(), json!("completed"));
+    Cell::new(
+        cell.key.row_key,
+        cell.key.column.clone(),
+        RefKey::new(ref_key).unwrap(),
+        Body::from(fields),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_primary_a_write_a_tombstone_would_hide_is_refused_and_writes_nothing() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let (config, _) = with_mirror(&db, "relay_in_app = false\nreverse_in_app = false");
+    let deleted = Column::new(&config.capture.tombstone_column).unwrap();
+    let notes = Column::new("NOTES").unwrap();
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Primary).await;
+    let (gone, kept) = (put_trip(&facade).await, put_trip(&facade).await);
+    facade
+        .put_cells(vec![
+            row_tombstone(gone, &deleted),
+            cell_tombstone(kept, &deleted, &notes, 2),
+        ])
+        .await
+        .unwrap();
+    facade.reverse().catch_up().await.unwrap();
+    assert_eq!(in_postgresql(&db, gone).await, (false, vec![]));
+
+    // A new version of the deleted trip would be acknowledged and never
+    // read again (its tombstone hides every cell of the row): refused,
+    // nothing written to either store.
+    let again = completed(&trip(gone), 2);
+    let err = facade.put_cell(again.clone()).await.unwrap_err();
+    assert!(
+        matches!(&err, schemaless::Error::InvalidInput { field, message }
+            if field == "cells[0].row_key" && message.contains("retires the key")),
+        "{err}"
+    );
+    // A note at the deleted note's address, in a batch with a good one.
+    let reused = Cell::new(
+        kept,
+        notes.clone(),
+        RefKey::new(2).unwrap(),
+        Body::from_value(json!({"author": "ops", "text": "again", "at": "2015-03-08T07:32:00Z"}))
+            .unwrap(),
+    );
+    let err = facade
+        .put_cells(vec![note(kept, 4), reused.clone()])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, schemaless::Error::InvalidInput { field, message }
+            if field == "cells[1].ref_key" && message.contains("not reused")),
+        "{err}"
+    );
+    for key in [&again.key, &note(kept, 4).key] {
+        assert_eq!(
+            facade
+                .schemaless()
+                .get_cell(key, ReadFrom::Master)
+                .await
+                .unwrap(),
+            None,
+            "{key} was refused, yet written"
+        );
+    }
+    let stored = facade
+        .schemaless()
+        .get_cell(&reused.key, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.cell.body.fields().get("text"),
+        Some(&json!("note 2")),
+        "the deleted note stays as it was"
+    );
+    let applied = facade.reverse().catch_up().await.unwrap();
+    assert_eq!((applied.applied, applied.parked), (0, 0), "{applied:?}");
+    assert_eq!(in_postgresql(&db, gone).await, (false, vec![]));
+    assert_eq!(in_postgresql(&db, kept).await, (true, vec![1, 3]));
+
+    // Written again as it was before the deletion (a retry of a write
+    // whose answer was lost): AlreadyPresent, as before. Other addresses
+    // of the row with a deleted note are open.
+    assert_eq!(
+        facade.put_cell(trip(gone)).await.unwrap(),
+        WriteOutcome::AlreadyPresent
+    );
+    assert_eq!(
+        facade.put_cell(note(kept, 4)).await.unwrap(),
+        WriteOutcome::Written
+    );
+    facade.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_mirror_a_row_written_again_after_its_delete_is_parked_not_hidden() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let (config, _) = with_mirror(&db, "relay_in_app = false\nreverse_in_app = false");
+    let deleted = Column::new(&config.capture.tombstone_column).unwrap();
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    let row = put_trip(&facade).await;
+    facade.put_cell(row_tombstone(row, &deleted)).await.unwrap();
+    facade.relay().drain().await.unwrap();
+
+    // PostgreSQL knows nothing of the deletion any more: the trip is
+    // written there again. Schemaless would hide it for good; the relay
+    // parks it instead, which holds the next step of the cutover.
+    let again = completed(&trip(row), 2);
+    assert_eq!(
+        facade.put_cell(again.clone()).await.unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(in_postgresql(&db, row).await, (true, vec![]));
+    let moved = facade.relay().drain().await.unwrap();
+    assert_eq!((moved.delivered, moved.parked), (0, 1), "{moved:?}");
+    let error: String = sqlx::query_scalar("SELECT error FROM mezzanine.outbox_parked")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(error.contains("retires the key"), "{error}");
+    assert_eq!(
+        facade
+            .schemaless()
+            .get_cell(&again.key, ReadFrom::Master)
+            .await
+            .unwrap(),
+        None
+    );
+    crate::mirror::backfill_in_mirror(&facade, &config).await;
+    let err = facade
+        .set_mode(&crate::mirror::request(Mode::Shadow))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("parked"), "{err}");
+    facade.close().await;
+}
+
 /// A note of trip `k` at `seq`, as an app inserts it.
 fn insert_note(k: uuid::Uuid, seq: i64) -> String {
     format!(

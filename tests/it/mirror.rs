@@ -22,7 +22,7 @@ use tripstore::{Mode, ModeRequest, TripStore};
 
 use crate::harness::{config_file, mezzanine, private_trips, LegacyDb};
 
-fn request(target: Mode) -> ModeRequest {
+pub(crate) fn request(target: Mode) -> ModeRequest {
     ModeRequest {
         target,
         force: false,

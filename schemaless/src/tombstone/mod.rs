@@ -168,6 +168,16 @@ impl Deletion {
         Ok(deletion)
     }
 
+    /// Whether this deletion hides the cell at `key` (of its row).
+    pub fn hides(&self, key: &CellKey) -> bool {
+        match self {
+            Deletion::Row => true,
+            Deletion::Cell(column, ref_key) => {
+                key.column == *column && key.ref_key.get() == *ref_key
+            }
+        }
+    }
+
     /// The tombstone's body in its one form.
     pub fn body(&self) -> Body {
         match self {

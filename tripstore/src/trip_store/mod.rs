@@ -88,6 +88,8 @@ pub struct TripStore {
     legacy: LegacyStore,
     schemaless: MySqlStore,
     /// Schemaless as reads see it: cells hidden by tombstones are absent.
+    /// Writes to Schemaless go through it too, which refuses a cell a
+    /// tombstone would hide (a deleted row key is retired).
     visible: Arc<Tombstoned<MySqlStore>>,
     /// The mode as last seen; the watcher task keeps it current.
     mode: watch::Receiver<Mode>,

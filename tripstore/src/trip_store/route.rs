@@ -20,7 +20,7 @@ impl TripStore {
         if kept.is_empty() {
             return;
         }
-        if let Err(e) = self.schemaless.put_cells(kept).await {
+        if let Err(e) = self.visible.put_cells(kept).await {
             tracing::warn!("shadow: a write reaches Schemaless only through the relay: {e}");
         }
     }
@@ -103,9 +103,10 @@ impl TripStore {
                     .enumerate()
                     .map(|(i, cell)| self.legacy.canonical_cell(cell).map_err(|e| e.in_batch(i)))
                     .collect::<Result<Vec<_>>>()?;
-                self.schemaless.put_cells(checked).await
+                self.visible.put_cells(checked).await
             }
-            Mode::Schemaless => self.schemaless.put_cells(cells).await,
+            // Through the tombstones: a cell they would hide is refused.
+            Mode::Schemaless => self.visible.put_cells(cells).await,
         }
     }
 

@@ -31,11 +31,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::stats::Latencies;
 
+mod batch;
 mod served;
 
 use served::served_rounds;
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub struct ProxyArgs {
     /// Print one JSON object with every figure as the last line.
     #[arg(long)]
@@ -52,6 +53,12 @@ pub struct ProxyArgs {
     /// Trips seeded for the served reads.
     #[arg(long, default_value_t = 2000)]
     trips: u64,
+    /// Rows in each pipelined batch of INSERTs.
+    #[arg(long, default_value_t = 1000)]
+    batch_rows: usize,
+    /// Pipelined batches per path.
+    #[arg(long, default_value_t = 6)]
+    batches: usize,
     /// The database the benchmark creates for itself.
     #[arg(long, default_value = "mzbench_proxy")]
     instance: String,
@@ -154,6 +161,9 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         )
         .into());
     }
+    if args.batch_rows == 0 || args.batches == 0 {
+        return Err(crate::UsageError("--batch-rows and --batches must be positive".into()).into());
+    }
     let mut config = super::own_instance(config_path, &args.instance, 4)?;
     config.mirror.relay_in_app = false;
     config.mirror.reverse_in_app = false;
@@ -224,12 +234,28 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
     }
     let _ = std::fs::remove_dir_all(&logs);
     let reads = served_rounds(&facade, &pool, &args, &direct_url, proxied.as_str()).await;
+    // Pipelined batches, in `primary` where the served rounds left it.
+    let batches = match &reads {
+        Ok(_) => {
+            let sql = batch::insert_like(facade.legacy(), &pool).await?;
+            let meter = devcluster::DevCluster::open(cluster_dir)
+                .ok()
+                .map(|cluster| super::cpu::CpuMeter::new(&cluster));
+            let (args, urls) = (args.clone(), [direct_url.clone(), proxied.to_string()]);
+            tokio::task::spawn_blocking(move || {
+                batch::batch_rounds(&args, [&urls[0], &urls[1]], &sql, meter.as_ref())
+            })
+            .await?
+        }
+        Err(_) => Err(anyhow::anyhow!("not measured: the served rounds failed")),
+    };
     let status = proxy.status(served.addr);
     shutdown.cancel();
     served.done.await?;
     facade.close().await;
     pool.close().await;
     let ((direct_reads, served_reads), (direct_writes, facade_writes)) = reads?;
+    let batches = batches?;
     anyhow::ensure!(
         status.served.get("schemaless").copied().unwrap_or(0) > 0,
         "the proxy served no read from Schemaless: {:?}",
@@ -297,6 +323,16 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         "written_p50_ratio": facade_writes.latencies.percentile_us(50.0)
             / direct_writes.latencies.percentile_us(50.0),
         "written_throughput_ratio": facade_writes.per_sec / direct_writes.per_sec,
+        "batch": {
+            "rows": batches.rows,
+            "batches_per_path": batches.count,
+            "direct_ms": batches.direct.as_secs_f64() * 1e3,
+            "proxied_ms": batches.proxied.as_secs_f64() * 1e3,
+            "direct_us_per_row": batches.direct_us_per_row(),
+            "proxied_us_per_row": batches.proxied_us_per_row(),
+            "proxied_cpu_us_per_row": batches.proxied_cpu,
+        },
+        "batch_per_row_ratio": batches.proxied_us_per_row() / batches.direct_us_per_row(),
     });
     println!(
         "select-only: direct p50 {:.0} us p99 {:.0} us {:.0} tps; proxy p50 {:.0} us p99 {:.0} us {:.0} tps",
@@ -334,6 +370,18 @@ pub async fn run(args: ProxyArgs, config_path: &Path, cluster_dir: &Path) -> any
         figures["written_p50_ratio"].as_f64().unwrap_or_default(),
         figures["written_throughput_ratio"].as_f64().unwrap_or_default(),
     );
+    println!(
+        "a pipelined batch of {} INSERTs: direct {:.1} ms ({:.0} us per row); through the proxy and the facade (primary) {:.1} ms ({:.0} us per row): per-row ratio {:.1}",
+        batches.rows,
+        batches.direct.as_secs_f64() * 1e3,
+        batches.direct_us_per_row(),
+        batches.proxied.as_secs_f64() * 1e3,
+        batches.proxied_us_per_row(),
+        figures["batch_per_row_ratio"].as_f64().unwrap_or_default(),
+    );
+    if let Some(cpu) = &batches.proxied_cpu {
+        println!("CPU µs per row of the proxied batches: {cpu}");
+    }
     println!(
         "a raw TCP relay (bytes copied, nothing read) in the same run: p50 ratio {:.3}, throughput ratio {:.3}; the proxy makes {:.3} of the raw relay's throughput",
         figures["raw_relay_p50_ratio"].as_f64().unwrap_or_default(),

@@ -499,3 +499,175 @@ fn raw_sessions(
         crate::proxy::raw_session(proxy.addr, db),
     )
 }
+
+/// A store that counts the reads made through it: point reads (one row
+/// each) and reads of a column of many rows.
+struct Counting<S> {
+    inner: S,
+    point: std::sync::atomic::AtomicUsize,
+    many: std::sync::atomic::AtomicUsize,
+}
+
+impl<S> Counting<S> {
+    fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.point.load(Relaxed), self.many.load(Relaxed))
+    }
+
+    fn count(&self, which: &std::sync::atomic::AtomicUsize) {
+        which.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[async_trait::async_trait]
+impl<S: schemaless::CellStore> schemaless::CellStore for Counting<S> {
+    fn shard_count(&self) -> u32 {
+        self.inner.shard_count()
+    }
+
+    async fn put_cells(
+        &self,
+        cells: Vec<schemaless::Cell>,
+    ) -> schemaless::Result<Vec<schemaless::CellResult>> {
+        self.inner.put_cells(cells).await
+    }
+
+    async fn get_cells_for_shard(
+        &self,
+        shard: u32,
+        after: u64,
+        limit: usize,
+        from: schemaless::ReadFrom,
+    ) -> schemaless::Result<schemaless::ShardPage> {
+        self.inner
+            .get_cells_for_shard(shard, after, limit, from)
+            .await
+    }
+
+    async fn get_cell_answer(
+        &self,
+        key: &schemaless::CellKey,
+        from: schemaless::ReadFrom,
+    ) -> schemaless::Result<schemaless::Answer<Option<schemaless::StoredCell>>> {
+        self.count(&self.point);
+        self.inner.get_cell_answer(key, from).await
+    }
+
+    async fn get_cell_latest_answer(
+        &self,
+        row_key: &schemaless::RowKey,
+        column: &schemaless::Column,
+        from: schemaless::ReadFrom,
+    ) -> schemaless::Result<schemaless::Answer<Option<schemaless::StoredCell>>> {
+        self.count(&self.point);
+        self.inner
+            .get_cell_latest_answer(row_key, column, from)
+            .await
+    }
+
+    async fn get_cells_for_row_answer(
+        &self,
+        row_key: &schemaless::RowKey,
+        from: schemaless::ReadFrom,
+    ) -> schemaless::Result<schemaless::Answer<Vec<schemaless::StoredCell>>> {
+        self.count(&self.point);
+        self.inner.get_cells_for_row_answer(row_key, from).await
+    }
+
+    async fn get_column_cells_answer(
+        &self,
+        rows: &[schemaless::RowKey],
+        column: &schemaless::Column,
+        from: schemaless::ReadFrom,
+    ) -> schemaless::Result<schemaless::Answer<Vec<schemaless::StoredCell>>> {
+        self.count(&self.many);
+        self.inner.get_column_cells_answer(rows, column, from).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batchs_rows_are_read_ahead_together_not_one_by_one() {
+    // A driver's executemany of INSERTs by literal keys: the rows'
+    // latest cells and tombstones are read once for the whole batch (a
+    // read of each row column and of the tombstone column, for every
+    // row), not with a point read or two per row. The answers are the
+    // same: a key that exists fails as PostgreSQL's would, one deleted is
+    // retired.
+    let (db, facade) = {
+        let (db, facade, _) = primary().await;
+        (db, std::sync::Arc::new(facade))
+    };
+    let model = query::Model::from_config(&db.config).unwrap();
+    let catalog = query::run::Catalog::default();
+    let legacy = facade.legacy().clone();
+    let eval = query::run::Evaluator {
+        legacy: &legacy,
+        role: None,
+        settings: &[],
+    };
+    let store = Counting {
+        inner: facade.clone(),
+        point: Default::default(),
+        many: Default::default(),
+    };
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let batch = |keys: &[uuid::Uuid]| -> Vec<(String, Vec<Option<String>>)> {
+        keys.iter()
+            .map(|k| (insert.clone(), vec![Some(k.to_string())]))
+            .collect()
+    };
+    let run = |statements: Vec<(String, Vec<Option<String>>)>| {
+        let (store, catalog, model, limits) = (&store, &catalog, &model, &db.config.limits);
+        async move {
+            let refs: Vec<(&str, &[Option<String>])> = statements
+                .iter()
+                .map(|(sql, params)| (sql.as_str(), params.as_slice()))
+                .collect();
+            query::run::write_batch(eval, store, catalog, (model, limits), &refs).await
+        }
+    };
+
+    let keys: Vec<uuid::Uuid> = (0..40).map(|_| uuid::Uuid::new_v4()).collect();
+    let results = run(batch(&keys)).await;
+    assert_eq!(results.len(), 40);
+    for result in &results {
+        assert_eq!(result.as_ref().unwrap().tag, "INSERT 0 1");
+    }
+    let row_columns = legacy
+        .layout()
+        .columns
+        .iter()
+        .filter(|c| matches!(c.shape, legacy::layout::Shape::Row))
+        .count();
+    assert_eq!(
+        store.counts(),
+        (0, row_columns + 1),
+        "(point reads, reads of many rows) for 40 rows"
+    );
+    for k in &keys {
+        assert!(latest(&facade, *k, "BASE").await.is_some(), "not written");
+    }
+
+    // The same keys again after a fresh one: the first that exists fails
+    // the batch (23505), nothing written; a deleted key is retired.
+    let fresh = uuid::Uuid::new_v4();
+    let results = run(batch(&[fresh, keys[3]])).await;
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[1].as_ref().unwrap_err().sqlstate, "23505");
+    assert!(latest(&facade, fresh, "BASE").await.is_none(), "written");
+    let deleted = schemaless::Column::new(&db.config.capture.tombstone_column).unwrap();
+    schemaless::CellStore::put_cell(
+        facade.as_ref(),
+        schemaless::tombstone::row_tombstone(keys[5].into(), &deleted),
+    )
+    .await
+    .unwrap();
+    let results = run(batch(&[keys[5]])).await;
+    let refused = results[0].as_ref().unwrap_err();
+    assert!(
+        refused.sqlstate == "23505" && refused.message.contains("retired"),
+        "{refused:?}"
+    );
+    assert_eq!(store.counts().0, 0, "no point read");
+    let _ = db;
+}

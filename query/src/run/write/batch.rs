@@ -45,6 +45,11 @@ pub async fn write_batch<S: CellStore>(
     }
     let earlier = Earlier::default();
     let evaluations = evaluations::Evaluations::default();
+    let readahead = readahead::Readahead::new(
+        eval.legacy.layout(),
+        eval.legacy.tombstones(),
+        analyzed.iter().map(|(write, _)| write),
+    );
     let writers: Vec<Writer<'_, S>> = analyzed
         .iter()
         .map(|(write, cols)| Writer {
@@ -54,6 +59,7 @@ pub async fn write_batch<S: CellStore>(
             write,
             earlier: &earlier,
             evaluations: &evaluations,
+            readahead: &readahead,
         })
         .collect();
     // Every statement's rows, evaluated and checked, nothing put yet.

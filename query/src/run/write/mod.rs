@@ -62,6 +62,7 @@ mod answer;
 mod batch;
 mod columns;
 mod evaluations;
+mod readahead;
 mod rows;
 
 use answer::put_all;
@@ -150,6 +151,8 @@ struct Writer<'a, S> {
     earlier: &'a batch::Earlier,
     /// The batch's evaluations, combined into shared round trips.
     evaluations: &'a evaluations::Evaluations,
+    /// The rows the batch names by literal keys, read for all at once.
+    readahead: &'a readahead::Readahead,
 }
 
 /// A written row's values (one per [`Col`]) and its cells.
@@ -244,6 +247,22 @@ impl<S: CellStore> Writer<'_, S> {
         if self.earlier.deletes(key) {
             return Ok(vec![None; layout.columns.len()]);
         }
+        if let Some(found) = self.readahead.of(self.store, key).await {
+            let found = found.map_err(|e| {
+                Refused::new("58000", format!("reading the row's latest cells: {e}"))
+            })?;
+            return Ok(layout
+                .columns
+                .iter()
+                .map(|c| match c.shape {
+                    Shape::Row => self
+                        .earlier
+                        .latest(key, &c.name)
+                        .or_else(|| found.latest(key, &c.name)),
+                    Shape::Child { .. } => None,
+                })
+                .collect());
+        }
         futures::future::try_join_all(layout.columns.iter().map(|c| async move {
             match c.shape {
                 Shape::Row => match self.earlier.latest(key, &c.name) {
@@ -271,6 +290,11 @@ impl<S: CellStore> Writer<'_, S> {
         }
         if self.earlier.deletes(key) {
             return Ok(true);
+        }
+        if let Some(found) = self.readahead.of(self.store, key).await {
+            return found
+                .map(|found| found.retired(key))
+                .map_err(|e| Refused::new("58000", format!("reading the row's tombstone: {e}")));
         }
         let tombstone = schemaless::tombstone::row_tombstone(*key, self.eval.legacy.tombstones());
         self.store

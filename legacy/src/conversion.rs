@@ -26,6 +26,7 @@
 //! | `macaddr`, `macaddr8` | lowercase hex pairs: `"08:00:2b:01:02:03"` |
 //! | `point`, `line`, `lseg`, `box`, `path`, `polygon`, `circle` | PostgreSQL's text, `"(1.5,-2)"`, `"(3,3),(1,1)"`, each coordinate a double printed as PostgreSQL prints it ([`crate::geometry`]) |
 //! | `bit(n)`, `bit varying(n)` | string, the bits: `"0101"` ([`crate::bits`]); a `bit(n)` exactly `n` of them, a `bit varying(n)` at most `n` |
+//! | `int4range`, `int8range`, `numrange`, `daterange`, `tsrange`, `tstzrange` | string, PostgreSQL's range syntax with each bound in its subtype's form: `"[1,5)"` (a discrete range always `[…)`), `"(1.5,2]"`, `"[2015-03-08T07:30:00.000000Z,)"`, `"empty"` ([`crate::range`]) |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
@@ -53,6 +54,7 @@ use crate::bits;
 use crate::duration::{self, Interval};
 use crate::geometry::Geometry;
 use crate::network;
+use crate::range::{self, Subtype};
 use crate::time;
 use crate::zoned;
 pub use schemaless::decimal::canonical_decimal;
@@ -112,6 +114,9 @@ pub enum Conversion {
     Geometric(Geometry),
     /// `bit(n)`, `bit varying(n)`: the bits as `0` and `1`.
     Bit,
+    /// A range type: PostgreSQL's range syntax, each bound in its
+    /// subtype's form ([`crate::range`]).
+    Range(Subtype),
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -180,7 +185,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -237,7 +242,10 @@ impl Conversion {
             "_cidr" => Conversion::ArrayOf(Element::Cidr),
             "_macaddr" => Conversion::ArrayOf(Element::Macaddr),
             "_macaddr8" => Conversion::ArrayOf(Element::Macaddr8),
-            other => Conversion::Geometric(Geometry::of_type(other)?),
+            other => match Subtype::of_type(other) {
+                Some(subtype) => Conversion::Range(subtype),
+                None => Conversion::Geometric(Geometry::of_type(other)?),
+            },
         })
     }
 
@@ -278,6 +286,7 @@ impl Conversion {
             // Element by element through the element's own reading, in
             // order; a multidimensional array reads as a string, which
             // no array accepts.
+            Conversion::Range(subtype) => range::read_expr(*subtype, column),
             Conversion::ArrayOf(element) => format!(
                 "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
                  ELSE (SELECT coalesce(json_agg({} ORDER BY u.n), '[]')::text \
@@ -352,6 +361,7 @@ impl Conversion {
             Conversion::Macaddr8 => network::canonical_mac(text, 8).map(Value::String),
             Conversion::Geometric(g) => g.canonical(text).map(Value::String),
             Conversion::Bit => bits::canonical_bits(text).map(Value::String),
+            Conversion::Range(subtype) => range::render(*subtype, text).map(Value::String),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -516,6 +526,12 @@ impl Conversion {
                     .ok_or_else(|| expected("a geometric value as PostgreSQL prints it", value))?;
                 Value::String(g.canonical(s)?)
             }
+            Conversion::Range(subtype) => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a range string such as \"[1,5)\"", value))?;
+                Value::String(range::accept(*subtype, s)?)
+            }
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));
             }
@@ -587,6 +603,7 @@ impl Conversion {
                 Conversion::Date | Conversion::Timestamp | Conversion::Timestamptz,
                 Value::String(s),
             ) => time::postgres_text(s),
+            (Conversion::Range(subtype), Value::String(s)) => range::param(*subtype, s),
             (_, Value::String(s)) => s.clone(),
             (
                 Conversion::TextArray

@@ -55,6 +55,7 @@ pub mod index;
 pub mod layout;
 pub mod network;
 pub mod predicate;
+pub mod range;
 mod repair;
 pub mod scan;
 pub mod statements;

@@ -244,6 +244,27 @@ pub fn canonical_date(text: &str) -> Result<String, String> {
     Ok(date_text(year, month, day))
 }
 
+/// Days from 1970-01-01 to a date in [`canonical_date`]'s form.
+pub fn date_days(canonical: &str) -> Result<i64, String> {
+    let mut s = Scanner {
+        text: canonical.as_bytes(),
+        at: 0,
+    };
+    let (year, month, day) = parse_date_part(&mut s).map_err(|e| format!("{canonical:?}: {e}"))?;
+    if !s.done() {
+        return Err(format!(
+            "{canonical:?} is not a date of the form YYYY-MM-DD"
+        ));
+    }
+    Ok(days_from_civil(year, month, day))
+}
+
+/// The date `days` after 1970-01-01, in [`canonical_date`]'s form.
+pub fn date_from_days(days: i64) -> String {
+    let (year, month, day) = civil_from_days(days);
+    date_text(year, month, day)
+}
+
 /// Parses a timestamp to microseconds since the epoch (UTC). With
 /// `with_zone`, an offset (`Z`, `±HH:MM`, `±HHMM`, `±HH`) is required;
 /// without it, none is allowed and the time is taken as is.

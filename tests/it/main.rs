@@ -124,6 +124,7 @@ mod proxy_names;
 mod proxy_sql_prepare;
 mod proxy_writes;
 mod query;
+mod ranges;
 mod runbook;
 mod schema;
 mod servers;

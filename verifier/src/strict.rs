@@ -19,6 +19,7 @@
 //! | `numeric` | equal as `numeric` (the value; not the scale a `numeric(p,s)` displays) |
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
+//! | range types | equal as ranges (by value: a `numrange`'s bounds as `numeric`s), the bounds quoted and their years rewritten as PostgreSQL's before the cast ([`legacy::range::param`]) |
 //! | `text`, `varchar`, `citext` | the JSON string, byte for byte (`COLLATE "C"`: a case-insensitive type or collation would find `Bob` equal to `bob`) |
 //! | `character(n)` | the JSON string, byte for byte, with the column's text (which drops the padding): a cast to `character` would cut it to one character |
 //! | anything else (an enum, a domain's own constraints) | cast to the type without its modifier, as text |
@@ -84,10 +85,12 @@ pub async fn check(
         let docs: Vec<Value> = cells
             .iter()
             .map(|cell| {
+                let body = rules.prepare(legacy, column, &cell.body);
                 json!({
                     "k": cell.key.row_key.uuid(),
                     "r": cell.key.ref_key.get(),
-                    "b": Value::Object(rules.prepare(legacy, column, &cell.body)),
+                    "p": Value::Object(range_texts(layout, &body)),
+                    "b": Value::Object(body),
                 })
             })
             .collect();
@@ -281,6 +284,28 @@ fn statement(
     )
 }
 
+/// The text PostgreSQL reads of each range field of `body`: the range's
+/// JSON text with its bounds quoted and a year before 1 written BC
+/// ([`legacy::range::param`]), as the timestamps' rule below rewrites a
+/// scalar's in SQL. A value that is no range is left as it is, for
+/// PostgreSQL to refuse.
+fn range_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    for field in &layout.fields {
+        if !matches!(field.conversion, legacy::conversion::Conversion::Range(_)) {
+            continue;
+        }
+        if let Some(value @ Value::String(text)) = body.get(&field.json) {
+            let read = match field.conversion.accept(value) {
+                Ok((_, Some(param))) => param,
+                _ => text.clone(),
+            };
+            out.insert(field.json.clone(), Value::String(read));
+        }
+    }
+    out
+}
+
 /// Whether Schemaless's value of `field` (in `s.e`) is what `column`
 /// holds, by the column's catalog type alone.
 fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
@@ -291,6 +316,13 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
         return format!(
             "CASE WHEN {text} IS NULL OR {column} IS NULL THEN {text} IS NULL AND {column} IS NULL
                   ELSE abs({text}::numeric - {column}::numeric) <= {tolerance:?}::numeric END"
+        );
+    }
+    if let legacy::conversion::Conversion::Range(_) = field.conversion {
+        // By value, as a `numeric` is (a `numrange` keeps `1.50`).
+        return format!(
+            "(s.e->'p'->>{})::{base} IS NOT DISTINCT FROM {column}",
+            literal(&field.json)
         );
     }
     match field.typname.as_str() {

@@ -115,7 +115,8 @@ impl Field {
 
     /// Whether the canonical value, cast into the column's type, gives
     /// back the text PostgreSQL sends for the stored value. Not for an
-    /// unconstrained `numeric` (`1.50` is kept as `1.5`) or a `json`
+    /// unconstrained `numeric` (`1.50` is kept as `1.5`), a `numrange`
+    /// (its bounds are such numerics) or a `json`
     /// (its spacing and key order are not kept): Schemaless keeps their
     /// value. A `numeric(p,s)`, or a domain over one, gets its scale back
     /// from the cast.
@@ -125,6 +126,8 @@ impl Field {
                 self.typmod >= 0
             }
             Conversion::Json => false,
+            // Its bounds are unconstrained numerics.
+            Conversion::Range(crate::range::Subtype::Numeric) => false,
             _ => true,
         }
     }

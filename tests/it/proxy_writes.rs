@@ -436,6 +436,20 @@ async fn primary_with(extra: &str) -> (LegacyDb, TripStore, tempfile::NamedTempF
     (db, facade, file)
 }
 
+/// [`primary`] with no reverse mirror in the facade or the proxy: rows
+/// written through the facade stay out of PostgreSQL, so a test can tell
+/// a statement forwarded there from one run through the facade.
+pub(crate) async fn primary_without_reverse() -> (LegacyDb, TripStore, tempfile::NamedTempFile) {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let text = format!("{}\n[mirror]\nreverse_in_app = false\n", db.config_text);
+    let config = config::Config::parse(&text, "no-reverse.toml").unwrap();
+    let facade = TripStore::connect(&config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    let file = config_file(&format!("{text}\n[proxy]\n"));
+    (db, facade, file)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_insert_is_put_in_batches_the_store_takes() {
     let (db, facade, file) = primary_with("[limits]\nmax_batch_cells = 3\n").await;

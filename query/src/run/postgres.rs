@@ -241,7 +241,7 @@ impl<'a> Evaluator<'a> {
         rows
     }
 
-    /// The rows of each of `statements` (values only, as
+    /// The first row of each of `statements` (values only, as
     /// [`Evaluator::rows`] takes), evaluated as the app's role in one
     /// read-only transaction and one round trip: one `BEGIN`, one set of
     /// `SET LOCAL`s, the statements, one `ROLLBACK`, where each statement
@@ -249,15 +249,18 @@ impl<'a> Evaluator<'a> {
     /// the first that failed: PostgreSQL skips the statements after it,
     /// which get no answer. Without a role (the operator's own `query
     /// run`), each statement is run alone.
-    pub(super) async fn statement_rows(
+    pub(super) async fn first_rows(
         &self,
         statements: &[String],
-    ) -> Vec<Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>> {
+    ) -> Vec<Result<Option<sqlx::postgres::PgRow>, sqlx::Error>> {
         use futures::TryStreamExt as _;
         let Some(role) = self.role else {
             let mut out = Vec::with_capacity(statements.len());
             for sql in statements {
-                let rows = self.run(sql, false).await;
+                let rows = self
+                    .run(sql, false)
+                    .await
+                    .map(|rows| rows.into_iter().next());
                 let failed = rows.is_err();
                 out.push(rows);
                 if failed {
@@ -277,23 +280,25 @@ impl<'a> Evaluator<'a> {
             guarded.push_str(&format!("/* mezzanine */ {sql}; "));
         }
         guarded.push_str("ROLLBACK");
-        let mut out: Vec<Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>> =
+        let mut out: Vec<Result<Option<sqlx::postgres::PgRow>, sqlx::Error>> =
             Vec::with_capacity(statements.len());
-        // One result per statement (its CommandComplete); rows belong to
-        // the statement whose result comes next.
+        // One result per statement (its CommandComplete); a row belongs
+        // to the statement whose result comes next.
         let mut completed = 0usize;
-        let mut rows: Vec<sqlx::postgres::PgRow> = Vec::new();
+        let mut first: Option<sqlx::postgres::PgRow> = None;
         let mut failed = false;
         {
             let mut stream = sqlx::raw_sql(sqlx::AssertSqlSafe(guarded)).fetch_many(&mut *conn);
             loop {
                 match stream.try_next().await {
-                    Ok(Some(sqlx::Either::Right(row))) => rows.push(row),
+                    Ok(Some(sqlx::Either::Right(row))) => {
+                        first.get_or_insert(row);
+                    }
                     Ok(Some(sqlx::Either::Left(_))) => {
-                        let taken = std::mem::take(&mut rows);
                         if (before..before + statements.len()).contains(&completed) {
-                            out.push(Ok(taken));
+                            out.push(Ok(first.take()));
                         }
+                        first = None;
                         completed += 1;
                     }
                     Ok(None) => break,

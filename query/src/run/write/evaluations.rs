@@ -12,14 +12,6 @@
 //! those asked for while it runs go together next (group commit's way).
 //! An evaluation that fails fails alone, as it would by itself: the ones
 //! PostgreSQL skipped after it go in the next transaction.
-//!
-//! Within a transaction, evaluations of as many values each (a driver's
-//! batch of one statement, row after row) go in one `SELECT` of their
-//! `UNION ALL`, each row tagged with its place: PostgreSQL then parses,
-//! plans and runs one statement where it ran one per row, which was most
-//! of its work per row. Should that statement fail, its evaluations go
-//! again each alone in the next transaction, so the one that fails
-//! fails with its own error and the others are answered as before.
 
 use std::sync::Mutex;
 
@@ -32,18 +24,6 @@ const AT_ONCE: usize = 256;
 
 type Answer = Result<Vec<Option<String>>, Refused>;
 
-/// The most evaluations in one `UNION ALL`.
-const UNION_AT_ONCE: usize = 64;
-
-/// One evaluation waiting: its statement, how many values it gives,
-/// whether it must go alone (its union failed), and who waits for it.
-struct Waiter {
-    sql: String,
-    values: usize,
-    alone: bool,
-    tx: oneshot::Sender<Answer>,
-}
-
 /// The evaluations of one batch, combined.
 #[derive(Default)]
 pub(super) struct Evaluations {
@@ -52,25 +32,19 @@ pub(super) struct Evaluations {
 
 #[derive(Default)]
 struct Waiting {
-    queue: Vec<Waiter>,
+    queue: Vec<(String, oneshot::Sender<Answer>)>,
     /// One caller sends the queue's evaluations until it is empty.
     sending: bool,
 }
 
 impl Evaluations {
-    /// The first row of `sql` (a `SELECT` of `values` values, one row)
-    /// evaluated by `eval`, each value as text, in a transaction with the
-    /// other evaluations waiting then.
-    pub(super) async fn texts(&self, eval: Evaluator<'_>, sql: String, values: usize) -> Answer {
+    /// The first row of `sql` evaluated by `eval`, each value as text, in
+    /// a transaction with the other evaluations waiting then.
+    pub(super) async fn texts(&self, eval: Evaluator<'_>, sql: String) -> Answer {
         let (tx, rx) = oneshot::channel();
         let send = {
             let mut state = self.state.lock().expect("evaluations lock");
-            state.queue.push(Waiter {
-                sql,
-                values,
-                alone: false,
-                tx,
-            });
+            state.queue.push((sql, tx));
             !std::mem::replace(&mut state.sending, true)
         };
         if send {
@@ -94,7 +68,7 @@ struct Sending<'a>(&'a Evaluations);
 impl Sending<'_> {
     async fn run(&mut self, eval: Evaluator<'_>) {
         loop {
-            let batch: Vec<Waiter> = {
+            let batch: Vec<(String, oneshot::Sender<Answer>)> = {
                 let mut state = self.0.state.lock().expect("evaluations lock");
                 if state.queue.is_empty() {
                     state.sending = false;
@@ -103,28 +77,15 @@ impl Sending<'_> {
                 let n = state.queue.len().min(AT_ONCE);
                 state.queue.drain(..n).collect()
             };
-            let statements = combined(&batch);
-            let sqls: Vec<String> = statements.iter().map(|(sql, _)| sql.clone()).collect();
-            let mut answers = eval.statement_rows(&sqls).await.into_iter();
-            let mut batch: Vec<Option<Waiter>> = batch.into_iter().map(Some).collect();
+            let statements: Vec<String> = batch.iter().map(|(sql, _)| sql.clone()).collect();
+            let mut answers = eval.first_rows(&statements).await.into_iter();
             let mut skipped = Vec::new();
-            for (_, members) in statements {
-                let answer = answers.next();
-                let union = members.len() > 1;
-                let mut waiters = members.iter().filter_map(|&i| batch[i].take());
-                match (answer, union) {
-                    (Some(Ok(rows)), true) => answer_union(waiters.collect(), rows),
-                    // The union failed: each of its evaluations again,
-                    // alone, to fail with its own error.
-                    (Some(Err(_)), true) => {
-                        skipped.extend(waiters.map(|w| Waiter { alone: true, ..w }))
+            for (sql, tx) in batch {
+                match answers.next() {
+                    Some(answer) => {
+                        let _ = tx.send(first_row(answer.map(|row| row.into_iter().collect())));
                     }
-                    (Some(answer), false) => {
-                        if let Some(waiter) = waiters.next() {
-                            let _ = waiter.tx.send(first_row(answer));
-                        }
-                    }
-                    (None, _) => skipped.extend(waiters),
+                    None => skipped.push((sql, tx)),
                 }
             }
             // Skipped after a failure: first in the next transaction.
@@ -134,68 +95,6 @@ impl Sending<'_> {
                 state.queue = skipped;
             }
         }
-    }
-}
-
-/// The statements sending `batch` takes: each run of evaluations of as
-/// many values (none of them to go alone) in one `UNION ALL` of up to
-/// [`UNION_AT_ONCE`], each row tagged with its evaluation's place in the
-/// union; the rest as they are. With the places in `batch` each answers.
-fn combined(batch: &[Waiter]) -> Vec<(String, Vec<usize>)> {
-    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
-    let mut at = 0;
-    while at < batch.len() {
-        let first = &batch[at];
-        let mut end = at + 1;
-        if !first.alone {
-            while end < batch.len()
-                && end - at < UNION_AT_ONCE
-                && !batch[end].alone
-                && batch[end].values == first.values
-            {
-                end += 1;
-            }
-        }
-        if end - at == 1 {
-            out.push((first.sql.clone(), vec![at]));
-        } else {
-            let branches: Vec<String> = (at..end)
-                .enumerate()
-                .map(|(place, i)| format!("SELECT {place}, t.* FROM ({}) AS t", batch[i].sql))
-                .collect();
-            out.push((branches.join(" UNION ALL "), (at..end).collect()));
-        }
-        at = end;
-    }
-    out
-}
-
-/// Each of `waiters` answered from the row of a union tagged with its
-/// place; one that got no row is told so.
-fn answer_union(waiters: Vec<Waiter>, rows: Vec<sqlx::postgres::PgRow>) {
-    use sqlx::Row as _;
-    let mut by_place: Vec<Option<Answer>> = (0..waiters.len()).map(|_| None).collect();
-    for row in rows {
-        let place = row
-            .try_get::<i32, _>(0)
-            .ok()
-            .and_then(|p| usize::try_from(p).ok());
-        if let Some(slot) = place.and_then(|p| by_place.get_mut(p)) {
-            *slot = Some(
-                (1..row.len())
-                    .map(|i| {
-                        row.try_get::<Option<String>, _>(i)
-                            .map_err(|e| Refused::new("XX000", e.to_string()))
-                    })
-                    .collect(),
-            );
-        }
-    }
-    for (waiter, answer) in waiters.into_iter().zip(by_place) {
-        let _ =
-            waiter.tx.send(answer.unwrap_or_else(|| {
-                Err(Refused::new("XX000", "the values' evaluation gave no row"))
-            }));
     }
 }
 

@@ -333,11 +333,7 @@ impl<S: CellStore> Writer<'_, S> {
         if let Some(base) = base {
             sql.push_str(&format!(" FROM {}", self.values(&[base.to_vec()])?));
         }
-        let mut texts = self
-            .evaluations
-            .texts(self.eval, sql, items.len())
-            .await?
-            .into_iter();
+        let mut texts = self.evaluations.texts(self.eval, sql).await?.into_iter();
         let key = if key.is_some() {
             texts.next().flatten()
         } else {

@@ -6,9 +6,10 @@
 //! through the proxy, which runs the whole batch through the facade.
 //!
 //! The INSERT is built from the layout: the row key, every field of the
-//! parent's row columns and their ref keys, valued as a seeded row has
-//! them (PostgreSQL's text of each, as literals), so a direct INSERT and
-//! a translated one write the same row under a fresh key.
+//! parent's row columns (but those PostgreSQL computes: generated,
+//! identity `ALWAYS`) and their ref keys, valued as a seeded row has them
+//! (PostgreSQL's text of each, as literals), so a direct INSERT and a
+//! translated one write the same row under a fresh key.
 //!
 //! The batches go over a raw connection (sqlx sends a `Sync` per
 //! statement, so it cannot send a batch), which speaks only the trust
@@ -50,6 +51,14 @@ pub(super) async fn insert_like(
     pool: &sqlx::PgPool,
 ) -> anyhow::Result<String> {
     let layout = legacy.layout();
+    // Columns PostgreSQL computes itself take no value in an INSERT.
+    let computed: Vec<String> = sqlx::query_scalar(
+        "SELECT attname::text FROM pg_attribute WHERE attrelid = $1::regclass \
+         AND attnum > 0 AND (attgenerated <> '' OR attidentity = 'a')",
+    )
+    .bind(layout.table_sql())
+    .fetch_all(pool)
+    .await?;
     let mut columns: Vec<String> = Vec::new();
     for column in &layout.columns {
         if column.kind() != config::ColumnKind::Row {
@@ -58,6 +67,7 @@ pub(super) async fn insert_like(
         let names = column
             .fields
             .iter()
+            .filter(|f| !computed.contains(&f.sql))
             .map(|f| format!("\"{}\"", f.sql.replace('"', "\"\"")))
             .chain(std::iter::once(column.ref_key_sql().to_string()));
         for name in names {

@@ -100,14 +100,22 @@ async fn reads_alike(facade: &TripStore, row: RowKey) -> Vec<Cell> {
     legacy
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tombstones_put_through_the_facade_delete_from_postgresql_in_every_mode() {
+/// The trips database with its Schemaless schema, a config whose facades
+/// run neither relay nor reverse mirror (the tests drive them), its
+/// tombstone column, and a facade.
+async fn facade_driven() -> (LegacyDb, config::Config, Column, TripStore) {
     let db = LegacyDb::trips().await;
     db.apply_schemaless().await;
     let (config, _) = with_mirror(&db, "relay_in_app = false\nreverse_in_app = false");
     let deleted = Column::new(&config.capture.tombstone_column).unwrap();
-    let notes = Column::new("NOTES").unwrap();
     let facade = TripStore::connect(&config).await.unwrap();
+    (db, config, deleted, facade)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tombstones_put_through_the_facade_delete_from_postgresql_in_every_mode() {
+    let (db, config, deleted, facade) = facade_driven().await;
+    let notes = Column::new("NOTES").unwrap();
 
     // `legacy`: the row goes with its child rows (the foreign keys have no
     // ON DELETE CASCADE), and a second delivery deletes nothing.
@@ -282,12 +290,8 @@ fn completed(cell: &Cell, ref_key: i64) -> Cell {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_primary_a_write_a_tombstone_would_hide_is_refused_and_writes_nothing() {
-    let db = LegacyDb::trips().await;
-    db.apply_schemaless().await;
-    let (config, _) = with_mirror(&db, "relay_in_app = false\nreverse_in_app = false");
-    let deleted = Column::new(&config.capture.tombstone_column).unwrap();
+    let (db, config, deleted, facade) = facade_driven().await;
     let notes = Column::new("NOTES").unwrap();
-    let facade = TripStore::connect(&config).await.unwrap();
     walk_to(&facade, &config, Mode::Primary).await;
     let (gone, kept) = (put_trip(&facade).await, put_trip(&facade).await);
     facade
@@ -370,11 +374,7 @@ async fn in_primary_a_write_a_tombstone_would_hide_is_refused_and_writes_nothing
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_mirror_a_row_written_again_after_its_delete_is_parked_not_hidden() {
-    let db = LegacyDb::trips().await;
-    db.apply_schemaless().await;
-    let (config, _) = with_mirror(&db, "relay_in_app = false\nreverse_in_app = false");
-    let deleted = Column::new(&config.capture.tombstone_column).unwrap();
-    let facade = TripStore::connect(&config).await.unwrap();
+    let (db, config, deleted, facade) = facade_driven().await;
     walk_to(&facade, &config, Mode::Mirror).await;
     let row = put_trip(&facade).await;
     facade.put_cell(row_tombstone(row, &deleted)).await.unwrap();

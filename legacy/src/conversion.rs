@@ -32,6 +32,7 @@
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
+//! | `jsonb[]` | array of JSON values, each as a `jsonb` field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -156,6 +157,8 @@ pub enum Element {
     Macaddr8,
     Char,
     Enum,
+    /// A `jsonb[]`'s elements: any JSON value each, arrays included.
+    Jsonb,
 }
 
 impl Element {
@@ -180,12 +183,13 @@ impl Element {
             Element::Macaddr8 => Conversion::Macaddr8,
             Element::Char => Conversion::Char,
             Element::Enum => Conversion::Enum,
+            Element::Jsonb => Conversion::Jsonb,
         }
     }
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], jsonb[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -238,6 +242,7 @@ impl Conversion {
             "_interval" => Conversion::ArrayOf(Element::Interval),
             "_bytea" => Conversion::ArrayOf(Element::Bytea),
             "_bpchar" => Conversion::ArrayOf(Element::Char),
+            "_jsonb" => Conversion::ArrayOf(Element::Jsonb),
             "_inet" => Conversion::ArrayOf(Element::Inet),
             "_cidr" => Conversion::ArrayOf(Element::Cidr),
             "_macaddr" => Conversion::ArrayOf(Element::Macaddr),
@@ -584,7 +589,9 @@ impl Conversion {
         let mut canonical = Vec::with_capacity(items.len());
         let mut texts = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            if item.is_array() {
+            // A `jsonb` element is any JSON value; otherwise an array
+            // in an array is a dimension, which the layout does not keep.
+            if item.is_array() && element != Element::Jsonb {
                 return Err("a nested array: only flat arrays are kept".into());
             }
             let (value, text) = scalar

@@ -3,7 +3,8 @@
 //! text whatever the session's zone, kept in Schemaless, written back
 //! equal to the original in PostgreSQL's own text, checked strictly,
 //! refused where PostgreSQL refuses or a cell cannot keep the value, and
-//! served through the proxy as PostgreSQL prints the twin row.
+//! served through the proxy as PostgreSQL prints the twin row. A
+//! `jsonb[]` column rides along: its elements any JSON value.
 
 use schemaless::MySqlStore;
 use serde_json::json;
@@ -17,17 +18,18 @@ CREATE TABLE bookings (
     booking_key uuid UNIQUE NOT NULL,
     rev bigint NOT NULL,
     seats int4range, ids int8range, price numrange, days daterange,
-    local_span tsrange, span tstzrange
+    local_span tsrange, span tstzrange, tags jsonb[]
 );
 SET TimeZone = 'America/Sao_Paulo';
 INSERT INTO bookings OVERRIDING SYSTEM VALUE VALUES
  (1, '30000000-0000-4000-8000-000000000001', 1,
   '(0,3]', '[,9000000000000000000)', '(1.5,20]', '[2015-03-08,2015-03-10]',
-  '[2015-03-08 07:30:00.123456,2015-03-08 09:00)', '[2015-03-08 07:30:00+01,)'),
- (2, '30000000-0000-4000-8000-000000000002', 1, NULL, NULL, NULL, NULL, NULL, NULL),
+  '[2015-03-08 07:30:00.123456,2015-03-08 09:00)', '[2015-03-08 07:30:00+01,)',
+  ARRAY['{"a": 1, "b": [true, null]}', '"x"', '[1, 2]', NULL]::jsonb[]),
+ (2, '30000000-0000-4000-8000-000000000002', 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
  (3, '30000000-0000-4000-8000-000000000003', 1,
   'empty', '(,)', '[-0.5,-0.5]', '[4713-01-01 BC,0001-01-01)',
-  '(,2015-03-08 07:30)', '[2015-03-08 00:00:00-03,2015-03-08 00:00:00-03]');
+  '(,2015-03-08 07:30)', '[2015-03-08 00:00:00-03,2015-03-08 00:00:00-03]', '{}');
 RESET TimeZone;
 "#;
 
@@ -41,10 +43,10 @@ uuid = "booking_key"
 name = "ALL"
 kind = "row"
 ref_key = "rev"
-fields = ["seats", "ids", "price", "days", "local_span", "span"]
+fields = ["seats", "ids", "price", "days", "local_span", "span", "tags"]
 "#;
 
-const COLUMNS: &str = "seats, ids, price, days, local_span, span";
+const COLUMNS: &str = "seats, ids, price, days, local_span, span, tags";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranges_are_kept_in_one_canonical_text_and_written_back_as_they_were() {
@@ -60,13 +62,15 @@ async fn ranges_are_kept_in_one_canonical_text_and_written_back_as_they_were() {
         json!({"seats": "[1,4)", "ids": "(,9000000000000000000)", "price": "(1.5,20]",
                "days": "[2015-03-08,2015-03-11)",
                "local_span": "[2015-03-08T07:30:00.123456,2015-03-08T09:00:00.000000)",
-               "span": "[2015-03-08T06:30:00.000000Z,)"}),
+               "span": "[2015-03-08T06:30:00.000000Z,)",
+               "tags": [{"a": 1, "b": [true, null]}, "x", [1, 2], null]}),
         json!({"seats": null, "ids": null, "price": null, "days": null,
-               "local_span": null, "span": null}),
+               "local_span": null, "span": null, "tags": null}),
         json!({"seats": "empty", "ids": "(,)", "price": "[-0.5,-0.5]",
                "days": "[-4712-01-01,0001-01-01)",
                "local_span": "(,2015-03-08T07:30:00.000000)",
-               "span": "[2015-03-08T03:00:00.000000Z,2015-03-08T03:00:00.000000Z]"}),
+               "span": "[2015-03-08T03:00:00.000000Z,2015-03-08T03:00:00.000000Z]",
+               "tags": []}),
     ];
     kept_exactly(
         &db,
@@ -115,7 +119,7 @@ async fn ranges_are_kept_in_one_canonical_text_and_written_back_as_they_were() {
     served_as_twin(&db, &proxy, |k| {
         format!(
             "\\set ON_ERROR_STOP 1\nSET TimeZone = 'Asia/Kolkata';\n\
-             SELECT booking_key, seats, ids, days, local_span, span FROM bookings \
+             SELECT booking_key, seats, ids, days, local_span, span, tags FROM bookings \
              WHERE booking_key = '{}';\n",
             k.uuid()
         )
@@ -137,7 +141,8 @@ async fn ranges_are_kept_in_one_canonical_text_and_written_back_as_they_were() {
     // keeps it in the canonical text, as the layout reads the same
     // INSERT made directly.
     let values = "'(0,3]', '[1,2]', '[1.5,2)', '(2015-03-07,2015-03-08]', \
-                  '[2015-03-08 07:30,)', '[2015-03-08 07:30+01,2015-03-08 09:00+01)'";
+                  '[2015-03-08 07:30,)', '[2015-03-08 07:30+01,2015-03-08 09:00+01)', \
+                  ARRAY['{\"n\": 1e2}', '[]']::jsonb[]";
     let insert = |k: schemaless::RowKey| {
         format!(
             "\\set ON_ERROR_STOP 1\nSET TimeZone = 'America/Sao_Paulo';\n\

@@ -15,7 +15,7 @@
 //! | column type (catalog) | equal when |
 //! |---|---|
 //! | `json`, `jsonb` | both as `jsonb` text (JSON `null` is SQL NULL) |
-//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value |
+//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value; a `jsonb[]`'s elements as JSON, by value |
 //! | `numeric` | equal as `numeric` (the value; not the scale a `numeric(p,s)` displays) |
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
@@ -344,6 +344,13 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                   ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::{}
               END)::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\"",
             field.sql_type
+        ),
+        // Each element as JSON (a string element's text is not `jsonb`
+        // input), JSON `null` as the SQL NULL the layout reads it as.
+        "_jsonb" => format!(
+            "(CASE WHEN json_typeof({value}) = 'array' THEN
+                  ARRAY(SELECT nullif(a.e::jsonb, 'null'::jsonb) FROM json_array_elements({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)
+              END) IS NOT DISTINCT FROM {column}"
         ),
         array if array.starts_with('_') => format!(
             "(CASE WHEN json_typeof({value}) = 'array' THEN

@@ -27,6 +27,9 @@
 //! store, its change log and [`visible`] on whole-row reads stay available
 //! to tools that must see everything.
 
+#[cfg(test)]
+mod fixtures;
+mod guard;
 mod view;
 
 use std::collections::{BTreeSet, HashMap};

@@ -4,19 +4,15 @@
 //! and index entries of hidden cells are dropped (more are asked for, so
 //! a limit still fills).
 //!
-//! Its writes refuse what a tombstone would hide ([`Tombstoned::put_cells`]):
-//! a cell written under a deleted row key, or at a deleted child address,
-//! would be acknowledged and then never read, an acknowledged write lost
-//! in plain sight. Every writer into Schemaless that is not a bulk copy of
-//! PostgreSQL's rows goes through it: the facade in `primary` and
-//! `schemaless`, the relay (outbox and capture), the proxy's writes.
+//! Its writes refuse what a tombstone would hide ([`Tombstoned::put_cells`],
+//! the guard in `super::guard`).
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Deletion, Tombstones};
+use super::Tombstones;
 use crate::api::{Answer, CellResult, CellStore, IndexEntry, IndexQuery, ReadFrom, ShardPage};
 use crate::cell::{Cell, CellKey, Column, RowKey, StoredCell};
 use crate::error::{Error, Result};
@@ -89,87 +85,6 @@ impl<S: CellStore> Tombstoned<S> {
             value,
             stale: answer.stale,
         })
-    }
-
-    /// Refuses `cells`, before anything is written, if one of them would
-    /// be hidden the moment it lands: a cell of a row whose row tombstone
-    /// is stored (the key is retired), at a child address whose cell
-    /// tombstone is, or behind a tombstone earlier in the same batch. A
-    /// hidden cell already stored with the same body is let through (the
-    /// write comes back `AlreadyPresent`: a relay delivering again what it
-    /// delivered before the deletion). Tombstones themselves are checked
-    /// as a writer must ([`Deletion::checked`]). Costs one read of the
-    /// tombstone column per shard the batch touches, from the masters;
-    /// a deletion racing the write may still hide it, as a delete right
-    /// after the write would.
-    pub async fn refuse_hidden(&self, cells: &[Cell]) -> Result<()> {
-        let mut deleting: HashMap<RowKey, Vec<(usize, Deletion)>> = HashMap::new();
-        let mut rows = Vec::with_capacity(cells.len());
-        for (i, cell) in cells.iter().enumerate() {
-            if cell.key.column == self.column {
-                let deletion = Deletion::checked(cell).map_err(|e| e.in_batch(i))?;
-                deleting
-                    .entry(cell.key.row_key)
-                    .or_default()
-                    .push((i, deletion));
-            } else {
-                rows.push(cell.key.row_key);
-            }
-        }
-        rows.sort_unstable();
-        rows.dedup();
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let stored = self.tombstones(&rows, ReadFrom::Master).await?.value;
-        let hidden = cells.iter().enumerate().filter(|(i, cell)| {
-            let row = &cell.key.row_key;
-            cell.key.column != self.column
-                && (stored.get(row).is_some_and(|t| t.hides(&cell.key))
-                    || deleting.get(row).is_some_and(|earlier| {
-                        earlier
-                            .iter()
-                            .any(|(j, deletion)| j < i && deletion.hides(&cell.key))
-                    }))
-        });
-        for (i, cell) in hidden {
-            let same = self
-                .inner
-                .get_cell(&cell.key, ReadFrom::Master)
-                .await?
-                .is_some_and(|s| s.cell.body == cell.body);
-            if same {
-                continue;
-            }
-            let row_deleted = stored
-                .get(&cell.key.row_key)
-                .is_some_and(|t| t.row_deleted())
-                || deleting
-                    .get(&cell.key.row_key)
-                    .is_some_and(|d| d.iter().any(|(j, d)| *j < i && *d == Deletion::Row));
-            let error = if row_deleted {
-                Error::invalid(
-                    "row_key",
-                    format!(
-                        "row {} was deleted: its tombstone in {} retires the key, and a cell \
-                         written under it would never be read; write the entity under a new row key",
-                        cell.key.row_key, self.column
-                    ),
-                )
-            } else {
-                Error::invalid(
-                    "ref_key",
-                    format!(
-                        "cell {} was deleted: a tombstone in {} hides that address, and a cell \
-                         written there would never be read; a child's address is not reused \
-                         after a delete, write it under a new ref key",
-                        cell.key, self.column
-                    ),
-                )
-            };
-            return Err(error.in_batch(i));
-        }
-        Ok(())
     }
 
     async fn row_tombstones(&self, row: &RowKey, from: ReadFrom) -> Result<Answer<Tombstones>> {
@@ -438,104 +353,11 @@ impl<S: CellStore> CellStore for Tombstoned<S> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::*;
     use super::super::{cell_body, row_body, visible};
     use super::*;
     use crate::cell::{Body, RefKey};
-    use crate::memory::MemoryStore;
     use serde_json::json;
-
-    const ROW: &str = "6f1c1a0e-8a3b-4a55-9d1e-3c2b1a0f9e8d";
-    const OTHER: &str = "fb6d4a3e-2f11-4c5e-8d7a-9e1f2a3b4c5d";
-
-    fn config() -> config::Config {
-        config::Config::parse(
-            r#"
-[instance]
-name = "t"
-shard_count = 4
-[[cluster]]
-name = "a"
-master = "mysql://root@127.0.0.1:1"
-shards = "0-3"
-[[index]]
-name = "by_driver"
-column = "BASE"
-shard_field = "driver"
-fields = ["status"]
-"#,
-            "test.toml",
-        )
-        .unwrap()
-    }
-
-    fn cell(row: &str, column: &str, ref_key: i64, body: Value) -> Cell {
-        Cell::parse(row, column, ref_key, body).unwrap()
-    }
-
-    fn tombstone(row: &str, ref_key: i64, body: Body) -> Cell {
-        Cell::new(
-            RowKey::parse(row).unwrap(),
-            Column::new("DELETED").unwrap(),
-            RefKey::new(ref_key).unwrap(),
-            body,
-        )
-    }
-
-    async fn store() -> Tombstoned<MemoryStore> {
-        let config = config();
-        let memory =
-            MemoryStore::with_indexes(4, config::Limits::default(), &config.indexes).unwrap();
-        memory
-            .put_cells(vec![
-                cell(
-                    ROW,
-                    "BASE",
-                    1,
-                    json!({"driver": "d1", "status": "requested"}),
-                ),
-                cell(
-                    ROW,
-                    "BASE",
-                    2,
-                    json!({"driver": "d1", "status": "completed"}),
-                ),
-                cell(ROW, "NOTES", 1, json!({"text": "one"})),
-                cell(ROW, "NOTES", 2, json!({"text": "two"})),
-                cell(ROW, "NOTES", 3, json!({"text": "three"})),
-                cell(
-                    OTHER,
-                    "BASE",
-                    1,
-                    json!({"driver": "d1", "status": "requested"}),
-                ),
-            ])
-            .await
-            .unwrap();
-        Tombstoned::new(memory, &config).unwrap()
-    }
-
-    fn notes() -> Column {
-        Column::new("NOTES").unwrap()
-    }
-
-    fn base() -> Column {
-        Column::new("BASE").unwrap()
-    }
-
-    fn row() -> RowKey {
-        RowKey::parse(ROW).unwrap()
-    }
-
-    fn by_driver(limit: usize) -> IndexQuery {
-        IndexQuery {
-            index: "by_driver".into(),
-            shard_value: json!("d1"),
-            filters: vec![],
-            order_by: None,
-            descending: false,
-            limit,
-        }
-    }
 
     #[tokio::test]
     async fn a_row_without_tombstones_reads_as_it_is() {
@@ -725,161 +547,5 @@ fields = ["status"]
             text.contains("tombstone") && text.contains("not a tombstone"),
             "{text}"
         );
-    }
-
-    fn invalid_field(err: Error) -> (String, String) {
-        match err {
-            Error::InvalidInput { field, message } => (field, message),
-            other => panic!("expected invalid input, got {other:?}"),
-        }
-    }
-
-    async fn stored(store: &Tombstoned<MemoryStore>) -> Vec<StoredCell> {
-        let mut all = Vec::new();
-        for shard in 0..store.shard_count() {
-            all.extend(
-                store
-                    .inner()
-                    .get_cells_for_shard(shard, 0, 1000, ReadFrom::Master)
-                    .await
-                    .unwrap()
-                    .cells,
-            );
-        }
-        all
-    }
-
-    #[tokio::test]
-    async fn a_write_under_a_deleted_row_key_is_refused_and_writes_nothing() {
-        let store = store().await;
-        let column = store.column().clone();
-        store
-            .put_cell(super::super::row_tombstone(row(), &column))
-            .await
-            .unwrap();
-        let before = stored(&store).await;
-
-        // A new version of the deleted row, in a batch with a good cell:
-        // the batch is refused, naming the cell, and nothing is written.
-        let err = store
-            .put_cells(vec![
-                cell(OTHER, "NOTES", 1, json!({"text": "fine"})),
-                cell(ROW, "BASE", 3, json!({"driver": "d1", "status": "x"})),
-            ])
-            .await
-            .unwrap_err();
-        let (field, message) = invalid_field(err);
-        assert_eq!(field, "cells[1].row_key");
-        assert!(message.contains("retires the key"), "{message}");
-        assert_eq!(stored(&store).await, before);
-
-        // Delivered again as it was before the deletion: AlreadyPresent.
-        let again = store
-            .put_cell(cell(
-                ROW,
-                "BASE",
-                2,
-                json!({"driver": "d1", "status": "completed"}),
-            ))
-            .await
-            .unwrap();
-        assert_eq!(again, crate::WriteOutcome::AlreadyPresent);
-        // The same address with another body is refused as retired too.
-        let err = store
-            .put_cell(cell(ROW, "BASE", 2, json!({"driver": "d2"})))
-            .await
-            .unwrap_err();
-        assert_eq!(invalid_field(err).0, "cells[0].row_key");
-        // More tombstones of the row are taken: deleting is idempotent.
-        let child = super::super::cell_tombstone(row(), &column, &notes(), 2);
-        assert_eq!(
-            store.put_cell(child).await.unwrap(),
-            crate::WriteOutcome::Written
-        );
-        // Other rows are written as before.
-        assert_eq!(
-            store
-                .put_cell(cell(OTHER, "BASE", 2, json!({"driver": "d1"})))
-                .await
-                .unwrap(),
-            crate::WriteOutcome::Written
-        );
-    }
-
-    #[tokio::test]
-    async fn a_deleted_child_address_is_not_reused_and_a_batch_sees_its_own_tombstones() {
-        let store = store().await;
-        let column = store.column().clone();
-        store
-            .put_cell(super::super::cell_tombstone(row(), &column, &notes(), 2))
-            .await
-            .unwrap();
-        let err = store
-            .put_cell(cell(ROW, "NOTES", 2, json!({"text": "again"})))
-            .await
-            .unwrap_err();
-        let (field, message) = invalid_field(err);
-        assert_eq!(field, "cells[0].ref_key");
-        assert!(message.contains("not reused"), "{message}");
-        // Other addresses of the row are open.
-        assert_eq!(
-            store
-                .put_cell(cell(ROW, "NOTES", 4, json!({"text": "four"})))
-                .await
-                .unwrap(),
-            crate::WriteOutcome::Written
-        );
-
-        // Within one batch cells take effect in order: a cell before the
-        // row's tombstone is written, one after it would be hidden.
-        let before = stored(&store).await;
-        let err = store
-            .put_cells(vec![
-                cell(OTHER, "NOTES", 1, json!({"text": "kept"})),
-                super::super::row_tombstone(RowKey::parse(OTHER).unwrap(), &column),
-                cell(OTHER, "NOTES", 2, json!({"text": "hidden"})),
-            ])
-            .await
-            .unwrap_err();
-        assert_eq!(invalid_field(err).0, "cells[2].row_key");
-        assert_eq!(stored(&store).await, before);
-        let results = store
-            .put_cells(vec![
-                cell(OTHER, "NOTES", 1, json!({"text": "kept"})),
-                super::super::row_tombstone(RowKey::parse(OTHER).unwrap(), &column),
-            ])
-            .await
-            .unwrap();
-        assert_eq!(results.len(), 2);
-        assert!(results.iter().all(|r| r.is_ok()));
-    }
-
-    #[tokio::test]
-    async fn a_tombstone_written_must_be_well_formed_and_at_its_derived_ref_key() {
-        let store = store().await;
-        let before = stored(&store).await;
-        for (bad, field) in [
-            (tombstone(ROW, 7, row_body()), "cells[0].ref_key"),
-            (
-                tombstone(
-                    ROW,
-                    0,
-                    Body::from_value(json!({"row": true, "x": 1})).unwrap(),
-                ),
-                "cells[0].body",
-            ),
-            (
-                tombstone(
-                    ROW,
-                    0,
-                    Body::from_value(json!({"column": "NOTES"})).unwrap(),
-                ),
-                "cells[0].body",
-            ),
-        ] {
-            let err = store.put_cell(bad).await.unwrap_err();
-            assert_eq!(invalid_field(err).0, field);
-        }
-        assert_eq!(stored(&store).await, before);
     }
 }

@@ -154,13 +154,16 @@ pub(super) async fn verify_steps(
         truth: mode.source_of_truth(),
     };
     for (column, outcome) in repair.row(&row).await? {
-        if outcome == verifier::repair::Repaired::Rewritten {
-            println!(
-                "verify repair {row}: {column} rewritten in {} from {} (the source of truth in mode {mode}), verified equal",
-                mode.source_of_truth().other().as_str(),
-                mode.source_of_truth().as_str()
-            );
-        }
+        let what = match outcome {
+            verifier::repair::Repaired::AlreadyEqual => continue,
+            verifier::repair::Repaired::Rewritten => "rewritten",
+            verifier::repair::Repaired::Deleted => "deleted",
+        };
+        println!(
+            "verify repair {row}: {column} {what} in {} from {} (the source of truth in mode {mode}), verified equal",
+            mode.source_of_truth().other().as_str(),
+            mode.source_of_truth().as_str()
+        );
     }
     let report = verifier::report::read(pool, None, since).await?;
     println!(

@@ -256,6 +256,9 @@ async fn repair(
                     let what = match outcome {
                         Repaired::AlreadyEqual => "already equal",
                         Repaired::Rewritten => "rewritten, verified equal",
+                        Repaired::Deleted => {
+                            "deleted (gone from the source of truth), verified equal"
+                        }
                     };
                     println!("{row} {column}: {what}");
                 }

@@ -454,7 +454,17 @@ async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired(
     // Repair rewrites Schemaless from the legacy tables (mode mirror).
     let (ok, out, err) = run(mezzanine(file.path(), &["verify", "repair", "--all"]));
     assert!(ok, "{out}{err}");
-    assert_eq!(out.matches("rewritten, verified equal").count(), 5, "{out}");
+    assert_eq!(out.matches("rewritten, verified equal").count(), 3, "{out}");
+    // The child rows PostgreSQL does not have are deleted with tombstones
+    // (see `repair_deletes_what_the_truth_no_longer_has_with_tombstones`).
+    for row in [d, e] {
+        assert!(
+            out.contains(&format!(
+                "{row} NOTES: deleted (gone from the source of truth), verified equal"
+            )),
+            "{out}"
+        );
+    }
     assert!(open_mismatches(&db.pool, "sample").await.is_empty());
     let legacy_a = facade
         .legacy()
@@ -525,6 +535,207 @@ async fn planted_divergence_is_found_by_samples_and_the_full_diff_then_repaired(
             .fields()["status"]
     );
     facade.close().await;
+}
+
+/// Deletes a trip and its child rows from PostgreSQL.
+async fn delete_trip(pool: &sqlx::PgPool, row: &RowKey) {
+    for table in ["trip_notes", "billing_attempts", "fare_adjustments"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DELETE FROM {table} WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1)"
+        )))
+        .bind(row.uuid())
+        .execute(pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query("DELETE FROM trips WHERE uuid = $1")
+        .bind(row.uuid())
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// The tombstone cells of `row` that Schemaless stores, and its stored
+/// cells of `column`, hidden or not.
+async fn stored_of(store: &MySqlStore, row: &RowKey, column: &Column) -> (Vec<Cell>, Vec<Cell>) {
+    let stored = store
+        .get_rows_all(std::slice::from_ref(row), ReadFrom::Master)
+        .await
+        .unwrap();
+    let of = |name: &str| -> Vec<Cell> {
+        stored
+            .iter()
+            .filter(|s| s.cell.key.column.as_str() == name)
+            .map(|s| s.cell.clone())
+            .collect()
+    };
+    (of("DELETED"), of(column.as_str()))
+}
+
+/// What the source of truth no longer has is deleted from the other side
+/// as the stores record a deletion: legacy as the truth, a tombstone
+/// written to Schemaless (its cells stay, hidden: it is append-only, and
+/// triggers see the deletion); Schemaless as the truth, its tombstone
+/// applied to the legacy tables. A row PostgreSQL has that a tombstone
+/// retired in Schemaless is refused, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn repair_deletes_what_the_truth_no_longer_has_with_tombstones() {
+    let (db, config, text, facade) = mirrored(60, 23, "").await;
+    let file = config_file(&text);
+    let schemaless = facade.schemaless().clone();
+    let noted = row_keys(
+        &db.pool,
+        "SELECT t.uuid FROM trips t WHERE (SELECT count(*) FROM trip_notes n WHERE n.trip_id = t.id) >= 2 ORDER BY t.id LIMIT 4",
+    )
+    .await;
+    assert_eq!(noted.len(), 4, "the seed has notes");
+    let (gone, child, retired, later) = (noted[0], noted[1], noted[2], noted[3]);
+
+    // A trip and its notes deleted in PostgreSQL, and a trip's first note
+    // (capture is not installed: the deletes reach Schemaless only by the
+    // repair).
+    delete_trip(&db.pool, &gone).await;
+    let first_note: i64 = sqlx::query_scalar(
+        "DELETE FROM trip_notes WHERE (trip_id, seq) = (
+             SELECT n.trip_id, min(n.seq) FROM trip_notes n JOIN trips t ON t.id = n.trip_id
+             WHERE t.uuid = $1 GROUP BY n.trip_id) RETURNING seq::int8",
+    )
+    .bind(child.uuid())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    // A trip deleted in Schemaless but still in PostgreSQL.
+    schemaless
+        .put_cell(schemaless::tombstone::row_tombstone(
+            retired,
+            &Column::new("DELETED").unwrap(),
+        ))
+        .await
+        .unwrap();
+
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "full", "--json", "--plain"],
+    ));
+    assert!(!ok, "{out}{err}");
+    let (_, base_before) = stored_of(&schemaless, &gone, &base()).await;
+    let (_, retired_before) = stored_of(&schemaless, &retired, &base()).await;
+    let (ok, out, all_err) = run(mezzanine(file.path(), &["verify", "repair", "--all"]));
+    assert!(!ok, "the retired row's repair fails: {out}{all_err}");
+    let (ok, gone_out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "repair", &gone.to_string()],
+    ));
+    assert!(ok, "{gone_out}{err}");
+    assert!(
+        gone_out.contains(&format!(
+            "{gone} BASE: deleted (gone from the source of truth), verified equal"
+        )),
+        "{gone_out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "{child} NOTES: deleted (gone from the source of truth), verified equal"
+        )),
+        "{out}"
+    );
+    assert!(
+        all_err.contains(&format!(
+            "{retired}: PostgreSQL, the source of truth in this mode, has"
+        )) && all_err.contains("retired"),
+        "{all_err}"
+    );
+
+    // The gone trip: one row tombstone, its cells still stored, hidden.
+    let (tombstones, base_after) = stored_of(&schemaless, &gone, &base()).await;
+    assert_eq!(tombstones.len(), 1, "{tombstones:?}");
+    assert_eq!(tombstones[0].body.fields()["row"], true);
+    assert_eq!(base_after, base_before, "history stays");
+    assert!(facade
+        .get_cell_latest(&gone, &base(), ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_none());
+    // The note: its own tombstone, the note's cell kept, the rest as PostgreSQL.
+    let (tombstones, notes_after) = stored_of(&schemaless, &child, &notes()).await;
+    assert_eq!(tombstones.len(), 1, "{tombstones:?}");
+    assert_eq!(tombstones[0].body.fields()["column"], "NOTES");
+    assert_eq!(tombstones[0].body.fields()["ref_key"], first_note);
+    assert!(notes_after
+        .iter()
+        .any(|c| c.key.ref_key.get() == first_note));
+    let all = schemaless
+        .get_rows_all(&[child], ReadFrom::Master)
+        .await
+        .unwrap();
+    let visible: Vec<i64> = schemaless::tombstone::visible(all, &Column::new("DELETED").unwrap())
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.cell.key.column == notes())
+        .map(|s| s.cell.key.ref_key.get())
+        .collect();
+    let in_legacy: Vec<i64> = sqlx::query_scalar(
+        "SELECT n.seq::int8 FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = $1 ORDER BY n.seq",
+    )
+    .bind(child.uuid())
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(visible, in_legacy);
+    // The retired row: refused, nothing written.
+    let (tombstones, retired_after) = stored_of(&schemaless, &retired, &base()).await;
+    assert_eq!(tombstones.len(), 1);
+    assert_eq!(
+        retired_after, retired_before,
+        "the refused repair wrote nothing"
+    );
+
+    // Its fix: delete it from PostgreSQL too; then the sides agree.
+    delete_trip(&db.pool, &retired).await;
+    let (ok, out, err) = run(mezzanine(file.path(), &["verify", "repair", "--all"]));
+    assert!(
+        ok && out.contains(&format!("{retired} BASE: already equal")),
+        "{out}{err}"
+    );
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "full", "--restart", "--json", "--plain"],
+    ));
+    assert!(ok && out.contains("\"mismatches\":0"), "{out}{err}");
+
+    // From primary on, a row Schemaless deleted is deleted from the legacy
+    // tables with its child rows. The facade (and its reverse mirror) is
+    // closed first, so only the repair can apply the tombstone.
+    walk_to(&facade, &config, Mode::Primary).await;
+    facade.close().await;
+    let schemaless = MySqlStore::connect(&config).unwrap();
+    schemaless
+        .put_cell(schemaless::tombstone::row_tombstone(
+            later,
+            &Column::new("DELETED").unwrap(),
+        ))
+        .await
+        .unwrap();
+    let (ok, out, err) = run(mezzanine(
+        file.path(),
+        &["verify", "repair", &later.to_string()],
+    ));
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "{later} BASE: deleted (gone from the source of truth), verified equal"
+        )),
+        "{out}"
+    );
+    let left: i64 = sqlx::query_scalar(
+        "SELECT (SELECT count(*) FROM trips WHERE uuid = $1) + (SELECT count(*) FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = $1)
+              + (SELECT count(*) FROM billing_attempts b JOIN trips t ON t.id = b.trip_id WHERE t.uuid = $1)",
+    )
+    .bind(later.uuid())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0, "the row and its notes are deleted from PostgreSQL");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

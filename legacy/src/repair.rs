@@ -38,6 +38,27 @@ impl LegacyStore {
         Ok(cells)
     }
 
+    /// Which of `rows` the parent table has (by row key, whatever its
+    /// columns hold): the full diff's check of rows Schemaless holds.
+    pub async fn existing_row_keys(
+        &self,
+        rows: &[RowKey],
+    ) -> Result<std::collections::HashSet<RowKey>> {
+        let layout = &*self.layout;
+        let sql = format!(
+            "/* mezzanine */ SELECT p.{uuid} FROM {table} p WHERE p.{uuid} = ANY($1)",
+            uuid = layout.uuid_sql,
+            table = layout.table_sql,
+        );
+        let keys: Vec<Uuid> = rows.iter().map(|r| r.uuid()).collect();
+        let found: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(&keys)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| self.storage(e))?;
+        Ok(found.into_iter().map(RowKey::from).collect())
+    }
+
     async fn column_rows(&self, column: &ColumnLayout, row_key: Uuid) -> Result<Vec<(i64, Body)>> {
         let layout = &*self.layout;
         let sql = match &column.shape {

@@ -282,7 +282,14 @@ pub async fn run(args: VerifyArgs, config_path: &Path, cluster_dir: &Path) -> an
 
     eprintln!("full diff ...");
     let legacy = store.legacy().clone();
-    let id = verifier::full::plan(&pool, &legacy, config.verify.chunk_size, true).await?;
+    let id = verifier::full::plan(
+        &pool,
+        &legacy,
+        store.schemaless().topology().shard_count,
+        config.verify.chunk_size,
+        true,
+    )
+    .await?;
     let diff = tripstore::triage::full_diff(&legacy, store.schemaless(), &config);
     let started = Instant::now();
     let status = diff

@@ -40,7 +40,14 @@ pub(super) async fn verify_steps(
     // once a second.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let diff = tripstore::triage::full_diff(store.legacy(), store.schemaless(), config);
-    let id = verifier::full::plan(pool, store.legacy(), 500, true).await?;
+    let id = verifier::full::plan(
+        pool,
+        store.legacy(),
+        store.schemaless().topology().shard_count,
+        500,
+        true,
+    )
+    .await?;
     let started = Instant::now();
     let run = diff
         .run(

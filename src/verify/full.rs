@@ -32,12 +32,19 @@ pub(super) async fn full(
         columns: args.columns.clone(),
         ids: args.ids,
     };
-    let id = verifier::full::plan_scoped(pool, &legacy, chunk_size, args.restart, &scope)
-        .await
-        .map_err(|e| match e {
-            verifier::Error::Usage(_) => crate::UsageError(e.to_string()).into(),
-            other => anyhow::Error::from(other),
-        })?;
+    let id = verifier::full::plan_scoped(
+        pool,
+        &legacy,
+        schemaless.topology().shard_count,
+        chunk_size,
+        args.restart,
+        &scope,
+    )
+    .await
+    .map_err(|e| match e {
+        verifier::Error::Usage(_) => crate::UsageError(e.to_string()).into(),
+        other => anyhow::Error::from(other),
+    })?;
     let before = verifier::full::status(pool, id).await?;
     eprintln!(
         "full diff run {id}: {} of {} chunks done before, {workers} workers{}",
@@ -83,8 +90,9 @@ pub(super) async fn full(
                     chunks,
                     before.chunks,
                     format!(
-                        "chunks, {parents} parents ({:.0}/s), {} mismatches, ETA {eta}",
+                        "chunks, {parents} parents ({:.0}/s), {} row keys swept, {} mismatches, ETA {eta}",
                         parents as f64 / secs,
+                        progress.swept.load(Ordering::Relaxed),
                         progress.mismatches.load(Ordering::Relaxed)
                     ),
                 );
@@ -96,13 +104,14 @@ pub(super) async fn full(
     let parents = progress.parents.load(Ordering::Relaxed);
     let found = progress.mismatches.load(Ordering::Relaxed);
     println!(
-        "run {}: {} of {} chunks{}, {} parents, {} cells compared, {} mismatches{}",
+        "run {}: {} of {} chunks{}, {} parents, {} cells compared, {} Schemaless row keys swept, {} mismatches{}",
         status.id,
         status.done,
         status.chunks,
-        strict_count(status.strict_chunks),
+        sweep_count(status.strict_chunks, status.sweeps),
         status.parents,
         status.cells,
+        status.swept_rows,
         status.mismatches,
         if status.sample_row_keys.is_empty() {
             String::new()
@@ -126,6 +135,8 @@ pub(super) async fn full(
             mismatches: u64,
             sample_row_keys: &'a [String],
             strict_chunks: u64,
+            sweeps: u64,
+            swept_rows: u64,
             parents_per_s: f64,
         }
         let json = FullJson {
@@ -137,6 +148,8 @@ pub(super) async fn full(
             mismatches: status.mismatches,
             sample_row_keys: &status.sample_row_keys,
             strict_chunks: status.strict_chunks,
+            sweeps: status.sweeps,
+            swept_rows: status.swept_rows,
             parents_per_s: parents as f64 / secs,
         };
         println!("{}", serde_json::to_string(&json)?);
@@ -152,11 +165,19 @@ pub(super) async fn full(
     Ok(())
 }
 
-/// ` (N strict)` after a run's chunk count, when any chunk ran strict.
-pub(super) fn strict_count(chunks: u64) -> String {
-    if chunks > 0 {
-        format!(" ({chunks} strict)")
-    } else {
+/// What a run's chunks were, after their count: ` (N strict, M shard
+/// sweeps)`; the sweeps look for rows only Schemaless has.
+pub(super) fn sweep_count(strict: u64, sweeps: u64) -> String {
+    let mut parts = Vec::new();
+    if strict > 0 {
+        parts.push(format!("{strict} strict"));
+    }
+    if sweeps > 0 {
+        parts.push(format!("{sweeps} shard sweeps"));
+    }
+    if parts.is_empty() {
         String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
     }
 }

@@ -1,7 +1,7 @@
 //! `verify report`: the figures the gates read, and the open
 //! mismatches.
 
-use super::full::strict_count;
+use super::full::sweep_count;
 use super::*;
 
 pub(super) async fn report(
@@ -87,12 +87,13 @@ pub(super) async fn report(
     }
     if let Some(run) = &last_run {
         println!(
-            "full diff run {}: {} of {} chunks{}, {} parents, {} mismatches{}",
+            "full diff run {}: {} of {} chunks{}, {} parents, {} Schemaless row keys swept, {} mismatches{}",
             run.id,
             run.done,
             run.chunks,
-            strict_count(run.strict_chunks),
+            sweep_count(run.strict_chunks, run.sweeps),
             run.parents,
+            run.swept_rows,
             run.mismatches,
             if run.finished_at.is_some() {
                 ", finished"

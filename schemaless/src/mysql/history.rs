@@ -12,7 +12,7 @@ use super::sql::{self, push_column, push_hex};
 use super::store::MySqlStore;
 use crate::api::{Answer, ReadFrom};
 use crate::cell::{Column, RowKey, StoredCell};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 impl MySqlStore {
     /// Every stored cell of these rows, every version of every column, in
@@ -80,6 +80,43 @@ impl MySqlStore {
             value: cells,
             stale,
         })
+    }
+
+    /// The row keys `shard` stores a cell of (any column), above `after`,
+    /// in key order, at most `limit`: one page of a sweep over a shard's
+    /// rows (the full diff's search for rows only Schemaless has), read on
+    /// the cell key's index.
+    pub async fn shard_row_keys(
+        &self,
+        shard: u32,
+        after: Option<&RowKey>,
+        limit: usize,
+        from: ReadFrom,
+    ) -> Result<Vec<RowKey>> {
+        use sqlx::Row;
+        let topology = self.topology();
+        let mut sql = format!(
+            "SELECT DISTINCT row_key FROM `{}`.`entity`",
+            topology.database(shard)
+        );
+        if let Some(after) = after {
+            sql.push_str(" WHERE row_key > ");
+            push_hex(&mut sql, after.as_bytes());
+        }
+        sql.push_str(&format!(" ORDER BY row_key LIMIT {limit}"));
+        let node = topology.reader(shard, from)?;
+        let rows = node.fetch_all(sql).await?;
+        rows.iter()
+            .map(|row| {
+                let unreadable = |reason: String| Error::Unreadable {
+                    what: format!("a row key of shard {shard}"),
+                    reason,
+                };
+                let bytes: Vec<u8> = row.try_get(0).map_err(|e| unreadable(e.to_string()))?;
+                RowKey::from_slice(&bytes)
+                    .ok_or_else(|| unreadable(format!("{} bytes, not 16", bytes.len())))
+            })
+            .collect()
     }
 }
 

@@ -16,6 +16,17 @@ pub struct Checked {
     pub mismatches: Vec<Difference>,
 }
 
+/// What triage made of a chunk's differences.
+#[derive(Default)]
+pub(super) struct Triaged {
+    /// Differences seen the same twice, with nothing in flight.
+    pub mismatches: Vec<Difference>,
+    /// (row, column)s that agree when read again.
+    pub equal: Vec<Unit>,
+    /// Schemaless's cells behind `equal`.
+    pub equal_cells: Vec<Cell>,
+}
+
 /// How many times a difference is read again before it is left
 /// unjudged.
 const TRIAGE_ROUNDS: usize = 5;
@@ -59,65 +70,11 @@ impl FullDiff {
         // What Schemaless held for each unit found equal: the strict
         // check reads it through PostgreSQL's own casts.
         let mut strict_cells = self.compared_cells(&stored, &equal);
-        // Triage as for samples: read the differing rows again until they
-        // agree or show the same difference twice with nothing in flight.
-        let mut previous: Vec<Difference> =
-            first.into_iter().filter_map(|u| u.difference).collect();
-        let mut mismatches = Vec::new();
-        for _ in 0..TRIAGE_ROUNDS {
-            if previous.is_empty() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(self.config.triage_delay_ms)).await;
-            let rows: Vec<RowKey> = previous
-                .iter()
-                .map(|d| d.row_key)
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            let settled = self
-                .triage
-                .settle(
-                    &rows,
-                    None,
-                    Duration::from_millis(self.config.triage_wait_ms),
-                )
-                .await;
-            let mut again: BTreeMap<RowKey, Vec<Cell>> = BTreeMap::new();
-            for row in &rows {
-                again.insert(*row, self.legacy.row_cells(row).await?);
-            }
-            let stored = self.schemaless_cells(&rows).await?;
-            let keys: std::collections::BTreeSet<(RowKey, String)> = previous
-                .iter()
-                .map(|d| (d.row_key, d.column.to_string()))
-                .collect();
-            let (now_equal, now_different): (Vec<Unit>, Vec<Unit>) = self
-                .compare(&again, &stored, columns)
-                .into_iter()
-                .filter(|u| keys.contains(&(u.row_key, u.column.to_string())))
-                .partition(|u| u.difference.is_none());
-            strict_cells.extend(self.compared_cells(&stored, &now_equal));
-            equal.extend(now_equal);
-            let now: Vec<Difference> = now_different
-                .into_iter()
-                .filter_map(|u| u.difference)
-                .collect();
-            if settled {
-                let (same, moved): (Vec<Difference>, Vec<Difference>) =
-                    now.into_iter().partition(|d| previous.contains(d));
-                mismatches.extend(same);
-                previous = moved;
-            } else {
-                previous = now;
-            }
-        }
-        if !previous.is_empty() {
-            tracing::warn!(
-                "verify full: {} (row, column)s kept changing during triage (hot rows?); not judged",
-                previous.len()
-            );
-        }
+        let first: Vec<Difference> = first.into_iter().filter_map(|u| u.difference).collect();
+        let triaged = self.triage(first, columns).await?;
+        strict_cells.extend(triaged.equal_cells);
+        equal.extend(triaged.equal);
+        let mut mismatches = triaged.mismatches;
         let mut strict_failed = Vec::new();
         if self.config.strict {
             strict_failed = strict::check(&self.legacy, &self.rules, &strict_cells).await?;
@@ -160,6 +117,75 @@ impl FullDiff {
             strict: self.config.strict,
             mismatches,
         })
+    }
+
+    /// Triage as for samples: reads the rows of `first` (differences) again,
+    /// both sides, until each agrees or shows the same difference twice
+    /// with nothing in flight.
+    pub(super) async fn triage(
+        &self,
+        first: Vec<Difference>,
+        columns: Option<&BTreeSet<String>>,
+    ) -> Result<Triaged, Error> {
+        let mut previous = first;
+        let mut triaged = Triaged::default();
+        for _ in 0..TRIAGE_ROUNDS {
+            if previous.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(self.config.triage_delay_ms)).await;
+            let rows: Vec<RowKey> = previous
+                .iter()
+                .map(|d| d.row_key)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let settled = self
+                .triage
+                .settle(
+                    &rows,
+                    None,
+                    Duration::from_millis(self.config.triage_wait_ms),
+                )
+                .await;
+            let mut again: BTreeMap<RowKey, Vec<Cell>> = BTreeMap::new();
+            for row in &rows {
+                again.insert(*row, self.legacy.row_cells(row).await?);
+            }
+            let stored = self.schemaless_cells(&rows).await?;
+            let keys: std::collections::BTreeSet<(RowKey, String)> = previous
+                .iter()
+                .map(|d| (d.row_key, d.column.to_string()))
+                .collect();
+            let (now_equal, now_different): (Vec<Unit>, Vec<Unit>) = self
+                .compare(&again, &stored, columns)
+                .into_iter()
+                .filter(|u| keys.contains(&(u.row_key, u.column.to_string())))
+                .partition(|u| u.difference.is_none());
+            triaged
+                .equal_cells
+                .extend(self.compared_cells(&stored, &now_equal));
+            triaged.equal.extend(now_equal);
+            let now: Vec<Difference> = now_different
+                .into_iter()
+                .filter_map(|u| u.difference)
+                .collect();
+            if settled {
+                let (same, moved): (Vec<Difference>, Vec<Difference>) =
+                    now.into_iter().partition(|d| previous.contains(d));
+                triaged.mismatches.extend(same);
+                previous = moved;
+            } else {
+                previous = now;
+            }
+        }
+        if !previous.is_empty() {
+            tracing::warn!(
+                "verify full: {} (row, column)s kept changing during triage (hot rows?); not judged",
+                previous.len()
+            );
+        }
+        Ok(triaged)
     }
 
     pub(super) async fn schemaless_cells(

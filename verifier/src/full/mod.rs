@@ -27,9 +27,12 @@
 //!    do not trust the conversion both sides of step 3 went through; what
 //!    PostgreSQL reads otherwise is a mismatch of read kind `strict`.
 //!
+//! Rows only Schemaless has have no legacy id to be found by: a run over
+//! the whole table also sweeps each shard's row keys for them
+//! ([`sweep`], one chunk per shard).
+//!
 //! `verify full` again continues an unfinished run; `--restart` plans a
-//! new one. Rows only Schemaless has are not found this way (the diff walks
-//! the legacy ids); sampled reads find them.
+//! new one.
 //!
 //! Its rooms: `plan` (runs, chunks, scope, status) and `chunk` (comparing
 //! one chunk); this file holds the workers that claim and run chunks.
@@ -54,9 +57,11 @@ use crate::strict;
 
 mod chunk;
 mod plan;
+mod sweep;
 
 pub use chunk::Checked;
-pub use plan::{latest, plan, plan_scoped, status, RunStatus, Scope};
+pub use plan::{latest, plan, plan_scoped, status, RunStatus, Scope, SWEEP_BASE};
+pub use sweep::Swept;
 
 /// Live counters of this process's workers.
 #[derive(Default, Debug)]
@@ -69,6 +74,8 @@ pub struct Progress {
     pub cells: AtomicU64,
     /// Mismatches recorded.
     pub mismatches: AtomicU64,
+    /// Schemaless row keys swept for rows only it has.
+    pub swept: AtomicU64,
 }
 
 /// The full diff over both stores.
@@ -130,7 +137,7 @@ impl FullDiff {
         cancel: &CancellationToken,
     ) -> Result<(), Error> {
         while !cancel.is_cancelled() {
-            let Some((start, end)) = self.claim(id).await? else {
+            let Some((start, end, shard)) = self.claim(id).await? else {
                 // Chunks claimed by others: wait in case their worker died.
                 if self.unfinished(id).await? == 0 {
                     return Ok(());
@@ -143,17 +150,29 @@ impl FullDiff {
                 }
                 continue;
             };
-            let checked = {
+            let (checked, swept) = {
                 let heartbeat = self.heartbeat(id, start);
                 tokio::pin!(heartbeat);
+                let work = async {
+                    match shard {
+                        Some(shard) => self
+                            .sweep(shard, columns)
+                            .await
+                            .map(|s| (s.checked, s.rows)),
+                        None => self
+                            .check_columns(start..end, columns)
+                            .await
+                            .map(|c| (c, 0)),
+                    }
+                };
                 tokio::select! {
-                    checked = self.check_columns(start..end, columns) => checked?,
+                    done = work => done?,
                     never = &mut heartbeat => match never {},
                 }
             };
             sqlx::query(
                 "/* mezzanine */ UPDATE mezzanine.verify_chunks SET state = 'done', done_at = now(),
-                     parents = $3, cells = $4, mismatches = $5, sample_row_keys = $6, strict = $7
+                     parents = $3, cells = $4, mismatches = $5, sample_row_keys = $6, strict = $7, swept = $8
                  WHERE run = $1 AND start_id = $2",
             )
             .bind(id)
@@ -170,6 +189,7 @@ impl FullDiff {
                     .collect::<Vec<Uuid>>(),
             )
             .bind(checked.strict)
+            .bind(swept as i64)
             .execute(&self.pool)
             .await
             .map_err(Error::postgres("marking a chunk compared"))?;
@@ -178,6 +198,7 @@ impl FullDiff {
                 .parents
                 .fetch_add(checked.parents, Ordering::Relaxed);
             progress.cells.fetch_add(checked.cells, Ordering::Relaxed);
+            progress.swept.fetch_add(swept, Ordering::Relaxed);
             progress
                 .mismatches
                 .fetch_add(checked.mismatches.len() as u64, Ordering::Relaxed);
@@ -216,14 +237,16 @@ impl FullDiff {
         }
     }
 
-    async fn claim(&self, id: i64) -> Result<Option<(i64, i64)>, Error> {
+    /// A chunk to compare: its start and end ids, and the shard it
+    /// sweeps if it is a sweep.
+    async fn claim(&self, id: i64) -> Result<Option<(i64, i64, Option<u32>)>, Error> {
         let row = sqlx::query(
             "/* mezzanine */ UPDATE mezzanine.verify_chunks SET state = 'running', claimed_at = now()
              WHERE (run, start_id) = (
                  SELECT run, start_id FROM mezzanine.verify_chunks
                  WHERE run = $1 AND (state = 'pending' OR (state = 'running' AND claimed_at < now() - make_interval(secs => $2)))
                  ORDER BY start_id LIMIT 1 FOR UPDATE SKIP LOCKED)
-             RETURNING start_id, end_id",
+             RETURNING start_id, end_id, shard",
         )
         .bind(id)
         .bind(self.config.stale_after_ms as f64 / 1000.0)
@@ -231,9 +254,11 @@ impl FullDiff {
         .await
         .map_err(Error::postgres("claiming a chunk to compare"))?;
         row.map(|r| {
+            let shard: Option<i32> = r.try_get(2).map_err(Error::postgres("claiming a chunk"))?;
             Ok((
                 r.try_get(0).map_err(Error::postgres("claiming a chunk"))?,
                 r.try_get(1).map_err(Error::postgres("claiming a chunk"))?,
+                shard.map(|s| s as u32),
             ))
         })
         .transpose()

@@ -1,5 +1,10 @@
 //! A full diff's plan: the run and its chunks of legacy ids, optionally
 //! scoped to columns and an id range, and their status.
+//!
+//! A run over the whole table also gets one chunk per Schemaless shard:
+//! its sweep for rows only Schemaless has ([`super::sweep`]). Such a chunk
+//! has its `shard` set, and a `start_id` below every legacy chunk's
+//! ([`SWEEP_BASE`] plus the shard), which keeps the table's primary key.
 
 use super::*;
 
@@ -20,6 +25,11 @@ pub struct RunStatus {
     pub mismatches: u64,
     /// Chunks compared with the strict check (`verify full --strict`).
     pub strict_chunks: u64,
+    /// Chunks that sweep a Schemaless shard for rows only it has (one per
+    /// shard; none in a run scoped to ids).
+    pub sweeps: u64,
+    /// Row keys those sweeps read.
+    pub swept_rows: u64,
     /// Row keys of some of them.
     pub sample_row_keys: Vec<String>,
     /// Started, seconds since the epoch.
@@ -56,6 +66,7 @@ pub async fn status(pool: &PgPool, id: i64) -> Result<RunStatus, Error> {
                 COALESCE(sum(c.parents), 0)::int8, COALESCE(sum(c.cells), 0)::int8,
                 COALESCE(sum(c.mismatches), 0)::int8,
                 count(*) FILTER (WHERE c.state = 'done' AND c.strict),
+                count(c.shard), COALESCE(sum(c.swept), 0)::int8,
                 (SELECT array_agg(k::text) FROM (SELECT unnest(sample_row_keys) k FROM mezzanine.verify_chunks
                      WHERE run = $1 ORDER BY start_id LIMIT 20) s),
                 extract(epoch FROM r.started_at)::float8, extract(epoch FROM r.finished_at)::float8
@@ -77,12 +88,14 @@ pub async fn status(pool: &PgPool, id: i64) -> Result<RunStatus, Error> {
         cells: get_u(3)?,
         mismatches: get_u(4)?,
         strict_chunks: get_u(5)?,
+        sweeps: get_u(6)?,
+        swept_rows: get_u(7)?,
         sample_row_keys: row
-            .try_get::<Option<Vec<String>>, _>(6)
+            .try_get::<Option<Vec<String>>, _>(8)
             .map_err(Error::postgres(context))?
             .unwrap_or_default(),
-        started_at: row.try_get(7).map_err(Error::postgres(context))?,
-        finished_at: row.try_get(8).map_err(Error::postgres(context))?,
+        started_at: row.try_get(9).map_err(Error::postgres(context))?,
+        finished_at: row.try_get(10).map_err(Error::postgres(context))?,
     })
 }
 
@@ -96,23 +109,31 @@ pub struct Scope {
     pub ids: Option<(i64, i64)>,
 }
 
+/// The `start_id` of shard 0's sweep chunk; shard `n`'s is this plus `n`.
+/// Below any legacy id a chunk could start at.
+pub const SWEEP_BASE: i64 = i64::MIN;
+
 /// The run to work on: the newest unfinished one, or (with `restart`, or
-/// when there is none) a new one over the legacy id range as it is now.
+/// when there is none) a new one over the legacy id range as it is now,
+/// and a sweep of each of Schemaless's `shards`.
 pub async fn plan(
     pool: &PgPool,
     legacy: &LegacyStore,
+    shards: u32,
     chunk_size: u64,
     restart: bool,
 ) -> Result<i64, Error> {
-    plan_scoped(pool, legacy, chunk_size, restart, &Scope::default()).await
+    plan_scoped(pool, legacy, shards, chunk_size, restart, &Scope::default()).await
 }
 
 /// [`plan`] of a run over `scope`. An unfinished run is continued only
 /// if it has the same columns (and, with ids given, the same range);
-/// otherwise a new run replaces it.
+/// otherwise a new run replaces it. A run scoped to ids sweeps no shard:
+/// a row only Schemaless has has no id to be in the range.
 pub async fn plan_scoped(
     pool: &PgPool,
     legacy: &LegacyStore,
+    shards: u32,
     chunk_size: u64,
     restart: bool,
     scope: &Scope,
@@ -169,6 +190,18 @@ pub async fn plan_scoped(
     .execute(&mut *tx)
     .await
     .map_err(Error::postgres(context))?;
+    if scope.ids.is_none() && shards > 0 {
+        sqlx::query(
+            "/* mezzanine */ INSERT INTO mezzanine.verify_chunks (run, start_id, end_id, shard)
+             SELECT $1, $2::int8 + s, $2::int8 + s, s FROM generate_series(0, $3::int4 - 1) s",
+        )
+        .bind(id)
+        .bind(SWEEP_BASE)
+        .bind(shards as i32)
+        .execute(&mut *tx)
+        .await
+        .map_err(Error::postgres(context))?;
+    }
     // Runs before this one are finished or abandoned: only one is worked.
     sqlx::query("/* mezzanine */ UPDATE mezzanine.verify_runs SET finished_at = now() WHERE id < $1 AND finished_at IS NULL")
         .bind(id)

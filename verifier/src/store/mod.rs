@@ -119,7 +119,9 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              done_at timestamptz,
              PRIMARY KEY (run, start_id));
          ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS strict boolean NOT NULL DEFAULT false;
-         ALTER TABLE mezzanine.verify_runs ADD COLUMN IF NOT EXISTS columns text[];",
+         ALTER TABLE mezzanine.verify_runs ADD COLUMN IF NOT EXISTS columns text[];
+         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS shard int;
+         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS swept bigint NOT NULL DEFAULT 0;",
     )
     .execute(&mut *tx)
     .await

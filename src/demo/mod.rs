@@ -205,11 +205,41 @@ pub async fn run(args: DemoArgs, config_path: &Path, cluster_dir: &Path) -> anyh
     println!("  ... the next page starts after added_id {}", page.next);
 
     triggers::trigger_and_index_steps(&config, &store, row).await?;
+    retire_showcase(&config, &store, &cells).await?;
     legacy::legacy_steps(&config, args.legacy_trips).await?;
     mirror::mirror_steps(&config, args.mirror_trips).await?;
 
     println!("\ndemo done. `mezzanine cluster status` shows the servers; `mezzanine cluster down` stops them.");
     store.close().await;
     topology.close().await;
+    Ok(())
+}
+
+/// Deletes the trips steps 3 to 8 wrote straight to Schemaless: they are
+/// not the legacy database's, and the migration from step 9 on compares
+/// the two stores row for row (the full diff's sweep would report each
+/// as a row only Schemaless has, and `shadow` would serve them). Cells are
+/// immutable, so each is deleted with a tombstone.
+async fn retire_showcase(
+    config: &config::Config,
+    store: &MySqlStore,
+    cells: &[Cell],
+) -> anyhow::Result<()> {
+    let column = schemaless::Column::new(&config.capture.tombstone_column)?;
+    let rows: std::collections::BTreeSet<schemaless::RowKey> =
+        cells.iter().map(|c| c.key.row_key).collect();
+    let tombstones: Vec<Cell> = rows
+        .iter()
+        .map(|row| schemaless::tombstone::row_tombstone(*row, &column))
+        .collect();
+    for batch in tombstones.chunks(config.limits.max_batch_cells) {
+        for result in store.put_cells(batch.to_vec()).await? {
+            result.map_err(Error::from)?;
+        }
+    }
+    println!(
+        "\nthe {} trips written above are not the legacy database's: each is deleted with a tombstone in {column} (cells are immutable), so that from here on Schemaless holds only what the migration brings",
+        rows.len()
+    );
     Ok(())
 }

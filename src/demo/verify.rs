@@ -58,9 +58,11 @@ pub(super) async fn verify_steps(
         )
         .await?;
     println!(
-        "full diff: {} parents, {} cells compared in {:.2}s, {} mismatches",
+        "full diff: {} parents, {} cells compared, and {} Schemaless row keys swept over {} shards for rows PostgreSQL lacks, in {:.2}s: {} mismatches",
         run.parents,
         run.cells,
+        run.swept_rows,
+        run.sweeps,
         started.elapsed().as_secs_f64(),
         run.mismatches
     );

@@ -29,7 +29,8 @@
 //! is every statement of a session on another database than the legacy
 //! one (`legacy.url`'s): the layout's tables are not in it.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use query::{Analysis, Class, Model};
 use tripstore::Mode;
@@ -117,7 +118,24 @@ pub struct Router {
     /// The statement the relay sends a session to learn its
     /// [`Resolution`] and its role ([`Router::probe`]).
     probe: Option<String>,
+    /// Analyses of recent statement texts, by model: a driver sends the
+    /// same text again and again (a `Parse` per execution of an unnamed
+    /// statement, one per row of an `executemany`), and an analysis
+    /// depends on the text and the model alone.
+    recent: Mutex<Recent>,
 }
+
+/// [`Router::recent`]: analyses by (qualified model?, text), at most
+/// [`RECENT`] of them, texts up to [`RECENT_TEXT`] bytes; emptied when
+/// full, so ad hoc statements with literals cannot grow it.
+#[derive(Default)]
+struct Recent(HashMap<(bool, String), Arc<Vec<Analysis>>>);
+
+/// How many analyses [`Recent`] keeps.
+const RECENT: usize = 512;
+
+/// The longest text [`Recent`] keeps an analysis of.
+const RECENT_TEXT: usize = 8 * 1024;
 
 impl Router {
     pub fn new(model: Option<Arc<Model>>) -> Router {
@@ -132,6 +150,7 @@ impl Router {
             qualified,
             names,
             probe,
+            recent: Mutex::default(),
         }
     }
 
@@ -144,19 +163,41 @@ impl Router {
 
     /// The analyses of `sql` (one or more statements), or none when it
     /// cannot touch the layout.
-    pub fn analyze(&self, sql: &str) -> Vec<Analysis> {
-        self.analyze_with(self.model.as_deref(), sql)
+    pub fn analyze(&self, sql: &str) -> Arc<Vec<Analysis>> {
+        self.analyze_with(self.model.as_deref(), false, sql)
     }
 
-    fn analyze_with(&self, model: Option<&Model>, sql: &str) -> Vec<Analysis> {
+    fn analyze_with(
+        &self,
+        model: Option<&Model>,
+        qualified: bool,
+        sql: &str,
+    ) -> Arc<Vec<Analysis>> {
         let Some(model) = model else {
-            return Vec::new();
+            return Arc::default();
         };
         let lower = sql.to_lowercase();
         if !self.names.iter().any(|n| lower.contains(n.as_str())) {
-            return Vec::new();
+            return Arc::default();
         }
-        query::analyze_text(model, sql)
+        let key = (qualified, sql.to_string());
+        if let Some(known) = self.recent().0.get(&key) {
+            return known.clone();
+        }
+        let analyses = Arc::new(query::analyze_text(model, sql));
+        if sql.len() <= RECENT_TEXT {
+            let mut recent = self.recent();
+            if recent.0.len() >= RECENT {
+                recent.0.clear();
+            }
+            recent.0.insert(key, analyses.clone());
+        }
+        analyses
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, Recent> {
+        // A panic while holding it left a map of whole entries.
+        self.recent.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// What to do with `sql` in `mode`, in a session whose bare names
@@ -174,11 +215,15 @@ impl Router {
         in_transaction: bool,
         resolution: Resolution,
     ) -> Decision {
-        let model = match resolution {
-            Resolution::Elsewhere => self.qualified.as_deref(),
-            Resolution::Layout | Resolution::Unknown => self.model.as_deref(),
+        let (model, qualified) = match resolution {
+            Resolution::Elsewhere => (self.qualified.as_deref(), true),
+            Resolution::Layout | Resolution::Unknown => (self.model.as_deref(), false),
         };
-        let mut decision = Router::judge(&self.analyze_with(model, sql), mode, in_transaction);
+        let mut decision = Router::judge(
+            &self.analyze_with(model, qualified, sql),
+            mode,
+            in_transaction,
+        );
         if resolution == Resolution::Unknown && decision.class != Class::Other {
             let unserved_read = mode == Mode::Schemaless && decision.samplable;
             if (decision.writable || unserved_read) && decision.verdict == Verdict::Forward {
@@ -388,6 +433,24 @@ mod tests {
         ))
         .expect("the example config loads");
         Router::new(query::Model::from_config(&config).map(Arc::new))
+    }
+
+    #[test]
+    fn a_text_is_parsed_once_and_the_analyses_kept_stay_bounded() {
+        let router = example();
+        let sql = "SELECT uuid, status FROM trips WHERE uuid = $1";
+        let first = router.analyze(sql);
+        assert_eq!(first[0].class, Class::Row);
+        assert!(Arc::ptr_eq(&first, &router.analyze(sql)), "parsed again");
+        for i in 0..RECENT + 10 {
+            router.analyze(&format!("SELECT uuid FROM trips WHERE uuid = '{i}'"));
+        }
+        assert!(router.recent().0.len() <= RECENT);
+        let long = format!(
+            "SELECT uuid FROM trips WHERE uuid = $1 /* {} */",
+            "x".repeat(RECENT_TEXT)
+        );
+        assert!(!Arc::ptr_eq(&router.analyze(&long), &router.analyze(&long)));
     }
 
     #[test]

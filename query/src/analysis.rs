@@ -143,6 +143,14 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
             reads: false,
         };
     };
+    analyze_statement(model, sql, statement)
+}
+
+/// [`analyze`] of a statement already parsed (and perhaps changed: its
+/// parameters bound as literals), written `sql`. What the relay's hot
+/// paths call: rendering a bound statement to text only to parse it again
+/// cost a parse per write.
+pub fn analyze_statement(model: &Model, sql: String, statement: &Statement) -> Analysis {
     let mut tables = Vec::new();
     let mut touches_layout = false;
     // A temporary table is created in the session's own schema, whatever

@@ -29,7 +29,7 @@ pub mod run;
 pub mod split;
 pub mod write;
 
-pub use analysis::{analyze, analyze_text, Analysis, Class};
+pub use analysis::{analyze, analyze_statement, analyze_text, Analysis, Class};
 pub use model::Model;
 pub use plan::Plan;
 

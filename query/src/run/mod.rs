@@ -96,7 +96,7 @@ pub async fn run(
 ) -> Result<Verdict, RunError> {
     // The values are bound first, so the plan's expressions are literals.
     let statement = bind(sql, params)?;
-    let analysis = crate::analyze(model, &statement.to_string());
+    let analysis = crate::analyze_statement(model, sql.to_string(), &statement);
     let plan =
         match analysis.plan {
             Some(plan @ (Plan::Rows(_) | Plan::Index(_))) => plan,
@@ -153,6 +153,13 @@ fn bind(sql: &str, params: &[String]) -> Result<Statement, RunError> {
 
 /// [`bind`], a `None` bound as `NULL`.
 fn bind_nullable(sql: &str, params: &[Option<String>]) -> Result<Statement, RunError> {
+    let mut statement = parse_one(sql)?;
+    bind_parsed(&mut statement, params)?;
+    Ok(statement)
+}
+
+/// The one statement `sql` is.
+fn parse_one(sql: &str) -> Result<Statement, RunError> {
     let mut statements =
         Parser::parse_sql(&PostgreSqlDialect {}, sql).map_err(|e| untranslatable(e.to_string()))?;
     if statements.len() != 1 {
@@ -161,9 +168,13 @@ fn bind_nullable(sql: &str, params: &[Option<String>]) -> Result<Statement, RunE
             statements.len()
         )));
     }
-    let mut statement = statements.remove(0);
+    Ok(statements.remove(0))
+}
+
+/// Binds `params` to the `$n` of a parsed `statement` ([`bind_nullable`]).
+fn bind_parsed(statement: &mut Statement, params: &[Option<String>]) -> Result<(), RunError> {
     let mut missing = None;
-    let _ = visit_expressions_mut(&mut statement, |e| {
+    let _ = visit_expressions_mut(statement, |e| {
         if let Expr::Value(v) = e {
             if let sqlparser::ast::Value::Placeholder(name) = &v.value {
                 let n: Option<usize> = name.strip_prefix('$').and_then(|n| n.parse().ok());
@@ -187,7 +198,7 @@ fn bind_nullable(sql: &str, params: &[Option<String>]) -> Result<Statement, RunE
             params.len()
         )));
     }
-    Ok(statement)
+    Ok(())
 }
 
 /// What differs between the two answers. With an ORDER BY the rows are

@@ -28,7 +28,7 @@ pub async fn cell_reads(
     params: &[String],
 ) -> Result<Vec<CellRead>, RunError> {
     let statement = bind(sql, params)?;
-    let plan = match crate::analyze(model, &statement.to_string()).plan {
+    let plan = match crate::analyze_statement(model, sql.to_string(), &statement).plan {
         Some(plan @ (Plan::Rows(_) | Plan::Index(_))) => plan,
         _ => return Err(untranslatable("not a translatable read")),
     };

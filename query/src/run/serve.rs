@@ -253,7 +253,7 @@ pub async fn render_from<S: CellStore>(
     }
     let legacy = eval.legacy;
     let (rows, outputs, order, limit, offset) =
-        match crate::analyze(model, &statement.to_string()).plan {
+        match crate::analyze_statement(model, sql.to_string(), &statement).plan {
             Some(Plan::Rows(read)) => {
                 if read.filtered {
                     return Ok(Serving::Forward(

@@ -34,8 +34,11 @@ pub async fn write_batch<S: CellStore>(
     // that does not translate.
     let mut analyzed = Vec::with_capacity(statements.len());
     let mut failed = None;
+    // A batch is mostly one statement bound again and again (`executemany`):
+    // each text is parsed once, and each bind changes a copy.
+    let mut parsed: HashMap<&str, Statement> = HashMap::new();
     for (sql, params) in statements {
-        match analyze(eval, catalog, model, sql, params).await {
+        match analyze(eval, catalog, model, (sql, &mut parsed), params).await {
             Ok(ok) => analyzed.push(ok),
             Err(e) => {
                 failed = Some(e);
@@ -281,15 +284,23 @@ fn again(key: &RowKey) -> Refused {
 }
 
 /// A statement's translated plan and its table's columns.
-async fn analyze<'a>(
+async fn analyze<'a, 's>(
     eval: Evaluator<'a>,
     catalog: &Catalog,
     model: &crate::Model,
-    sql: &str,
+    (sql, parsed): (&'s str, &mut HashMap<&'s str, Statement>),
     params: &[Option<String>],
 ) -> Result<(Write, Vec<Col<'a>>), Refused> {
-    let statement = bind_nullable(sql, params)?;
-    let write = match crate::analyze(model, &statement.to_string()).plan {
+    let mut statement = match parsed.get(sql) {
+        Some(statement) => statement.clone(),
+        None => {
+            let statement = parse_one(sql)?;
+            parsed.insert(sql, statement.clone());
+            statement
+        }
+    };
+    bind_parsed(&mut statement, params)?;
+    let write = match crate::analyze_statement(model, sql.to_string(), &statement).plan {
         Some(Plan::Write(write)) => write,
         _ => return Err(Refused::new("0A000", "not a translatable write")),
     };

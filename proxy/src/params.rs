@@ -6,9 +6,9 @@
 //! for the types whose binary form PostgreSQL documents and drivers send:
 //! booleans, integers, floats, `numeric`, text-like types, `uuid`,
 //! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
-//! `interval`, `bytea`, the network types, and
-//! one-dimensional arrays of those (sqlx, psycopg's `%b` and JDBC bind
-//! these in binary). Anything else, or a parameter whose type the `Parse`
+//! `interval`, `bytea`, the network types, `money`, the geometric and bit
+//! types, the range types over those, and one-dimensional arrays of them
+//! (sqlx, psycopg's `%b`, asyncpg and JDBC bind these in binary). Anything else, or a parameter whose type the `Parse`
 //! left unspecified, is not read: the statement is then not sampled or
 //! served, and a write is refused (`0A000`) rather than guessed at.
 
@@ -150,6 +150,13 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
                 })
                 .collect()
         }
+        // int4range, int8range, numrange, daterange, tsrange, tstzrange.
+        3904 => range_text(23, value)?,
+        3926 => range_text(20, value)?,
+        3906 => range_text(1700, value)?,
+        3912 => range_text(1082, value)?,
+        3908 => range_text(1114, value)?,
+        3910 => range_text(1184, value)?,
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -323,6 +330,54 @@ fn timestamp_text(micros: i64, with_zone: bool) -> Option<String> {
     (!text.starts_with('-')).then_some(text)
 }
 
+/// A range's binary form (`range_send`): a flags byte, then each bound
+/// that is there as its length and its subtype's binary form, as the
+/// range literal PostgreSQL reads (`[1,5)`, `(,"2015-03-08")`, `empty`).
+fn range_text(subtype: u32, value: &[u8]) -> Option<String> {
+    const EMPTY: u8 = 0x01;
+    const LOWER_INCLUSIVE: u8 = 0x02;
+    const UPPER_INCLUSIVE: u8 = 0x04;
+    const LOWER_INFINITE: u8 = 0x08;
+    const UPPER_INFINITE: u8 = 0x10;
+    let (&flags, mut rest) = value.split_first()?;
+    if flags & !(EMPTY | LOWER_INCLUSIVE | UPPER_INCLUSIVE | LOWER_INFINITE | UPPER_INFINITE) != 0 {
+        return None;
+    }
+    if flags & EMPTY != 0 {
+        return rest.is_empty().then(|| "empty".to_string());
+    }
+    let mut bound = |infinite: u8| -> Option<String> {
+        if flags & infinite != 0 {
+            return Some(String::new());
+        }
+        let (len, after) = rest.split_first_chunk::<4>()?;
+        let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
+        let text = binary_text(subtype, after.get(..len)?)?;
+        rest = &after[len..];
+        Some(format!(
+            "\"{}\"",
+            text.replace('\\', "\\\\").replace('"', "\\\"")
+        ))
+    };
+    let lower = bound(LOWER_INFINITE)?;
+    let upper = bound(UPPER_INFINITE)?;
+    rest.is_empty().then(|| {
+        format!(
+            "{}{lower},{upper}{}",
+            if flags & LOWER_INCLUSIVE != 0 {
+                '['
+            } else {
+                '('
+            },
+            if flags & UPPER_INCLUSIVE != 0 {
+                ']'
+            } else {
+                ')'
+            },
+        )
+    })
+}
+
 /// A one-dimensional array's binary form (dimensions, a NULL flag, the
 /// element type, each dimension's length and lower bound, then each
 /// element's length and bytes) as an array literal.
@@ -350,6 +405,8 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         651 => 650,
         1040 => 829,
         775 => 774,
+        3807 => 3802,
+        199 => 114,
         _ => return None,
     };
     let int = |at: usize| -> Option<i32> {

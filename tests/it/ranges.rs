@@ -8,6 +8,7 @@
 
 use schemaless::MySqlStore;
 use serde_json::json;
+use sqlx::Connection;
 
 use crate::durations::{body, kept_exactly, key, planted, put, refused_by_field, served_as_twin};
 use crate::harness::LegacyDb;
@@ -163,6 +164,34 @@ async fn ranges_are_kept_in_one_canonical_text_and_written_back_as_they_were() {
         through.to_value()["span"],
         json!("[2015-03-08T06:30:00.000000Z,2015-03-08T08:00:00.000000Z)")
     );
+
+    // The same with the ranges bound as parameters in binary, as sqlx,
+    // asyncpg and JDBC send them: read into the literals PostgreSQL reads.
+    let binary = "INSERT INTO bookings (booking_key, rev, seats, ids) VALUES ($1, 1, $2, $3)";
+    let bind = |k: schemaless::RowKey| {
+        use sqlx::postgres::types::PgRange;
+        use std::ops::Bound;
+        sqlx::query(binary)
+            .bind(k.uuid())
+            .bind(PgRange::<i32> {
+                start: Bound::Excluded(0),
+                end: Bound::Included(3),
+            })
+            .bind(PgRange::<i64> {
+                start: Bound::Unbounded,
+                end: Bound::Excluded(9_000_000_000_000_000_000),
+            })
+    };
+    let mut through = sqlx::PgConnection::connect(&proxy.url(&db)).await.unwrap();
+    let done = bind(key(10)).execute(&mut through).await.unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    let mut straight = sqlx::PgConnection::connect(&direct).await.unwrap();
+    bind(key(11)).execute(&mut straight).await.unwrap();
+    let through = body(&schemaless, key(10)).await.expect("written through").1;
+    let twin = body(&legacy, key(11)).await.expect("written directly").1;
+    assert_eq!(through, twin);
+    assert_eq!(through.to_value()["seats"], json!("[1,4)"));
+    assert_eq!(through.to_value()["ids"], json!("(,9000000000000000000)"));
     facade.close().await;
     legacy.close().await;
 }

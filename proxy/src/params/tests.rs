@@ -303,3 +303,72 @@ fn binary_parameters_of_other_or_unknown_types_are_not_read() {
         "short"
     );
 }
+
+/// A range's binary form: flags, then each bound there as length and
+/// bytes.
+fn range(flags: u8, bounds: &[&[u8]]) -> Vec<u8> {
+    let mut bytes = vec![flags];
+    for bound in bounds {
+        bytes.extend_from_slice(&(bound.len() as i32).to_be_bytes());
+        bytes.extend_from_slice(bound);
+    }
+    bytes
+}
+
+#[test]
+fn binary_ranges_read_as_range_literals() {
+    let (one_, five) = (1i32.to_be_bytes(), 5i32.to_be_bytes());
+    assert_eq!(
+        one(3904, &range(0x02, &[&one_, &five])).as_deref(),
+        Some("[\"1\",\"5\")")
+    );
+    assert_eq!(one(3904, &range(0x01, &[])).as_deref(), Some("empty"));
+    assert_eq!(
+        one(3926, &range(0x08 | 0x10, &[])).as_deref(),
+        Some("(,)"),
+        "both sides unbounded"
+    );
+    // tstzrange [2000-01-01 00:00:00.5 UTC,): microseconds since 2000.
+    assert_eq!(
+        one(3910, &range(0x02 | 0x10, &[&500_000i64.to_be_bytes()])).as_deref(),
+        Some("[\"2000-01-01T00:00:00.500000Z\",)")
+    );
+    // daterange (2015-03-08,2015-03-10]: days since 2000-01-01.
+    let (a, b) = (5_545i32.to_be_bytes(), 5_547i32.to_be_bytes());
+    assert_eq!(
+        one(3912, &range(0x04, &[&a, &b])).as_deref(),
+        Some("(\"2015-03-08\",\"2015-03-10\"]")
+    );
+    // numrange [1.5,): numeric 1.5 is digits [1, 5000], weight 0, dscale 1.
+    let n = numeric(0, 0, 1, &[1, 5000]);
+    assert_eq!(
+        one(3906, &range(0x02 | 0x10, &[&n])).as_deref(),
+        Some("[\"1.5\",)")
+    );
+    // Malformed: bytes left over, an unknown flag, a short bound, a bound
+    // of the wrong width, an empty range with bounds.
+    let mut extra = range(0x02, &[&one_, &five]);
+    extra.push(0);
+    for bad in [
+        extra,
+        range(0x40, &[&one_, &five]),
+        vec![0x02, 0, 0, 0, 4, 0],
+        range(0x02, &[&[1, 2], &five]),
+        range(0x01, &[&one_]),
+    ] {
+        assert_eq!(one(3904, &bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn binary_json_arrays_read_element_by_element() {
+    // jsonb[] {'{"a":1}', NULL}: element 3802, each a version byte and text.
+    let mut a = Vec::new();
+    for x in [1i32, 1, 3802, 2, 1] {
+        a.extend_from_slice(&x.to_be_bytes());
+    }
+    a.extend_from_slice(&8i32.to_be_bytes());
+    a.extend_from_slice(b"\x01{\"a\":1}");
+    a.extend_from_slice(&(-1i32).to_be_bytes());
+    assert_eq!(one(3807, &a).as_deref(), Some("{\"{\\\"a\\\":1}\",NULL}"));
+}

@@ -637,6 +637,23 @@ async fn the_primary_gate_refuses_direct_writes_and_names_them() {
         &format!("{}max_direct_writes = 1\n", crate::harness::TEST_GATES),
     ));
     run_ok(mezzanine(relaxed.path(), &["mode", "set", "primary"]));
+    // In primary, a plain SQL write to the legacy tables (a service still
+    // writing them, a write inside a transaction block through the
+    // proxy) would be stranded by the step to schemaless, where no one
+    // reads PostgreSQL: that step is held the same way.
+    psql(
+        &db,
+        "BEGIN; UPDATE trips SET status = 'disputed', version = version + 1 WHERE id = (SELECT max(id) FROM trips); COMMIT",
+    );
+    let out = mezzanine(config.path(), &["mode", "set", "schemaless"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 writes to layout tables"), "{err}");
+    assert!(err.contains("UPDATE trips SET status = $1"), "{err}");
+    assert!(err.contains("since this mode began"), "{err}");
+    run_ok(mezzanine(relaxed.path(), &["mode", "set", "schemaless"]));
     facade.close().await;
 }
 

@@ -135,8 +135,8 @@ pub async fn since_snapshot(
     Ok(found)
 }
 
-/// The refusal for `writes` over `max`, or `None`.
-pub fn refusal(writes: &[DirectWrite], max: u64) -> Option<String> {
+/// The refusal of the step to `to` for `writes` over `max`, or `None`.
+pub fn refusal(writes: &[DirectWrite], max: u64, to: crate::Mode) -> Option<String> {
     let total: u64 = writes.iter().map(|w| w.calls).sum();
     if total <= max {
         return None;
@@ -149,8 +149,15 @@ pub fn refusal(writes: &[DirectWrite], max: u64) -> Option<String> {
     let more = writes.len().saturating_sub(SHOWN);
     Some(format!(
         "{total} writes to layout tables since this mode began came from statements Mezzanine did \
-         not send (gates.max_direct_writes = {max}); in primary they would land where reads no \
-         longer come from: move them to the facade, then step again. {}{}",
+         not send (gates.max_direct_writes = {max}); {}: move them to the facade (out of \
+         transaction blocks, through the proxy), then step again. {}{}",
+        if to == crate::Mode::Schemaless {
+            "in schemaless no one reads PostgreSQL any more, and such a write would be stranded \
+             there; one made in primary may already differ from Schemaless (`mezzanine verify \
+             full` shows where)"
+        } else {
+            "in primary they would land where reads no longer come from"
+        },
         shown.join("; "),
         if more > 0 {
             format!(

@@ -5,7 +5,7 @@
 //! | `mirror` | the Schemaless schema exists on every shard (else the outbox could never drain); with `capture.required`, capture installed (and current) on every table of the layout | the mirror's tables |
 //! | `shadow` | the backfill complete, with no failed chunk and a plan made after the mode entered `mirror`; the outbox drained: its oldest entry younger than `gates.max_outbox_lag_ms`, and nothing parked (reads are about to come from Schemaless); the same of the capture queue | |
 //! | `primary` | every read of `shadow` served by Schemaless (the read share at 100%, for every column); `storage.durability = "two_hosts"` (Schemaless is about to become where writes land first: an acknowledged write must be on two hosts); at most `gates.max_direct_writes` writes to layout tables by statements Mezzanine did not send since the current mode began ([`crate::direct_writes`]); the outbox and the capture queue drained (the legacy tables are about to stop being written first) | the reverse offsets, at the change-log heads |
-//! | `schemaless` | nothing more | |
+//! | `schemaless` | at most `gates.max_direct_writes` writes to layout tables by statements Mezzanine did not send since `primary` began, and the capture queue drained with nothing parked: PostgreSQL is read by no one from here on, so a write made there would be stranded | |
 //!
 //! Entering `shadow` or `primary` also needs the verifier's word, over
 //! the samples since the later of the current mode's start and the
@@ -279,10 +279,12 @@ impl MigrationGate {
 
     /// Writes to layout tables by statements Mezzanine did not send, since
     /// the current mode began, at most `gates.max_direct_writes`.
-    async fn direct_writes(&self) -> Option<String> {
+    async fn direct_writes(&self, to: Mode) -> Option<String> {
         let model = self.model.as_ref()?;
         match crate::direct_writes::since_snapshot(&self.pool, model).await {
-            Ok(writes) => crate::direct_writes::refusal(&writes, self.settings.max_direct_writes),
+            Ok(writes) => {
+                crate::direct_writes::refusal(&writes, self.settings.max_direct_writes, to)
+            }
             Err(why) => Some(why),
         }
     }
@@ -348,7 +350,25 @@ impl Gate for MigrationGate {
     async fn checks(&self, _from: Mode, to: Mode) -> Result<Vec<Check>, Error> {
         let mut checks = Vec::new();
         match to {
-            Mode::Legacy | Mode::Schemaless => {}
+            Mode::Legacy => {}
+            Mode::Schemaless => {
+                // From here on PostgreSQL is read by no one: a write made
+                // there in `primary` (a service writing the legacy tables,
+                // a write inside a transaction block through the proxy)
+                // would be stranded, and so would a captured change not
+                // yet delivered.
+                if self.model.is_some() {
+                    checks.push(Check::unless(
+                        "direct_writes",
+                        self.direct_writes(to).await,
+                        format!(
+                            "at most gates.max_direct_writes = {} writes to layout tables by other statements since primary began",
+                            self.settings.max_direct_writes
+                        ),
+                    ));
+                }
+                checks.push(self.capture_drained().await?);
+            }
             Mode::Mirror => {
                 let shards = self.schemaless.topology().shard_count;
                 checks.push(match schema::verify(self.schemaless.topology()).await {
@@ -396,7 +416,7 @@ impl Gate for MigrationGate {
                 if self.model.is_some() {
                     checks.push(Check::unless(
                         "direct_writes",
-                        self.direct_writes().await,
+                        self.direct_writes(to).await,
                         format!(
                             "at most gates.max_direct_writes = {} writes to layout tables by other statements since this mode began",
                             self.settings.max_direct_writes

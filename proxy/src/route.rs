@@ -180,18 +180,19 @@ impl Router {
         if !self.names.iter().any(|n| lower.contains(n.as_str())) {
             return Arc::default();
         }
+        if sql.len() > RECENT_TEXT {
+            return Arc::new(query::analyze_text(model, sql));
+        }
         let key = (qualified, sql.to_string());
         if let Some(known) = self.recent().0.get(&key) {
             return known.clone();
         }
         let analyses = Arc::new(query::analyze_text(model, sql));
-        if sql.len() <= RECENT_TEXT {
-            let mut recent = self.recent();
-            if recent.0.len() >= RECENT {
-                recent.0.clear();
-            }
-            recent.0.insert(key, analyses.clone());
+        let mut recent = self.recent();
+        if recent.0.len() >= RECENT {
+            recent.0.clear();
         }
+        recent.0.insert(key, analyses.clone());
         analyses
     }
 

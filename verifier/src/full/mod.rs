@@ -34,8 +34,10 @@
 //! `verify full` again continues an unfinished run; `--restart` plans a
 //! new one.
 //!
-//! Its rooms: `plan` (runs, chunks, scope, status) and `chunk` (comparing
-//! one chunk); this file holds the workers that claim and run chunks.
+//! Its rooms: `plan` (runs, chunks, scope, status), `chunk` (comparing
+//! one chunk, and the triage it shares) and `sweep` (one shard's rows only
+//! Schemaless has; a sweep is one chunk, done again whole if its worker
+//! dies); this file holds the workers that claim and run chunks.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};

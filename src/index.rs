@@ -31,6 +31,25 @@ pub enum IndexCommand {
     Run,
     /// Versions of an index, their state and how far behind each is.
     Status(NameArgs),
+    /// Check a version (default: the active one) against the cells it
+    /// indexes: each row's pointer and its one entry, on the right shard,
+    /// with its latest cell's ref key and fields, and no stale entry left.
+    /// Exits 1 on a wrong, missing or stale entry, or a row the maintainer
+    /// has not reached.
+    #[command(disable_version_flag = true)]
+    Verify(VerifyArgs),
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// The index's name.
+    name: String,
+    /// The version (default: the active one).
+    #[arg(long)]
+    version: Option<u32>,
+    /// One JSON object: rows, entries, behind, problems.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -181,6 +200,84 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
             for runner in runners {
                 runner.await.context("a maintenance trigger")??;
             }
+        }
+        IndexCommand::Verify(args) => {
+            check(&args.name)?;
+            let versions = index::versions(&store, &args.name).await?;
+            let v = match args.version {
+                Some(v) if versions.iter().any(|(x, _)| *x == v) => v,
+                Some(v) => {
+                    return Err(crate::UsageError(format!(
+                        "index {} has no version {v}",
+                        args.name
+                    ))
+                    .into())
+                }
+                None => versions
+                    .iter()
+                    .find(|(_, s)| *s == VersionState::Active)
+                    .map(|(v, _)| *v)
+                    .ok_or_else(|| {
+                        crate::UsageError(format!(
+                            "index {} has no active version: name one with --version",
+                            args.name
+                        ))
+                    })?,
+            };
+            let found = index::verify(&store, &args.name, v).await?;
+            if args.json {
+                let problems: Vec<serde_json::Value> = found
+                    .problems
+                    .iter()
+                    .map(|(row, why)| serde_json::json!({"row_key": row.to_string(), "problem": why}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "index": args.name,
+                        "version": v,
+                        "rows": found.rows,
+                        "entries": found.entries,
+                        "behind": found.behind.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+                        "problems": problems,
+                    })
+                );
+            } else {
+                println!(
+                    "index {} v{v}: {} rows checked, {} entries as they should be, {} problems, {} rows behind",
+                    args.name,
+                    found.rows,
+                    found.entries,
+                    found.problems.len(),
+                    found.behind.len()
+                );
+                for (row, why) in found.problems.iter().take(20) {
+                    println!("  {row}: {why}");
+                }
+                if found.problems.len() > 20 {
+                    println!(
+                        "  ... and {} more (--json lists them all)",
+                        found.problems.len() - 20
+                    );
+                }
+            }
+            store.close().await;
+            if !found.problems.is_empty() {
+                anyhow::bail!(
+                    "index {} v{v} disagrees with the cells in {} places: build a new version (`mezzanine index create`, `backfill`, `switch`) to replace it",
+                    args.name,
+                    found.problems.len()
+                );
+            }
+            if !found.behind.is_empty() {
+                anyhow::bail!(
+                    "{} rows' entries are behind their latest cell (e.g. {}): is `mezzanine index run` going? `mezzanine index status {}` shows the lag",
+                    found.behind.len(),
+                    found.behind[0],
+                    args.name
+                );
+            }
+            return Ok(());
         }
         IndexCommand::Status(args) => {
             check(&args.name)?;

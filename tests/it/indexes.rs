@@ -437,3 +437,121 @@ async fn a_unique_index_keeps_the_first_row_and_parks_the_second() {
     cancel.cancel();
     running.await.unwrap();
 }
+
+/// Runs `sql(database)` on the master of every shard.
+async fn on_every_shard(store: &MySqlStore, sql: impl Fn(&str) -> String) {
+    let topology = store.topology();
+    for shard in 0..topology.shard_count {
+        let db = topology.database(shard);
+        topology
+            .cluster(shard)
+            .unwrap()
+            .master()
+            .execute(sql(&db))
+            .await
+            .unwrap();
+    }
+}
+
+/// `index::verify` finds an index that agrees with the cells silent, then
+/// each way its entries can go wrong behind the maintainer's back, by row:
+/// an entry gone, an entry's fields changed, a stale entry left on
+/// another shard; and a row the maintainer has not reached as behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_finds_entries_missing_changed_stale_and_rows_not_reached() {
+    let t = Instance::with_limits(SHARDS, INDEX).await;
+    let body = |driver: Option<&str>, city: i64| {
+        let mut body =
+            json!({"at": "2015-03-01T00:00:00.000000Z", "city": city, "fare": "9.5", "ok": true});
+        if let Some(driver) = driver {
+            body["driver"] = json!(driver);
+        }
+        body
+    };
+    let mut cells = Vec::new();
+    for row in 0..30u128 {
+        let driver = (row % 5 != 4).then_some(DRIVERS[(row % 3) as usize]);
+        cells.push(cell(row, "BASE", 1, body(driver, 1)));
+        // A second version moves some rows to another driver (another
+        // entry shard): the first entry must be gone.
+        cells.push(cell(
+            row,
+            "BASE",
+            2,
+            body(driver.map(|_| DRIVERS[((row + 1) % 3) as usize]), 2),
+        ));
+    }
+    t.store.put_cells(cells).await.unwrap();
+    let v = index::create_version(&t.store, "by_driver").await.unwrap();
+    let (stop, run) = maintain(&t.store, &t.config, v);
+    caught_up(&t.store, v, "by_driver").await;
+    index::switch(&t.store, "by_driver", v).await.unwrap();
+    let clean = index::verify(&t.store, "by_driver", v).await.unwrap();
+    assert_eq!(clean.rows, 30);
+    assert_eq!(clean.entries, 24, "every row with a driver has one entry");
+    assert!(
+        clean.problems.is_empty() && clean.behind.is_empty(),
+        "{clean:?}"
+    );
+    stop.cancel();
+    run.await.unwrap();
+
+    // Behind the maintainer's back (it is stopped).
+    let key = |row: u128| cell(row, "BASE", 1, json!({})).key.row_key;
+    let table = index::entry_table("by_driver", v);
+    let hex = |row: u128| {
+        let mut sql = String::new();
+        schemaless::mysql::sql::push_hex(&mut sql, key(row).as_bytes());
+        sql
+    };
+    on_every_shard(&t.store, |db| {
+        format!("DELETE FROM `{db}`.`{table}` WHERE row_key = {}", hex(0))
+    })
+    .await;
+    on_every_shard(&t.store, |db| {
+        format!(
+            "UPDATE `{db}`.`{table}` SET fields = '{{}}' WHERE row_key = {}",
+            hex(1)
+        )
+    })
+    .await;
+    let topology = t.store.topology();
+    let stale_db = topology.database(0);
+    topology
+        .cluster(0)
+        .unwrap()
+        .master()
+        .execute(format!(
+            "INSERT INTO `{stale_db}`.`{table}` (shard_value, row_key, ref_key, fields) VALUES ('gone-driver', {}, 1, '{{}}')",
+            hex(2)
+        ))
+        .await
+        .unwrap();
+    // A new cell the stopped maintainer never sees.
+    t.store
+        .put_cells(vec![cell(3, "BASE", 3, body(Some(DRIVERS[0]), 3))])
+        .await
+        .unwrap();
+    let found = index::verify(&t.store, "by_driver", v).await.unwrap();
+    let of = |row: u128| -> Vec<&String> {
+        found
+            .problems
+            .iter()
+            .filter(|(r, _)| *r == key(row))
+            .map(|(_, why)| why)
+            .collect()
+    };
+    assert!(
+        of(0).iter().any(|w| w.starts_with("no entry on shard")),
+        "{found:?}"
+    );
+    assert!(of(1).iter().any(|w| w.contains("holds {}")), "{found:?}");
+    assert!(
+        of(2)
+            .iter()
+            .any(|w| w.starts_with("a stale entry on shard 0")),
+        "{found:?}"
+    );
+    assert_eq!(found.problems.len(), 3, "{found:?}");
+    assert_eq!(found.behind, vec![key(3)]);
+}

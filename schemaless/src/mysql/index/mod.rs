@@ -26,9 +26,10 @@
 //! index.
 //!
 //! Its rooms: `version` (creating, listing and switching versions),
-//! `query` (reading the active version) and `maintainer` (the trigger
-//! handler that keeps entries current); this file holds the table names
-//! and what they share.
+//! `query` (reading the active version), `maintainer` (the trigger
+//! handler that keeps entries current) and `verify` (checking a version
+//! against the cells); this file holds the table names and what they
+//! share.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -51,10 +52,12 @@ use config::IndexFieldType;
 
 mod maintainer;
 mod query;
+mod verify;
 mod version;
 
 pub use maintainer::Maintainer;
 pub(crate) use query::query;
+pub use verify::{verify, IndexCheck};
 pub use version::{create_version, create_versions_table, switch, versions};
 
 /// How long the active version of an index is cached by a store.

@@ -39,6 +39,18 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
             .unwrap();
         assert!(out.status.success(), "{step:?}: {out:?}");
     }
+    // The backfilled index agrees with every trip's cell.
+    let out = crate::harness::mezzanine(file.path(), &["index", "verify", "trips_by_driver"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && said.contains(
+                ": 40 rows checked, 40 entries as they should be, 0 problems, 0 rows behind"
+            ),
+        "{out:?}"
+    );
     // Keys to read: trips with notes and without, and a busy driver.
     let with_notes: Vec<(String,)> = sqlx::query_as(
         "SELECT t.uuid::text FROM trips t

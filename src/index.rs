@@ -271,10 +271,11 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
             }
             if !found.behind.is_empty() {
                 anyhow::bail!(
-                    "{} rows' entries are behind their latest cell (e.g. {}): is `mezzanine index run` going? `mezzanine index status {}` shows the lag",
+                    "{} rows' entries are behind their latest cell (e.g. {}): is `mezzanine index run` going? `mezzanine index status {}` shows the lag, and `mezzanine trigger status {}` the cells its maintainer parked (a unique index's second row of a value is parked)",
                     found.behind.len(),
                     found.behind[0],
-                    args.name
+                    args.name,
+                    index::trigger_name(&args.name, v)
                 );
             }
             return Ok(());

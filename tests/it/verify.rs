@@ -618,11 +618,18 @@ async fn repair_deletes_what_the_truth_no_longer_has_with_tombstones() {
         .await
         .unwrap();
 
+    // The verifier's tables as an installation from before the sweeps
+    // has them: the first run adds what it needs.
+    verifier::store::ensure(&db.pool).await.unwrap();
+    sqlx::query("ALTER TABLE mezzanine.verify_chunks DROP COLUMN shard, DROP COLUMN swept")
+        .execute(&db.pool)
+        .await
+        .unwrap();
     let (ok, out, err) = run(mezzanine(
         file.path(),
         &["verify", "full", "--json", "--plain"],
     ));
-    assert!(!ok, "{out}{err}");
+    assert!(!ok && out.contains("\"sweeps\""), "{out}{err}");
     let (_, base_before) = stored_of(&schemaless, &gone, &base()).await;
     let (_, retired_before) = stored_of(&schemaless, &retired, &base()).await;
     // The row only Schemaless has is found by the shards' sweep, and

@@ -45,9 +45,13 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
             "mezzanine.verify_runs",
             "mezzanine.verify_chunks",
         ],
+        // The columns added since the tables were first made: an older
+        // installation gets them below.
         &[
             ("mezzanine.verify_chunks", "strict"),
             ("mezzanine.verify_runs", "columns"),
+            ("mezzanine.verify_chunks", "shard"),
+            ("mezzanine.verify_chunks", "swept"),
         ],
     );
     if everything.await {

@@ -224,7 +224,19 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
                         ))
                     })?,
             };
-            let found = index::verify(&store, &args.name, v).await?;
+            let shards = config.instance.shard_count;
+            let said = |sweep: &str, shard: u32, so_far: &index::IndexCheck| {
+                if (shard + 1).is_multiple_of(16) || shard + 1 == shards {
+                    eprintln!(
+                        "index {} v{v}: {sweep} of {} of {shards} shards checked, {} rows, {} problems so far",
+                        args.name,
+                        shard + 1,
+                        so_far.rows,
+                        so_far.problems.len()
+                    );
+                }
+            };
+            let found = index::verify(&store, &args.name, v, &said).await?;
             if args.json {
                 let problems: Vec<serde_json::Value> = found
                     .problems

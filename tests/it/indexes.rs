@@ -486,7 +486,9 @@ async fn verify_finds_entries_missing_changed_stale_and_rows_not_reached() {
     let (stop, run) = maintain(&t.store, &t.config, v);
     caught_up(&t.store, v, "by_driver").await;
     index::switch(&t.store, "by_driver", v).await.unwrap();
-    let clean = index::verify(&t.store, "by_driver", v).await.unwrap();
+    let clean = index::verify(&t.store, "by_driver", v, &|_, _, _| {})
+        .await
+        .unwrap();
     assert_eq!(clean.rows, 30);
     assert_eq!(clean.entries, 24, "every row with a driver has one entry");
     assert!(
@@ -532,7 +534,9 @@ async fn verify_finds_entries_missing_changed_stale_and_rows_not_reached() {
         .put_cells(vec![cell(3, "BASE", 3, body(Some(DRIVERS[0]), 3))])
         .await
         .unwrap();
-    let found = index::verify(&t.store, "by_driver", v).await.unwrap();
+    let found = index::verify(&t.store, "by_driver", v, &|_, _, _| {})
+        .await
+        .unwrap();
     let of = |row: u128| -> Vec<&String> {
         found
             .problems

@@ -61,8 +61,14 @@ type Pointer = (i64, Option<u32>);
 type Stored = (u32, i64, Value);
 
 /// Checks version `version` of index `name` against every row's latest
-/// cell of its column.
-pub async fn verify(store: &MySqlStore, name: &str, version: u32) -> Result<IndexCheck> {
+/// cell of its column. `progress` is told each shard done in each sweep
+/// (`"rows"` or `"entries"`, the shard, what was found so far).
+pub async fn verify(
+    store: &MySqlStore,
+    name: &str,
+    version: u32,
+    progress: &(dyn Fn(&str, u32, &IndexCheck) + Sync),
+) -> Result<IndexCheck> {
     let spec = spec(store, name)?.clone();
     let mut check = IndexCheck::default();
     let mut behind = Vec::new();
@@ -81,6 +87,7 @@ pub async fn verify(store: &MySqlStore, name: &str, version: u32) -> Result<Inde
                 break;
             }
         }
+        progress("rows", shard, &check);
     }
     for shard in 0..store.topology().shard_count {
         let mut after: Option<RowKey> = None;
@@ -95,6 +102,7 @@ pub async fn verify(store: &MySqlStore, name: &str, version: u32) -> Result<Inde
                 break;
             }
         }
+        progress("entries", shard, &check);
     }
     for _ in 0..AGAIN.0 {
         if behind.is_empty() {

@@ -278,15 +278,25 @@ impl MigrationGate {
     }
 
     /// Writes to layout tables by statements Mezzanine did not send, since
-    /// the current mode began, at most `gates.max_direct_writes`.
-    async fn direct_writes(&self, to: Mode) -> Option<String> {
+    /// the current mode began, at most `gates.max_direct_writes`: the
+    /// check of the step to `to`, or none without a layout to read them
+    /// by.
+    async fn direct_writes(&self, to: Mode) -> Option<Check> {
         let model = self.model.as_ref()?;
-        match crate::direct_writes::since_snapshot(&self.pool, model).await {
+        let refused = match crate::direct_writes::since_snapshot(&self.pool, model).await {
             Ok(writes) => {
                 crate::direct_writes::refusal(&writes, self.settings.max_direct_writes, to)
             }
             Err(why) => Some(why),
-        }
+        };
+        Some(Check::unless(
+            "direct_writes",
+            refused,
+            format!(
+                "at most gates.max_direct_writes = {} writes to layout tables by other statements since this mode began",
+                self.settings.max_direct_writes
+            ),
+        ))
     }
 
     /// With `capture.enabled`: the capture queue keeps up as the outbox
@@ -357,16 +367,7 @@ impl Gate for MigrationGate {
                 // a write inside a transaction block through the proxy)
                 // would be stranded, and so would a captured change not
                 // yet delivered.
-                if self.model.is_some() {
-                    checks.push(Check::unless(
-                        "direct_writes",
-                        self.direct_writes(to).await,
-                        format!(
-                            "at most gates.max_direct_writes = {} writes to layout tables by other statements since primary began",
-                            self.settings.max_direct_writes
-                        ),
-                    ));
-                }
+                checks.extend(self.direct_writes(to).await);
                 checks.push(self.capture_drained().await?);
             }
             Mode::Mirror => {
@@ -413,16 +414,7 @@ impl Gate for MigrationGate {
                     "storage.durability = \"two_hosts\": an acknowledged write is on two hosts",
                 ));
                 checks.push(self.all_reads().await?);
-                if self.model.is_some() {
-                    checks.push(Check::unless(
-                        "direct_writes",
-                        self.direct_writes(to).await,
-                        format!(
-                            "at most gates.max_direct_writes = {} writes to layout tables by other statements since this mode began",
-                            self.settings.max_direct_writes
-                        ),
-                    ));
-                }
+                checks.extend(self.direct_writes(to).await);
                 checks.push(self.outbox_drained().await?);
                 checks.push(self.capture_drained().await?);
                 checks.extend(self.verified().await?);

@@ -32,7 +32,8 @@
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
-//! | `jsonb[]` | array of JSON values, each as a `jsonb` field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
+//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
+//! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
@@ -157,6 +158,12 @@ pub enum Element {
     Macaddr8,
     Char,
     Enum,
+    Money,
+    Bit,
+    Geometric(Geometry),
+    Range(Subtype),
+    /// A `json[]`'s elements: any JSON value each, arrays included.
+    Json,
     /// A `jsonb[]`'s elements: any JSON value each, arrays included.
     Jsonb,
 }
@@ -183,13 +190,33 @@ impl Element {
             Element::Macaddr8 => Conversion::Macaddr8,
             Element::Char => Conversion::Char,
             Element::Enum => Conversion::Enum,
+            Element::Money => Conversion::Money,
+            Element::Bit => Conversion::Bit,
+            Element::Geometric(g) => Conversion::Geometric(g),
+            Element::Range(subtype) => Conversion::Range(subtype),
+            Element::Json => Conversion::Json,
             Element::Jsonb => Conversion::Jsonb,
+        }
+    }
+
+    /// Whether an element is any JSON value, arrays included (an array
+    /// element of another type would be a dimension).
+    fn is_json(self) -> bool {
+        matches!(self, Element::Json | Element::Jsonb)
+    }
+
+    /// The character between elements in the type's array literal: a
+    /// `box` has commas of its own, so its arrays use `;` (`typdelim`).
+    pub fn delimiter(self) -> char {
+        match self {
+            Element::Geometric(Geometry::Box) => ';',
+            _ => ',',
         }
     }
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], jsonb[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, json[], jsonb[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -247,9 +274,18 @@ impl Conversion {
             "_cidr" => Conversion::ArrayOf(Element::Cidr),
             "_macaddr" => Conversion::ArrayOf(Element::Macaddr),
             "_macaddr8" => Conversion::ArrayOf(Element::Macaddr8),
-            other => match Subtype::of_type(other) {
-                Some(subtype) => Conversion::Range(subtype),
-                None => Conversion::Geometric(Geometry::of_type(other)?),
+            "_money" => Conversion::ArrayOf(Element::Money),
+            "_bit" | "_varbit" => Conversion::ArrayOf(Element::Bit),
+            "_json" => Conversion::ArrayOf(Element::Json),
+            other => match other.strip_prefix('_') {
+                Some(element) => Conversion::ArrayOf(match Subtype::of_type(element) {
+                    Some(subtype) => Element::Range(subtype),
+                    None => Element::Geometric(Geometry::of_type(element)?),
+                }),
+                None => match Subtype::of_type(other) {
+                    Some(subtype) => Conversion::Range(subtype),
+                    None => Conversion::Geometric(Geometry::of_type(other)?),
+                },
             },
         })
     }
@@ -589,9 +625,10 @@ impl Conversion {
         let mut canonical = Vec::with_capacity(items.len());
         let mut texts = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            // A `jsonb` element is any JSON value; otherwise an array
-            // in an array is a dimension, which the layout does not keep.
-            if item.is_array() && element != Element::Jsonb {
+            // A `json` or `jsonb` element is any JSON value; otherwise an
+            // array in an array is a dimension, which the layout does not
+            // keep.
+            if item.is_array() && !element.is_json() {
                 return Err("a nested array: only flat arrays are kept".into());
             }
             let (value, text) = scalar
@@ -600,7 +637,10 @@ impl Conversion {
             canonical.push(value);
             texts.push(text.map_or(Value::Null, Value::String));
         }
-        Ok((Value::Array(canonical), Some(array_literal(&texts))))
+        Ok((
+            Value::Array(canonical),
+            Some(array_literal(&texts, element.delimiter())),
+        ))
     }
 
     /// The text PostgreSQL casts into the column, from a canonical value.
@@ -618,7 +658,7 @@ impl Conversion {
                 | Conversion::Int4Array
                 | Conversion::Int8Array,
                 Value::Array(items),
-            ) => array_literal(items),
+            ) => array_literal(items, ','),
             (_, other) => other.to_string(),
         }
     }
@@ -732,12 +772,13 @@ fn float_value(x: f64) -> Value {
     }
 }
 
-/// A PostgreSQL array literal of flat JSON items: `{"a","b\"c",NULL}`.
-fn array_literal(items: &[Value]) -> String {
+/// A PostgreSQL array literal of flat JSON items, `delimiter` between
+/// them: `{"a","b\"c",NULL}`.
+fn array_literal(items: &[Value], delimiter: char) -> String {
     let mut out = String::from("{");
     for (i, item) in items.iter().enumerate() {
         if i > 0 {
-            out.push(',');
+            out.push(delimiter);
         }
         match item {
             Value::Null => out.push_str("NULL"),

@@ -435,7 +435,12 @@ impl Layout {
         let money = columns
             .iter()
             .flat_map(|c| c.fields.iter().map(move |f| (c, f)))
-            .find(|(_, f)| f.conversion == Conversion::Money);
+            .find(|(_, f)| {
+                matches!(
+                    f.conversion,
+                    Conversion::Money | Conversion::ArrayOf(conversion::Element::Money)
+                )
+            });
         if let Some((column, field)) = money {
             money_reads_back(pool, &format!("{}.{}", column.table_sql, quote(&field.sql))).await?;
         }

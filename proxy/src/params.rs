@@ -407,8 +407,26 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         775 => 774,
         3807 => 3802,
         199 => 114,
+        791 => 790,
+        1561 => 1560,
+        1563 => 1562,
+        1017 => 600,
+        1018 => 601,
+        1019 => 602,
+        1020 => 603,
+        1027 => 604,
+        629 => 628,
+        719 => 718,
+        3905 => 3904,
+        3927 => 3926,
+        3907 => 3906,
+        3913 => 3912,
+        3909 => 3908,
+        3911 => 3910,
         _ => return None,
     };
+    // A `box` has commas of its own: its arrays separate with `;`.
+    let delimiter = if element == 603 { ";" } else { "," };
     let int = |at: usize| -> Option<i32> {
         value
             .get(at..at + 4)
@@ -439,7 +457,7 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
             text.replace('\\', "\\\\").replace('"', "\\\"")
         ));
     }
-    (at == value.len()).then(|| format!("{{{}}}", items.join(",")))
+    (at == value.len()).then(|| format!("{{{}}}", items.join(delimiter)))
 }
 
 #[cfg(test)]

@@ -102,6 +102,7 @@ mod connections;
 mod cutover;
 mod deletes;
 mod durations;
+mod element_arrays;
 mod exact_values;
 mod group_commit;
 mod harness;

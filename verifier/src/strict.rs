@@ -15,11 +15,11 @@
 //! | column type (catalog) | equal when |
 //! |---|---|
 //! | `json`, `jsonb` | both as `jsonb` text (JSON `null` is SQL NULL) |
-//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value; a `jsonb[]`'s elements as JSON, by value |
+//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value; a `jsonb[]`'s or `json[]`'s elements as JSON, by value; a `bit(n)[]`'s cast to the column's own type |
 //! | `numeric` | equal as `numeric` (the value; not the scale a `numeric(p,s)` displays) |
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
-//! | range types | equal as ranges (by value: a `numrange`'s bounds as `numeric`s), the bounds quoted and their years rewritten as PostgreSQL's before the cast ([`legacy::range::param`]) |
+//! | range types and their arrays | equal as ranges (by value: a `numrange`'s bounds as `numeric`s), the bounds quoted and their years rewritten as PostgreSQL's before the cast ([`legacy::range::param`]) |
 //! | `text`, `varchar`, `citext` | the JSON string, byte for byte (`COLLATE "C"`: a case-insensitive type or collation would find `Bob` equal to `bob`) |
 //! | `character(n)` | the JSON string, byte for byte, with the column's text (which drops the padding): a cast to `character` would cut it to one character |
 //! | anything else (an enum, a domain's own constraints) | cast to the type without its modifier, as text |
@@ -292,18 +292,32 @@ fn statement(
 fn range_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for field in &layout.fields {
-        if !matches!(field.conversion, legacy::conversion::Conversion::Range(_)) {
+        if !is_range(field) {
             continue;
         }
-        if let Some(value @ Value::String(text)) = body.get(&field.json) {
-            let read = match field.conversion.accept(value) {
-                Ok((_, Some(param))) => param,
-                _ => text.clone(),
-            };
-            out.insert(field.json.clone(), Value::String(read));
-        }
+        let Some(value) = body.get(&field.json) else {
+            continue;
+        };
+        let read = match (field.conversion.accept(value), value) {
+            (Ok((_, Some(param))), _) => param,
+            (Ok((_, None)), _) => continue,
+            (_, Value::String(text)) => text.clone(),
+            // An array it cannot read: the JSON's own text, which
+            // PostgreSQL refuses as the array.
+            (_, other) => other.to_string(),
+        };
+        out.insert(field.json.clone(), Value::String(read));
     }
     out
+}
+
+/// A range field, or an array of ranges: compared by value.
+fn is_range(field: &Field) -> bool {
+    use legacy::conversion::{Conversion, Element};
+    matches!(
+        field.conversion,
+        Conversion::Range(_) | Conversion::ArrayOf(Element::Range(_))
+    )
 }
 
 /// Whether Schemaless's value of `field` (in `s.e`) is what `column`
@@ -318,8 +332,9 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                   ELSE abs({text}::numeric - {column}::numeric) <= {tolerance:?}::numeric END"
         );
     }
-    if let legacy::conversion::Conversion::Range(_) = field.conversion {
-        // By value, as a `numeric` is (a `numrange` keeps `1.50`).
+    if is_range(field) {
+        // By value, as a `numeric` is (a `numrange` keeps `1.50`); an
+        // array of ranges element by element, by the ranges' `=`.
         return format!(
             "(s.e->'p'->>{})::{base} IS NOT DISTINCT FROM {column}",
             literal(&field.json)
@@ -351,6 +366,23 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
             "(CASE WHEN json_typeof({value}) = 'array' THEN
                   ARRAY(SELECT nullif(a.e::jsonb, 'null'::jsonb) FROM json_array_elements({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)
               END) IS NOT DISTINCT FROM {column}"
+        ),
+        // As `jsonb[]`'s: a `json` has no `=`, its text keeps spacing.
+        "_json" => format!(
+            "(CASE WHEN json_typeof({value}) = 'array' THEN
+                  ARRAY(SELECT nullif(a.e::jsonb, 'null'::jsonb) FROM json_array_elements({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)
+              END) IS NOT DISTINCT FROM
+             (CASE WHEN {column} IS NOT NULL THEN
+                  ARRAY(SELECT nullif(c.e::jsonb, 'null'::jsonb) FROM unnest({column}) WITH ORDINALITY AS c(e, n) ORDER BY c.n)
+              END)"
+        ),
+        // Cast to the column's own type: `bit[]` is an array of `bit(1)`,
+        // which would refuse every longer element.
+        "_bit" | "_varbit" => format!(
+            "(CASE WHEN json_typeof({value}) = 'array' THEN
+                  ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::{}
+              END)::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\"",
+            field.sql_type
         ),
         array if array.starts_with('_') => format!(
             "(CASE WHEN json_typeof({value}) = 'array' THEN

@@ -264,6 +264,73 @@ fn arrays_of_other_scalars_convert_element_by_element() {
 }
 
 #[test]
+fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
+    use crate::geometry::Geometry;
+    use crate::range::Subtype;
+    for (typname, element) in [
+        ("_money", Element::Money),
+        ("_bit", Element::Bit),
+        ("_varbit", Element::Bit),
+        ("_point", Element::Geometric(Geometry::Point)),
+        ("_box", Element::Geometric(Geometry::Box)),
+        ("_int4range", Element::Range(Subtype::Int4)),
+        ("_tstzrange", Element::Range(Subtype::Timestamptz)),
+        ("_json", Element::Json),
+    ] {
+        assert_eq!(
+            Conversion::for_type(typname),
+            Some(Conversion::ArrayOf(element)),
+            "{typname}"
+        );
+    }
+    assert_eq!(Conversion::for_type("_tsvector"), None);
+    // A box's commas are its own: the literal separates with `;`.
+    let boxes = Conversion::ArrayOf(Element::Geometric(Geometry::Box));
+    let (v, p) = boxes
+        .accept(&json!(["(0,0),(1,1)", null, "(2,2),(3,3)"]))
+        .unwrap();
+    assert_eq!(v, json!(["(1,1),(0,0)", null, "(3,3),(2,2)"]));
+    assert_eq!(p.as_deref(), Some(r#"{"(1,1),(0,0)";NULL;"(3,3),(2,2)"}"#));
+    // Each element as its type takes it; refused by its index.
+    let amounts = Conversion::ArrayOf(Element::Money);
+    assert_eq!(
+        amounts.accept(&json!(["12.50", 7])).unwrap().0,
+        json!(["12.5", "7"])
+    );
+    let err = amounts.accept(&json!(["1", "1.234"])).unwrap_err();
+    assert!(err.starts_with("element 1:"), "{err}");
+    let ranges = Conversion::ArrayOf(Element::Range(Subtype::Int4));
+    assert_eq!(
+        ranges.accept(&json!(["[1,5]", "empty"])).unwrap().0,
+        json!(["[1,6)", "empty"])
+    );
+    assert_eq!(
+        ranges.render(Some(r#"["[1,6)", null]"#)).unwrap(),
+        json!(["[1,6)", null])
+    );
+    // A `json[]`'s element is any JSON value, an array too; JSON `null`
+    // reads back as the SQL NULL element it is written as.
+    let documents = Conversion::ArrayOf(Element::Json);
+    let written: serde_json::Value =
+        serde_json::from_str(r#"[{"a": [1, 2.50]}, [3], "x", null]"#).unwrap();
+    let (v, p) = documents.accept(&written).unwrap();
+    assert_eq!(v, written, "numbers as written: a json keeps its text");
+    assert_eq!(
+        p.as_deref(),
+        Some(r#"{"{\"a\":[1,2.50]}","[3]","\"x\"",NULL}"#)
+    );
+    assert_eq!(
+        documents
+            .render(Some(r#"["{\"a\": 1}", "null", null]"#))
+            .unwrap(),
+        json!([{"a": 1}, null, null])
+    );
+    let bits = Conversion::ArrayOf(Element::Bit);
+    assert!(bits.accept(&json!([["01"]])).is_err(), "a dimension");
+    assert!(bits.accept(&json!(["012"])).is_err());
+}
+
+#[test]
 fn money_takes_amounts_it_holds_to_the_cent() {
     for (written, kept) in [
         (json!("12.50"), "12.5"),
@@ -317,5 +384,4 @@ fn geometric_values_are_postgresqls_text() {
         boxed.accept(&json!("(1,1),(3,3)")).unwrap().0,
         json!("(3,3),(1,1)")
     );
-    assert_eq!(Conversion::for_type("_point"), None);
 }

@@ -108,7 +108,10 @@ impl Field {
             Conversion::Time => crate::duration::time_fits(text, self.typmod),
             Conversion::Timetz => crate::zoned::timetz_fits(text, self.typmod),
             Conversion::Interval => crate::duration::Interval::parse(text)?.fits(self.typmod, text),
-            Conversion::Bit => crate::bits::bits_fit(text, &self.typname, self.typmod),
+            // An array's type name is its element's with a `_`.
+            Conversion::Bit => {
+                crate::bits::bits_fit(text, self.typname.trim_start_matches('_'), self.typmod)
+            }
             _ => Ok(()),
         }
     }
@@ -117,7 +120,7 @@ impl Field {
     /// back the text PostgreSQL sends for the stored value. Not for an
     /// unconstrained `numeric` (`1.50` is kept as `1.5`), a `numrange`
     /// (its bounds are such numerics) or a `json`
-    /// (its spacing and key order are not kept): Schemaless keeps their
+    /// (its spacing and key order are not kept), nor arrays of them: Schemaless keeps their
     /// value. A `numeric(p,s)`, or a domain over one, gets its scale back
     /// from the cast.
     pub fn keeps_text(&self) -> bool {
@@ -125,9 +128,12 @@ impl Field {
             Conversion::Numeric | Conversion::ArrayOf(conversion::Element::Numeric) => {
                 self.typmod >= 0
             }
-            Conversion::Json => false,
+            Conversion::Json | Conversion::ArrayOf(conversion::Element::Json) => false,
             // Its bounds are unconstrained numerics.
-            Conversion::Range(crate::range::Subtype::Numeric) => false,
+            Conversion::Range(crate::range::Subtype::Numeric)
+            | Conversion::ArrayOf(conversion::Element::Range(crate::range::Subtype::Numeric)) => {
+                false
+            }
             _ => true,
         }
     }

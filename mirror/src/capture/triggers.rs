@@ -116,8 +116,9 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 /// The value of a field as compared to tell whether it changed: natively,
 /// but floats, `json`/`jsonb` and `interval` as text (`1.50` and `1.5` are
 /// equal numbers but different values here, as `1 day` and `24 hours` are
-/// equal intervals; arrays of them likewise), geometric values as text
-/// (a `point` or a `path` has no `=`, so a row comparison of one fails;
+/// equal intervals; arrays of them likewise), geometric values and their
+/// arrays as text (a `point` or a `path` has no `=`, so a row comparison
+/// of one fails, as a `json[]`'s does;
 /// a `box`'s or a `circle`'s `=` compares areas, so a moved box would be
 /// no change), and text of any kind byte
 /// for byte (`COLLATE "C"`): a `citext`, or a column of a
@@ -136,7 +137,14 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::Char
             | Conversion::Enum
             | Conversion::TextArray
-            | Conversion::ArrayOf(Element::Float4 | Element::Float8 | Element::Interval),
+            | Conversion::ArrayOf(
+                Element::Float4
+                | Element::Float8
+                | Element::Interval
+                | Element::Json
+                | Element::Jsonb
+                | Element::Geometric(_),
+            ),
         ) => {
             format!("({record}.{column})::pg_catalog.text COLLATE \"C\"")
         }

@@ -372,3 +372,43 @@ fn binary_json_arrays_read_element_by_element() {
     a.extend_from_slice(&(-1i32).to_be_bytes());
     assert_eq!(one(3807, &a).as_deref(), Some("{\"{\\\"a\\\":1}\",NULL}"));
 }
+
+#[test]
+fn binary_arrays_of_boxes_and_ranges_read_with_their_delimiters() {
+    // box[] {(1,1),(0,0); (2,2),(0,0)}: element 603, four doubles each
+    // (the upper right corner, then the lower left).
+    let corners = |x: f64| -> Vec<u8> {
+        [x, x, 0.0, 0.0]
+            .iter()
+            .flat_map(|d| d.to_be_bytes())
+            .collect()
+    };
+    let mut boxes = Vec::new();
+    for x in [1i32, 0, 603, 2, 1] {
+        boxes.extend_from_slice(&x.to_be_bytes());
+    }
+    for x in [1.0, 2.0] {
+        boxes.extend_from_slice(&32i32.to_be_bytes());
+        boxes.extend_from_slice(&corners(x));
+    }
+    assert_eq!(
+        one(1020, &boxes).as_deref(),
+        Some("{\"(1,1),(0,0)\";\"(2,2),(0,0)\"}"),
+        "a box's own commas: its array separates elements with ';'"
+    );
+    // int4range[] {[1,5)}: element 3904.
+    let mut ranges = Vec::new();
+    for x in [1i32, 0, 3904, 1, 1] {
+        ranges.extend_from_slice(&x.to_be_bytes());
+    }
+    let bound = range(0x02, &[&1i32.to_be_bytes(), &5i32.to_be_bytes()]);
+    ranges.extend_from_slice(&(bound.len() as i32).to_be_bytes());
+    ranges.extend_from_slice(&bound);
+    assert_eq!(
+        one(3905, &ranges).as_deref(),
+        Some("{\"[\\\"1\\\",\\\"5\\\")\"}")
+    );
+    // The element type must be the array's.
+    ranges[8..12].copy_from_slice(&3926u32.to_be_bytes());
+    assert_eq!(one(3905, &ranges), None);
+}

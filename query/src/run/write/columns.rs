@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// A `bit(n)[]` or `bit varying(n)[]` field's conversion.
+const BIT_ARRAY: legacy::conversion::Conversion =
+    legacy::conversion::Conversion::ArrayOf(legacy::conversion::Element::Bit);
+
 /// A mapped column of the table written, in the order the `VALUES` rows
 /// give them.
 pub(super) struct Col<'a> {
@@ -62,6 +66,11 @@ impl Col<'_> {
                 "(SELECT CASE WHEN CAST(v AS {ty}) IS NULL THEN NULL ELSE v::text END \
                  FROM (SELECT CAST(({expr}) AS pg_catalog.varbit) AS v) AS assigned)"
             ),
+            Kind::Field(_, f) if f.conversion == BIT_ARRAY => format!(
+                "(SELECT CASE WHEN CAST(v AS {ty}) IS NULL THEN NULL ELSE {} END \
+                 FROM (SELECT CAST(({expr}) AS pg_catalog.varbit[]) AS v) AS assigned)",
+                f.conversion.read_expr("v")
+            ),
             Kind::Field(_, f) if f.max_chars.is_some() => {
                 use legacy::conversion::{Conversion, Element};
                 let unbounded = match f.conversion {
@@ -100,13 +109,20 @@ impl Col<'_> {
                         format!("{} {e}: Schemaless cannot hold this value", f.json),
                     )
                 })?;
-                if let (legacy::conversion::Conversion::Bit, Value::String(bits)) =
-                    (f.conversion, &value)
-                {
-                    // PostgreSQL's codes: a `bit(n)`'s length mismatch,
-                    // a `bit varying(n)`'s truncation.
-                    let code = if f.typname == "bit" { "22026" } else { "22001" };
-                    legacy::bits::bits_fit(bits, &f.typname, f.typmod)
+                let bits: Vec<&str> = match (f.conversion, &value) {
+                    (legacy::conversion::Conversion::Bit, Value::String(bits)) => vec![bits],
+                    (BIT_ARRAY, Value::Array(items)) => {
+                        items.iter().filter_map(Value::as_str).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                // PostgreSQL's codes: a `bit(n)`'s length mismatch, a
+                // `bit varying(n)`'s truncation (an array's elements are
+                // assigned as the scalar is).
+                let typname = f.typname.trim_start_matches('_');
+                let code = if typname == "bit" { "22026" } else { "22001" };
+                for bits in bits {
+                    legacy::bits::bits_fit(bits, typname, f.typmod)
                         .map_err(|e| Refused::new(code, e))?;
                 }
                 let fitted = match &value {

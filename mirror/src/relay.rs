@@ -103,15 +103,16 @@ impl Relay {
     ) -> Result<Relay, Error> {
         // A cell a tombstone would hide (a row deleted, then written to
         // again) is refused there and parked here, not acknowledged and lost.
+        // Captured changes are delivered as the rows are now, so for them
+        // even the body stored before the deletion is the key written
+        // again, not a redelivery.
+        let current: Arc<dyn CellStore> =
+            Arc::new(Tombstoned::new(target.clone(), config)?.current_state());
         let target: Arc<dyn CellStore> = Arc::new(Tombstoned::new(target, config)?);
         let mut settings = config.clone();
         settings.mirror.relay_batch = config.mirror.relay_batch.min(config.limits.max_batch_cells);
         let capture = match config.capture.enabled {
-            true => Some(CaptureDelivery::new(
-                legacy.clone(),
-                target.clone(),
-                &settings,
-            )?),
+            true => Some(CaptureDelivery::new(legacy.clone(), current, &settings)?),
             false => None,
         };
         Ok(Relay {

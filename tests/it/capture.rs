@@ -845,6 +845,108 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
 /// a short, retried lock timeout no write fails, every trip inserted after
 /// install is captured, and what was captured before uninstall is still
 /// delivered.
+/// Rows deleted with plain SQL, their tombstones delivered, then inserted
+/// again exactly as they were (a restore from a backup, an undone
+/// delete): the same row keys, versions and bodies Schemaless stored
+/// before the deletion. Delivered, they would come back `AlreadyPresent`
+/// and stay hidden for good while PostgreSQL has them; they are parked
+/// with the reason, and the cutover holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_inserted_again_unchanged_after_their_delete_are_parked_not_hidden() {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 60, 7, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let extra = "[mirror]\nrelay_in_app = false\nreverse_in_app = false\n";
+    let (config, text) = captured(&db, "", extra);
+    let file = config_file(&text);
+    run_ok(mezzanine(file.path(), &["capture", "install"]));
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    backfill_in_mirror(&facade, &config).await;
+    let (legacy, schemaless) = (facade.legacy(), facade.schemaless());
+
+    // Trip 42 with all its children, and one note of another trip.
+    let (trip, other): (Uuid, i64) = sqlx::query_as(
+        "SELECT (SELECT uuid FROM trips WHERE id = 42), \
+                (SELECT min(trip_id) FROM trip_notes WHERE trip_id <> 42)",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    run_ok(psql(
+        &db,
+        &format!(
+            "CREATE TABLE saved_trip AS SELECT * FROM trips WHERE id = 42;
+             CREATE TABLE saved_notes AS SELECT * FROM trip_notes WHERE trip_id IN (42, {other});
+             CREATE TABLE saved_billing AS SELECT * FROM billing_attempts WHERE trip_id = 42;
+             CREATE TABLE saved_adjustments AS SELECT * FROM fare_adjustments WHERE trip_id = 42;
+             DELETE FROM trip_notes WHERE trip_id IN (42, {other});
+             DELETE FROM billing_attempts WHERE trip_id = 42;
+             DELETE FROM fare_adjustments WHERE trip_id = 42;
+             DELETE FROM trips WHERE id = 42;"
+        ),
+    ));
+    let moved = relay_drain(&config, legacy, schemaless).await;
+    assert!(moved.captured.tombstones >= 2, "{moved:?}");
+    assert_eq!(moved.captured.parked, 0, "{moved:?}");
+
+    run_ok(psql(
+        &db,
+        "INSERT INTO trips OVERRIDING SYSTEM VALUE SELECT * FROM saved_trip;
+         INSERT INTO trip_notes SELECT * FROM saved_notes;
+         INSERT INTO billing_attempts SELECT * FROM saved_billing;
+         INSERT INTO fare_adjustments SELECT * FROM saved_adjustments;",
+    ));
+    let moved = relay_drain(&config, legacy, schemaless).await;
+    assert!(moved.captured.parked >= 2, "{moved:?}");
+    assert_eq!(moved.captured.already_present, 0, "{moved:?}");
+    let reasons: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind, reason FROM mezzanine.capture_parked ORDER BY reason")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert!(
+        reasons.iter().all(|(kind, _)| kind == "refused"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|(_, r)| r.contains(&trip.to_string()) && r.contains("retires the key")),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|(_, r)| r.contains("NOTES") && r.contains("not reused")),
+        "{reasons:?}"
+    );
+    // Still deleted in Schemaless, and the step to shadow holds on it.
+    let visible = Tombstoned::new(schemaless.clone(), &config).unwrap();
+    let base = Column::new("BASE").unwrap();
+    assert_eq!(
+        visible
+            .get_cell_latest(&RowKey::from(trip), &base, ReadFrom::Master)
+            .await
+            .unwrap(),
+        None
+    );
+    let refused = facade
+        .set_mode(&tripstore::ModeRequest {
+            target: Mode::Shadow,
+            force: false,
+            by: "capture test".into(),
+            reason: None,
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("parked"), "{refused}");
+    facade.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_and_uninstall_under_live_writers_fail_no_write_and_miss_none() {
     let db = LegacyDb::trips().await;

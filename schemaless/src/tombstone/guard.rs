@@ -20,7 +20,9 @@ impl<S: CellStore> Tombstoned<S> {
     /// tombstone is, or behind a tombstone earlier in the same batch. A
     /// hidden cell already stored with the same body is let through (the
     /// write comes back `AlreadyPresent`: a relay delivering again what it
-    /// delivered before the deletion). Tombstones themselves are checked
+    /// delivered before the deletion), unless the writer writes its
+    /// source's current state ([`Tombstoned::current_state`]), for which
+    /// it is the deleted key written again. Tombstones themselves are checked
     /// as a writer must ([`Deletion::checked`]). Costs one read of the
     /// tombstone column per shard the batch touches, from the masters;
     /// a deletion racing the write may still hide it, as a delete right
@@ -56,13 +58,15 @@ impl<S: CellStore> Tombstoned<S> {
                     }))
         });
         for (i, cell) in hidden {
-            let same = self
-                .inner()
-                .get_cell(&cell.key, ReadFrom::Master)
-                .await?
-                .is_some_and(|s| s.cell.body == cell.body);
-            if same {
-                continue;
+            if self.takes_redeliveries() {
+                let same = self
+                    .inner()
+                    .get_cell(&cell.key, ReadFrom::Master)
+                    .await?
+                    .is_some_and(|s| s.cell.body == cell.body);
+                if same {
+                    continue;
+                }
             }
             let row_deleted = stored
                 .get(&cell.key.row_key)
@@ -182,6 +186,44 @@ mod tests {
                 .await
                 .unwrap(),
             crate::WriteOutcome::Written
+        );
+    }
+
+    #[tokio::test]
+    async fn a_writer_of_current_state_is_refused_the_same_body_under_a_deleted_key() {
+        let store = store().await.current_state();
+        let column = store.column().clone();
+        store
+            .put_cell(super::super::row_tombstone(row(), &column))
+            .await
+            .unwrap();
+        store
+            .put_cell(super::super::cell_tombstone(row(), &column, &notes(), 1))
+            .await
+            .unwrap();
+        let before = stored(&store).await;
+        // The row as it was before its deletion, read from its source
+        // now: the key was written again, and Schemaless would hide it.
+        let err = store
+            .put_cell(cell(
+                ROW,
+                "BASE",
+                2,
+                json!({"driver": "d1", "status": "completed"}),
+            ))
+            .await
+            .unwrap_err();
+        let (field, message) = invalid_field(err);
+        assert_eq!(field, "cells[0].row_key");
+        assert!(message.contains("retires the key"), "{message}");
+        assert_eq!(stored(&store).await, before);
+        // Tombstones are still taken again.
+        assert_eq!(
+            store
+                .put_cell(super::super::row_tombstone(row(), &column))
+                .await
+                .unwrap(),
+            crate::WriteOutcome::AlreadyPresent
         );
     }
 

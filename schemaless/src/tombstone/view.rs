@@ -26,6 +26,9 @@ pub struct Tombstoned<S> {
     index_columns: HashMap<String, Column>,
     /// A batch over these is refused before its tombstones are read.
     limits: config::Limits,
+    /// Whether a hidden cell stored with the same body is let through as
+    /// a redelivery ([`Tombstoned::current_state`]).
+    redeliveries: bool,
 }
 
 impl<S: CellStore> Tombstoned<S> {
@@ -44,7 +47,26 @@ impl<S: CellStore> Tombstoned<S> {
             column,
             index_columns,
             limits: config.limits.clone(),
+            redeliveries: true,
         })
+    }
+
+    /// The same store for a writer whose cells are its source's state as
+    /// it is when it writes them (capture delivery reads the legacy rows
+    /// as they are now): a hidden cell it writes is never a redelivery of
+    /// a write made before the deletion, but the deleted key written
+    /// again, so it is refused even where the same body is stored. (A
+    /// writer of queued cells, as the outbox relay, may deliver a cell
+    /// again after the deletion behind it landed; it keeps the
+    /// `AlreadyPresent` answer.)
+    pub fn current_state(mut self) -> Tombstoned<S> {
+        self.redeliveries = false;
+        self
+    }
+
+    /// Whether a hidden cell stored with the same body is let through.
+    pub(super) fn takes_redeliveries(&self) -> bool {
+        self.redeliveries
     }
 
     /// The store underneath (reads there see hidden cells).

@@ -28,8 +28,9 @@
 //! delivered again (`AlreadyPresent` for what had landed). A change whose
 //! row is gone by the time it is read (deleted or moved since) writes
 //! nothing: the entry of that deletion does. A deleted row that is back
-//! (the same row key, or the same child address, inserted again) gets no
-//! tombstone: its insert's entry delivers it.
+//! (the same row key, or the same child address, inserted again) before
+//! its deletion was delivered gets no tombstone: its insert's entry
+//! delivers it. Back after its tombstone was written, it is parked.
 //!
 //! What is parked, by kind:
 //!
@@ -39,7 +40,12 @@
 //! - `edited_in_place`: a child row's fields changed at the same (parent,
 //!   ref key): its address is its identity, and cells are immutable;
 //! - `unreadable`: the layout cannot convert the row's values;
-//! - `refused`: Schemaless refuses the cell (over its limits);
+//! - `refused`: Schemaless refuses the cell: over its limits, or under a
+//!   key a tombstone retired (a row deleted, then inserted again with the
+//!   same row key; a child row at the address of a deleted one). That
+//!   holds even for the body stored before the deletion: a delivery reads
+//!   the row as it is now, so it is the key written again, which
+//!   Schemaless would hide, not a redelivery;
 //! - `truncate`: a table was truncated; which rows it held is no longer
 //!   known, so no tombstone can be written;
 //! - `conflict`: any other address holding another body.

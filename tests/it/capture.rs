@@ -306,16 +306,7 @@ async fn plain_sql_writers(method: config::CaptureMethod) {
 
     // Without capture the gate of mirror holds: plain SQL writes would be
     // lost.
-    let refused = facade
-        .set_mode(&tripstore::ModeRequest {
-            target: Mode::Mirror,
-            force: false,
-            by: "capture test".into(),
-            reason: None,
-        })
-        .await
-        .unwrap_err()
-        .to_string();
+    let refused = step_refused(&facade, Mode::Mirror).await;
     assert!(refused.contains("capture install"), "{refused}");
     let out = run_ok(mezzanine(file.path(), &["capture", "install"]));
     assert!(
@@ -619,6 +610,40 @@ async fn plain_sql_writers(method: config::CaptureMethod) {
     run_ok(mezzanine(file.path(), &["capture", "uninstall"]));
 }
 
+/// Why the facade refuses the step to `target`.
+async fn step_refused(facade: &TripStore, target: Mode) -> String {
+    facade
+        .set_mode(&tripstore::ModeRequest {
+            target,
+            force: false,
+            by: "capture test".into(),
+            reason: None,
+        })
+        .await
+        .unwrap_err()
+        .to_string()
+}
+
+/// Relays not run in the app: the test drains them.
+const DRAINED_BY_THE_TEST: &str = "[mirror]\nrelay_in_app = false\nreverse_in_app = false\n";
+
+/// Sixty seeded trips, capture installed (relays not in the app: the
+/// test drains them), the facade in `mirror` and backfilled.
+async fn mirrored_trips() -> (LegacyDb, config::Config, tempfile::NamedTempFile, TripStore) {
+    let db = LegacyDb::trips().await;
+    legacy::trips::seed(&db.pool, "public", "uuid", 60, 7, |_| {})
+        .await
+        .unwrap();
+    db.apply_schemaless().await;
+    let (config, text) = captured(&db, "", DRAINED_BY_THE_TEST);
+    let file = config_file(&text);
+    run_ok(mezzanine(file.path(), &["capture", "install"]));
+    let facade = TripStore::connect(&config).await.unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    backfill_in_mirror(&facade, &config).await;
+    (db, config, file, facade)
+}
+
 /// The version rule. With `bump_version` off, an update that changes a
 /// trip and keeps its version, and a child row edited in place, are
 /// parked with both bodies: visible in `capture status`, holding the gate
@@ -626,18 +651,7 @@ async fn plain_sql_writers(method: config::CaptureMethod) {
 /// trigger raises the version and the new one is mirrored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_without_a_new_version_is_parked_or_bumped() {
-    let db = LegacyDb::trips().await;
-    legacy::trips::seed(&db.pool, "public", "uuid", 60, 7, |_| {})
-        .await
-        .unwrap();
-    db.apply_schemaless().await;
-    let extra = "[mirror]\nrelay_in_app = false\nreverse_in_app = false\n";
-    let (config, text) = captured(&db, "", extra);
-    let file = config_file(&text);
-    run_ok(mezzanine(file.path(), &["capture", "install"]));
-    let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, &config, Mode::Mirror).await;
-    backfill_in_mirror(&facade, &config).await;
+    let (db, config, file, facade) = mirrored_trips().await;
     let (legacy, schemaless) = (facade.legacy(), facade.schemaless());
 
     // Off: a second body at one version is parked, never overwritten.
@@ -703,16 +717,7 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
         .unwrap()
         .unwrap();
     assert_ne!(stored.cell.body.fields()["status"], "disputed");
-    let refused = facade
-        .set_mode(&tripstore::ModeRequest {
-            target: Mode::Shadow,
-            force: false,
-            by: "capture test".into(),
-            reason: None,
-        })
-        .await
-        .unwrap_err()
-        .to_string();
+    let refused = step_refused(&facade, Mode::Shadow).await;
     assert!(
         refused.contains("parked") && refused.contains("no_new_version"),
         "{refused}"
@@ -782,7 +787,7 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
             .is_some_and(|age| age > 0.25)
     })
     .await;
-    let (lagging, _) = captured(&db, "", extra);
+    let (lagging, _) = captured(&db, "", DRAINED_BY_THE_TEST);
     let mut lagging = lagging;
     lagging.gates.max_outbox_lag_ms = 200;
     let gate = tripstore::gates::MigrationGate::new(db.pool.clone(), schemaless.clone(), &lagging)
@@ -805,7 +810,7 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
 
     // On: the trigger raises the version of an update that keeps it, and
     // leaves alone one that raises it itself.
-    let (config, text) = captured(&db, "bump_version = true", extra);
+    let (config, text) = captured(&db, "bump_version = true", DRAINED_BY_THE_TEST);
     let file = config_file(&text);
     let out = run_ok(mezzanine(file.path(), &["capture", "install"]));
     assert!(out.contains("version bump"), "{out}");
@@ -853,18 +858,7 @@ async fn an_update_without_a_new_version_is_parked_or_bumped() {
 /// with the reason, and the cutover holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_inserted_again_unchanged_after_their_delete_are_parked_not_hidden() {
-    let db = LegacyDb::trips().await;
-    legacy::trips::seed(&db.pool, "public", "uuid", 60, 7, |_| {})
-        .await
-        .unwrap();
-    db.apply_schemaless().await;
-    let extra = "[mirror]\nrelay_in_app = false\nreverse_in_app = false\n";
-    let (config, text) = captured(&db, "", extra);
-    let file = config_file(&text);
-    run_ok(mezzanine(file.path(), &["capture", "install"]));
-    let facade = TripStore::connect(&config).await.unwrap();
-    walk_to(&facade, &config, Mode::Mirror).await;
-    backfill_in_mirror(&facade, &config).await;
+    let (db, config, _file, facade) = mirrored_trips().await;
     let (legacy, schemaless) = (facade.legacy(), facade.schemaless());
 
     // Trip 42 with all its children, and one note of another trip.
@@ -933,16 +927,7 @@ async fn rows_inserted_again_unchanged_after_their_delete_are_parked_not_hidden(
             .unwrap(),
         None
     );
-    let refused = facade
-        .set_mode(&tripstore::ModeRequest {
-            target: Mode::Shadow,
-            force: false,
-            by: "capture test".into(),
-            reason: None,
-        })
-        .await
-        .unwrap_err()
-        .to_string();
+    let refused = step_refused(&facade, Mode::Shadow).await;
     assert!(refused.contains("parked"), "{refused}");
     facade.close().await;
 }

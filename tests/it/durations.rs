@@ -256,6 +256,27 @@ pub(crate) async fn captured(db: &LegacyDb, legacy: &LegacyStore) -> impl AsyncF
     }
 }
 
+/// Installs capture on `db`'s layout, then runs each of `updates` (an
+/// UPDATE binding row `key`'s uuid as `$1`) and checks the capture queue
+/// holds the count given with it after it: which updates capture takes
+/// for a change.
+pub(crate) async fn changes_captured(
+    db: &LegacyDb,
+    legacy: &LegacyStore,
+    key: RowKey,
+    updates: &[(&str, u64)],
+) {
+    let depth = captured(db, legacy).await;
+    for (update, changes) in updates {
+        sqlx::query(sqlx::AssertSqlSafe(*update))
+            .bind(key.uuid())
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(depth().await, *changes, "{update}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn times_intervals_and_bytea_survive_both_stores_and_the_proxy() {
     let db = LegacyDb::new(SETUP, LAYOUT).await;

@@ -9,8 +9,8 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::{json, Value};
 
 use crate::durations::{
-    body, captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field, sent,
-    served_as_twin,
+    body, changes_captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field,
+    sent, served_as_twin,
 };
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
@@ -84,33 +84,30 @@ async fn arrays_of_money_bits_geometry_ranges_and_json_survive_both_stores_and_t
     // Capture compares a `point[]` and a `json[]` as text (neither has
     // an `=`: a row comparison of one fails, and the app's UPDATE with
     // it), a `numrange[]` by value as a `numrange` is compared.
-    let depth = captured(&db, &legacy).await;
-    let copy = key(101).uuid();
-    for (update, changes) in [
-        (
-            "UPDATE kits SET stops = stops, docs = docs, zones = zones WHERE kit_key = $1",
-            0,
-        ),
-        (
-            "UPDATE kits SET stops = '{\"(1.5,-2.5)\"}' WHERE kit_key = $1",
-            1,
-        ),
-        (
-            "UPDATE kits SET docs = ARRAY['{\"a\": [1, 2.50]}']::json[] WHERE kit_key = $1",
-            2,
-        ),
-        (
-            "UPDATE kits SET bands = '{\"[1.50,2)\"}' WHERE kit_key = $1",
-            2,
-        ),
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(update))
-            .bind(copy)
-            .execute(&db.pool)
-            .await
-            .unwrap();
-        assert_eq!(depth().await, changes, "{update}");
-    }
+    changes_captured(
+        &db,
+        &legacy,
+        key(101),
+        &[
+            (
+                "UPDATE kits SET stops = stops, docs = docs, zones = zones WHERE kit_key = $1",
+                0,
+            ),
+            (
+                "UPDATE kits SET stops = '{\"(1.5,-2.5)\"}' WHERE kit_key = $1",
+                1,
+            ),
+            (
+                "UPDATE kits SET docs = ARRAY['{\"a\": [1, 2.50]}']::json[] WHERE kit_key = $1",
+                2,
+            ),
+            (
+                "UPDATE kits SET bands = '{\"[1.50,2)\"}' WHERE kit_key = $1",
+                2,
+            ),
+        ],
+    )
+    .await;
 
     // Other spellings are taken canonical; an element the column would
     // round, pad or cannot read is refused by field and index.

@@ -10,8 +10,8 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
 use crate::durations::{
-    body, captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field, sent,
-    served_as_twin,
+    body, changes_captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field,
+    sent, served_as_twin,
 };
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
@@ -182,44 +182,41 @@ async fn money_and_geometric_values_survive_both_stores_capture_and_the_proxy() 
     // Capture compares geometric values as text (a point has no `=`: a
     // row comparison of one fails, and the app's UPDATE with it; a box's
     // and a circle's compare areas), an amount as money.
-    let depth = captured(&db, &legacy).await;
-    let copy = key(101).uuid();
-    for (update, changes) in [
-        (
-            "UPDATE legs SET pickup = pickup, fare = fare WHERE leg_key = $1",
-            0,
-        ),
-        (
-            "UPDATE legs SET pickup = '(1.5,-2.5)' WHERE leg_key = $1",
-            1,
-        ),
-        (
-            "UPDATE legs SET fare = fare + 0.01::money WHERE leg_key = $1",
-            2,
-        ),
-        (
-            "UPDATE legs SET dropoff = '(1e300,0)' WHERE leg_key = $1",
-            3,
-        ),
-        // The same area elsewhere: a box or a circle equal to `=`.
-        ("UPDATE legs SET zone = '(4,4),(2,2)' WHERE leg_key = $1", 4),
-        (
-            "UPDATE legs SET reach = '<(5,5),0.5>' WHERE leg_key = $1",
-            5,
-        ),
-        (
-            "UPDATE legs SET zone = zone, route = route, area = area, reach = reach, \
+    changes_captured(
+        &db,
+        &legacy,
+        key(101),
+        &[
+            (
+                "UPDATE legs SET pickup = pickup, fare = fare WHERE leg_key = $1",
+                0,
+            ),
+            (
+                "UPDATE legs SET pickup = '(1.5,-2.5)' WHERE leg_key = $1",
+                1,
+            ),
+            (
+                "UPDATE legs SET fare = fare + 0.01::money WHERE leg_key = $1",
+                2,
+            ),
+            (
+                "UPDATE legs SET dropoff = '(1e300,0)' WHERE leg_key = $1",
+                3,
+            ),
+            // The same area elsewhere: a box or a circle equal to `=`.
+            ("UPDATE legs SET zone = '(4,4),(2,2)' WHERE leg_key = $1", 4),
+            (
+                "UPDATE legs SET reach = '<(5,5),0.5>' WHERE leg_key = $1",
+                5,
+            ),
+            (
+                "UPDATE legs SET zone = zone, route = route, area = area, reach = reach, \
              edge = edge, axis = axis WHERE leg_key = $1",
-            5,
-        ),
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(update))
-            .bind(copy)
-            .execute(&db.pool)
-            .await
-            .unwrap();
-        assert_eq!(depth().await, changes, "{update}");
-    }
+                5,
+            ),
+        ],
+    )
+    .await;
 
     // Other spellings of the same values are taken canonical; what the
     // column would round, cannot hold or cannot read is refused by field.

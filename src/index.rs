@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use schemaless::mysql::index::{self, Maintainer, VersionState};
 use schemaless::mysql::trigger;
-use schemaless::MySqlStore;
+use schemaless::{MySqlStore, RowKey};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Subcommand)]
@@ -35,7 +35,8 @@ pub enum IndexCommand {
     /// indexes: each row's pointer and its one entry, on the right shard,
     /// with its latest cell's ref key and fields, and no stale entry left.
     /// Exits 1 on a wrong, missing or stale entry, or a row the maintainer
-    /// has not reached.
+    /// has not reached. With `--repair`, the rows found wrong are
+    /// rewritten from their latest cells and the version checked again.
     #[command(disable_version_flag = true)]
     Verify(VerifyArgs),
 }
@@ -47,9 +48,16 @@ pub struct VerifyArgs {
     /// The version (default: the active one).
     #[arg(long)]
     version: Option<u32>,
-    /// One JSON object: rows, entries, behind, problems.
+    /// One JSON object: rows, entries, behind, problems (and, with
+    /// `--repair`, what was repaired and the check after it).
     #[arg(long)]
     json: bool,
+    /// Rewrite each row found wrong from its latest cell (its entry on the
+    /// right shard, its other entries deleted, its pointer moved), guarded
+    /// by ref key as the maintainer's writes are, so it is safe while
+    /// `index run` goes on; then check again.
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Args)]
@@ -236,7 +244,23 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
                     );
                 }
             };
-            let found = index::verify(&store, &args.name, v, &said).await?;
+            let mut found = index::verify(&store, &args.name, v, &said).await?;
+            let mut repaired = None;
+            if args.repair && !found.problems.is_empty() {
+                if !args.json {
+                    print_check(&args.name, v, &found);
+                }
+                let mut rows: Vec<RowKey> = found.problems.iter().map(|(row, _)| *row).collect();
+                rows.sort_unstable();
+                rows.dedup();
+                let done = index::repair(&store, &args.name, v, &rows).await?;
+                eprintln!(
+                    "index {} v{v}: {} rows rewritten from their latest cells ({} stale entries, {} corrupt pointers); checking again ...",
+                    args.name, done.rows, done.stale, done.corrupt_pointers
+                );
+                found = index::verify(&store, &args.name, v, &said).await?;
+                repaired = Some(done);
+            }
             if args.json {
                 let problems: Vec<serde_json::Value> = found
                     .problems
@@ -252,31 +276,24 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
                         "entries": found.entries,
                         "behind": found.behind.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
                         "problems": problems,
+                        "repaired": repaired.as_ref().map(|r| serde_json::json!({
+                            "rows": r.rows,
+                            "stale": r.stale,
+                            "corrupt_pointers": r.corrupt_pointers,
+                        })),
                     })
                 );
             } else {
-                println!(
-                    "index {} v{v}: {} rows checked, {} entries as they should be, {} problems, {} rows behind",
-                    args.name,
-                    found.rows,
-                    found.entries,
-                    found.problems.len(),
-                    found.behind.len()
-                );
-                for (row, why) in found.problems.iter().take(20) {
-                    println!("  {row}: {why}");
-                }
-                if found.problems.len() > 20 {
-                    println!(
-                        "  ... and {} more (--json lists them all)",
-                        found.problems.len() - 20
-                    );
-                }
+                print_check(&args.name, v, &found);
             }
             store.close().await;
             if !found.problems.is_empty() {
+                let next = match repaired {
+                    None => "`mezzanine index verify --repair` rewrites those rows from their latest cells",
+                    Some(_) => "they are what a repair cannot rewrite (a unique index's value held by another row: fix the cells), or what the maintainer changed meanwhile (run it again)",
+                };
                 anyhow::bail!(
-                    "index {} v{v} disagrees with the cells in {} places: build a new version (`mezzanine index create`, `backfill`, `switch`) to replace it",
+                    "index {} v{v} disagrees with the cells in {} places: {next}; a new version (`mezzanine index create`, `backfill`, `switch`) rebuilds it whole",
                     args.name,
                     found.problems.len()
                 );
@@ -310,4 +327,24 @@ pub async fn run(command: IndexCommand, config_path: &Path) -> anyhow::Result<()
     }
     store.close().await;
     Ok(())
+}
+
+/// `index verify`'s summary and its first problems.
+fn print_check(name: &str, v: u32, found: &index::IndexCheck) {
+    println!(
+        "index {name} v{v}: {} rows checked, {} entries as they should be, {} problems, {} rows behind",
+        found.rows,
+        found.entries,
+        found.problems.len(),
+        found.behind.len()
+    );
+    for (row, why) in found.problems.iter().take(20) {
+        println!("  {row}: {why}");
+    }
+    if found.problems.len() > 20 {
+        println!(
+            "  ... and {} more (--json lists them all)",
+            found.problems.len() - 20
+        );
+    }
 }

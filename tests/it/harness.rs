@@ -58,6 +58,8 @@ extern "C" fn stop_cluster_at_exit() {
 /// A fresh, uniquely named instance on the shared cluster, schema applied.
 pub struct Instance {
     pub config: config::Config,
+    /// The config's text, for a file the CLI reads.
+    pub text: String,
     pub store: MySqlStore,
 }
 
@@ -79,7 +81,11 @@ impl Instance {
         schema::apply(&topology).await.expect("schema apply");
         topology.close().await;
         let store = MySqlStore::connect(&config).expect("store");
-        Instance { config, store }
+        Instance {
+            config,
+            text,
+            store,
+        }
     }
 
     /// Runs SQL on the master holding `shard` (to tamper with stored data).

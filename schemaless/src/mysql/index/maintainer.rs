@@ -155,50 +155,26 @@ impl Maintainer {
             };
             let shard = shard_of_bytes(&value.routing_bytes(), topology.shard_count);
             entry_shard.insert(*row, shard);
-            let mut tuple = String::from("(");
-            push_value(&mut tuple, Some(&value));
-            tuple.push(',');
-            push_hex(&mut tuple, row.as_bytes());
-            for field in &self.spec.fields {
-                tuple.push(',');
-                let v = fields
-                    .fields()
-                    .get(field)
-                    .and_then(|v| crate::index::index_value(self.spec.type_of(field), v));
-                push_value(&mut tuple, v.as_ref());
-            }
-            tuple.push_str(",CONVERT(");
-            push_hex(&mut tuple, fields.to_string().as_bytes());
-            tuple.push_str(&format!(" USING utf8mb4),{})", cell.cell.key.ref_key.get()));
-            by_shard.entry(shard).or_default().push(tuple);
+            by_shard.entry(shard).or_default().push(entry_tuple(
+                &self.spec,
+                row,
+                &value,
+                &fields,
+                cell.cell.key.ref_key.get(),
+            ));
         }
-        let names: String = (0..self.spec.fields.len())
-            .map(|i| format!("f{i}, "))
-            .collect();
-        // ref_key is assigned last: the conditions before it must see the
-        // stored ref key, not the new one. In a unique index the entry of a
-        // value may belong to another row: then nothing changes.
-        let newer = if self.spec.unique() {
-            "row_key = VALUES(row_key) AND VALUES(ref_key) > ref_key"
-        } else {
-            "VALUES(ref_key) > ref_key"
-        };
-        let updates: String = (0..self.spec.fields.len())
-            .map(|i| format!("f{i} = IF({newer}, VALUES(f{i}), f{i}), "))
-            .collect();
         // Statements per master: one transaction (one commit) each.
         let mut per_master: BTreeMap<usize, Vec<String>> = BTreeMap::new();
         for (shard, tuples) in by_shard {
             per_master
                 .entry(topology.cluster_index(shard)?)
                 .or_default()
-                .push(format!(
-                    "INSERT INTO `{}`.`{entries}` (shard_value, row_key, {names}fields, ref_key) VALUES {}
-                     ON DUPLICATE KEY UPDATE {updates}
-                       fields = IF({newer}, VALUES(fields), fields),
-                       ref_key = IF({newer}, VALUES(ref_key), ref_key)",
-                    topology.database(shard),
-                    tuples.join(",")
+                .push(entry_upsert(
+                    &self.spec,
+                    &topology.database(shard),
+                    &entries,
+                    &tuples,
+                    Replace::Newer,
                 ));
         }
         if self.spec.unique() {
@@ -337,8 +313,79 @@ impl Maintainer {
     }
 }
 
+/// Which stored entry an upsert replaces.
+#[derive(Clone, Copy)]
+pub(super) enum Replace {
+    /// One of an older cell: the maintainer's rule (replays change
+    /// nothing).
+    Newer,
+    /// One of an older cell or of the same one: a repair rewrites an entry
+    /// whose fields were changed under the same ref key.
+    NewerOrSame,
+}
+
+/// One row's entry as a tuple of [`entry_upsert`]'s `VALUES`.
+pub(super) fn entry_tuple(
+    spec: &IndexSpec,
+    row: &RowKey,
+    value: &IndexValue,
+    fields: &Body,
+    ref_key: i64,
+) -> String {
+    let mut tuple = String::from("(");
+    push_value(&mut tuple, Some(value));
+    tuple.push(',');
+    push_hex(&mut tuple, row.as_bytes());
+    for field in &spec.fields {
+        tuple.push(',');
+        let v = fields
+            .fields()
+            .get(field)
+            .and_then(|v| crate::index::index_value(spec.type_of(field), v));
+        push_value(&mut tuple, v.as_ref());
+    }
+    tuple.push_str(",CONVERT(");
+    push_hex(&mut tuple, fields.to_string().as_bytes());
+    tuple.push_str(&format!(" USING utf8mb4),{ref_key})"));
+    tuple
+}
+
+/// Writes `tuples` ([`entry_tuple`]) into `database`'s entry table
+/// `entries`, replacing a stored entry of the same key as `replace` says.
+pub(super) fn entry_upsert(
+    spec: &IndexSpec,
+    database: &str,
+    entries: &str,
+    tuples: &[String],
+    replace: Replace,
+) -> String {
+    let names: String = (0..spec.fields.len()).map(|i| format!("f{i}, ")).collect();
+    let compare = match replace {
+        Replace::Newer => ">",
+        Replace::NewerOrSame => ">=",
+    };
+    // ref_key is assigned last: the conditions before it must see the
+    // stored ref key, not the new one. In a unique index the entry of a
+    // value may belong to another row: then nothing changes.
+    let newer = if spec.unique() {
+        format!("row_key = VALUES(row_key) AND VALUES(ref_key) {compare} ref_key")
+    } else {
+        format!("VALUES(ref_key) {compare} ref_key")
+    };
+    let updates: String = (0..spec.fields.len())
+        .map(|i| format!("f{i} = IF({newer}, VALUES(f{i}), f{i}), "))
+        .collect();
+    format!(
+        "INSERT INTO `{database}`.`{entries}` (shard_value, row_key, {names}fields, ref_key) VALUES {}
+         ON DUPLICATE KEY UPDATE {updates}
+           fields = IF({newer}, VALUES(fields), fields),
+           ref_key = IF({newer}, VALUES(ref_key), ref_key)",
+        tuples.join(",")
+    )
+}
+
 /// An index value as an SQL literal.
-fn push_value(sql: &mut String, value: Option<&IndexValue>) {
+pub(super) fn push_value(sql: &mut String, value: Option<&IndexValue>) {
     match value {
         None => sql.push_str("NULL"),
         Some(IndexValue::Str(s)) => {

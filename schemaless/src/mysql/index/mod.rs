@@ -27,8 +27,8 @@
 //!
 //! Its rooms: `version` (creating, listing and switching versions),
 //! `query` (reading the active version), `maintainer` (the trigger
-//! handler that keeps entries current) and `verify` (checking a version
-//! against the cells); this file holds the table names and what they
+//! handler that keeps entries current), `verify` (checking a version
+//! against the cells) and `repair` (rewriting what it found wrong); this file holds the table names and what they
 //! share.
 
 use std::collections::HashMap;
@@ -52,11 +52,13 @@ use config::IndexFieldType;
 
 mod maintainer;
 mod query;
+mod repair;
 mod verify;
 mod version;
 
 pub use maintainer::Maintainer;
 pub(crate) use query::query;
+pub use repair::{repair, IndexRepair};
 pub use verify::{verify, IndexCheck};
 pub use version::{create_version, create_versions_table, switch, versions};
 

@@ -245,7 +245,7 @@ fn shard_name(shard: Option<u32>) -> String {
 
 /// The pointers of `keys`, read on each row's home shard: one statement
 /// per master.
-async fn read_pointers(
+pub(super) async fn read_pointers(
     store: &MySqlStore,
     spec: &IndexSpec,
     version: u32,
@@ -289,7 +289,7 @@ async fn read_pointers(
 
 /// The stored entries of rows on given shards (`rows_on`: shard to row
 /// keys): one statement per master.
-async fn read_entries(
+pub(super) async fn read_entries(
     store: &MySqlStore,
     spec: &IndexSpec,
     version: u32,

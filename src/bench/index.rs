@@ -21,7 +21,7 @@
 //!
 //! Throughput: a trigger with a handler that only counts goes through
 //! `--cells` fresh cells from the start of the log; then a new index version
-//! is backfilled over the same log.
+//! is backfilled over the same log, and `index verify` checks it.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -300,6 +300,21 @@ pub async fn run(args: IndexArgs, config_path: &Path, cluster_dir: &Path) -> any
     runner.await??;
     println!("index backfill   {backfill_rate:>10.0} cells/s");
 
+    // `index verify` over the version just built: both sweeps.
+    let started = Instant::now();
+    let checked = index::verify(&store, INDEX, v2, &|_, _, _| {}).await?;
+    let verify_secs = started.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        checked.problems.is_empty() && checked.behind.is_empty(),
+        "index verify found the freshly built version wrong: {:?}",
+        &checked.problems[..checked.problems.len().min(3)]
+    );
+    let verify_rate = checked.rows as f64 / verify_secs;
+    println!(
+        "index verify     {verify_rate:>10.0} rows/s  ({} rows, {} entries, {verify_secs:.1}s)",
+        checked.rows, checked.entries
+    );
+
     if args.json {
         println!(
             "{}",
@@ -315,6 +330,7 @@ pub async fn run(args: IndexArgs, config_path: &Path, cluster_dir: &Path) -> any
                 "load_cells_per_s": load_rate,
                 "trigger_cells_per_s": trigger_rate,
                 "index_backfill_cells_per_s": backfill_rate,
+                "index_verify_rows_per_s": verify_rate,
                 "log_cells": total_log,
                 "shards": config.instance.shard_count,
             })

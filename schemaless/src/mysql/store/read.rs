@@ -175,21 +175,21 @@ pub(in crate::mysql) fn decode_row(row: &MySqlRow, shard: u32, cap: usize) -> Re
     let ref_key: i64 = row
         .try_get(3)
         .map_err(|e| corrupt("?".into(), added_id, e.to_string()))?;
-    let named = format!("{}/{column_name}/{ref_key}", hex_or_uuid(&row_key_bytes));
+    // The cell's name, for an error only: a good row is not named.
+    let named = || format!("{}/{column_name}/{ref_key}", hex_or_uuid(&row_key_bytes));
     let row_key = RowKey::from_slice(&row_key_bytes)
-        .ok_or_else(|| corrupt(named.clone(), added_id, "row key is not 16 bytes".into()))?;
+        .ok_or_else(|| corrupt(named(), added_id, "row key is not 16 bytes".into()))?;
     let column =
-        Column::new(&column_name).map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
-    let ref_key =
-        RefKey::new(ref_key).map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+        Column::new(&column_name).map_err(|e| corrupt(named(), added_id, e.to_string()))?;
+    let ref_key = RefKey::new(ref_key).map_err(|e| corrupt(named(), added_id, e.to_string()))?;
     let body_bytes: Vec<u8> = row
         .try_get(4)
-        .map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+        .map_err(|e| corrupt(named(), added_id, e.to_string()))?;
     let created_at: i64 = row
         .try_get(5)
-        .map_err(|e| corrupt(named.clone(), added_id, e.to_string()))?;
+        .map_err(|e| corrupt(named(), added_id, e.to_string()))?;
     let body = codec::decode(&body_bytes, cap)
-        .map_err(|e| corrupt(named.clone(), added_id, format!("undecodable body: {e}")))?;
+        .map_err(|e| corrupt(named(), added_id, format!("undecodable body: {e}")))?;
     Ok(StoredCell {
         cell: Cell::new(row_key, column, ref_key, body),
         added_id,

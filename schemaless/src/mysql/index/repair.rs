@@ -116,17 +116,19 @@ async fn repair_page(
                 ));
         }
         // Every other entry of the row, up to the latest cell.
-        let right = |shard: u32, at: i64| {
-            expected
-                .as_ref()
-                .is_some_and(|(s, _, _)| *s == shard && at <= ref_key)
-        };
-        done.stale += found.get(row).map_or(0, |f| {
-            let others = f
-                .iter()
-                .filter(|(s, at, _)| *at <= ref_key && !right(*s, *at));
-            others.count() as u64
+        // On the right shard one of them (at most) is the right entry,
+        // rewritten; the rest go.
+        let right_shard = expected.as_ref().map(|(s, _, _)| *s);
+        let up_to_latest = found.get(row).map_or(0, |f| {
+            f.iter().filter(|(_, at, _)| *at <= ref_key).count() as u64
         });
+        let on_right_shard = found.get(row).map_or(0, |f| {
+            let on = f
+                .iter()
+                .filter(|(s, at, _)| Some(*s) == right_shard && *at <= ref_key);
+            on.count() as u64
+        });
+        done.stale += up_to_latest - on_right_shard.min(1);
         let shards: BTreeSet<u32> = found
             .get(row)
             .map(|f| f.iter().map(|(shard, _, _)| *shard).collect())

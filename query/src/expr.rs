@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 
 use schemaless::FilterOp;
 use sqlparser::ast::{
-    visit_expressions, BinaryOperator, Expr, FunctionArg, FunctionArguments, InTarget, ObjectName,
-    TableFactor, UnaryOperator,
+    visit_expressions, visit_expressions_mut, BinaryOperator, Expr, FunctionArg, FunctionArguments,
+    Ident, InTarget, ObjectName, TableFactor, UnaryOperator,
 };
 
 use crate::model::{folded, Model, Source, Table};
@@ -402,6 +402,70 @@ pub fn cond<'a>(scope: &Scope, model: &Model, expr: &'a Expr) -> Result<Cond<'a>
     Ok(Cond::Other {
         cols: columns_in(scope, model, expr)?,
     })
+}
+
+/// `expr` with each column it reads replaced by a placeholder numbered
+/// from `first`, and those columns in placeholder order: the condition as
+/// it can be evaluated over rows that hold the columns' values under other
+/// names ([`fill_columns`]). A column read twice is two placeholders.
+pub fn over_columns(
+    scope: &Scope,
+    model: &Model,
+    expr: &Expr,
+    first: usize,
+) -> Result<(Expr, Vec<Col>), String> {
+    let mut rewritten = expr.clone();
+    let names = argument_names(&rewritten);
+    let mut cols = Vec::new();
+    let mut failed = None;
+    let _ = visit_expressions_mut(&mut rewritten, |e| {
+        if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+            && !names.contains(&(e as *const Expr))
+        {
+            match scope.column(model, e) {
+                Ok(Some(col)) => {
+                    *e = Expr::Identifier(Ident::with_quote(
+                        '"',
+                        format!("{PLACEHOLDER}{}", first + cols.len()),
+                    ));
+                    cols.push(col);
+                }
+                Ok(None) => {}
+                Err(why) => {
+                    failed = Some(why);
+                    return ControlFlow::Break(());
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    match failed {
+        Some(why) => Err(why),
+        None => Ok((rewritten, cols)),
+    }
+}
+
+/// What names the k-th column of an [`over_columns`] condition: not a
+/// name a statement could hold (a control character).
+const PLACEHOLDER: &str = "\u{1}mezzanine column ";
+
+/// An [`over_columns`] condition with its k-th column replaced by
+/// `column(k)`.
+pub fn fill_columns(expr: &Expr, column: impl Fn(usize) -> Expr) -> Expr {
+    let mut filled = expr.clone();
+    let _ = visit_expressions_mut(&mut filled, |e| {
+        if let Expr::Identifier(ident) = e {
+            if let Some(k) = ident
+                .value
+                .strip_prefix(PLACEHOLDER)
+                .and_then(|k| k.parse::<usize>().ok())
+            {
+                *e = column(k);
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    filled
 }
 
 /// Every column `expr` reads.

@@ -69,8 +69,17 @@ pub struct RowRead {
     pub children: Vec<String>,
     /// Conditions, sorting and limits the app applies to what it read.
     pub steps: Vec<AppStep>,
-    /// Whether the app filters what it read (a condition besides the key).
-    pub filtered: bool,
+    /// What the app filters what it read by (every condition besides the
+    /// key, ANDed), its columns as placeholders
+    /// ([`crate::expr::fill_columns`]) for `filter_columns`; `None` when
+    /// it keeps every row it read.
+    pub filter: Option<Expr>,
+    /// The columns `filter` reads, in placeholder order.
+    pub filter_columns: Vec<Projected>,
+    /// A condition of a LEFT JOIN's `ON` besides the parent key: it picks
+    /// the child rows joined, not the result's rows, so no filter of the
+    /// joined rows is it.
+    pub outer_condition: Option<String>,
     pub outputs: Vec<Projected>,
     /// Of `children`, those LEFT JOINed (a parent without such children
     /// is still a row).

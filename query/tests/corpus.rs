@@ -307,3 +307,62 @@ fn a_temporary_table_of_a_layout_tables_name_is_not_the_layouts() {
     let create = "CREATE TABLE trips (uuid uuid)";
     assert_eq!(analyze(&model, create).class, Class::None);
 }
+
+#[test]
+fn conditions_besides_the_row_key_become_one_filter_over_the_columns_they_read() {
+    let model = shop();
+    let filtered = |sql: &str| match analyze(&model, sql).plan {
+        Some(query::plan::Plan::Rows(read)) => *read,
+        other => panic!("{sql}: not a row read: {other:?}"),
+    };
+    // Each column a condition reads is a placeholder, numbered across the
+    // conditions, the casts and functions around it kept.
+    let read = filtered(
+        "SELECT o.state FROM orders o JOIN order_lines l ON l.order_no = o.order_no AND l.qty > 1 \
+         WHERE o.public_id = $1 AND (o.state = 'open' OR lower(l.sku) LIKE 'a%') AND o.rev::text <> ''",
+    );
+    let columns: Vec<String> = read.filter_columns.iter().map(|p| p.expr.clone()).collect();
+    assert_eq!(columns, ["l.qty", "o.state", "l.sku", "o.rev"]);
+    let filled = query::expr::fill_columns(read.filter.as_ref().expect("a filter"), |k| {
+        sqlparser::ast::Expr::Identifier(sqlparser::ast::Ident::new(format!("v{k}")))
+    });
+    assert_eq!(
+        filled.to_string(),
+        "(v0 > 1) AND (v1 = 'open' OR lower(v2) LIKE 'a%') AND (v3::TEXT <> '')"
+    );
+    assert!(read.outer_condition.is_none());
+    // The key alone: nothing to filter.
+    let read = filtered("SELECT state FROM orders WHERE public_id = $1");
+    assert!(read.filter.is_none() && read.filter_columns.is_empty());
+    // A LEFT JOIN's ON picks the child rows joined, not the result's
+    // rows: no filter of the joined rows is it.
+    let read = filtered(
+        "SELECT o.state, l.sku FROM orders o LEFT JOIN order_lines l \
+         ON l.order_no = o.order_no AND l.qty > 1 WHERE o.public_id = $1 AND l.sku IS NULL",
+    );
+    assert_eq!(read.outer_condition.as_deref(), Some("l.qty > 1"));
+    let filled = query::expr::fill_columns(read.filter.as_ref().expect("the WHERE's"), |k| {
+        sqlparser::ast::Expr::Identifier(sqlparser::ast::Ident::new(format!("v{k}")))
+    });
+    assert_eq!(filled.to_string(), "(v0 IS NULL)");
+}
+
+#[test]
+fn a_left_joins_on_names_no_rows_of_the_result() {
+    let model = shop();
+    // The UUID or the shard field in a LEFT JOIN's ON joins children to
+    // those parents only: every order is still a row of the result.
+    for sql in [
+        "SELECT o.state, l.sku FROM orders o LEFT JOIN order_lines l \
+         ON l.order_no = o.order_no AND o.public_id = $1",
+        "SELECT o.state, l.sku FROM orders o LEFT JOIN order_lines l \
+         ON l.order_no = o.order_no AND o.customer_ref = $1",
+    ] {
+        let analysis = analyze(&model, sql);
+        assert_eq!(analysis.class, Class::None, "{sql}");
+    }
+    // In an inner join's ON it is the WHERE's.
+    let inner = "SELECT o.state, l.sku FROM orders o JOIN order_lines l \
+                 ON l.order_no = o.order_no AND o.public_id = $1";
+    assert_eq!(analyze(&model, inner).class, Class::Row);
+}

@@ -161,6 +161,20 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
         (format!("SELECT uuid FROM trips WHERE driver_uuid = '{driver}' ORDER BY requested_at DESC LIMIT 0"), true),
         (format!("SELECT uuid, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id WHERE t.driver_uuid = '{driver}'"), false),
         (format!("SELECT count(*) FROM trips WHERE driver_uuid = '{driver}'"), true),
+        // Conditions besides the row key: PostgreSQL evaluates them over
+        // the rows read from Schemaless, in the app's session, or raises
+        // the statement's own error when it refuses one.
+        (format!("SELECT status FROM trips WHERE uuid = '{k1}' AND status LIKE 'c%'"), true),
+        (format!("SELECT status FROM trips WHERE uuid = '{k1}' AND (status = 'x' OR fare > 0) AND NOT completed_at IS NULL"), true),
+        (format!("SELECT uuid, fare FROM trips WHERE uuid IN ('{k1}', '{k2}', '{bare}') AND fare BETWEEN 1 AND 1000 ORDER BY fare DESC NULLS LAST, uuid LIMIT 2"), true),
+        (format!("SELECT uuid FROM trips WHERE uuid IN ('{k1}', '{k2}') AND uuid <> '{k2}'"), true),
+        (format!("SELECT n.seq, n.body FROM trips t JOIN trip_notes n ON n.trip_id = t.id AND n.seq > 1 WHERE t.uuid = '{k1}' AND n.author <> '' ORDER BY n.seq"), true),
+        (format!("SELECT t.uuid, n.seq FROM trips t LEFT JOIN trip_notes n ON n.trip_id = t.id AND n.seq > 1000 WHERE t.uuid = '{k1}'"), true),
+        (format!("SELECT t.uuid, n.seq FROM trips t LEFT JOIN trip_notes n ON n.trip_id = t.id WHERE t.uuid = '{bare}' AND n.seq IS NULL"), true),
+        (format!("SET TimeZone = 'Pacific/Kiritimati';\nSELECT uuid FROM trips WHERE uuid = '{k1}' AND requested_at >= '{kiritimati}'"), true),
+        (format!("SELECT fare FROM trips WHERE uuid = '{k1}' AND fare = 'abc'"), true),
+        (format!("SELECT fare FROM trips WHERE uuid = '{missing}' AND city_id = '1.5'"), true),
+        (format!("SELECT fare FROM trips WHERE uuid = '{k1}' AND status::int = 1"), true),
         // The session's settings give a value its meaning: the bound is
         // evaluated in the app's zone, not the facade's.
         (format!("SET TimeZone = 'Pacific/Kiritimati';\nSELECT uuid, requested_at FROM trips WHERE driver_uuid = '{driver}' AND requested_at >= '{kiritimati}' ORDER BY requested_at LIMIT 1"), true),
@@ -175,7 +189,9 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
         let served = proxy.status()["served"]["schemaless"].as_u64().unwrap_or(0) > before;
         served_count += usize::from(served);
         let (ok_d, out_d, err_d) = psql(&direct, &script);
-        if (ok_p, comparable(&out_p, *ordered)) != (ok_d, comparable(&out_d, *ordered)) {
+        if (ok_p, comparable(&out_p, *ordered), &err_p)
+            != (ok_d, comparable(&out_d, *ordered), &err_d)
+        {
             failures.push(format!(
                 "{sql}\n  served: {served}\n  proxy ({ok_p}): {out_p}{err_p}\n  direct ({ok_d}): {out_d}{err_d}"
             ));

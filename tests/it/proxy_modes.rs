@@ -330,6 +330,34 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     assert_eq!(rows_line(&through), Some("(1 row)"), "{through}");
     let direct = psql(&direct_url, &read_planted).1;
     assert_eq!(rows_line(&direct), Some("(0 rows)"), "{direct}");
+    // A read filtering on more than the row key is served too, the filter
+    // applied to Schemaless's row: the planted trip has the known trip's
+    // city and status.
+    let (city, status): (i32, String) =
+        sqlx::query_as("SELECT city_id, status FROM trips WHERE uuid = $1")
+            .bind(known)
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    for (condition, rows) in [
+        (
+            format!("city_id = {city} AND status = '{status}'"),
+            "(1 row)",
+        ),
+        (format!("city_id <> {city}"), "(0 rows)"),
+        (
+            format!("(status LIKE '{status}%' OR city_id < 0)"),
+            "(1 row)",
+        ),
+        (format!("NOT (status = '{status}')"), "(0 rows)"),
+    ] {
+        let filtered = format!(
+            "\\set ON_ERROR_STOP 1\nSELECT uuid, city_id FROM trips WHERE uuid = '{planted_key}' AND {condition};\n"
+        );
+        let (ok, out, err) = psql(&proxy.url(&db), &filtered);
+        assert!(ok, "{err}");
+        assert_eq!(rows_line(&out), Some(rows), "{condition}: {out}");
+    }
 
     // Inside a transaction block, and untranslatable: PostgreSQL answers.
     let script = format!(
@@ -377,6 +405,10 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
         format!(
             "SELECT uuid, requested_at, city_id FROM trips WHERE driver_uuid = '{driver}' \
              ORDER BY requested_at DESC LIMIT 3"
+        ),
+        format!(
+            "SELECT uuid, status, fare FROM trips WHERE uuid = '{known}' AND city_id > 0 \
+             AND requested_at < now() AND status NOT LIKE 'x%'"
         ),
     ];
     for sql in &reads {

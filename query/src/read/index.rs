@@ -13,6 +13,13 @@ impl SelectPlan<'_> {
         offset: Option<&Expr>,
     ) -> Result<Plan, String> {
         let model = self.model;
+        if let Some(&i) = self.outer.first() {
+            return Err(format!(
+                "a LEFT JOIN's ON has the condition {}, which picks the child rows joined, \
+                 not the rows read: an index query reads rows by conditions of the WHERE",
+                self.conds[i].0
+            ));
+        }
         for (_, c) in &self.conds {
             for col in c.cols() {
                 if col.source == Source::IntegerId && col.at == parent {

@@ -7,11 +7,11 @@
 
 use schemaless::FilterOp;
 use sqlparser::ast::{
-    Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, LimitClause, OrderByKind, OrderBySort,
-    Query, Select, SelectItem, SelectItemQualifiedWildcardKind, SetExpr,
+    BinaryOperator, Expr, GroupByExpr, Ident, JoinConstraint, JoinOperator, LimitClause,
+    OrderByKind, OrderBySort, Query, Select, SelectItem, SelectItemQualifiedWildcardKind, SetExpr,
 };
 
-use crate::expr::{aggregate_in, cond, conjuncts, subquery_in, Col, Cond, Scope};
+use crate::expr::{aggregate_in, cond, conjuncts, over_columns, subquery_in, Col, Cond, Scope};
 use crate::model::{Model, Source, Table};
 mod index;
 mod project;
@@ -80,6 +80,8 @@ struct SelectPlan<'a> {
     parent: Option<usize>,
     /// Conditions other than the join's, with their text.
     conds: Vec<(&'a Expr, Cond<'a>)>,
+    /// Of `conds`, those of a LEFT JOIN's `ON` (by index).
+    outer: Vec<usize>,
     outputs: Vec<Projected>,
     /// Every column the statement reads (outputs, conditions, order).
     read: Vec<Col>,
@@ -121,7 +123,8 @@ impl<'a> SelectPlan<'a> {
             );
         }
         let mut scope = Scope::default();
-        let mut on: Vec<&Expr> = Vec::new();
+        // Each join's ON, and whether the join is a LEFT one.
+        let mut on: Vec<(&Expr, bool)> = Vec::new();
         let mut left = Vec::new();
         for from in &select.from {
             scope.add(model, &from.relation)?;
@@ -147,7 +150,9 @@ impl<'a> SelectPlan<'a> {
                     }
                 };
                 match constraint {
-                    JoinConstraint::On(e) => on.push(e),
+                    JoinConstraint::On(e) => {
+                        on.push((e, left.last() == Some(&(scope.tables.len() - 1))))
+                    }
                     other => {
                         return Err(format!(
                             "a join {}: write it as ON child.parent = parent.id",
@@ -185,17 +190,18 @@ impl<'a> SelectPlan<'a> {
             scope,
             parent,
             conds: Vec::new(),
+            outer: Vec::new(),
             outputs: Vec::new(),
             read: Vec::new(),
             left,
         };
         let mut linked = Vec::new();
-        let all: Vec<&Expr> = on
+        let all: Vec<(&Expr, bool)> = on
             .into_iter()
-            .chain(select.selection.iter())
-            .flat_map(conjuncts)
+            .chain(select.selection.iter().map(|e| (e, false)))
+            .flat_map(|(e, outer)| conjuncts(e).into_iter().map(move |c| (c, outer)))
             .collect();
-        for e in all {
+        for (e, outer) in all {
             if let Some(sub) = subquery_in(e) {
                 return Err(format!(
                     "subquery {sub}: the cell API runs no queries within queries; run it \
@@ -206,6 +212,9 @@ impl<'a> SelectPlan<'a> {
                 Cond::Link { left, right } => linked.push(plan.link(&left, &right, e)?),
                 c => {
                     plan.read.extend(c.cols().into_iter().cloned());
+                    if outer {
+                        plan.outer.push(plan.conds.len());
+                    }
                     plan.conds.push((e, c));
                 }
             }

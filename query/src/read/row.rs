@@ -40,14 +40,19 @@ impl<'a> SelectPlan<'a> {
         let Some(parent) = self.parent else {
             return Err(self.child_without_parent());
         };
-        let key = self.conds.iter().position(|(_, c)| match c {
+        // A LEFT JOIN's ON names no rows of the result: `ON ... AND
+        // t.uuid = $1` joins children to that parent only, and keeps
+        // every other parent.
+        let key = (0..self.conds.len()).find(|i| match &self.conds[*i].1 {
             Cond::Cmp {
                 col,
                 op: FilterOp::Eq,
                 ..
             }
             | Cond::InList { col, .. }
-            | Cond::Any { col, .. } => col.at == parent && col.source == Source::RowKey,
+            | Cond::Any { col, .. } => {
+                col.at == parent && col.source == Source::RowKey && !self.outer.contains(i)
+            }
             _ => false,
         });
         match key {
@@ -155,10 +160,38 @@ impl<'a> SelectPlan<'a> {
             }
         }
         let mut steps = Vec::new();
+        let mut filter: Option<Expr> = None;
+        let mut filter_columns = Vec::new();
+        let mut outer_condition = None;
         for (i, (e, _)) in self.conds.iter().enumerate() {
-            if i != key {
-                steps.push(AppStep(format!("filter in the app: {e}")));
+            if i == key {
+                continue;
             }
+            steps.push(AppStep(format!("filter in the app: {e}")));
+            if self.outer.contains(&i) {
+                outer_condition.get_or_insert_with(|| e.to_string());
+                continue;
+            }
+            // Its columns numbered on from the conditions before it.
+            let (over, cols) = over_columns(&self.scope, self.model, e, filter_columns.len())?;
+            for col in &cols {
+                filter_columns.push(Projected {
+                    name: col.name.clone(),
+                    from: self.output_of(col).ok_or_else(|| {
+                        format!("filters by {}, which no cell holds", self.scope.show(col))
+                    })?,
+                    expr: self.scope.show(col),
+                });
+            }
+            let over = Expr::Nested(Box::new(over));
+            filter = Some(match filter {
+                None => over,
+                Some(before) => Expr::BinaryOp {
+                    left: Box::new(before),
+                    op: BinaryOperator::And,
+                    right: Box::new(over),
+                },
+            });
         }
         if !order.is_empty() {
             let by: Vec<String> = order
@@ -185,7 +218,9 @@ impl<'a> SelectPlan<'a> {
             latest,
             children,
             steps,
-            filtered: self.conds.len() > 1,
+            filter,
+            filter_columns,
+            outer_condition,
             outputs: self.outputs,
             left,
             order: ordered,

@@ -153,10 +153,10 @@ pub(super) async fn row_reads<S: CellStore>(
     store: &S,
     read: &RowRead,
 ) -> Result<Vec<Row>, RunError> {
-    if read.filtered {
-        return Err(untranslatable(
-            "it filters what it reads in the app (a condition besides the UUID), which query run does not evaluate; run it without that condition",
-        ));
+    if let Some(on) = &read.outer_condition {
+        return Err(untranslatable(format!(
+            "its LEFT JOIN picks the child rows by {on} besides the parent key, which query run does not evaluate; run it without that condition"
+        )));
     }
     if !read.order.is_empty() && (read.limit.is_some() || read.offset.is_some()) {
         return Err(untranslatable(
@@ -165,9 +165,12 @@ pub(super) async fn row_reads<S: CellStore>(
     }
     let keys = eval.keys(&read.keys).await?;
     let cells = read_cells(store, &keys, &read.latest, &read.children).await?;
+    // The filter's columns ride along past the ORDER BY's.
+    let mut order = read.order.clone();
+    order.extend(read.filter_columns.iter().map(|p| (p.clone(), false)));
     let shape = Shape {
         outputs: &read.outputs,
-        order: &read.order,
+        order: &order,
         children: &read.children,
         left: &read.left,
     };
@@ -176,6 +179,12 @@ pub(super) async fn row_reads<S: CellStore>(
         if exists(read, cells) {
             rows.extend(rows_of(key, cells, &shape));
         }
+    }
+    if let Some(filter) = &read.filter {
+        let columns = (read.order.len(), read.filter_columns.as_slice());
+        rows = super::serve::kept(eval, &super::Catalog::default(), filter, columns, rows)
+            .await?
+            .map_err(untranslatable)?;
     }
     let offset = match &read.offset {
         Some(e) => eval.count(e).await?,

@@ -268,7 +268,9 @@ pub async fn render_from<S: CellStore>(
                     .iter()
                     .find_map(|p| inexact(legacy.layout(), p))
                 {
-                    return Ok(Serving::Forward(format!("it filters by a value {why}")));
+                    return Ok(Serving::Forward(format!(
+                        "a condition reads a field: {why}"
+                    )));
                 }
                 let keys = eval.keys(&read.keys).await?;
                 let columns: Vec<&String> = read.latest.iter().chain(&read.children).collect();

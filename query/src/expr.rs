@@ -470,28 +470,7 @@ pub fn fill_columns(expr: &Expr, column: impl Fn(usize) -> Expr) -> Expr {
 
 /// Every column `expr` reads.
 pub fn columns_in(scope: &Scope, model: &Model, expr: &Expr) -> Result<Vec<Col>, String> {
-    let mut cols = Vec::new();
-    let mut failed = None;
-    let names = argument_names(expr);
-    let _ = visit_expressions(expr, |e| {
-        if matches!(e, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
-            && !names.contains(&(e as *const Expr))
-        {
-            match scope.column(model, e) {
-                Ok(Some(col)) => cols.push(col),
-                Ok(None) => {}
-                Err(why) => {
-                    failed = Some(why);
-                    return ControlFlow::Break(());
-                }
-            }
-        }
-        ControlFlow::Continue(())
-    });
-    match failed {
-        Some(why) => Err(why),
-        None => Ok(cols),
-    }
+    over_columns(scope, model, expr, 0).map(|(_, cols)| cols)
 }
 
 fn filter_op(op: &BinaryOperator) -> Option<FilterOp> {

@@ -182,7 +182,7 @@ pub(super) async fn row_reads<S: CellStore>(
     }
     if let Some(filter) = &read.filter {
         let columns = (read.order.len(), read.filter_columns.as_slice());
-        rows = super::serve::kept(eval, &super::Catalog::default(), filter, columns, rows)
+        rows = super::values::kept(eval, &super::Catalog::default(), filter, columns, rows)
             .await?
             .map_err(untranslatable)?;
     }

@@ -13,7 +13,9 @@
 //! Its rooms: `postgres` (binding, evaluating and re-reading on
 //! PostgreSQL), `cells` (the cell API calls and rows rebuilt from
 //! cells), `reads` (a statement's cell reads, for sampling), `serve` (a
-//! read answered from Schemaless, for the proxy), `write` (a write run
+//! read answered from Schemaless, for the proxy), `values` (Schemaless's
+//! values as PostgreSQL values of their columns, and conditions evaluated
+//! over them), `write` (a write run
 //! through the facade, for the proxy); this file runs both and compares.
 
 use std::collections::BTreeMap;
@@ -34,6 +36,7 @@ mod postgres;
 mod reads;
 mod serve;
 mod session;
+mod values;
 mod write;
 
 use cells::{index_reads, row_reads};

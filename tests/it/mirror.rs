@@ -499,23 +499,34 @@ async fn the_reverse_mirror_resumes_after_a_kill_and_ignores_late_older_cells() 
     }
     reverse.kill().unwrap();
     reverse.wait().unwrap();
-    let applied_before = db
-        .count("SELECT coalesce(sum(applied), 0)::int8 FROM mezzanine.reverse_offsets")
-        .await as usize;
+    // A COMMIT the process sent just before it died still lands once its
+    // backend runs it: wait for the offsets to settle, then read them and
+    // their `applied` counts in one snapshot (they commit together).
+    let positions = || async {
+        sqlx::query_as::<_, (i32, i64, i64)>(
+            "SELECT shard, added_id, applied FROM mezzanine.reverse_offsets ORDER BY shard",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+    };
+    let mut settled = positions().await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = positions().await;
+        if now == settled {
+            break;
+        }
+        settled = now;
+    }
+    let applied_before = settled.iter().map(|&(_, _, a)| a as usize).sum::<usize>();
     assert!(
         applied_before < written,
         "killed midway: {applied_before} of {written}"
     );
 
     // What the offsets cover is in PostgreSQL: they commit together.
-    let offsets: BTreeMap<u32, i64> =
-        sqlx::query_as::<_, (i32, i64)>("SELECT shard, added_id FROM mezzanine.reverse_offsets")
-            .fetch_all(&db.pool)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|(s, a)| (s as u32, a))
-            .collect();
+    let offsets: BTreeMap<u32, i64> = settled.iter().map(|&(s, a, _)| (s as u32, a)).collect();
     let legacy = facade.legacy();
     let schemaless = facade.schemaless();
     let mut covered = 0;

@@ -118,7 +118,10 @@ pub fn analyze_text(model: &Model, input: &str) -> Vec<Analysis> {
 pub fn analyze(model: &Model, sql: &str) -> Analysis {
     let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
     let statements = match Parser::parse_sql(&PostgreSqlDialect {}, &sql) {
-        Ok(statements) => statements,
+        Ok(mut statements) => {
+            statements.iter_mut().for_each(crate::expr::exact_strings);
+            statements
+        }
         Err(e) => {
             return Analysis {
                 sql,

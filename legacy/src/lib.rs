@@ -62,6 +62,7 @@ pub mod statements;
 pub mod store;
 pub mod time;
 pub mod trips;
+pub mod tsvector;
 pub mod zoned;
 
 pub use classify::{classify, storage_error};

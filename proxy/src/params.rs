@@ -7,7 +7,7 @@
 //! booleans, integers, floats, `numeric`, text-like types, `uuid`,
 //! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
 //! `interval`, `bytea`, the network types, `money`, the geometric and bit
-//! types, the range types over those, and one-dimensional arrays of them
+//! types, `tsvector`, the range types over those, and one-dimensional arrays of them
 //! (sqlx, psycopg's `%b`, asyncpg and JDBC bind these in binary). Anything else, or a parameter whose type the `Parse`
 //! left unspecified, is not read: the statement is then not sampled or
 //! served, and a write is refused (`0A000`) rather than guessed at.
@@ -157,6 +157,7 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
         3912 => range_text(1082, value)?,
         3908 => range_text(1114, value)?,
         3910 => range_text(1184, value)?,
+        3614 => tsvector_text(value)?,
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -167,6 +168,56 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
         }
         _ => return array_text(oid, value),
     })
+}
+
+/// A `tsvector`'s binary form (`tsvectorsend`: the count of lexemes,
+/// then each lexeme's text ending in a NUL, its count of positions and
+/// each position, the weight in its two high bits) as the text its input
+/// reads. Only a value `tsvectorout` could have sent is read: lexemes
+/// ascending and each once, positions ascending, none 0, at most 256.
+fn tsvector_text(value: &[u8]) -> Option<String> {
+    let (count, mut rest) = value.split_first_chunk::<4>()?;
+    let count = usize::try_from(i32::from_be_bytes(*count)).ok()?;
+    let mut out = String::new();
+    let mut previous: Option<&[u8]> = None;
+    for i in 0..count {
+        let end = rest.iter().position(|&b| b == 0)?;
+        let (lexeme, after) = (&rest[..end], &rest[end + 1..]);
+        if lexeme.is_empty() || previous.is_some_and(|p| p >= lexeme) {
+            return None;
+        }
+        previous = Some(lexeme);
+        let (n, after) = after.split_first_chunk::<2>()?;
+        let n = usize::from(u16::from_be_bytes(*n));
+        if n > 256 || after.len() < 2 * n {
+            return None;
+        }
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push('\'');
+        for c in std::str::from_utf8(lexeme).ok()?.chars() {
+            if c == '\'' || c == '\\' {
+                out.push(c);
+            }
+            out.push(c);
+        }
+        out.push('\'');
+        let mut last = 0;
+        for (j, p) in after[..2 * n].chunks_exact(2).enumerate() {
+            let p = u16::from_be_bytes([p[0], p[1]]);
+            let at = p & 0x3fff;
+            if at <= last {
+                return None;
+            }
+            last = at;
+            out.push(if j == 0 { ':' } else { ',' });
+            out.push_str(&at.to_string());
+            out.push_str(["", "C", "B", "A"][usize::from(p >> 14)]);
+        }
+        rest = &after[2 * n..];
+    }
+    rest.is_empty().then_some(out)
 }
 
 /// A geometric type's binary form (its doubles, a path's closed flag and
@@ -423,6 +474,7 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         3913 => 3912,
         3909 => 3908,
         3911 => 3910,
+        3643 => 3614,
         _ => return None,
     };
     // A `box` has commas of its own: its arrays separate with `;`.

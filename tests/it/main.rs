@@ -131,6 +131,7 @@ mod schema;
 mod servers;
 mod shard_move;
 mod text_case;
+mod text_search;
 mod tls;
 mod triggers;
 mod verify;

@@ -276,6 +276,7 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
         ("_int4range", Element::Range(Subtype::Int4)),
         ("_tstzrange", Element::Range(Subtype::Timestamptz)),
         ("_json", Element::Json),
+        ("_tsvector", Element::Tsvector),
     ] {
         assert_eq!(
             Conversion::for_type(typname),
@@ -283,7 +284,7 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
             "{typname}"
         );
     }
-    assert_eq!(Conversion::for_type("_tsvector"), None);
+    assert_eq!(Conversion::for_type("_tsquery"), None);
     // A box's commas are its own: the literal separates with `;`.
     let boxes = Conversion::ArrayOf(Element::Geometric(Geometry::Box));
     let (v, p) = boxes

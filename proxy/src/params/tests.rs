@@ -412,3 +412,33 @@ fn binary_arrays_of_boxes_and_ranges_read_with_their_delimiters() {
     ranges[8..12].copy_from_slice(&3926u32.to_be_bytes());
     assert_eq!(one(3905, &ranges), None);
 }
+
+#[test]
+fn binary_tsvectors_read_as_their_text() {
+    let hex = |h: &str| -> Vec<u8> {
+        (0..h.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap())
+            .collect()
+    };
+    // `tsvectorsend('sat:4,2A cat:3b it''s')`, and the empty tsvector.
+    let sent = hex("00000003636174000001800369742773000000736174000002c0020004");
+    assert_eq!(
+        one(3614, &sent).as_deref(),
+        Some("'cat':3B 'it''s' 'sat':2A,4")
+    );
+    assert_eq!(one(3614, &hex("00000000")).as_deref(), Some(""));
+    // What `tsvectorout` could not have sent is not read: lexemes out of
+    // order or twice, positions out of order, bytes left over, a count
+    // beyond the bytes.
+    for bad in [
+        "0000000262000000610000",
+        "0000000261000000610000",
+        "000000016100000200040002",
+        "00000001610000ff",
+        "00000002610000",
+        "00000001610001",
+    ] {
+        assert_eq!(one(3614, &hex(bad)), None, "{bad}");
+    }
+}

@@ -28,12 +28,13 @@
 //! | `bit(n)`, `bit varying(n)` | string, the bits: `"0101"` ([`crate::bits`]); a `bit(n)` exactly `n` of them, a `bit varying(n)` at most `n` |
 //! | `int4range`, `int8range`, `numrange`, `daterange`, `tsrange`, `tstzrange` | string, PostgreSQL's range syntax with each bound in its subtype's form: `"[1,5)"` (a discrete range always `[…)`), `"(1.5,2]"`, `"[2015-03-08T07:30:00.000000Z,)"`, `"empty"` ([`crate::range`]) |
 //! | `tsvector` | string, PostgreSQL's text: lexemes sorted, each quoted and once, positions ascending with their weights, `"'a':1A,3 'fat' 'rat':2B"` ([`crate::tsvector`]) |
+//! | `hstore` | an object of strings and nulls, `{"color": "red", "size": null}` ([`crate::hstore`]) |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
-//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
+//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `hstore[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
 //! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
@@ -56,6 +57,7 @@ use serde_json::{Number, Value};
 use crate::bits;
 use crate::duration::{self, Interval};
 use crate::geometry::Geometry;
+use crate::hstore;
 use crate::network;
 use crate::range::{self, Subtype};
 use crate::time;
@@ -123,6 +125,8 @@ pub enum Conversion {
     Range(Subtype),
     /// `tsvector`: PostgreSQL's text of it ([`crate::tsvector`]).
     Tsvector,
+    /// `hstore`: an object of strings and nulls ([`crate::hstore`]).
+    Hstore,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -167,6 +171,7 @@ pub enum Element {
     Geometric(Geometry),
     Range(Subtype),
     Tsvector,
+    Hstore,
     /// A `json[]`'s elements: any JSON value each, arrays included.
     Json,
     /// A `jsonb[]`'s elements: any JSON value each, arrays included.
@@ -200,6 +205,7 @@ impl Element {
             Element::Geometric(g) => Conversion::Geometric(g),
             Element::Range(subtype) => Conversion::Range(subtype),
             Element::Tsvector => Conversion::Tsvector,
+            Element::Hstore => Conversion::Hstore,
             Element::Json => Conversion::Json,
             Element::Jsonb => Conversion::Jsonb,
         }
@@ -222,7 +228,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], json[], jsonb[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], json[], jsonb[], enum types and their arrays, and domains over any of these";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -259,6 +265,7 @@ impl Conversion {
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "tsvector" => Conversion::Tsvector,
+            "hstore" => Conversion::Hstore,
             "_text" | "_varchar" | "_citext" => Conversion::TextArray,
             "_int2" => Conversion::Int2Array,
             "_int4" => Conversion::Int4Array,
@@ -285,6 +292,7 @@ impl Conversion {
             "_bit" | "_varbit" => Conversion::ArrayOf(Element::Bit),
             "_json" => Conversion::ArrayOf(Element::Json),
             "_tsvector" => Conversion::ArrayOf(Element::Tsvector),
+            "_hstore" => Conversion::ArrayOf(Element::Hstore),
             other => match other.strip_prefix('_') {
                 Some(element) => Conversion::ArrayOf(match Subtype::of_type(element) {
                     Some(subtype) => Element::Range(subtype),
@@ -412,6 +420,7 @@ impl Conversion {
             Conversion::Bit => bits::canonical_bits(text).map(Value::String),
             Conversion::Range(subtype) => range::render(*subtype, text).map(Value::String),
             Conversion::Tsvector => tsvector::canonical_tsvector(text).map(Value::String),
+            Conversion::Hstore => hstore::parse(text).map(Value::Object),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
             }
@@ -588,6 +597,7 @@ impl Conversion {
                 })?;
                 Value::String(tsvector::canonical_tsvector(s)?)
             }
+            Conversion::Hstore => Value::Object(hstore::accept(value)?),
             Conversion::Json => {
                 return Ok((value.clone(), Some(value.to_string())));
             }
@@ -666,6 +676,7 @@ impl Conversion {
                 Value::String(s),
             ) => time::postgres_text(s),
             (Conversion::Range(subtype), Value::String(s)) => range::param(*subtype, s),
+            (Conversion::Hstore, Value::Object(map)) => hstore::text(map),
             (_, Value::String(s)) => s.clone(),
             (
                 Conversion::TextArray

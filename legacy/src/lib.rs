@@ -51,6 +51,7 @@ pub mod conversion;
 pub mod duration;
 pub mod error;
 pub mod geometry;
+pub mod hstore;
 pub mod index;
 pub mod layout;
 pub mod network;

@@ -106,6 +106,7 @@ mod element_arrays;
 mod exact_values;
 mod group_commit;
 mod harness;
+mod hstore;
 mod indexes;
 mod legacy_bad_input;
 mod legacy_conversions;

@@ -89,7 +89,7 @@ pub async fn check(
                 json!({
                     "k": cell.key.row_key.uuid(),
                     "r": cell.key.ref_key.get(),
-                    "p": Value::Object(range_texts(layout, &body)),
+                    "p": Value::Object(param_texts(layout, &body)),
                     "b": Value::Object(body),
                 })
             })
@@ -284,15 +284,16 @@ fn statement(
     )
 }
 
-/// The text PostgreSQL reads of each range field of `body`: the range's
-/// JSON text with its bounds quoted and a year before 1 written BC
-/// ([`legacy::range::param`]), as the timestamps' rule below rewrites a
-/// scalar's in SQL. A value that is no range is left as it is, for
-/// PostgreSQL to refuse.
-fn range_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, Value> {
+/// The text PostgreSQL reads of each field of `body` compared through
+/// it ([`by_param`]): a range's JSON text with its bounds quoted and a
+/// year before 1 written BC ([`legacy::range::param`]), as the
+/// timestamps' rule below rewrites a scalar's in SQL; an `hstore`'s
+/// object as its `hstore` text. A value that is neither is left as it
+/// is, for PostgreSQL to refuse.
+fn param_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for field in &layout.fields {
-        if !is_range(field) {
+        if !by_param(field) {
             continue;
         }
         let Some(value) = body.get(&field.json) else {
@@ -302,8 +303,8 @@ fn range_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, 
             (Ok((_, Some(param))), _) => param,
             (Ok((_, None)), _) => continue,
             (_, Value::String(text)) => text.clone(),
-            // An array it cannot read: the JSON's own text, which
-            // PostgreSQL refuses as the array.
+            // A value it cannot read: the JSON's own text, which
+            // PostgreSQL refuses as the column's type.
             (_, other) => other.to_string(),
         };
         out.insert(field.json.clone(), Value::String(read));
@@ -311,12 +312,17 @@ fn range_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, 
     out
 }
 
-/// A range field, or an array of ranges: compared by value.
-fn is_range(field: &Field) -> bool {
+/// A field compared by value through the text PostgreSQL reads of it: a
+/// range (by value, as a `numeric` is), an `hstore` (an object in the
+/// cell), or an array of either.
+fn by_param(field: &Field) -> bool {
     use legacy::conversion::{Conversion, Element};
     matches!(
         field.conversion,
-        Conversion::Range(_) | Conversion::ArrayOf(Element::Range(_))
+        Conversion::Range(_)
+            | Conversion::ArrayOf(Element::Range(_))
+            | Conversion::Hstore
+            | Conversion::ArrayOf(Element::Hstore)
     )
 }
 
@@ -332,9 +338,9 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                   ELSE abs({text}::numeric - {column}::numeric) <= {tolerance:?}::numeric END"
         );
     }
-    if is_range(field) {
+    if by_param(field) {
         // By value, as a `numeric` is (a `numrange` keeps `1.50`); an
-        // array of ranges element by element, by the ranges' `=`.
+        // array element by element, by the type's `=`.
         return format!(
             "(s.e->'p'->>{})::{base} IS NOT DISTINCT FROM {column}",
             literal(&field.json)

@@ -67,6 +67,17 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
     )
     .await;
 
+    // A cell holding what no conversion wrote (a string for the object,
+    // a number value) is named by the strict check with PostgreSQL's
+    // error, not taken for the text it would cast to.
+    strictly_unreadable(
+        &db,
+        &legacy,
+        json!({"attrs": "color=>red", "variants": [{}]}),
+    )
+    .await;
+    strictly_unreadable(&db, &legacy, json!({"attrs": {}, "variants": [{"n": 5}]})).await;
+
     refused_by_field(
         &legacy,
         &expected[0],
@@ -244,5 +255,31 @@ async fn every_hstore_spelling_reads_as_hstore_in_reads_it() {
     assert!(
         valid > 500 && valid < compared - 500,
         "{valid} valid of {compared}"
+    );
+}
+
+/// `body` as row 1's cell at its ref key, judged by the strict check: a
+/// difference naming the field PostgreSQL cannot read, with its error.
+pub(crate) async fn strictly_unreadable(
+    db: &LegacyDb,
+    legacy: &legacy::LegacyStore,
+    body: serde_json::Value,
+) {
+    let rules = verifier::Rules::from_config(&db.config.verify);
+    let cell = schemaless::Cell::new(
+        key(1),
+        crate::durations::all(),
+        schemaless::RefKey::new(1).unwrap(),
+        schemaless::Body::from_value(body.clone()).unwrap(),
+    );
+    let found = verifier::strict::check(legacy, &rules, &[cell])
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{body}: {found:#?}");
+    let errors = &found[0].legacy["strict"][0]["postgres_error"];
+    assert_eq!(
+        errors.as_object().map(|e| e.len()),
+        Some(1),
+        "{body}: {found:#?}"
     );
 }

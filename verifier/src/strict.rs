@@ -225,8 +225,16 @@ async fn run(legacy: &LegacyStore, sql: &str, docs: &Value) -> Result<Vec<Checke
 
 /// A data exception (SQLSTATE class 22): a value that does not read as
 /// its type, as opposed to a failing connection.
+/// Whether `e` says a value does not read as its type: a data exception,
+/// or the syntax error some types' input functions raise instead
+/// (`tsvector`'s `42601`; `hstore`'s `XX000` before PostgreSQL 16). The
+/// statement itself is the check's own, so a syntax error in it is the
+/// value's; were it the statement's, every field alone would say so.
 fn data_exception(e: &sqlx::Error) -> bool {
     legacy::classify(e) == schemaless::Failure::BadValue
+        || e.as_database_error()
+            .and_then(|d| d.code())
+            .is_some_and(|code| code == "42601" || code == "XX000")
 }
 
 fn database_message(e: &sqlx::Error) -> String {
@@ -288,8 +296,9 @@ fn statement(
 /// it ([`by_param`]): a range's JSON text with its bounds quoted and a
 /// year before 1 written BC ([`legacy::range::param`]), as the
 /// timestamps' rule below rewrites a scalar's in SQL; an `hstore`'s
-/// object as its `hstore` text. A value that is neither is left as it
-/// is, for PostgreSQL to refuse.
+/// object as its `hstore` text. A range string it cannot read is left
+/// as it is, any other value it cannot read goes as its JSON text: for
+/// PostgreSQL to refuse.
 fn param_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for field in &layout.fields {
@@ -299,12 +308,18 @@ fn param_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, 
         let Some(value) = body.get(&field.json) else {
             continue;
         };
+        let hstore = matches!(
+            field.conversion,
+            legacy::conversion::Conversion::Hstore
+                | legacy::conversion::Conversion::ArrayOf(legacy::conversion::Element::Hstore)
+        );
         let read = match (field.conversion.accept(value), value) {
             (Ok((_, Some(param))), _) => param,
             (Ok((_, None)), _) => continue,
-            (_, Value::String(text)) => text.clone(),
+            (_, Value::String(text)) if !hstore => text.clone(),
             // A value it cannot read: the JSON's own text, which
-            // PostgreSQL refuses as the column's type.
+            // PostgreSQL refuses as the column's type (an `hstore` string
+            // among them: quoted, it is a key with no value).
             (_, other) => other.to_string(),
         };
         out.insert(field.json.clone(), Value::String(read));

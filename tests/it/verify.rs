@@ -1282,3 +1282,129 @@ async fn a_mismatch_seen_before_its_repair_does_not_reopen_it() {
         .unwrap();
     assert_eq!(kept[0].occurrences, 2, "{kept:?}");
 }
+
+/// A sweep keeps its place in its chunk: a worker that takes over the
+/// chunk of one killed mid-sweep goes on after the last row key swept
+/// (reading only the rest, finding what is there) instead of reading the
+/// shard again from its first key, and the chunk's counts add both
+/// workers' rows and mismatches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_taken_over_goes_on_from_its_place() {
+    let (db, config, _, facade) = mirrored(40, 31, "stale_after_ms = 200").await;
+    let schemaless = facade.schemaless().clone();
+    let shards = config.instance.shard_count;
+    verifier::store::ensure(&db.pool).await.unwrap();
+    let mut full = tripstore::triage::full_diff(facade.legacy(), &schemaless, &config);
+    full.config.triage_delay_ms = 0;
+    full.config.triage_wait_ms = 0;
+    let id = verifier::full::plan(&db.pool, facade.legacy(), shards, 100, true)
+        .await
+        .unwrap();
+    // A row only Schemaless has, in `shard`, its key after `after`.
+    let body = schemaless_latest(
+        &schemaless,
+        &row_keys(&db.pool, "SELECT uuid FROM trips ORDER BY id LIMIT 1").await[0],
+        &base(),
+    )
+    .await
+    .body;
+    let plant = |shard: u32, after: Option<RowKey>| {
+        let (schemaless, body) = (schemaless.clone(), body.clone());
+        async move {
+            let key = loop {
+                let mut bytes = *Uuid::new_v4().as_bytes();
+                bytes[0] = 0xff;
+                let key = RowKey::from(Uuid::from_bytes(bytes));
+                if schemaless::routing::shard_of(&key, shards) == shard
+                    && after.is_none_or(|a| key > a)
+                {
+                    break key;
+                }
+            };
+            let cell = Cell::new(key, base(), schemaless::RefKey::new(1).unwrap(), body);
+            schemaless.put_cells(vec![cell]).await.unwrap();
+            key
+        }
+    };
+    let shard = 3;
+    let start = verifier::full::SWEEP_BASE + i64::from(shard);
+    let first = plant(shard, None).await;
+
+    // The first worker sweeps the shard (one page) and dies after it: its
+    // chunk is left running, its place kept.
+    sqlx::query("UPDATE mezzanine.verify_chunks SET state = 'running', claimed_at = now() WHERE run = $1 AND start_id = $2")
+        .bind(id)
+        .bind(start)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let swept = full
+        .sweep(shard, None, (id, start), verifier::full::Place::default())
+        .await
+        .unwrap();
+    assert_eq!(swept.mismatches, 1, "{:#?}", swept.checked.mismatches);
+    let keys = schemaless
+        .shard_row_keys(shard, None, 100_000, ReadFrom::Master)
+        .await
+        .unwrap();
+    assert_eq!(swept.rows, keys.len() as u64);
+    let kept: (Option<Uuid>, i64, i64) = sqlx::query_as(
+        "SELECT sweep_after, swept, mismatches FROM mezzanine.verify_chunks WHERE run = $1 AND start_id = $2",
+    )
+    .bind(id)
+    .bind(start)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let last = *keys.last().unwrap();
+    assert_eq!(kept, (Some(last.uuid()), keys.len() as i64, 1));
+
+    // Two more rows only Schemaless has arrive after its place; the
+    // worker that takes the stale chunk over reads just those, two a page.
+    let later = [
+        plant(shard, Some(last)).await,
+        plant(shard, Some(last)).await,
+    ];
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    full.sweep_page = 2;
+    let progress = verifier::full::Progress::default();
+    let status = full
+        .run(id, 1, &progress, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(status.finished(), "{status:?}");
+    let mut total = 0;
+    for s in 0..shards {
+        total += schemaless
+            .shard_row_keys(s, None, 100_000, ReadFrom::Master)
+            .await
+            .unwrap()
+            .len() as u64;
+    }
+    assert_eq!(
+        progress.swept.load(Ordering::Relaxed),
+        total - keys.len() as u64,
+        "every shard swept once, the taken-over one from its place"
+    );
+    let done: (Option<Uuid>, i64, i64, String) = sqlx::query_as(
+        "SELECT sweep_after, swept, mismatches, state FROM mezzanine.verify_chunks WHERE run = $1 AND start_id = $2",
+    )
+    .bind(id)
+    .bind(start)
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let newest = later.iter().max().unwrap().uuid();
+    assert_eq!(
+        done,
+        (Some(newest), keys.len() as i64 + 2, 3, "done".to_string())
+    );
+    let open = open_mismatches(&db.pool, "full").await;
+    for key in [first, later[0], later[1]] {
+        assert!(
+            open.contains(&(key.to_string(), "BASE".to_string())),
+            "{key}: {open:?}"
+        );
+    }
+    facade.close().await;
+}

@@ -153,5 +153,6 @@ pub fn full_diff(
         pool: legacy.pool().clone(),
         triage: std::sync::Arc::new(MirrorTriage::new(legacy.clone(), schemaless.clone())),
         config: config.verify.clone(),
+        sweep_page: verifier::full::SWEEP_PAGE,
     }
 }

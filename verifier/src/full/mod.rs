@@ -63,7 +63,7 @@ mod sweep;
 
 pub use chunk::Checked;
 pub use plan::{latest, plan, plan_scoped, status, RunStatus, Scope, SWEEP_BASE};
-pub use sweep::Swept;
+pub use sweep::{Place, Swept, PAGE as SWEEP_PAGE};
 
 /// Live counters of this process's workers.
 #[derive(Default, Debug)]
@@ -98,6 +98,9 @@ pub struct FullDiff {
     pub triage: Arc<dyn Triage>,
     /// `[verify]` (triage delays).
     pub config: config::Verify,
+    /// Row keys a sweep reads per page ([`SWEEP_PAGE`]); its place is kept
+    /// after each.
+    pub sweep_page: usize,
 }
 
 impl FullDiff {
@@ -152,19 +155,27 @@ impl FullDiff {
                 }
                 continue;
             };
-            let (checked, swept) = {
+            // What the chunk found, its counts (a sweep's include what a
+            // worker before this one found), and the row keys this worker
+            // swept itself.
+            let (checked, (swept, mismatches), swept_here) = {
                 let heartbeat = self.heartbeat(id, start);
                 tokio::pin!(heartbeat);
                 let work = async {
                     match shard {
-                        Some(shard) => self
-                            .sweep(shard, columns)
-                            .await
-                            .map(|s| (s.checked, s.rows)),
-                        None => self
-                            .check_columns(start..end, columns)
-                            .await
-                            .map(|c| (c, 0)),
+                        Some(shard) => {
+                            let place = self.place((id, start)).await?;
+                            self.sweep(shard, columns, (id, start), place)
+                                .await
+                                .map(|s| {
+                                    let here = s.rows - place.rows;
+                                    (s.checked, (s.rows, s.mismatches), here)
+                                })
+                        }
+                        None => self.check_columns(start..end, columns).await.map(|c| {
+                            let found = c.mismatches.len() as u64;
+                            (c, (0, found), 0)
+                        }),
                     }
                 };
                 tokio::select! {
@@ -181,7 +192,7 @@ impl FullDiff {
             .bind(start)
             .bind(checked.parents as i64)
             .bind(checked.cells as i64)
-            .bind(checked.mismatches.len() as i64)
+            .bind(mismatches as i64)
             .bind(
                 checked
                     .mismatches
@@ -200,7 +211,7 @@ impl FullDiff {
                 .parents
                 .fetch_add(checked.parents, Ordering::Relaxed);
             progress.cells.fetch_add(checked.cells, Ordering::Relaxed);
-            progress.swept.fetch_add(swept, Ordering::Relaxed);
+            progress.swept.fetch_add(swept_here, Ordering::Relaxed);
             progress
                 .mismatches
                 .fetch_add(checked.mismatches.len() as u64, Ordering::Relaxed);

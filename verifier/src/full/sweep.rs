@@ -11,36 +11,64 @@
 //! a chunk's differences are and recorded as the same kind of mismatch
 //! (`full`), with nothing on the legacy side; `verify repair` then writes
 //! its tombstone.
+//!
+//! A sweep keeps its place: after each page (its mismatches recorded
+//! first), the chunk's row holds the last row key swept and the counts so
+//! far. A worker killed mid-sweep leaves that behind, and the worker that
+//! takes the chunk over goes on from it instead of reading the shard
+//! again from its first key. A page swept twice (a crash between its
+//! mismatches and its place) records the same mismatches again, which
+//! replaces them.
 
 use super::*;
 
-/// Row keys read per page of a sweep.
-const PAGE: usize = 1000;
+/// Row keys read per page of a sweep, unless [`FullDiff::sweep_page`]
+/// says otherwise.
+pub const PAGE: usize = 1000;
 
 /// What one shard's sweep found.
 #[derive(Debug, Default)]
 pub struct Swept {
     /// Its mismatches, as a chunk's.
     pub checked: Checked,
-    /// Row keys read.
+    /// Row keys read, counting those a worker before this one read.
     pub rows: u64,
+    /// Mismatches found, counting those a worker before this one found.
+    pub mismatches: u64,
+}
+
+/// Where a sweep stands: the last row key swept (and its mismatches
+/// recorded), and the counts so far. Kept in the chunk's row.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Place {
+    pub after: Option<RowKey>,
+    pub rows: u64,
+    pub mismatches: u64,
 }
 
 impl FullDiff {
     /// Sweeps `shard` for rows only Schemaless has, comparing `columns`
-    /// (`None`: all); records what differs after triage.
+    /// (`None`: all), from `place` on; records what differs after triage,
+    /// and the new place after each page in chunk `chunk` (run, start id).
     pub async fn sweep(
         &self,
         shard: u32,
         columns: Option<&BTreeSet<String>>,
+        chunk: (i64, i64),
+        place: Place,
     ) -> Result<Swept, Error> {
-        let mut swept = Swept::default();
-        let mut after: Option<RowKey> = None;
+        let mut swept = Swept {
+            rows: place.rows,
+            mismatches: place.mismatches,
+            ..Swept::default()
+        };
+        let mut after = place.after;
+        let page = self.sweep_page.max(1);
         loop {
             let observed = std::time::Instant::now();
             let keys = self
                 .schemaless
-                .shard_row_keys(shard, after.as_ref(), PAGE, ReadFrom::Master)
+                .shard_row_keys(shard, after.as_ref(), page, ReadFrom::Master)
                 .await?;
             swept.rows += keys.len() as u64;
             let Some(last) = keys.last().copied() else {
@@ -71,13 +99,60 @@ impl FullDiff {
                     }
                     store::record(&self.pool, Source::Full, "full", &found, observed).await?;
                     store::flush(&self.pool, &counts, &[]).await?;
+                    swept.mismatches += found.len() as u64;
                     swept.checked.mismatches.extend(found);
                 }
             }
-            if keys.len() < PAGE {
+            let now = Place {
+                after,
+                rows: swept.rows,
+                mismatches: swept.mismatches,
+            };
+            self.keep_place(chunk, now).await?;
+            if keys.len() < page {
                 break;
             }
         }
         Ok(swept)
+    }
+
+    /// Writes where chunk `(run, start id)`'s sweep stands, while it is
+    /// still running (a chunk done or taken over is left alone).
+    async fn keep_place(&self, (run, start): (i64, i64), place: Place) -> Result<(), Error> {
+        sqlx::query(
+            "/* mezzanine */ UPDATE mezzanine.verify_chunks SET sweep_after = $3, swept = $4, mismatches = $5
+             WHERE run = $1 AND start_id = $2 AND state = 'running'",
+        )
+        .bind(run)
+        .bind(start)
+        .bind(place.after.map(|k| k.uuid()))
+        .bind(place.rows as i64)
+        .bind(place.mismatches as i64)
+        .execute(&self.pool)
+        .await
+        .map_err(Error::postgres("keeping a sweep's place"))?;
+        Ok(())
+    }
+
+    /// Where chunk `(run, start id)`'s sweep stands, as a worker before
+    /// this one left it (nothing swept yet: the default).
+    pub(super) async fn place(&self, (run, start): (i64, i64)) -> Result<Place, Error> {
+        let row: Option<(Option<uuid::Uuid>, i64, i64)> = sqlx::query_as(
+            "/* mezzanine */ SELECT sweep_after, swept, mismatches FROM mezzanine.verify_chunks
+             WHERE run = $1 AND start_id = $2",
+        )
+        .bind(run)
+        .bind(start)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(Error::postgres("reading a sweep's place"))?;
+        Ok(match row {
+            Some((Some(after), rows, mismatches)) => Place {
+                after: Some(RowKey::from(after)),
+                rows: rows.max(0) as u64,
+                mismatches: mismatches.max(0) as u64,
+            },
+            _ => Place::default(),
+        })
     }
 }

@@ -52,6 +52,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
             ("mezzanine.verify_runs", "columns"),
             ("mezzanine.verify_chunks", "shard"),
             ("mezzanine.verify_chunks", "swept"),
+            ("mezzanine.verify_chunks", "sweep_after"),
         ],
     );
     if everything.await {
@@ -125,7 +126,8 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
          ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS strict boolean NOT NULL DEFAULT false;
          ALTER TABLE mezzanine.verify_runs ADD COLUMN IF NOT EXISTS columns text[];
          ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS shard int;
-         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS swept bigint NOT NULL DEFAULT 0;",
+         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS swept bigint NOT NULL DEFAULT 0;
+         ALTER TABLE mezzanine.verify_chunks ADD COLUMN IF NOT EXISTS sweep_after uuid;",
     )
     .execute(&mut *tx)
     .await

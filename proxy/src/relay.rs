@@ -115,6 +115,10 @@ struct State {
     /// the probe (`probe`), and the probe's own state.
     resolution: Resolution,
     probe: probe::Probe,
+    /// PostgreSQL reported `standard_conforming_strings = off`: its string
+    /// literals read `\` as an escape, which the translator does not
+    /// ([`crate::route::NONSTANDARD_STRINGS`]).
+    nonstandard_strings: bool,
 }
 
 /// A portal answered for Schemaless.
@@ -139,6 +143,7 @@ impl State {
             session: std::sync::Arc::default(),
             resolution: Resolution::Unknown,
             probe: probe::Probe::new(),
+            nonstandard_strings: false,
         }
     }
 
@@ -217,6 +222,9 @@ impl State {
         let (Ok(name), Ok(value)) = (std::str::from_utf8(name), std::str::from_utf8(value)) else {
             return;
         };
+        if name == "standard_conforming_strings" {
+            self.nonstandard_strings = value != "on";
+        }
         let mut session = (*self.session).clone();
         if session.reported(name, value) {
             self.session = std::sync::Arc::new(session);

@@ -76,7 +76,31 @@ impl Decision {
             write: false,
         }
     }
+
+    /// The decision where the statement's meaning is not known for sure
+    /// (`why`): forwarded, never served, sampled or written through the
+    /// facade; a write the facade would run, and a read in `schemaless`,
+    /// refused rather than guessed at.
+    pub fn uncertain(&mut self, mode: Mode, why: &str) {
+        if self.class == Class::Other {
+            return;
+        }
+        let unserved_read = mode == Mode::Schemaless && self.samplable;
+        if (self.writable || unserved_read) && self.verdict == Verdict::Forward {
+            self.verdict = Verdict::Refuse(format!("{mode} mode: {why}"));
+        }
+        self.samplable = false;
+        self.writable = false;
+        self.write = false;
+    }
 }
+
+/// Why a statement is refused in a session whose
+/// `standard_conforming_strings` is off.
+pub const NONSTANDARD_STRINGS: &str = "this session has standard_conforming_strings off, so a \
+     backslash in a string literal is an escape to PostgreSQL but a letter to the translator; \
+     turn it on (the default since PostgreSQL 9.1) for statements on layout tables to be served, \
+     sampled or written through the facade";
 
 /// How the session's unqualified names find tables: what its
 /// `search_path` (and, through `"$user"`, its role) makes of the layout's
@@ -225,14 +249,8 @@ impl Router {
             mode,
             in_transaction,
         );
-        if resolution == Resolution::Unknown && decision.class != Class::Other {
-            let unserved_read = mode == Mode::Schemaless && decision.samplable;
-            if (decision.writable || unserved_read) && decision.verdict == Verdict::Forward {
-                decision.verdict = Verdict::Refuse(format!("{mode} mode: {UNRESOLVED}"));
-            }
-            decision.samplable = false;
-            decision.writable = false;
-            decision.write = false;
+        if resolution == Resolution::Unknown {
+            decision.uncertain(mode, UNRESOLVED);
         }
         decision
     }

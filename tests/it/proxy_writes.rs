@@ -1180,3 +1180,28 @@ async fn a_statement_prepared_before_a_mode_change_is_judged_in_the_new_mode() {
     assert!(n >= 1);
     facade.close().await;
 }
+
+/// A session with `standard_conforming_strings` off reads `\` in a string
+/// literal as an escape, which the translator does not: its writes on
+/// layout tables are refused in `primary` (not run through the facade
+/// with another value), saying why, until it is on again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_standard_strings_is_not_written_through_the_facade() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let (off, on) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let script = format!(
+        "SET standard_conforming_strings = off;\n{};\nSET standard_conforming_strings = on;\n\\set ON_ERROR_STOP 1\n{};\n",
+        trip(off).replace("'EUR'", "'E\\\\U'"),
+        trip(on)
+    );
+    let (ok, out, err) = psql(&proxy.url(&db), &script);
+    assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
+    assert!(
+        err.contains("0A000") && err.contains("standard_conforming_strings off"),
+        "{err}"
+    );
+    assert!(latest(&facade, off, "BASE").await.is_none(), "refused");
+    assert!(latest(&facade, on, "BASE").await.is_some(), "written");
+    facade.close().await;
+}

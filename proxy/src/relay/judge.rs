@@ -7,7 +7,7 @@ use query::named::Step;
 use query::Class;
 
 use super::{probe, State};
-use crate::route::{Decision, Resolution, Verdict};
+use crate::route::{Decision, Resolution, Verdict, NONSTANDARD_STRINGS};
 use crate::stats::Route;
 use crate::Shared;
 
@@ -68,6 +68,9 @@ pub(super) fn decide(
     let mut decision = shared
         .router
         .decide_in(sql, mode, in_transaction, resolution);
+    if state.nonstandard_strings {
+        decision.uncertain(mode, NONSTANDARD_STRINGS);
+    }
     if state.named.is_empty() {
         return decision;
     }

@@ -535,7 +535,7 @@ pub fn string_literal(value: String) -> sqlparser::ast::Value {
     }
 }
 
-/// Every `'…'` string of `statement` ([`string_literal`]): printed, the
+/// Every `'…'` and `N'…'` string of `statement` ([`string_literal`]): printed, the
 /// statement holds the values it was parsed with. Done to each statement
 /// of an app's that is printed for PostgreSQL to evaluate or run.
 pub fn exact_strings<V: sqlparser::ast::VisitMut>(statement: &mut V) {
@@ -544,8 +544,14 @@ pub fn exact_strings<V: sqlparser::ast::VisitMut>(statement: &mut V) {
     impl VisitorMut for Exact {
         type Break = ();
         fn pre_visit_value(&mut self, value: &mut ValueWithSpan) -> ControlFlow<()> {
-            if let Value::SingleQuotedString(s) = &mut value.value {
-                value.value = string_literal(std::mem::take(s));
+            match &mut value.value {
+                Value::SingleQuotedString(s) => value.value = string_literal(std::mem::take(s)),
+                // `N'…'` is printed as `'…'` is: one holding `''` or `\'`
+                // is the same text as an `E'…'` literal of it.
+                Value::NationalStringLiteral(s) if s.contains("''") || s.contains("\\'") => {
+                    value.value = Value::EscapedStringLiteral(std::mem::take(s))
+                }
+                _ => {}
             }
             ControlFlow::Continue(())
         }
@@ -570,7 +576,7 @@ mod tests {
         }
         // An app's literals, parsed (unescaped), print back as the
         // values they hold.
-        let sql = "SELECT 'say ''''hi''''', 'x\\''y', 'plain' FROM t WHERE a = 'it''s'";
+        let sql = "SELECT 'say ''''hi''''', 'x\\''y', 'plain', N'n''''n' FROM t WHERE a = 'it''s'";
         let mut statement =
             sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, sql)
                 .unwrap()
@@ -578,7 +584,7 @@ mod tests {
         exact_strings(&mut statement);
         assert_eq!(
             statement.to_string(),
-            "SELECT E'say \\'\\'hi\\'\\'', E'x\\\\\\'y', 'plain' FROM t WHERE a = 'it''s'"
+            "SELECT E'say \\'\\'hi\\'\\'', E'x\\\\\\'y', 'plain', E'n\\'\\'n' FROM t WHERE a = 'it''s'"
         );
     }
 }

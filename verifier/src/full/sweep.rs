@@ -117,7 +117,7 @@ impl FullDiff {
     }
 
     /// Writes where chunk `(run, start id)`'s sweep stands, while it is
-    /// still running (a chunk done or taken over is left alone).
+    /// still running (a chunk another worker finished is left alone).
     async fn keep_place(&self, (run, start): (i64, i64), place: Place) -> Result<(), Error> {
         sqlx::query(
             "/* mezzanine */ UPDATE mezzanine.verify_chunks SET sweep_after = $3, swept = $4, mismatches = $5

@@ -808,21 +808,25 @@ fn array_literal(items: &[Value], delimiter: char) -> String {
         }
         match item {
             Value::Null => out.push_str("NULL"),
-            Value::String(s) => {
-                out.push('"');
-                for c in s.chars() {
-                    if c == '"' || c == '\\' {
-                        out.push('\\');
-                    }
-                    out.push(c);
-                }
-                out.push('"');
-            }
+            Value::String(s) => push_quoted(&mut out, s),
             other => out.push_str(&other.to_string()),
         }
     }
     out.push('}');
     out
+}
+
+/// `s` in double quotes, `"` and `\` escaped with `\`: an array
+/// element's form, and an `hstore` key's or value's.
+pub(crate) fn push_quoted(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
 }
 
 mod fits;

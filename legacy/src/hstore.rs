@@ -14,6 +14,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::conversion::push_quoted;
+
 /// The object `text` (an `hstore`'s text) holds.
 pub fn parse(text: &str) -> Result<Map<String, Value>, String> {
     let shown = crate::conversion::shown(text);
@@ -64,23 +66,17 @@ pub fn parse(text: &str) -> Result<Map<String, Value>, String> {
 pub fn text(map: &Map<String, Value>) -> String {
     let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
     pairs.sort_by(|a, b| (a.0.len(), a.0.as_bytes()).cmp(&(b.0.len(), b.0.as_bytes())));
-    let quoted = |s: &str| {
-        let mut out = String::with_capacity(s.len() + 2);
-        out.push('"');
-        for c in s.chars() {
-            if c == '"' || c == '\\' {
-                out.push('\\');
-            }
-            out.push(c);
-        }
-        out.push('"');
-        out
-    };
     pairs
         .iter()
-        .map(|(k, v)| match v.as_str() {
-            Some(v) => format!("{}=>{}", quoted(k), quoted(v)),
-            None => format!("{}=>NULL", quoted(k)),
+        .map(|(k, v)| {
+            let mut pair = String::new();
+            push_quoted(&mut pair, k);
+            pair.push_str("=>");
+            match v.as_str() {
+                Some(v) => push_quoted(&mut pair, v),
+                None => pair.push_str("NULL"),
+            }
+            pair
         })
         .collect::<Vec<_>>()
         .join(", ")

@@ -147,16 +147,11 @@ fn print(entries: &[(Vec<u8>, Vec<Position>)]) -> String {
         if i > 0 {
             out.push(' ');
         }
-        out.push('\'');
         // Whole characters of the input: the bytes are UTF-8.
-        let lexeme = std::str::from_utf8(lexeme).expect("lexemes are cut at characters");
-        for c in lexeme.chars() {
-            if c == '\'' || c == '\\' {
-                out.push(c);
-            }
-            out.push(c);
-        }
-        out.push('\'');
+        push_lexeme(
+            &mut out,
+            std::str::from_utf8(lexeme).expect("lexemes are cut at characters"),
+        );
         for (j, p) in positions.iter().enumerate() {
             out.push(if j == 0 { ':' } else { ',' });
             out.push_str(&p.at.to_string());
@@ -169,6 +164,18 @@ fn print(entries: &[(Vec<u8>, Vec<Position>)]) -> String {
         }
     }
     out
+}
+
+/// `lexeme` as `tsvectorout` prints it: quoted, `'` and `\` doubled.
+pub fn push_lexeme(out: &mut String, lexeme: &str) {
+    out.push('\'');
+    for c in lexeme.chars() {
+        if c == '\'' || c == '\\' {
+            out.push(c);
+        }
+        out.push(c);
+    }
+    out.push('\'');
 }
 
 /// The parser's states (`gettoken_tsvector`).

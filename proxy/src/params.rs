@@ -195,14 +195,7 @@ fn tsvector_text(value: &[u8]) -> Option<String> {
         if i > 0 {
             out.push(' ');
         }
-        out.push('\'');
-        for c in std::str::from_utf8(lexeme).ok()?.chars() {
-            if c == '\'' || c == '\\' {
-                out.push(c);
-            }
-            out.push(c);
-        }
-        out.push('\'');
+        legacy::tsvector::push_lexeme(&mut out, std::str::from_utf8(lexeme).ok()?);
         let mut last = 0;
         for (j, p) in after[..2 * n].chunks_exact(2).enumerate() {
             let p = u16::from_be_bytes([p[0], p[1]]);

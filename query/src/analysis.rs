@@ -119,7 +119,9 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
     let sql = sql.trim().trim_end_matches(';').trim_end().to_string();
     let statements = match Parser::parse_sql(&PostgreSqlDialect {}, &sql) {
         Ok(mut statements) => {
-            statements.iter_mut().for_each(crate::expr::exact_strings);
+            statements
+                .iter_mut()
+                .for_each(crate::literal::exact_strings);
             statements
         }
         Err(e) => {

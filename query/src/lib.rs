@@ -21,6 +21,7 @@
 pub mod analysis;
 pub mod audit;
 pub mod expr;
+pub mod literal;
 pub mod model;
 pub mod named;
 pub mod plan;

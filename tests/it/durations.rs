@@ -243,6 +243,50 @@ pub(crate) fn served_as_twin(
     );
 }
 
+/// `insert` (psql input writing a new row, its key given) run through the
+/// proxy ([`planted`]: into the facade) and straight to PostgreSQL: both
+/// answered `INSERT 0 1`, and the cell the facade wrote is the one the
+/// layout reads of the direct row. That body.
+pub(crate) async fn written_as_twin(
+    db: &LegacyDb,
+    proxy: &ProxyProcess,
+    (facade, legacy): (&TripStore, &LegacyStore),
+    insert: impl Fn(uuid::Uuid) -> String,
+) -> Body {
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for (url, key) in [(proxy.url(db), k), (direct, d)] {
+        let (ok, out, err) = psql(&url, &insert(key));
+        assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
+    }
+    let written = body(facade, RowKey::from(k)).await.expect("written");
+    assert_eq!(written, body(legacy, RowKey::from(d)).await.unwrap());
+    written.1
+}
+
+/// `insert` (psql input writing a new row, its key given) refused through
+/// the proxy with the error PostgreSQL gives it directly, nothing written:
+/// PostgreSQL's error.
+pub(crate) async fn refused_as_twin(
+    db: &LegacyDb,
+    proxy: &ProxyProcess,
+    facade: &TripStore,
+    insert: impl Fn(uuid::Uuid) -> String,
+) -> String {
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let k = uuid::Uuid::new_v4();
+    let (through_ok, _, through) = psql(&proxy.url(db), &insert(k));
+    let (direct_ok, _, direct_err) = psql(&direct, &insert(uuid::Uuid::new_v4()));
+    assert!(!through_ok && !direct_ok, "{through} / {direct_err}");
+    let says = |err: &str| {
+        err.lines()
+            .find_map(|l| l.split_once("ERROR:").map(|(_, e)| e.trim().to_string()))
+    };
+    assert_eq!(says(&through), says(&direct_err), "{through}");
+    assert_eq!(body(facade, RowKey::from(k)).await, None);
+    direct_err
+}
+
 /// Installs capture on `db`'s layout; then how many changes wait in its
 /// queue, on each call of what it returns.
 pub(crate) async fn captured(db: &LegacyDb, legacy: &LegacyStore) -> impl AsyncFn() -> u64 {

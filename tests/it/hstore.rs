@@ -7,12 +7,14 @@
 //! over a corpus of random spellings.
 
 use rand::{Rng, SeedableRng};
-use schemaless::{MySqlStore, RowKey};
+use schemaless::MySqlStore;
 use serde_json::json;
 
-use crate::durations::{body, kept_exactly, key, planted, put, refused_by_field, served_as_twin};
+use crate::durations::{
+    kept_exactly, key, planted, put, refused_as_twin, refused_by_field, served_as_twin,
+    written_as_twin,
+};
 use crate::harness::LegacyDb;
-use crate::proxy::psql;
 
 const SETUP: &str = r#"
 CREATE EXTENSION IF NOT EXISTS hstore;
@@ -113,8 +115,6 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
     // PostgreSQL evaluates the values (a duplicate key, `hstore(k, v)`,
     // `||`), the cell is the one the layout reads of the same INSERT made
     // directly.
-    let url = proxy.url(&db);
-    let direct = crate::harness::cluster().postgres_url(&db.name);
     let insert = |k: uuid::Uuid| {
         format!(
             "\\set ON_ERROR_STOP 1\nINSERT INTO products (product_key, rev, attrs, variants) \
@@ -122,37 +122,21 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
              ARRAY[hstore(ARRAY['x', 'y'], ARRAY['1', NULL])]);\n"
         )
     };
-    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let (ok, out, err) = psql(&url, &insert(k));
-    assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
-    let (ok, out, err) = psql(&direct, &insert(d));
-    assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
+    let written = written_as_twin(&db, &proxy, (&facade, &legacy), insert).await;
     assert_eq!(
-        written.1.to_value(),
+        written.to_value(),
         json!({"attrs": {"a": "1", "b": "2", "it's": null},
                "variants": [{"x": "1", "y": null}]})
     );
     // A value PostgreSQL refuses is its error through the proxy too,
     // nothing written.
-    let bad = |k: uuid::Uuid| {
+    let err = refused_as_twin(&db, &proxy, &facade, |k| {
         format!(
             "\\set ON_ERROR_STOP 1\nINSERT INTO products (product_key, rev, attrs) VALUES ('{k}', 1, 'a = > b');\n"
         )
-    };
-    let k = uuid::Uuid::new_v4();
-    let (ok, _, through) = psql(&url, &bad(k));
-    let (direct_ok, _, direct_err) = psql(&direct, &bad(uuid::Uuid::new_v4()));
-    assert!(!ok && !direct_ok, "{through} / {direct_err}");
-    let says = |err: &str| {
-        err.lines()
-            .find(|l| l.contains("ERROR:"))
-            .map(|l| l.split("ERROR:").nth(1).unwrap().trim().to_string())
-    };
-    assert!(direct_err.contains("position 3"), "{direct_err}");
-    assert_eq!(says(&through), says(&direct_err), "{through}");
-    assert_eq!(body(&facade, RowKey::from(k)).await, None);
+    })
+    .await;
+    assert!(err.contains("position 3"), "{err}");
 
     // Written through the legacy store as an object: PostgreSQL holds the
     // pairs it holds for the same text.

@@ -511,7 +511,9 @@ async fn the_reverse_mirror_resumes_after_a_kill_and_ignores_late_older_cells() 
         .unwrap()
     };
     let mut settled = positions().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        assert!(Instant::now() < deadline, "the offsets never settled");
         tokio::time::sleep(Duration::from_millis(300)).await;
         let now = positions().await;
         if now == settled {

@@ -11,11 +11,10 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
 use crate::durations::{
-    body, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field, sent,
-    served_as_twin,
+    body, inserted_in_binary, kept_exactly, key, planted, put, refused_as_twin, refused_by_field,
+    sent, served_as_twin, written_as_twin,
 };
 use crate::harness::LegacyDb;
-use crate::proxy::psql;
 
 const SETUP: &str = r#"
 CREATE TABLE articles (
@@ -125,8 +124,6 @@ async fn tsvectors_are_kept_as_postgresql_prints_them_in_both_stores_and_the_pro
     // PostgreSQL evaluates the values, `to_tsvector` included, and the
     // generated column over the new row; the cell is the one the layout
     // reads of the same INSERT made directly.
-    let url = proxy.url(&db);
-    let direct = crate::harness::cluster().postgres_url(&db.name);
     let insert = |k: uuid::Uuid| {
         format!(
             "\\set ON_ERROR_STOP 1\nINSERT INTO articles (article_key, rev, title, doc, docs) \
@@ -134,14 +131,8 @@ async fn tsvectors_are_kept_as_postgresql_prints_them_in_both_stores_and_the_pro
              ARRAY[setweight('a:1 b:2'::tsvector, 'B')]);\n"
         )
     };
-    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
-    let (ok, out, err) = psql(&url, &insert(k));
-    assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
-    let (ok, out, err) = psql(&direct, &insert(d));
-    assert!(ok && out.trim().ends_with("INSERT 0 1"), "{out}{err}");
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
-    let fields = written.1.to_value();
+    let written = written_as_twin(&db, &proxy, (&facade, &legacy), insert).await;
+    let fields = written.to_value();
     assert_eq!(
         (&fields["doc"], &fields["docs"]),
         (
@@ -179,18 +170,13 @@ async fn tsvectors_are_kept_as_postgresql_prints_them_in_both_stores_and_the_pro
     );
     // A value PostgreSQL refuses is its error through the proxy too,
     // nothing written.
-    let bad = |k: uuid::Uuid| {
+    let err = refused_as_twin(&db, &proxy, &facade, |k| {
         format!(
             "\\set ON_ERROR_STOP 1\nINSERT INTO articles (article_key, rev, doc) VALUES ('{k}', 1, 'a:0');\n"
         )
-    };
-    let k = uuid::Uuid::new_v4();
-    let (ok, _, through) = psql(&url, &bad(k));
-    let (direct_ok, _, direct_err) = psql(&direct, &bad(uuid::Uuid::new_v4()));
-    assert!(!ok && !direct_ok, "{through} / {direct_err}");
-    assert!(direct_err.contains("wrong position info"), "{direct_err}");
-    assert!(through.contains("wrong position info"), "{through}");
-    assert_eq!(body(&facade, RowKey::from(k)).await, None);
+    })
+    .await;
+    assert!(err.contains("wrong position info"), "{err}");
     facade.close().await;
     legacy.close().await;
 }

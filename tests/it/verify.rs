@@ -1365,7 +1365,13 @@ async fn a_sweep_taken_over_goes_on_from_its_place() {
         plant(shard, Some(last)).await,
         plant(shard, Some(last)).await,
     ];
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Its claim gone stale, as a dead worker's does.
+    sqlx::query("UPDATE mezzanine.verify_chunks SET claimed_at = now() - interval '1 hour' WHERE run = $1 AND start_id = $2")
+        .bind(id)
+        .bind(start)
+        .execute(&db.pool)
+        .await
+        .unwrap();
     full.sweep_page = 2;
     let progress = verifier::full::Progress::default();
     let status = full

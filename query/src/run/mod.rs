@@ -172,7 +172,7 @@ fn parse_one(sql: &str) -> Result<Statement, RunError> {
         )));
     }
     let mut statement = statements.remove(0);
-    crate::expr::exact_strings(&mut statement);
+    crate::literal::exact_strings(&mut statement);
     Ok(statement)
 }
 
@@ -184,7 +184,7 @@ fn bind_parsed(statement: &mut Statement, params: &[Option<String>]) -> Result<(
             if let sqlparser::ast::Value::Placeholder(name) = &v.value {
                 let n: Option<usize> = name.strip_prefix('$').and_then(|n| n.parse().ok());
                 match n.and_then(|n| n.checked_sub(1)).and_then(|i| params.get(i)) {
-                    Some(Some(value)) => v.value = crate::expr::string_literal(value.clone()),
+                    Some(Some(value)) => v.value = crate::literal::string_literal(value.clone()),
                     Some(None) => v.value = sqlparser::ast::Value::Null,
                     None => {
                         missing = Some(name.clone());

@@ -42,6 +42,7 @@
 //!   triggers, their delivery, their status;
 //! - [`outbox`]: the transaction hook that fills the outbox;
 //! - [`relay`]: the relay;
+//! - [`retired`]: where each deletion falls in the outbox's order;
 //! - [`reverse`]: the reverse mirror;
 //! - [`status`]: what `mezzanine mirror status` and the metrics show;
 //! - [`worker`]: heartbeats, backoff and counters shared by the two loops.
@@ -50,6 +51,7 @@ pub mod capture;
 pub mod error;
 pub mod outbox;
 pub mod relay;
+pub mod retired;
 pub mod reverse;
 pub mod schema;
 pub mod status;

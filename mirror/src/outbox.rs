@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use legacy::TransactionHook;
-use schemaless::{Cell, CellResult, Result, WriteOutcome};
+use schemaless::{Cell, CellResult, Column, Result, WriteOutcome};
 use uuid::Uuid;
 
 /// The hook a mirrored write runs in its legacy transaction: every cell the
@@ -13,8 +13,19 @@ use uuid::Uuid;
 /// attempt committed without knowing whether its entry was delivered) by
 /// one statement before the commit. A `Superseded` cell is not enqueued:
 /// the legacy tables did not keep it, and the newer cell that superseded it
-/// was mirrored when it was written.
-pub struct Outbox;
+/// was mirrored when it was written. A deletion is recorded with its place
+/// in the outbox's order ([`crate::retired`]).
+pub struct Outbox {
+    /// `capture.tombstone_column`: cells there are deletions.
+    tombstones: Column,
+}
+
+impl Outbox {
+    /// The hook of a store whose deletions are cells of `tombstones`.
+    pub fn new(tombstones: Column) -> Outbox {
+        Outbox { tombstones }
+    }
+}
 
 #[async_trait]
 impl TransactionHook for Outbox {
@@ -46,20 +57,28 @@ impl TransactionHook for Outbox {
                 bodies.push(cell.body.to_value().to_string());
             }
         }
-        if row_keys.is_empty() {
-            return Ok(());
+        if !row_keys.is_empty() {
+            sqlx::query(
+                "/* mezzanine */ INSERT INTO mezzanine.outbox (row_key, column_name, ref_key, body)
+                 SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[])",
+            )
+            .bind(&row_keys)
+            .bind(&columns)
+            .bind(&ref_keys)
+            .bind(&bodies)
+            .execute(&mut *tx)
+            .await
+            .map_err(|source| legacy::storage_error("postgres (mezzanine.outbox)", source))?;
         }
-        sqlx::query(
-            "/* mezzanine */ INSERT INTO mezzanine.outbox (row_key, column_name, ref_key, body)
-             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::text[])",
-        )
-        .bind(&row_keys)
-        .bind(&columns)
-        .bind(&ref_keys)
-        .bind(&bodies)
-        .execute(&mut *tx)
-        .await
-        .map_err(|source| legacy::storage_error("postgres (mezzanine.outbox)", source))?;
+        // Last, so that every entry of the batch is below the mark: the
+        // batch's cells are not written after its deletions (the legacy
+        // store applies deletions last).
+        let enqueued = cells
+            .iter()
+            .zip(results)
+            .filter(|(_, result)| result.is_ok())
+            .map(|(cell, _)| cell);
+        crate::retired::record(&mut *tx, &self.tombstones, enqueued).await?;
         Ok(())
     }
 }

@@ -16,12 +16,16 @@
 //! see [`crate::capture`]) when `capture.enabled`: each round moves a
 //! batch of each.
 //!
-//! Only two answers set an entry aside (into `mezzanine.outbox_parked`,
-//! with the reason): a conflict (Schemaless holds a different body at the
-//! address: the stores disagree, and a person must decide) and input
-//! Schemaless refuses (a body over its limits). Everything else, a server
-//! down or a missing schema, fails the whole batch, which is tried again
-//! after a backoff while the outbox grows.
+//! Three answers set an entry aside (into `mezzanine.outbox_parked`, with
+//! the reason): a conflict (Schemaless holds a different body at the
+//! address: the stores disagree, and a person must decide), input
+//! Schemaless refuses (a body over its limits, a key a tombstone retired),
+//! and a cell written under its key after the key's deletion
+//! ([`crate::retired`]) that PostgreSQL still holds: Schemaless would
+//! take even the same body as already there and hide it, so it is never
+//! delivered; one PostgreSQL deleted again since is dropped (`retired`).
+//! Everything else, a server down or a missing schema, fails the whole
+//! batch, which is tried again after a backoff while the outbox grows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +50,10 @@ pub struct Moved {
     pub already_present: u64,
     /// Outbox entries set aside for good.
     pub parked: u64,
+    /// Outbox entries written under a key deleted before them that
+    /// PostgreSQL no longer holds (deleted again since): nothing to
+    /// deliver, since Schemaless hides them too ([`crate::retired`]).
+    pub retired: u64,
     /// Captured changes delivered.
     pub captured: Captured,
 }
@@ -53,7 +61,7 @@ pub struct Moved {
 impl Moved {
     /// Entries that left the outbox or the capture queue (or the slot).
     pub fn total(&self) -> u64 {
-        self.delivered + self.parked + self.captured.entries
+        self.delivered + self.parked + self.retired + self.captured.entries
     }
 
     /// Whether nothing moved and nothing is known to wait (a slot read
@@ -67,6 +75,7 @@ impl Moved {
         self.delivered += other.delivered;
         self.already_present += other.already_present;
         self.parked += other.parked;
+        self.retired += other.retired;
         self.captured.add(other.captured);
     }
 }
@@ -75,6 +84,11 @@ impl Moved {
 /// the in-memory model in tests).
 pub struct Relay {
     pool: PgPool,
+    /// The legacy tables, read for an entry written after its key's
+    /// deletion.
+    legacy: legacy::LegacyStore,
+    /// `capture.tombstone_column`.
+    tombstones: Column,
     target: Arc<dyn CellStore>,
     batch: usize,
     /// Bytes of body one batch may carry (`limits.max_batch_bytes`).
@@ -117,6 +131,8 @@ impl Relay {
         };
         Ok(Relay {
             pool: legacy.pool().clone(),
+            legacy: legacy.clone(),
+            tombstones: legacy.tombstones().clone(),
             target,
             batch: settings.mirror.relay_batch,
             batch_bytes: config.limits.max_batch_bytes,
@@ -160,7 +176,7 @@ impl Relay {
 
     /// Whether `moved` filled a batch of either kind (more may wait).
     fn full(&self, moved: &Moved) -> bool {
-        moved.delivered + moved.parked >= self.batch as u64 || moved.captured.more
+        moved.delivered + moved.parked + moved.retired >= self.batch as u64 || moved.captured.more
     }
 
     /// One batch of the outbox.
@@ -168,17 +184,21 @@ impl Relay {
         let context = "relaying the outbox";
         let mut tx = self.pool.begin().await.map_err(Error::postgres(context))?;
         // Taken out of the outbox at once; if delivery fails, the rollback
-        // puts them back. At most `batch` entries and, past the first,
+        // puts them back. With each, the mark of a recorded deletion of its
+        // row or address (`crate::retired`), if any. At most `batch` entries and, past the first,
         // `batch_bytes` of bodies: large entries cannot add up to more
         // memory than a batch may take.
         let rows = sqlx::query(
-            "/* mezzanine */ DELETE FROM mezzanine.outbox WHERE id IN (
+            "/* mezzanine */ DELETE FROM mezzanine.outbox o WHERE o.id IN (
                  SELECT id FROM (
                      SELECT id, sum(octet_length(body)) OVER (ORDER BY id) - octet_length(body) AS before
                      FROM (SELECT id, body FROM mezzanine.outbox ORDER BY id LIMIT $1
                            FOR UPDATE SKIP LOCKED) locked) sized
                  WHERE before < $2)
-             RETURNING id, row_key, column_name, ref_key, body, enqueued_at::text",
+             RETURNING o.id, o.row_key, o.column_name, o.ref_key, o.body, o.enqueued_at::text,
+                 (SELECT min(d.after) FROM mezzanine.deletions d
+                  WHERE d.row_key = o.row_key
+                    AND (d.column_name = '' OR (d.column_name = o.column_name AND d.ref_key = o.ref_key)))",
         )
         .bind(self.batch as i64)
         .bind(self.batch_bytes as i64)
@@ -191,14 +211,23 @@ impl Relay {
         }
         let mut ids = Vec::with_capacity(rows.len());
         let mut cells = Vec::with_capacity(rows.len());
-        // Per entry: the index of its cell in `cells`, or why it cannot
-        // be read.
-        let mut readable: Vec<Result<usize, String>> = Vec::with_capacity(rows.len());
+        // Per entry: the index of its cell in `cells`, nothing to deliver,
+        // or why it is parked.
+        let mut readable: Vec<Result<Option<usize>, String>> = Vec::with_capacity(rows.len());
         for row in &rows {
-            ids.push(row.try_get::<i64, _>(0).map_err(Error::postgres(context))?);
+            let id = row.try_get::<i64, _>(0).map_err(Error::postgres(context))?;
+            ids.push(id);
+            let deleted_after: Option<i64> = row.try_get(6).map_err(Error::postgres(context))?;
             match entry_cell(row) {
+                Ok(cell)
+                    if cell.key.column != self.tombstones
+                        && deleted_after.is_some_and(|after| after < id) =>
+                {
+                    let after = deleted_after.unwrap_or_default();
+                    readable.push(self.written_after_deletion(&cell, id, after).await?);
+                }
                 Ok(cell) => {
-                    readable.push(Ok(cells.len()));
+                    readable.push(Ok(Some(cells.len())));
                     cells.push(cell);
                 }
                 Err(reason) => readable.push(Err(format!("unreadable outbox entry: {reason}"))),
@@ -209,7 +238,15 @@ impl Relay {
         let mut moved = Moved::default();
         let mut parked = Vec::new();
         for ((row, id), entry) in rows.iter().zip(&ids).zip(readable) {
-            match entry.and_then(|i| delivered[i].clone()) {
+            let delivery = match entry {
+                Ok(Some(i)) => delivered[i].clone(),
+                Ok(None) => {
+                    moved.retired += 1;
+                    continue;
+                }
+                Err(reason) => Err(reason),
+            };
+            match delivery {
                 Ok(outcome) => {
                     moved.delivered += 1;
                     if outcome == WriteOutcome::AlreadyPresent {
@@ -289,6 +326,41 @@ impl Relay {
             ))]),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// An entry written under a key whose deletion was recorded before it
+    /// (`after`, see [`crate::retired`]): Schemaless would take it as
+    /// already there, or refuse it, and hide it either way. Nothing to
+    /// deliver (`None`) when PostgreSQL no longer holds the cell (deleted
+    /// again since, the stores agree); parked with the reason while it
+    /// does.
+    async fn written_after_deletion(
+        &self,
+        cell: &Cell,
+        id: i64,
+        after: i64,
+    ) -> Result<Result<Option<usize>, String>, Error> {
+        if self
+            .legacy
+            .get_cell(&cell.key, ReadFrom::Master)
+            .await?
+            .is_none()
+        {
+            tracing::info!(
+                "outbox entry {id} ({}) was written after its key's deletion and is deleted again: nothing to deliver",
+                cell.key
+            );
+            return Ok(Ok(None));
+        }
+        Ok(Err(format!(
+            "{key} was written to PostgreSQL after its deletion (outbox entry {id}; the deletion was \
+             recorded after entry {after}), and PostgreSQL holds it: the tombstone in {tombstones} \
+             retires the key, and Schemaless would hide the cell for good. If the row was meant to \
+             stay deleted, delete it again in PostgreSQL; if it is a new entity, write it under a new \
+             row key (or child address); then `mezzanine mirror retry`",
+            key = cell.key,
+            tombstones = self.tombstones,
+        )))
     }
 
     async fn conflict_reason(&self, cell: &Cell, key: &schemaless::CellKey) -> String {

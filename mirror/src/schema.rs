@@ -22,6 +22,11 @@
 //!   second body at one ref key, a row the layout cannot read, a
 //!   truncated table), with both bodies and the reason; `mezzanine
 //!   capture retry` puts them back (one row per change and kind);
+//! - `deletions`: every deletion sent to Schemaless (a whole row, when
+//!   `column_name` is empty, or one child address) with the last outbox
+//!   id handed out when it was recorded, so the relay can tell a cell
+//!   written again after its deletion from one delivered again; see
+//!   [`crate::retired`];
 //! - `capture_replica_identity`: with `capture.method = "logical"`, the
 //!   replica identity each layout table had before install changed it,
 //!   which uninstall restores.
@@ -45,6 +50,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
             "mezzanine.capture_parked",
             "mezzanine.capture_parked_change",
             "mezzanine.capture_replica_identity",
+            "mezzanine.deletions",
         ],
         &[
             ("mezzanine.reverse_offsets", "awaited_ranges"),
@@ -131,7 +137,14 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
          CREATE TABLE IF NOT EXISTS mezzanine.capture_replica_identity (
              table_sql text PRIMARY KEY,
              identity text NOT NULL,
-             index_sql text);",
+             index_sql text);
+         CREATE TABLE IF NOT EXISTS mezzanine.deletions (
+             row_key uuid NOT NULL,
+             column_name text NOT NULL,
+             ref_key bigint NOT NULL,
+             after bigint NOT NULL,
+             recorded_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (row_key, column_name, ref_key));",
     )
     .execute(&mut *tx)
     .await

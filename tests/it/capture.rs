@@ -932,6 +932,65 @@ async fn rows_inserted_again_unchanged_after_their_delete_are_parked_not_hidden(
     facade.close().await;
 }
 
+/// A trip deleted by plain SQL, its tombstone delivered by capture, then
+/// written again through the facade exactly as it was: Schemaless would
+/// take the cell as already there and keep hiding it while PostgreSQL
+/// holds the row. The deletion's place in the outbox order says the
+/// write came after it: the entry is parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_facade_write_of_a_row_deleted_by_plain_sql_is_parked_not_hidden() {
+    let (db, config, _file, facade) = mirrored_trips().await;
+    let (legacy, schemaless) = (facade.legacy(), facade.schemaless());
+    let trip: Uuid = sqlx::query_scalar("SELECT uuid FROM trips WHERE id = 43")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    let row = RowKey::from(trip);
+    let base = Column::new("BASE").unwrap();
+    let before = schemaless
+        .get_cell_latest(&row, &base, ReadFrom::Master)
+        .await
+        .unwrap()
+        .expect("the backfill copied the trip")
+        .cell;
+    run_ok(psql(
+        &db,
+        "DELETE FROM trip_notes WHERE trip_id = 43;
+         DELETE FROM billing_attempts WHERE trip_id = 43;
+         DELETE FROM fare_adjustments WHERE trip_id = 43;
+         DELETE FROM trips WHERE id = 43;",
+    ));
+    let moved = relay_drain(&config, legacy, schemaless).await;
+    assert!(moved.captured.tombstones >= 1, "{moved:?}");
+    assert_eq!(moved.captured.parked, 0, "{moved:?}");
+
+    assert_eq!(
+        facade.put_cell(before.clone()).await.unwrap(),
+        schemaless::WriteOutcome::Written
+    );
+    let moved = relay_drain(&config, legacy, schemaless).await;
+    assert_eq!((moved.delivered, moved.parked), (0, 1), "{moved:?}");
+    let reason: String = sqlx::query_scalar("SELECT error FROM mezzanine.outbox_parked")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert!(
+        reason.contains(&trip.to_string()) && reason.contains("after its deletion"),
+        "{reason}"
+    );
+    let visible = Tombstoned::new(schemaless.clone(), &config).unwrap();
+    assert_eq!(
+        visible
+            .get_cell_latest(&row, &base, ReadFrom::Master)
+            .await
+            .unwrap(),
+        None
+    );
+    let refused = step_refused(&facade, Mode::Shadow).await;
+    assert!(refused.contains("parked"), "{refused}");
+    facade.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_and_uninstall_under_live_writers_fail_no_write_and_miss_none() {
     let db = LegacyDb::trips().await;

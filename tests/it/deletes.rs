@@ -413,6 +413,175 @@ async fn in_mirror_a_row_written_again_after_its_delete_is_parked_not_hidden() {
     facade.close().await;
 }
 
+/// The parked outbox entries' keys and reasons, oldest first.
+async fn parked_entries(db: &LegacyDb) -> Vec<(String, i64, String)> {
+    sqlx::query_as("SELECT column_name, ref_key, error FROM mezzanine.outbox_parked ORDER BY id")
+        .fetch_all(&db.pool)
+        .await
+        .unwrap()
+}
+
+/// The relay's counts that tell a delivery from a cell kept back:
+/// (delivered, already present, parked, retired).
+fn counts(moved: &mirror::relay::Moved) -> (u64, u64, u64, u64) {
+    (
+        moved.delivered,
+        moved.already_present,
+        moved.parked,
+        moved.retired,
+    )
+}
+
+/// The same cell written before a deletion and again after it: in
+/// Schemaless both are the one stored cell, hidden by the tombstone. The
+/// first, delivered again (a relay that died before its commit), is
+/// already there; the second would be taken as already there too and
+/// stay hidden while PostgreSQL holds the row again. The outbox order
+/// tells them apart: the rewrite is parked, a whole row's and a child
+/// address's alike, which holds the step to `shadow`; deleted again and
+/// retried, it is dropped and the step goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_mirror_the_same_cell_written_again_after_its_delete_is_parked_not_taken_as_delivered_again(
+) {
+    let (db, config, deleted, facade) = facade_driven().await;
+    let notes = Column::new("NOTES").unwrap();
+    walk_to(&facade, &config, Mode::Mirror).await;
+    let (gone, kept) = (put_trip(&facade).await, put_trip(&facade).await);
+    // The first write's entry, to be delivered again later.
+    let (first, body): (i64, String) = sqlx::query_as(
+        "SELECT id, body FROM mezzanine.outbox WHERE row_key = $1 AND column_name = 'BASE'",
+    )
+    .bind(gone.uuid())
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    facade.relay().drain().await.unwrap();
+    facade
+        .put_cells(vec![
+            row_tombstone(gone, &deleted),
+            cell_tombstone(kept, &deleted, &notes, 2),
+        ])
+        .await
+        .unwrap();
+    let moved = facade.relay().drain().await.unwrap();
+    assert_eq!(counts(&moved), (2, 0, 0, 0), "{moved:?}");
+
+    // Delivered again after the deletion landed: written before it, so
+    // already there, and hidden as it should be.
+    sqlx::query(
+        "INSERT INTO mezzanine.outbox (id, row_key, column_name, ref_key, body) VALUES ($1, $2, 'BASE', 1, $3)",
+    )
+    .bind(first)
+    .bind(gone.uuid())
+    .bind(&body)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let moved = facade.relay().drain().await.unwrap();
+    assert_eq!(counts(&moved), (1, 1, 0, 0), "{moved:?}");
+
+    // Written again through the facade as they were: PostgreSQL holds
+    // them again, and the relay parks both instead of taking them as
+    // already there.
+    for cell in [trip(gone), note(kept, 2)] {
+        assert_eq!(facade.put_cell(cell).await.unwrap(), WriteOutcome::Written);
+    }
+    assert_eq!(in_postgresql(&db, gone).await, (true, vec![]));
+    assert_eq!(in_postgresql(&db, kept).await, (true, vec![1, 2, 3]));
+    let moved = facade.relay().drain().await.unwrap();
+    assert_eq!(counts(&moved), (0, 0, 2, 0), "{moved:?}");
+    let parked = parked_entries(&db).await;
+    assert_eq!(
+        parked
+            .iter()
+            .map(|(c, r, _)| (c.as_str(), *r))
+            .collect::<Vec<_>>(),
+        [("BASE", 1), ("NOTES", 2)]
+    );
+    for (_, _, reason) in &parked {
+        assert!(
+            reason.contains("after its deletion") && reason.contains("retires the key"),
+            "{reason}"
+        );
+    }
+    let visible = facade.schemaless_reads();
+    assert_eq!(
+        visible
+            .get_cell(&trip(gone).key, ReadFrom::Master)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        visible
+            .get_cell(&note(kept, 2).key, ReadFrom::Master)
+            .await
+            .unwrap(),
+        None
+    );
+    crate::mirror::backfill_in_mirror(&facade, &config).await;
+    let err = facade
+        .set_mode(&crate::mirror::request(Mode::Shadow))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("parked"), "{err}");
+
+    // Meant to stay deleted: deleted again, then retried. PostgreSQL no
+    // longer holds them, the stores agree, and nothing holds the step.
+    facade
+        .put_cells(vec![
+            row_tombstone(gone, &deleted),
+            cell_tombstone(kept, &deleted, &notes, 2),
+        ])
+        .await
+        .unwrap();
+    facade.relay().drain().await.unwrap();
+    assert_eq!(
+        mirror::status::retry_parked_outbox(&db.pool).await.unwrap(),
+        2
+    );
+    let moved = facade.relay().drain().await.unwrap();
+    assert_eq!(counts(&moved), (0, 0, 0, 2), "{moved:?}");
+    assert!(parked_entries(&db).await.is_empty());
+    assert_eq!(reads_alike(&facade, gone).await, vec![]);
+    // The trip and its latest note, alike.
+    assert_eq!(reads_alike(&facade, kept).await.len(), 2);
+    facade
+        .set_mode(&crate::mirror::request(Mode::Shadow))
+        .await
+        .unwrap();
+    facade.close().await;
+}
+
+/// A deletion applied by the reverse mirror in `primary` retires the key
+/// for the outbox too: after the step back to `shadow`, the deleted trip
+/// written again as it was is parked, not taken as delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_row_deleted_in_primary_and_written_again_after_the_step_back_is_parked() {
+    let (db, config, deleted, facade) = facade_driven().await;
+    walk_to(&facade, &config, Mode::Primary).await;
+    let row = put_trip(&facade).await;
+    facade.put_cell(row_tombstone(row, &deleted)).await.unwrap();
+    facade.reverse().catch_up().await.unwrap();
+    assert_eq!(in_postgresql(&db, row).await, (false, vec![]));
+
+    facade
+        .set_mode(&crate::mirror::request(Mode::Shadow))
+        .await
+        .unwrap();
+    assert_eq!(
+        facade.put_cell(trip(row)).await.unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(in_postgresql(&db, row).await, (true, vec![]));
+    let moved = facade.relay().drain().await.unwrap();
+    assert_eq!(counts(&moved), (0, 0, 1, 0), "{moved:?}");
+    let parked = parked_entries(&db).await;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert!(parked[0].2.contains("after its deletion"), "{parked:?}");
+    facade.close().await;
+}
+
 /// A note of trip `k` at `seq`, as an app inserts it.
 fn insert_note(k: uuid::Uuid, seq: i64) -> String {
     format!(

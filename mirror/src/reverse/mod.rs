@@ -40,7 +40,9 @@ use legacy::{LegacyStore, TransactionHook};
 use schemaless::mysql::awaited::Awaited;
 use schemaless::mysql::follow::ShardFollower;
 use schemaless::retry::{self, Retryable};
-use schemaless::{Cell, CellResult, CellStore, MySqlStore, ReadFrom, StoredCell, WriteOutcome};
+use schemaless::{
+    Cell, CellResult, CellStore, Column, MySqlStore, ReadFrom, StoredCell, WriteOutcome,
+};
 use sqlx::{PgPool, Row};
 use tokio::sync::{watch, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -326,6 +328,7 @@ impl ReverseMirror {
             conflicts: std::sync::Mutex::default(),
             cells: (apply.len() + parked.len()) as i64,
             refused: AtomicU8::new(FREE),
+            tombstones: self.legacy.tombstones().clone(),
         };
         let batch: Vec<Cell> = apply.iter().map(|s| s.cell.clone()).collect();
         match self.legacy.put_cells_with(batch, &hook).await {
@@ -391,6 +394,7 @@ impl ReverseMirror {
             conflicts: std::sync::Mutex::default(),
             cells: (applied.applied + parked.len() as u64) as i64,
             refused: AtomicU8::new(FREE),
+            tombstones: self.legacy.tombstones().clone(),
         };
         match self.legacy.put_cells_with(Vec::new(), &hook).await {
             Ok(_) => {

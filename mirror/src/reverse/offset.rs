@@ -39,6 +39,9 @@ pub(super) struct OffsetHook {
     pub(super) cells: i64,
     /// Why `begin` refused, if it did.
     pub(super) refused: AtomicU8,
+    /// `capture.tombstone_column`: the deletions applied are recorded
+    /// ([`crate::retired`]), for a mode moved back to `shadow`.
+    pub(super) tombstones: Column,
 }
 
 #[async_trait]
@@ -111,6 +114,12 @@ impl TransactionHook for OffsetHook {
             }
         }
         *self.conflicts.lock().unwrap_or_else(|p| p.into_inner()) = conflicts;
+        let applied = cells
+            .iter()
+            .zip(results)
+            .filter(|(_, result)| result.is_ok())
+            .map(|(cell, _)| cell);
+        crate::retired::record(&mut *tx, &self.tombstones, applied).await?;
         for (stored, reason) in &self.parked {
             tracing::warn!(
                 "reverse mirror: shard {} added_id {} ({}) parked: {reason}",

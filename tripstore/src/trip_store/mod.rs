@@ -105,6 +105,8 @@ pub struct TripStore {
     relay: Arc<Relay>,
     /// Wakes the relay after a mirrored write commits.
     relay_wake: Arc<Notify>,
+    /// The hook of a mirrored write (`mirror`, `shadow`).
+    outbox: Outbox,
     /// The reverse mirror (run in the background unless
     /// `mirror.reverse_in_app` is false).
     reverse: Arc<ReverseMirror>,
@@ -198,6 +200,7 @@ impl TripStore {
             stats,
             name,
             relay_wake: relay.waker(),
+            outbox: Outbox::new(legacy.tombstones().clone()),
             legacy,
             schemaless,
             visible,

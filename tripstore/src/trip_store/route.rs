@@ -85,12 +85,15 @@ impl TripStore {
                 }
             }
             Mode::Mirror => {
-                let results = self.legacy.put_cells_with(cells, &Outbox).await?;
+                let results = self.legacy.put_cells_with(cells, &self.outbox).await?;
                 self.relay_wake.notify_one();
                 Ok(results)
             }
             Mode::Shadow => {
-                let results = self.legacy.put_cells_with(cells.clone(), &Outbox).await?;
+                let results = self
+                    .legacy
+                    .put_cells_with(cells.clone(), &self.outbox)
+                    .await?;
                 self.relay_wake.notify_one();
                 self.deliver_now(&cells, &results).await;
                 Ok(results)

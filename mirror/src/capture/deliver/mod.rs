@@ -21,8 +21,9 @@
 //!    deletion (see [`schemaless::tombstone`]: `{"row": true}` for a
 //!    parent, `{"column", "ref_key"}` for a child row, at a ref key
 //!    derived from what it deletes, so a redelivery is `AlreadyPresent`);
-//! 4. park what Schemaless cannot take, with the reason and both bodies,
-//!    in `mezzanine.capture_parked`; commit.
+//! 4. record the tombstones written in `mezzanine.deletions` (see
+//!    [`crate::retired`]), park what Schemaless cannot take, with the
+//!    reason and both bodies, in `mezzanine.capture_parked`; commit.
 //!
 //! A crash anywhere before the commit puts the entries back, and they are
 //! delivered again (`AlreadyPresent` for what had landed). A change whose
@@ -268,6 +269,12 @@ impl CaptureDelivery {
             .map(|entry| self.plan(entry, &current, &mut cells))
             .collect();
         let results = self.write(cells.values().cloned().collect()).await?;
+        // The tombstones that landed: an outbox entry written after this
+        // under a key they retire is never delivered (`crate::retired`).
+        let landed = cells
+            .values()
+            .filter(|cell| matches!(results.get(&cell.key), Some(Ok(_))));
+        crate::retired::record(conn, &self.tombstones, landed).await?;
 
         let mut parked = Vec::new();
         for (entry, plan) in entries.iter().zip(plans) {

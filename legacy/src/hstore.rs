@@ -66,20 +66,25 @@ pub fn parse(text: &str) -> Result<Map<String, Value>, String> {
 pub fn text(map: &Map<String, Value>) -> String {
     let mut pairs: Vec<(&String, &Value)> = map.iter().collect();
     pairs.sort_by(|a, b| (a.0.len(), a.0.as_bytes()).cmp(&(b.0.len(), b.0.as_bytes())));
-    pairs
-        .iter()
-        .map(|(k, v)| {
-            let mut pair = String::new();
-            push_quoted(&mut pair, k);
-            pair.push_str("=>");
-            match v.as_str() {
-                Some(v) => push_quoted(&mut pair, v),
-                None => pair.push_str("NULL"),
-            }
-            pair
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut out = String::new();
+    for (i, (k, v)) in pairs.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_pair(&mut out, k, v.as_str());
+    }
+    out
+}
+
+/// One pair as `hstore_out` prints it: `"key"=>"value"` (`"` and `\`
+/// escaped with `\`), or `"key"=>NULL`.
+pub fn push_pair(out: &mut String, key: &str, value: Option<&str>) {
+    push_quoted(out, key);
+    out.push_str("=>");
+    match value {
+        Some(v) => push_quoted(out, v),
+        None => out.push_str("NULL"),
+    }
 }
 
 /// A JSON value written for an `hstore` column, checked: an object whose

@@ -74,6 +74,9 @@ pub(crate) struct Shared {
     /// One permit per PostgreSQL connection (`proxy.pool_size`).
     pool: Arc<Semaphore>,
     facade: Arc<TripStore>,
+    /// The OIDs of extensions' types in the legacy database, for their
+    /// binary parameters.
+    extensions: params::Extensions,
     /// TLS towards apps (`proxy.tls_cert`), required when set.
     tls: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -120,6 +123,16 @@ impl Proxy {
             .unwrap_or_default();
         let settings = config.proxy.clone();
         let model = query::Model::from_config(config).map(Arc::new);
+        // Read once: a layout column of an extension's type exists when
+        // the facade connects, and so does the type.
+        let extensions = params::Extensions::read(facade.legacy().pool())
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(
+                    "proxy: extensions' types not read ({e}): their binary parameters are not read"
+                );
+                params::Extensions::default()
+            });
         Ok(Proxy {
             shared: Arc::new(Shared {
                 clients: Arc::new(Semaphore::new(settings.max_clients)),
@@ -131,6 +144,7 @@ impl Proxy {
                 stats: Arc::default(),
                 sampling: sample::Sampling::new(facade.clone(), model, config.limits.clone()),
                 facade,
+                extensions,
                 tls,
             }),
         })

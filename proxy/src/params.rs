@@ -7,10 +7,13 @@
 //! booleans, integers, floats, `numeric`, text-like types, `uuid`,
 //! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
 //! `interval`, `bytea`, the network types, `money`, the geometric and bit
-//! types, `tsvector`, the range types over those, and one-dimensional arrays of them
-//! (sqlx, psycopg's `%b`, asyncpg and JDBC bind these in binary). Anything else, or a parameter whose type the `Parse`
-//! left unspecified, is not read: the statement is then not sampled or
-//! served, and a write is refused (`0A000`) rather than guessed at.
+//! types, `tsvector`, the range types over those, `hstore` (an extension's
+//! type, whose OID each database gives it: [`Extensions`]), and
+//! one-dimensional arrays of them (sqlx, psycopg's `%b`, asyncpg and JDBC
+//! bind these in binary). Anything else, or a parameter whose type the
+//! `Parse` left unspecified, is not read: the statement is then not
+//! sampled or served, and a write is refused (`0A000`) rather than guessed
+//! at.
 
 use bytes::Bytes;
 
@@ -22,8 +25,9 @@ pub(crate) fn params_text(
     types: &[u32],
     formats: &[i16],
     params: &[Option<Bytes>],
+    extensions: &Extensions,
 ) -> Option<Vec<String>> {
-    params_nullable(types, formats, params)?
+    params_nullable(types, formats, params, extensions)?
         .into_iter()
         .collect()
 }
@@ -34,6 +38,7 @@ pub(crate) fn params_nullable(
     types: &[u32],
     formats: &[i16],
     params: &[Option<Bytes>],
+    extensions: &Extensions,
 ) -> Option<Vec<Option<String>>> {
     params
         .iter()
@@ -51,13 +56,62 @@ pub(crate) fn params_nullable(
             if format == 0 {
                 return String::from_utf8(value.to_vec()).ok().map(Some);
             }
-            binary_text(types.get(i).copied().unwrap_or(0), value).map(Some)
+            binary_text(types.get(i).copied().unwrap_or(0), value, extensions).map(Some)
         })
         .collect()
 }
 
+/// The OIDs of extensions' types whose binary form is read: each database
+/// gives them its own when the extension is created, so they are read
+/// from the catalog of the legacy database when the proxy starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Extensions {
+    /// `hstore`'s OID and its array type's, per schema it is created in.
+    hstore: Vec<(u32, u32)>,
+}
+
+impl Extensions {
+    /// The types as the catalog of `pool`'s database has them (none when
+    /// the extensions are not created there).
+    pub(crate) async fn read(pool: &sqlx::PgPool) -> Result<Extensions, sqlx::Error> {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(
+            "/* mezzanine */ SELECT oid::int8, typarray::int8 FROM pg_type
+             WHERE typname = 'hstore' AND typtype = 'b' ORDER BY oid",
+        )
+        .fetch_all(pool)
+        .await?;
+        let oid = |n: i64| u32::try_from(n).unwrap_or(0);
+        Ok(Extensions {
+            hstore: rows.into_iter().map(|(t, a)| (oid(t), oid(a))).collect(),
+        })
+    }
+
+    /// `hstore`'s OID `oid` and its array type's `array`.
+    #[cfg(test)]
+    pub(crate) fn with_hstore(oid: u32, array: u32) -> Extensions {
+        Extensions {
+            hstore: vec![(oid, array)],
+        }
+    }
+
+    fn is_hstore(&self, oid: u32) -> bool {
+        oid != 0 && self.hstore.iter().any(|(t, _)| *t == oid)
+    }
+
+    /// The element type of the array type `oid`, if it is one of these.
+    fn element_of(&self, oid: u32) -> Option<u32> {
+        self.hstore
+            .iter()
+            .find(|(_, a)| *a == oid && oid != 0)
+            .map(|(t, _)| *t)
+    }
+}
+
+/// No extension's type: a range's bounds are built-in types.
+const BUILT_IN: &Extensions = &Extensions { hstore: Vec::new() };
+
 /// A binary parameter of type `oid` as PostgreSQL's text form.
-fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
+fn binary_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String> {
     let fixed = |n: usize| (value.len() == n).then_some(value);
     Some(match oid {
         16 => (fixed(1)?[0] != 0).to_string(),
@@ -158,6 +212,7 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
         3908 => range_text(1114, value)?,
         3910 => range_text(1184, value)?,
         3614 => tsvector_text(value)?,
+        oid if extensions.is_hstore(oid) => hstore_text(value)?,
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -166,8 +221,44 @@ fn binary_text(oid: u32, value: &[u8]) -> Option<String> {
             }
             text
         }
-        _ => return array_text(oid, value),
+        _ => return array_text(oid, value, extensions),
     })
+}
+
+/// An `hstore`'s binary form (`hstore_send`: the count of pairs, then each
+/// key's length and bytes, each value's length, -1 for NULL, and bytes) as
+/// the text `hstore_in` reads the same pairs from, in the order sent:
+/// `hstore_recv` and `hstore_in` make one value of the pairs alike (a key
+/// sent twice included). A NULL key, which PostgreSQL refuses, or text
+/// holding NUL, which no text form carries, is not read.
+fn hstore_text(value: &[u8]) -> Option<String> {
+    let (count, mut rest) = value.split_first_chunk::<4>()?;
+    let count = usize::try_from(i32::from_be_bytes(*count)).ok()?;
+    let mut out = String::new();
+    for i in 0..count {
+        let key = hstore_item(&mut rest)??;
+        let value = hstore_item(&mut rest)?;
+        if i > 0 {
+            out.push_str(", ");
+        }
+        legacy::hstore::push_pair(&mut out, key, value);
+    }
+    rest.is_empty().then_some(out)
+}
+
+/// One key or value of an `hstore`'s binary form, `rest` moved past it:
+/// `Some(None)` for NULL.
+fn hstore_item<'a>(rest: &mut &'a [u8]) -> Option<Option<&'a str>> {
+    let (len, after) = rest.split_first_chunk::<4>()?;
+    let len = i32::from_be_bytes(*len);
+    if len < 0 {
+        *rest = after;
+        return Some(None);
+    }
+    let bytes = after.get(..usize::try_from(len).ok()?)?;
+    *rest = &after[bytes.len()..];
+    let s = std::str::from_utf8(bytes).ok()?;
+    (!s.contains('\0')).then_some(Some(s))
 }
 
 /// A `tsvector`'s binary form (`tsvectorsend`: the count of lexemes,
@@ -396,7 +487,7 @@ fn range_text(subtype: u32, value: &[u8]) -> Option<String> {
         }
         let (len, after) = rest.split_first_chunk::<4>()?;
         let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
-        let text = binary_text(subtype, after.get(..len)?)?;
+        let text = binary_text(subtype, after.get(..len)?, BUILT_IN)?;
         rest = &after[len..];
         Some(format!(
             "\"{}\"",
@@ -425,7 +516,7 @@ fn range_text(subtype: u32, value: &[u8]) -> Option<String> {
 /// A one-dimensional array's binary form (dimensions, a NULL flag, the
 /// element type, each dimension's length and lower bound, then each
 /// element's length and bytes) as an array literal.
-fn array_text(oid: u32, value: &[u8]) -> Option<String> {
+fn array_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String> {
     let element = match oid {
         1000 => 16,
         1005 => 21,
@@ -468,7 +559,7 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
         3909 => 3908,
         3911 => 3910,
         3643 => 3614,
-        _ => return None,
+        _ => extensions.element_of(oid)?,
     };
     // A `box` has commas of its own: its arrays separate with `;`.
     let delimiter = if element == 603 { ";" } else { "," };
@@ -495,7 +586,7 @@ fn array_text(oid: u32, value: &[u8]) -> Option<String> {
             continue;
         }
         let len = usize::try_from(len).ok()?;
-        let text = binary_text(element, value.get(at..at + len)?)?;
+        let text = binary_text(element, value.get(at..at + len)?, extensions)?;
         at += len;
         items.push(format!(
             "\"{}\"",

@@ -7,12 +7,12 @@
 //! over a corpus of random spellings.
 
 use rand::{Rng, SeedableRng};
-use schemaless::MySqlStore;
+use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
 use crate::durations::{
-    kept_exactly, key, planted, put, refused_as_twin, refused_by_field, served_as_twin,
-    written_as_twin,
+    body, inserted_in_binary, kept_exactly, key, planted, put, refused_as_twin, refused_by_field,
+    sent, served_as_twin, written_as_twin,
 };
 use crate::harness::LegacyDb;
 
@@ -127,6 +127,32 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
         written.to_value(),
         json!({"attrs": {"a": "1", "b": "2", "it's": null},
                "variants": [{"x": "1", "y": null}]})
+    );
+    // In binary, as sqlx and asyncpg bind an hstore: at the OIDs this
+    // database gave the extension's types.
+    let (hstore, array): (i64, i64) =
+        sqlx::query_as("SELECT 'hstore'::regtype::oid::int8, '_hstore'::regtype::oid::int8")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+    let params = sent(
+        &db,
+        [
+            r#"hstore_send('b=>2, a=>NULL, "it''s"=>"x \"y\""')"#,
+            "array_send(ARRAY['k=>v'::hstore, ''])",
+        ]
+        .into_iter(),
+    )
+    .await;
+    let sql = "INSERT INTO products (product_key, rev, attrs, variants) VALUES ($1, 1, $2, $3)";
+    let oids = [hstore as u32, array as u32];
+    let (k, d) = inserted_in_binary(&db, &proxy, sql, &oids, &params);
+    let written = body(&facade, RowKey::from(k)).await.expect("written");
+    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
+    assert_eq!(
+        written.1.to_value(),
+        json!({"attrs": {"a": null, "b": "2", "it's": "x \"y\""},
+               "variants": [{"k": "v"}, {}]})
     );
     // A value PostgreSQL refuses is its error through the proxy too,
     // nothing written.

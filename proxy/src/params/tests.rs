@@ -10,15 +10,15 @@ fn text_parameters_are_taken_as_they_are() {
         Some(Bytes::from_static(b"x")),
     ];
     assert_eq!(
-        params_text(&[], &[], &p),
+        params_text(&[], &[], &p, BUILT_IN),
         Some(vec!["42".into(), "x".into()])
     );
     assert_eq!(
-        params_text(&[], &[0], &p),
+        params_text(&[], &[0], &p, BUILT_IN),
         Some(vec!["42".into(), "x".into()])
     );
     assert_eq!(
-        params_text(&[], &[], &[None]),
+        params_text(&[], &[], &[None], BUILT_IN),
         None,
         "NULL is not a literal"
     );
@@ -66,7 +66,11 @@ fn binary_money_geometry_and_bits_read_as_text() {
         ),
         (1562, 0_i32.to_be_bytes().to_vec(), ""),
     ] {
-        assert_eq!(binary_text(oid, &bytes).as_deref(), Some(want), "{oid}");
+        assert_eq!(
+            binary_text(oid, &bytes, BUILT_IN).as_deref(),
+            Some(want),
+            "{oid}"
+        );
     }
     // Malformed: the wrong length, a count past the bytes, a bad flag.
     for (oid, bytes) in [
@@ -81,7 +85,7 @@ fn binary_money_geometry_and_bits_read_as_text() {
         (1562, (-1_i32).to_be_bytes().to_vec()),
         (790, vec![0; 7]),
     ] {
-        assert_eq!(binary_text(oid, &bytes), None, "{oid}: {bytes:?}");
+        assert_eq!(binary_text(oid, &bytes, BUILT_IN), None, "{oid}: {bytes:?}");
     }
 }
 
@@ -95,7 +99,7 @@ fn binary_parameters_of_simple_types_read_as_text() {
         Some(Bytes::from_static(b"caf\xc3\xa9")),
     ];
     assert_eq!(
-        params_text(&[2950, 20, 701, 25], &[1], &p),
+        params_text(&[2950, 20, 701, 25], &[1], &p, BUILT_IN),
         Some(vec![
             uuid.to_string(),
             "-7".into(),
@@ -106,13 +110,19 @@ fn binary_parameters_of_simple_types_read_as_text() {
     // Mixed formats, one per parameter.
     let mixed = [Some(Bytes::from_static(b"5")), p[1].clone()];
     assert_eq!(
-        params_text(&[0, 20], &[0, 1], &mixed),
+        params_text(&[0, 20], &[0, 1], &mixed, BUILT_IN),
         Some(vec!["5".into(), "-7".into()])
     );
 }
 
 fn one(oid: u32, bytes: &[u8]) -> Option<String> {
-    params_text(&[oid], &[1], &[Some(Bytes::copy_from_slice(bytes))]).map(|mut v| v.remove(0))
+    params_text(
+        &[oid],
+        &[1],
+        &[Some(Bytes::copy_from_slice(bytes))],
+        BUILT_IN,
+    )
+    .map(|mut v| v.remove(0))
 }
 
 /// `numeric`'s binary form from its parts.
@@ -295,10 +305,14 @@ fn binary_json_bytea_and_arrays_read_as_literals() {
 #[test]
 fn binary_parameters_of_other_or_unknown_types_are_not_read() {
     let p = [Some(Bytes::from_static(&[0, 0, 0, 1]))];
-    assert_eq!(params_text(&[600], &[1], &p), None, "point");
-    assert_eq!(params_text(&[0], &[1], &p), None, "unspecified type");
+    assert_eq!(params_text(&[600], &[1], &p, BUILT_IN), None, "point");
     assert_eq!(
-        params_text(&[23], &[1], &[Some(Bytes::from_static(&[1]))]),
+        params_text(&[0], &[1], &p, BUILT_IN),
+        None,
+        "unspecified type"
+    );
+    assert_eq!(
+        params_text(&[23], &[1], &[Some(Bytes::from_static(&[1]))], BUILT_IN),
         None,
         "short"
     );
@@ -440,5 +454,92 @@ fn binary_tsvectors_read_as_their_text() {
         "00000001610001",
     ] {
         assert_eq!(one(3614, &hex(bad)), None, "{bad}");
+    }
+}
+
+/// An `hstore`'s binary form from its pairs, in the order given.
+fn hstore(pairs: &[(&[u8], Option<&[u8]>)]) -> Vec<u8> {
+    let mut out = (pairs.len() as i32).to_be_bytes().to_vec();
+    for (key, value) in pairs {
+        out.extend((key.len() as i32).to_be_bytes());
+        out.extend_from_slice(key);
+        match value {
+            Some(v) => {
+                out.extend((v.len() as i32).to_be_bytes());
+                out.extend_from_slice(v);
+            }
+            None => out.extend((-1i32).to_be_bytes()),
+        }
+    }
+    out
+}
+
+#[test]
+fn binary_hstores_read_by_the_oids_the_database_gave_them() {
+    // Whatever OIDs the database gave `hstore` and its array type.
+    let ours = Extensions::with_hstore(16_500, 16_505);
+    let read = |oid: u32, bytes: &[u8], extensions: &Extensions| {
+        params_text(
+            &[oid],
+            &[1],
+            &[Some(Bytes::copy_from_slice(bytes))],
+            extensions,
+        )
+        .map(|mut v| v.remove(0))
+    };
+    let sent = hstore(&[
+        (b"b", Some(b"2")),
+        (b"a", None),
+        (b"say \"hi\"", Some(b"back\\slash")),
+        (b"", Some(b"")),
+        (b"b", Some(b"3")),
+    ]);
+    // The pairs in the order sent: PostgreSQL keeps one of a key sent
+    // twice as it does for the same text.
+    assert_eq!(
+        read(16_500, &sent, &ours).as_deref(),
+        Some(r#""b"=>"2", "a"=>NULL, "say \"hi\""=>"back\\slash", ""=>"", "b"=>"3""#)
+    );
+    assert_eq!(read(16_500, &hstore(&[]), &ours).as_deref(), Some(""));
+    // Unknown to a database without the extension, or at another OID.
+    assert_eq!(read(16_500, &sent, BUILT_IN), None);
+    assert_eq!(read(16_501, &sent, &ours), None);
+
+    // An array of them: the element's OID in its header is hstore's.
+    let mut array = Vec::new();
+    for n in [1i32, 1, 16_500, 2, 1] {
+        array.extend(n.to_be_bytes());
+    }
+    for element in [hstore(&[(b"k", Some(b"v"))]), hstore(&[])] {
+        array.extend((element.len() as i32).to_be_bytes());
+        array.extend(element);
+    }
+    assert_eq!(
+        read(16_505, &array, &ours).as_deref(),
+        Some(r#"{"\"k\"=>\"v\"",""}"#)
+    );
+    assert_eq!(read(16_505, &array, BUILT_IN), None);
+
+    // What PostgreSQL refuses or no text carries is not read: a NULL key,
+    // a NUL, a count beyond the bytes, bytes left over, bad UTF-8.
+    let null_key = {
+        let mut b = 1i32.to_be_bytes().to_vec();
+        b.extend((-1i32).to_be_bytes());
+        b.extend((-1i32).to_be_bytes());
+        b
+    };
+    let mut left_over = hstore(&[(b"a", Some(b"b"))]);
+    left_over.push(0);
+    let mut short = hstore(&[(b"a", Some(b"b"))]);
+    short[3] = 2;
+    for bad in [
+        null_key,
+        hstore(&[(b"a\0", Some(b"b"))]),
+        hstore(&[(b"a", Some(b"\0"))]),
+        hstore(&[(b"\xff", Some(b"b"))]),
+        left_over,
+        short,
+    ] {
+        assert_eq!(read(16_500, &bad, &ours), None, "{bad:?}");
     }
 }

@@ -173,7 +173,12 @@ pub(super) fn bind(
         out.extend_from_slice(&frame.bytes);
         return None;
     }
-    let params = params_text(&types, &bind.parameter_format_codes, &bind.parameters);
+    let params = params_text(
+        &types,
+        &bind.parameter_format_codes,
+        &bind.parameters,
+        &shared.extensions,
+    );
     let may_serve = state.may_serve(shared);
     if let (Some(params), true) = (&params, may_serve) {
         let answer = shared
@@ -227,7 +232,12 @@ fn bind_write(
     let why = if state.answers.lost() {
         UNCOUNTED_WRITE
     } else {
-        match params_nullable(types, &bind.parameter_format_codes, &bind.parameters) {
+        match params_nullable(
+            types,
+            &bind.parameter_format_codes,
+            &bind.parameters,
+            &shared.extensions,
+        ) {
             Some(params) => return Some(Pending::write(shared, state, frame, (sql, params), out)),
             None => {
                 "a translatable write whose parameters are in a binary format the proxy does \
@@ -340,9 +350,12 @@ pub(super) fn batched_writes(shared: &Shared, state: &State, unread: &[u8]) -> B
                         None => return Batch::Not,
                     },
                 };
-                let Some(params) =
-                    params_nullable(types, &bind.parameter_format_codes, &bind.parameters)
-                else {
+                let Some(params) = params_nullable(
+                    types,
+                    &bind.parameter_format_codes,
+                    &bind.parameters,
+                    &shared.extensions,
+                ) else {
                     return Batch::Not;
                 };
                 binds.push((frame.bytes, (sql.clone(), params)));

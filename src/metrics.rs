@@ -22,6 +22,7 @@
 //! | `mezzanine_reverse_parked` | gauge | change-log cells the legacy model refused |
 //! | `mezzanine_relay_cells_total` | counter | cells this process's relay delivered |
 //! | `mezzanine_relay_failures_total` | counter | failed relay attempts in this process |
+//! | `mezzanine_relay_retired_total` | counter | outbox entries this process's relay dropped: written after their key's deletion, deleted again since |
 //! | `mezzanine_capture_changes_total` | counter | captured changes this process's relay took from the queue |
 //! | `mezzanine_capture_tombstones_total` | counter | tombstones this process's relay wrote for deleted rows |
 //! | `mezzanine_reverse_cells_total` | counter | cells this process's reverse mirror applied |
@@ -104,6 +105,8 @@ pub fn record_mirror(status: &MirrorStatus, mode: Option<tripstore::Mode>, local
             .absolute(WorkerStats::get(&stats.captured));
         metrics::counter!("mezzanine_capture_tombstones_total")
             .absolute(WorkerStats::get(&stats.tombstones));
+        metrics::counter!("mezzanine_relay_retired_total")
+            .absolute(WorkerStats::get(&stats.retired));
     }
     for (kind, stats) in [("relay", &local.relay), ("reverse", &local.reverse)] {
         let Some(stats) = stats else { continue };

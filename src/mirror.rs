@@ -93,8 +93,8 @@ pub async fn run(command: MirrorCommand, config_path: &Path) -> anyhow::Result<(
             if args.once {
                 let moved = relay.drain().await?;
                 println!(
-                    "relayed {} outbox entries ({} already in Schemaless), parked {}",
-                    moved.delivered, moved.already_present, moved.parked
+                    "relayed {} outbox entries ({} already in Schemaless), parked {}, dropped {} written after their key's deletion and deleted again since",
+                    moved.delivered, moved.already_present, moved.parked, moved.retired
                 );
                 if config.capture.enabled {
                     let c = moved.captured;

@@ -282,6 +282,7 @@ impl Relay {
         stats.add(&stats.cells, moved.delivered);
         stats.add(&stats.already_there, moved.already_present);
         stats.add(&stats.parked, moved.parked);
+        stats.add(&stats.retired, moved.retired);
         stats.add(&stats.batches, 1);
         Ok(moved)
     }

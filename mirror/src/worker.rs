@@ -38,6 +38,9 @@ pub struct WorkerStats {
     pub captured: AtomicU64,
     /// Tombstones written for deleted legacy rows (relay only).
     pub tombstones: AtomicU64,
+    /// Outbox entries written after their key's deletion and deleted
+    /// again since in PostgreSQL: dropped, nothing to deliver (relay only).
+    pub retired: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
 

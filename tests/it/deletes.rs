@@ -542,6 +542,8 @@ async fn in_mirror_the_same_cell_written_again_after_its_delete_is_parked_not_ta
     );
     let moved = facade.relay().drain().await.unwrap();
     assert_eq!(counts(&moved), (0, 0, 0, 2), "{moved:?}");
+    let stats = facade.relay().stats();
+    assert_eq!(mirror::WorkerStats::get(&stats.retired), 2);
     assert!(parked_entries(&db).await.is_empty());
     assert_eq!(reads_alike(&facade, gone).await, vec![]);
     // The trip and its latest note, alike.

@@ -39,7 +39,10 @@
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
-//! the domain's constraints there.
+//! the domain's constraints there. A domain over a domain converts as the
+//! base type at the end of the chain (with the innermost domain's
+//! modifier, as PostgreSQL's `getBaseTypeAndTypmod`), and an array of a
+//! domain as an array of that base type.
 //!
 //! **NULL**: an SQL NULL is JSON `null`, and every field of a column is in
 //! every body read from the legacy tables. On write, a field left out of the
@@ -228,7 +231,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], json[], jsonb[], enum types and their arrays, and domains over any of these";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:

@@ -210,25 +210,42 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
         bool,
         bool,
     );
-    // A domain is read as its base type (one level: a domain over a
-    // domain names the inner one, which no conversion takes).
+    // A domain is read as its base type, through any number of domains
+    // (PostgreSQL's `getBaseTypeAndTypmod`: the modifier is the innermost
+    // domain's), and so is an array's element: an array of a domain over
+    // `numeric(10,2)` reads as `numeric[]` of that scale. Written values
+    // are cast into the column's own type (`format_type` without the
+    // modifier), so PostgreSQL checks every domain's constraints.
     let rows: Vec<Row> = sqlx::query_as(
         "/* mezzanine */ SELECT a.attname::text,
-                CASE WHEN t.typtype = 'd' THEN b.typname ELSE t.typname END::text,
+                CASE WHEN r.of_array THEN (SELECT x.typname FROM pg_type x WHERE x.oid = bt.typarray)
+                     ELSE bt.typname END::text,
                 format_type(a.atttypid, a.atttypmod),
-                CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END,
+                CASE WHEN r.domain THEN r.typmod ELSE a.atttypmod END,
                 format_type(a.atttypid, NULL),
                 (SELECT array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
                  FROM pg_enum e
-                 WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype
-                                          WHEN t.typcategory = 'A' THEN t.typelem
-                                          ELSE t.oid END),
+                 WHERE e.enumtypid = CASE WHEN bt.typtype = 'e' THEN bt.oid
+                                          WHEN bt.typcategory = 'A' THEN bt.typelem END),
                 a.attgenerated <> '', a.attidentity = 'a'
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
          JOIN pg_type t ON t.oid = a.atttypid
-         LEFT JOIN pg_type b ON b.oid = t.typbasetype
+         CROSS JOIN LATERAL (
+             WITH RECURSIVE chain(oid, typmod, domain) AS (
+                 SELECT CASE WHEN t.typtype <> 'd' AND t.typcategory = 'A' AND t.typelem <> 0
+                             THEN t.typelem ELSE t.oid END,
+                        -1, false
+                 UNION ALL
+                 SELECT d.typbasetype, d.typtypmod, true
+                 FROM chain JOIN pg_type d ON d.oid = chain.oid
+                 WHERE d.typtype = 'd')
+             SELECT chain.oid, chain.typmod, chain.domain,
+                    t.typtype <> 'd' AND t.typcategory = 'A' AND t.typelem <> 0 AS of_array
+             FROM chain JOIN pg_type b ON b.oid = chain.oid
+             WHERE b.typtype <> 'd') r
+         JOIN pg_type bt ON bt.oid = r.oid
          WHERE n.nspname = $1 AND c.relname = $2 AND c.relkind IN ('r', 'p')
            AND a.attnum > 0 AND NOT a.attisdropped",
     )

@@ -129,13 +129,19 @@ impl Catalog {
                                FROM pg_database b WHERE b.datname = current_database())
                          ELSE c.collprovider = 'c' AND c.collcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') END,
                     coalesce(c.collisdeterministic, true)
-                        AND coalesce(bt.typname, t.typname) NOT IN ('citext', '_citext'),
+                        AND NOT EXISTS (
+                            WITH RECURSIVE chain(oid) AS (
+                                SELECT x FROM unnest(ARRAY[t.oid, t.typelem]) x WHERE x <> 0
+                                UNION ALL
+                                SELECT d.typbasetype FROM chain JOIN pg_type d ON d.oid = chain.oid
+                                WHERE d.typtype = 'd')
+                            SELECT 1 FROM chain JOIN pg_type y ON y.oid = chain.oid
+                            WHERE y.typname IN ('citext', '_citext')),
                     CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation
                          THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(c.collname)
                          ELSE '' END
              FROM pg_attribute a
              JOIN pg_type t ON t.oid = a.atttypid
-             LEFT JOIN pg_type bt ON bt.oid = t.typbasetype
              LEFT JOIN pg_collation c ON c.oid = a.attcollation
              LEFT JOIN pg_namespace cn ON cn.oid = c.collnamespace
              LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum

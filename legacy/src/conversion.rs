@@ -29,12 +29,13 @@
 //! | `int4range`, `int8range`, `numrange`, `daterange`, `tsrange`, `tstzrange` | string, PostgreSQL's range syntax with each bound in its subtype's form: `"[1,5)"` (a discrete range always `[…)`), `"(1.5,2]"`, `"[2015-03-08T07:30:00.000000Z,)"`, `"empty"` ([`crate::range`]) |
 //! | `tsvector` | string, PostgreSQL's text: lexemes sorted, each quoted and once, positions ascending with their weights, `"'a':1A,3 'fat' 'rat':2B"` ([`crate::tsvector`]) |
 //! | `hstore` | an object of strings and nulls, `{"color": "red", "size": null}` ([`crate::hstore`]) |
+//! | `xml` | string, the text PostgreSQL stores (its `::text`: an XML declaration kept as written, where its output rewrites it); well-formed is PostgreSQL's to say, where the value is cast into the column |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
-//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `hstore[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
+//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `hstore[]`, `xml[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
 //! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
@@ -130,6 +131,9 @@ pub enum Conversion {
     Tsvector,
     /// `hstore`: an object of strings and nulls ([`crate::hstore`]).
     Hstore,
+    /// `xml`: the text PostgreSQL stores, as it stores it (its `::text`,
+    /// declaration included; well-formedness is PostgreSQL's to judge).
+    Xml,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -175,6 +179,7 @@ pub enum Element {
     Range(Subtype),
     Tsvector,
     Hstore,
+    Xml,
     /// A `json[]`'s elements: any JSON value each, arrays included.
     Json,
     /// A `jsonb[]`'s elements: any JSON value each, arrays included.
@@ -209,6 +214,7 @@ impl Element {
             Element::Range(subtype) => Conversion::Range(subtype),
             Element::Tsvector => Conversion::Tsvector,
             Element::Hstore => Conversion::Hstore,
+            Element::Xml => Conversion::Xml,
             Element::Json => Conversion::Json,
             Element::Jsonb => Conversion::Jsonb,
         }
@@ -231,7 +237,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -269,6 +275,7 @@ impl Conversion {
             "jsonb" => Conversion::Jsonb,
             "tsvector" => Conversion::Tsvector,
             "hstore" => Conversion::Hstore,
+            "xml" => Conversion::Xml,
             "_text" | "_varchar" | "_citext" => Conversion::TextArray,
             "_int2" => Conversion::Int2Array,
             "_int4" => Conversion::Int4Array,
@@ -296,6 +303,7 @@ impl Conversion {
             "_json" => Conversion::ArrayOf(Element::Json),
             "_tsvector" => Conversion::ArrayOf(Element::Tsvector),
             "_hstore" => Conversion::ArrayOf(Element::Hstore),
+            "_xml" => Conversion::ArrayOf(Element::Xml),
             other => match other.strip_prefix('_') {
                 Some(element) => Conversion::ArrayOf(match Subtype::of_type(element) {
                     Some(subtype) => Element::Range(subtype),
@@ -362,7 +370,9 @@ impl Conversion {
     /// through here).
     pub fn render_owned(&self, text: Option<String>) -> Result<Value, String> {
         match (self, text) {
-            (Conversion::Text | Conversion::Enum, Some(text)) => Ok(Value::String(text)),
+            (Conversion::Text | Conversion::Enum | Conversion::Xml, Some(text)) => {
+                Ok(Value::String(text))
+            }
             (_, text) => self.render(text.as_deref()),
         }
     }
@@ -391,7 +401,9 @@ impl Conversion {
                     .map_err(|e| format!("{text:?} is not a double: {e}"))?;
                 Ok(float_value(x))
             }
-            Conversion::Text | Conversion::Enum => Ok(Value::String(text.to_string())),
+            Conversion::Text | Conversion::Enum | Conversion::Xml => {
+                Ok(Value::String(text.to_string()))
+            }
             // `::text` drops the padding already; a value read otherwise
             // is put in the same form.
             Conversion::Char => Ok(Value::String(text.trim_end_matches(' ').to_string())),
@@ -495,7 +507,7 @@ impl Conversion {
                 exactly(value, float_value(narrowed), "a real")?
             }
             Conversion::Float8 => exactly(value, float_value(float_input(value)?), "a double")?,
-            Conversion::Text | Conversion::Enum => {
+            Conversion::Text | Conversion::Enum | Conversion::Xml => {
                 let s = value.as_str().ok_or_else(|| expected("a string", value))?;
                 if s.contains('\0') {
                     return Err("text cannot contain the NUL character (\\u0000)".into());

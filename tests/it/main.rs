@@ -137,4 +137,5 @@ mod tls;
 mod triggers;
 mod verify;
 mod worker;
+mod xml;
 mod zoned_times;

@@ -397,6 +397,16 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                   ARRAY(SELECT nullif(c.e::jsonb, 'null'::jsonb) FROM unnest({column}) WITH ORDINALITY AS c(e, n) ORDER BY c.n)
               END)"
         ),
+        // Each element cast to `xml` (PostgreSQL judges it) and compared
+        // as stored: an `xml[]`'s text rewrites declarations.
+        "_xml" => format!(
+            "(CASE WHEN json_typeof({value}) = 'array' THEN
+                  ARRAY(SELECT a.e::xml::text FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)
+              END) IS NOT DISTINCT FROM
+             (CASE WHEN {column} IS NOT NULL THEN
+                  ARRAY(SELECT c.e::text FROM unnest({column}) WITH ORDINALITY AS c(e, n) ORDER BY c.n)
+              END)"
+        ),
         // Cast to the column's own type: `bit[]` is an array of `bit(1)`,
         // which would refuse every longer element.
         "_bit" | "_varbit" => format!(

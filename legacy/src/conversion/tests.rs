@@ -277,6 +277,7 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
         ("_tstzrange", Element::Range(Subtype::Timestamptz)),
         ("_json", Element::Json),
         ("_tsvector", Element::Tsvector),
+        ("_xml", Element::Xml),
     ] {
         assert_eq!(
             Conversion::for_type(typname),
@@ -285,6 +286,20 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
         );
     }
     assert_eq!(Conversion::for_type("_tsquery"), None);
+    // An `xml` is the text stored; whether it is well-formed is
+    // PostgreSQL's to say, so any string without NUL is taken here.
+    let xml = Conversion::for_type("xml").unwrap();
+    let (v, p) = xml.accept(&json!("<?xml version=\"1.0\"?><a/>")).unwrap();
+    assert_eq!(
+        (v, p.as_deref()),
+        (
+            json!("<?xml version=\"1.0\"?><a/>"),
+            Some("<?xml version=\"1.0\"?><a/>")
+        )
+    );
+    assert!(xml.accept(&json!("a\u{0}")).is_err());
+    assert!(xml.accept(&json!(["<a/>"])).is_err());
+    assert_eq!(xml.render(Some("<b/>")).unwrap(), json!("<b/>"));
     // A box's commas are its own: the literal separates with `;`.
     let boxes = Conversion::ArrayOf(Element::Geometric(Geometry::Box));
     let (v, p) = boxes

@@ -123,7 +123,8 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 /// no change), and text of any kind byte
 /// for byte (`COLLATE "C"`): a `citext`, or a column of a
 /// nondeterministic collation, finds `Bob` equal to `bob`, and a change of
-/// case is a change of the value Schemaless keeps.
+/// case is a change of the value Schemaless keeps. An `xml` (no `=`) is
+/// compared as the text stored, an `xml[]` element by element.
 fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> String {
     match conversion {
         Some(
@@ -133,6 +134,7 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::Jsonb
             | Conversion::Interval
             | Conversion::Geometric(_)
+            | Conversion::Xml
             | Conversion::Text
             | Conversion::Char
             | Conversion::Enum
@@ -148,6 +150,13 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
         ) => {
             format!("({record}.{column})::pg_catalog.text COLLATE \"C\"")
         }
+        // Element by element, each as stored: an `xml[]`'s text prints
+        // its elements as `xml_out` rewrites their declarations.
+        Some(Conversion::ArrayOf(Element::Xml)) => format!(
+            "CASE WHEN {record}.{column} IS NOT NULL THEN ARRAY(
+                 SELECT u.e::pg_catalog.text FROM unnest({record}.{column}) WITH ORDINALITY AS u(e, n)
+                 ORDER BY u.n) END"
+        ),
         _ => format!("{record}.{column}"),
     }
 }

@@ -62,6 +62,7 @@ use crate::bits;
 use crate::duration::{self, Interval};
 use crate::geometry::Geometry;
 use crate::hstore;
+use crate::multirange;
 use crate::network;
 use crate::range::{self, Subtype};
 use crate::time;
@@ -127,6 +128,9 @@ pub enum Conversion {
     /// A range type: PostgreSQL's range syntax, each bound in its
     /// subtype's form ([`crate::range`]).
     Range(Subtype),
+    /// A multirange type: `{` ranges `}`, sorted and merged as PostgreSQL
+    /// keeps them ([`crate::multirange`]).
+    Multirange(Subtype),
     /// `tsvector`: PostgreSQL's text of it ([`crate::tsvector`]).
     Tsvector,
     /// `hstore`: an object of strings and nulls ([`crate::hstore`]).
@@ -177,6 +181,7 @@ pub enum Element {
     Bit,
     Geometric(Geometry),
     Range(Subtype),
+    Multirange(Subtype),
     Tsvector,
     Hstore,
     Xml,
@@ -212,6 +217,7 @@ impl Element {
             Element::Bit => Conversion::Bit,
             Element::Geometric(g) => Conversion::Geometric(g),
             Element::Range(subtype) => Conversion::Range(subtype),
+            Element::Multirange(subtype) => Conversion::Multirange(subtype),
             Element::Tsvector => Conversion::Tsvector,
             Element::Hstore => Conversion::Hstore,
             Element::Xml => Conversion::Xml,
@@ -237,7 +243,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, their multiranges, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -305,13 +311,17 @@ impl Conversion {
             "_hstore" => Conversion::ArrayOf(Element::Hstore),
             "_xml" => Conversion::ArrayOf(Element::Xml),
             other => match other.strip_prefix('_') {
-                Some(element) => Conversion::ArrayOf(match Subtype::of_type(element) {
-                    Some(subtype) => Element::Range(subtype),
-                    None => Element::Geometric(Geometry::of_type(element)?),
-                }),
-                None => match Subtype::of_type(other) {
-                    Some(subtype) => Conversion::Range(subtype),
-                    None => Conversion::Geometric(Geometry::of_type(other)?),
+                Some(element) => Conversion::ArrayOf(
+                    match (Subtype::of_type(element), multirange::subtype_of(element)) {
+                        (Some(subtype), _) => Element::Range(subtype),
+                        (_, Some(subtype)) => Element::Multirange(subtype),
+                        _ => Element::Geometric(Geometry::of_type(element)?),
+                    },
+                ),
+                None => match (Subtype::of_type(other), multirange::subtype_of(other)) {
+                    (Some(subtype), _) => Conversion::Range(subtype),
+                    (_, Some(subtype)) => Conversion::Multirange(subtype),
+                    _ => Conversion::Geometric(Geometry::of_type(other)?),
                 },
             },
         })
@@ -355,6 +365,7 @@ impl Conversion {
             // order; a multidimensional array reads as a string, which
             // no array accepts.
             Conversion::Range(subtype) => range::read_expr(*subtype, column),
+            Conversion::Multirange(subtype) => multirange::read_expr(*subtype, column),
             Conversion::ArrayOf(element) => format!(
                 "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
                  ELSE (SELECT coalesce(json_agg({} ORDER BY u.n), '[]')::text \
@@ -434,6 +445,9 @@ impl Conversion {
             Conversion::Geometric(g) => g.canonical(text).map(Value::String),
             Conversion::Bit => bits::canonical_bits(text).map(Value::String),
             Conversion::Range(subtype) => range::render(*subtype, text).map(Value::String),
+            Conversion::Multirange(subtype) => {
+                multirange::render(*subtype, text).map(Value::String)
+            }
             Conversion::Tsvector => tsvector::canonical_tsvector(text).map(Value::String),
             Conversion::Hstore => hstore::parse(text).map(Value::Object),
             Conversion::Json | Conversion::Jsonb => {
@@ -606,6 +620,12 @@ impl Conversion {
                     .ok_or_else(|| expected("a range string such as \"[1,5)\"", value))?;
                 Value::String(range::accept(*subtype, s)?)
             }
+            Conversion::Multirange(subtype) => {
+                let s = value.as_str().ok_or_else(|| {
+                    expected("a multirange string such as \"{[1,3),[5,7)}\"", value)
+                })?;
+                Value::String(multirange::accept(*subtype, s)?)
+            }
             Conversion::Tsvector => {
                 let s = value.as_str().ok_or_else(|| {
                     expected("a tsvector string such as \"'fat':2 'rat':3\"", value)
@@ -691,6 +711,7 @@ impl Conversion {
                 Value::String(s),
             ) => time::postgres_text(s),
             (Conversion::Range(subtype), Value::String(s)) => range::param(*subtype, s),
+            (Conversion::Multirange(subtype), Value::String(s)) => multirange::param(*subtype, s),
             (Conversion::Hstore, Value::Object(map)) => hstore::text(map),
             (_, Value::String(s)) => s.clone(),
             (

@@ -54,6 +54,7 @@ pub mod geometry;
 pub mod hstore;
 pub mod index;
 pub mod layout;
+pub mod multirange;
 pub mod network;
 pub mod predicate;
 pub mod range;

@@ -67,7 +67,7 @@ impl Subtype {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Subtype::Int4 => "int4range",
             Subtype::Int8 => "int8range",
@@ -81,7 +81,7 @@ impl Subtype {
 
 /// One bound's value, comparable and, for a discrete subtype, steppable.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Point {
+pub(crate) enum Point {
     Int(i64),
     /// A `numeric`'s canonical text.
     Decimal(String),
@@ -92,7 +92,7 @@ enum Point {
 }
 
 impl Point {
-    fn cmp(&self, other: &Point) -> Ordering {
+    pub(crate) fn cmp(&self, other: &Point) -> Ordering {
         match (self, other) {
             (Point::Int(a), Point::Int(b)) => a.cmp(b),
             (Point::Decimal(a), Point::Decimal(b)) => compare_decimal(a, b),
@@ -137,13 +137,13 @@ type Side = Option<String>;
 
 /// The parts of a range's text: `None` for `empty`, else (lower
 /// inclusive, lower, upper, upper inclusive).
-type Parts = Option<(bool, Side, Side, bool)>;
+pub(crate) type Parts = Option<(bool, Side, Side, bool)>;
 
 /// Splits PostgreSQL's range syntax: `empty`, or `[` or `(`, the lower
 /// bound, `,`, the upper bound, `]` or `)`. A bound may be double-quoted
 /// (with `\` or a doubled `"` escaping), else runs to the next `,` or
 /// closing bracket; nothing at all is an unbounded side.
-fn split(text: &str) -> Result<Parts, String> {
+pub(crate) fn split(text: &str) -> Result<Parts, String> {
     let trimmed = text.trim();
     if trimmed.eq_ignore_ascii_case("empty") {
         return Ok(None);
@@ -164,6 +164,10 @@ fn split(text: &str) -> Result<Parts, String> {
         let mut out = String::new();
         let mut quoted = false;
         let mut any = false;
+        // Any character at all makes a bound, as in `range_parse`: only
+        // nothing between the delimiters is unbounded, and a bound of
+        // spaces alone is a value its subtype refuses.
+        let mut spaces = false;
         while let Some(c) = chars.next() {
             match c {
                 '"' if !quoted => {
@@ -185,7 +189,7 @@ fn split(text: &str) -> Result<Parts, String> {
                         }
                     }
                 }
-                c if stop.contains(&c) => return Ok((any.then_some(out), c)),
+                c if stop.contains(&c) => return Ok(((any || spaces).then_some(out), c)),
                 '\\' => match chars.next() {
                     Some(c) => {
                         any = true;
@@ -200,6 +204,8 @@ fn split(text: &str) -> Result<Parts, String> {
                     if !c.is_whitespace() || any {
                         any = true;
                         out.push(c);
+                    } else {
+                        spaces = true;
                     }
                 }
             }
@@ -216,7 +222,7 @@ fn split(text: &str) -> Result<Parts, String> {
 }
 
 /// A bound's value from its JSON text (an app's, or a stored cell's).
-fn point_from_json(sub: Subtype, text: &str) -> Result<Point, String> {
+pub(crate) fn point_from_json(sub: Subtype, text: &str) -> Result<Point, String> {
     Ok(match sub {
         Subtype::Int4 | Subtype::Int8 => {
             let n: i64 = text
@@ -244,12 +250,43 @@ fn point_from_json(sub: Subtype, text: &str) -> Result<Point, String> {
 }
 
 /// A bound's value from its subtype's [`Conversion::read_expr`] text.
-fn point_from_read(sub: Subtype, text: &str) -> Result<Point, String> {
+pub(crate) fn point_from_read(sub: Subtype, text: &str) -> Result<Point, String> {
     let value = sub.scalar().render(Some(text))?;
     match value {
         serde_json::Value::Number(n) => point_from_json(sub, &n.to_string()),
         serde_json::Value::String(s) => point_from_json(sub, &s),
         other => Err(format!("{other} is not a bound of a {}", sub.name())),
+    }
+}
+
+/// A range that is not empty, in canonical form: each side's value
+/// (`None`: unbounded, then exclusive) and whether it is inclusive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    pub(crate) lower: Option<Point>,
+    pub(crate) lower_inc: bool,
+    pub(crate) upper: Option<Point>,
+    pub(crate) upper_inc: bool,
+}
+
+impl Bounds {
+    /// The canonical text: `[lower,upper)` with each bound's JSON text.
+    pub(crate) fn text(&self, sub: Subtype) -> Result<String, String> {
+        Ok(format!(
+            "{}{},{}{}",
+            if self.lower_inc { '[' } else { '(' },
+            self.lower
+                .as_ref()
+                .map(|p| p.text(sub))
+                .transpose()?
+                .unwrap_or_default(),
+            self.upper
+                .as_ref()
+                .map(|p| p.text(sub))
+                .transpose()?
+                .unwrap_or_default(),
+            if self.upper_inc { ']' } else { ')' },
+        ))
     }
 }
 
@@ -260,8 +297,21 @@ fn canonical(
     parts: Parts,
     point: impl Fn(Subtype, &str) -> Result<Point, String>,
 ) -> Result<String, String> {
+    match bounds(sub, parts, point)? {
+        Some(bounds) => bounds.text(sub),
+        None => Ok("empty".into()),
+    }
+}
+
+/// A range's canonical bounds from its parts (`None`: empty), each
+/// bound's value made by `point`.
+pub(crate) fn bounds(
+    sub: Subtype,
+    parts: Parts,
+    point: impl Fn(Subtype, &str) -> Result<Point, String>,
+) -> Result<Option<Bounds>, String> {
     let Some((lower_inc, lower, upper, upper_inc)) = parts else {
-        return Ok("empty".into());
+        return Ok(None);
     };
     let lower = lower.map(|t| point(sub, &t)).transpose()?;
     let upper = upper.map(|t| point(sub, &t)).transpose()?;
@@ -297,18 +347,17 @@ fn canonical(
     }
     if let (Some(l), Some(u)) = (&lower, &upper) {
         match l.cmp(u) {
-            Ordering::Greater => return Ok("empty".into()),
-            Ordering::Equal if !(lower_inc && upper_inc) => return Ok("empty".into()),
+            Ordering::Greater => return Ok(None),
+            Ordering::Equal if !(lower_inc && upper_inc) => return Ok(None),
             _ => {}
         }
     }
-    Ok(format!(
-        "{}{},{}{}",
-        if lower_inc { '[' } else { '(' },
-        lower.map(|p| p.text(sub)).transpose()?.unwrap_or_default(),
-        upper.map(|p| p.text(sub)).transpose()?.unwrap_or_default(),
-        if upper_inc { ']' } else { ')' },
-    ))
+    Ok(Some(Bounds {
+        lower,
+        lower_inc,
+        upper,
+        upper_inc,
+    }))
 }
 
 /// The canonical form of a range an app writes (a JSON string in range
@@ -421,6 +470,8 @@ mod tests {
             (Subtype::Date, "[infinity,)", "infinity"),
             (Subtype::Timestamptz, "[2015-03-08T07:30:00,)", "offset"),
             (Subtype::Int4, "[\"1,2)", "unfinished quoted"),
+            (Subtype::Int4, "[5, )", "not an integer"),
+            (Subtype::Numeric, "[ ,5)", "not a decimal number"),
         ] {
             let err = accept(sub, bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");

@@ -7,7 +7,7 @@
 //! booleans, integers, floats, `numeric`, text-like types, `uuid`,
 //! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
 //! `interval`, `bytea`, the network types, `money`, the geometric and bit
-//! types, `tsvector`, the range types over those, `hstore` (an extension's
+//! types, `tsvector`, the range and multirange types over those, `hstore` (an extension's
 //! type, whose OID each database gives it: [`Extensions`]), and
 //! one-dimensional arrays of them (sqlx, psycopg's `%b`, asyncpg and JDBC
 //! bind these in binary). Anything else, or a parameter whose type the
@@ -211,6 +211,13 @@ fn binary_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String
         3912 => range_text(1082, value)?,
         3908 => range_text(1114, value)?,
         3910 => range_text(1184, value)?,
+        // The multiranges over those.
+        4451 => multirange_text(23, value)?,
+        4536 => multirange_text(20, value)?,
+        4532 => multirange_text(1700, value)?,
+        4535 => multirange_text(1082, value)?,
+        4533 => multirange_text(1114, value)?,
+        4534 => multirange_text(1184, value)?,
         3614 => tsvector_text(value)?,
         oid if extensions.is_hstore(oid) => hstore_text(value)?,
         17 => {
@@ -513,6 +520,22 @@ fn range_text(subtype: u32, value: &[u8]) -> Option<String> {
     })
 }
 
+/// A multirange's binary form (`multirange_send`: the count of ranges,
+/// then each range's length and `range_send` form) as the multirange
+/// literal PostgreSQL reads (`{[1,3),[5,7)}`).
+fn multirange_text(subtype: u32, value: &[u8]) -> Option<String> {
+    let (count, mut rest) = value.split_first_chunk::<4>()?;
+    let count = usize::try_from(i32::from_be_bytes(*count)).ok()?;
+    let mut ranges = Vec::new();
+    for _ in 0..count {
+        let (len, after) = rest.split_first_chunk::<4>()?;
+        let len = usize::try_from(i32::from_be_bytes(*len)).ok()?;
+        ranges.push(range_text(subtype, after.get(..len)?)?);
+        rest = &after[len..];
+    }
+    rest.is_empty().then(|| format!("{{{}}}", ranges.join(",")))
+}
+
 /// A one-dimensional array's binary form (dimensions, a NULL flag, the
 /// element type, each dimension's length and lower bound, then each
 /// element's length and bytes) as an array literal.
@@ -558,6 +581,12 @@ fn array_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String>
         3913 => 3912,
         3909 => 3908,
         3911 => 3910,
+        6150 => 4451,
+        6157 => 4536,
+        6151 => 4532,
+        6155 => 4535,
+        6152 => 4533,
+        6153 => 4534,
         3643 => 3614,
         _ => extensions.element_of(oid)?,
     };

@@ -328,14 +328,16 @@ fn param_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, 
 }
 
 /// A field compared by value through the text PostgreSQL reads of it: a
-/// range (by value, as a `numeric` is), an `hstore` (an object in the
-/// cell), or an array of either.
+/// range or multirange (by value, as a `numeric` is), an `hstore` (an
+/// object in the cell), or an array of any of them.
 fn by_param(field: &Field) -> bool {
     use legacy::conversion::{Conversion, Element};
     matches!(
         field.conversion,
         Conversion::Range(_)
             | Conversion::ArrayOf(Element::Range(_))
+            | Conversion::Multirange(_)
+            | Conversion::ArrayOf(Element::Multirange(_))
             | Conversion::Hstore
             | Conversion::ArrayOf(Element::Hstore)
     )

@@ -118,8 +118,8 @@ impl Field {
 
     /// Whether the canonical value, cast into the column's type, gives
     /// back the text PostgreSQL sends for the stored value. Not for an
-    /// unconstrained `numeric` (`1.50` is kept as `1.5`), a `numrange`
-    /// (its bounds are such numerics) or a `json`
+    /// unconstrained `numeric` (`1.50` is kept as `1.5`), a `numrange` or
+    /// `nummultirange` (its bounds are such numerics) or a `json`
     /// (its spacing and key order are not kept), nor arrays of them: Schemaless keeps their
     /// value. A `numeric(p,s)`, or a domain over one, gets its scale back
     /// from the cast.
@@ -131,9 +131,11 @@ impl Field {
             Conversion::Json | Conversion::ArrayOf(conversion::Element::Json) => false,
             // Its bounds are unconstrained numerics.
             Conversion::Range(crate::range::Subtype::Numeric)
-            | Conversion::ArrayOf(conversion::Element::Range(crate::range::Subtype::Numeric)) => {
-                false
-            }
+            | Conversion::Multirange(crate::range::Subtype::Numeric)
+            | Conversion::ArrayOf(
+                conversion::Element::Range(crate::range::Subtype::Numeric)
+                | conversion::Element::Multirange(crate::range::Subtype::Numeric),
+            ) => false,
             _ => true,
         }
     }

@@ -543,3 +543,44 @@ fn binary_hstores_read_by_the_oids_the_database_gave_them() {
         assert_eq!(read(16_500, &bad, &ours), None, "{bad:?}");
     }
 }
+
+#[test]
+fn binary_multiranges_read_range_by_range() {
+    let multirange = |ranges: &[Vec<u8>]| {
+        let mut out = (ranges.len() as i32).to_be_bytes().to_vec();
+        for r in ranges {
+            out.extend((r.len() as i32).to_be_bytes());
+            out.extend_from_slice(r);
+        }
+        out
+    };
+    let int = |n: i32| n.to_be_bytes();
+    let sent = multirange(&[
+        range(0x02, &[&int(1), &int(3)]),
+        range(0x02 | 0x10, &[&int(5)]),
+    ]);
+    assert_eq!(
+        one(4451, &sent).as_deref(),
+        Some("{[\"1\",\"3\"),[\"5\",)}")
+    );
+    assert_eq!(one(4451, &multirange(&[])).as_deref(), Some("{}"));
+    // An array of them: the element's OID in its header.
+    let mut array = Vec::new();
+    for n in [1i32, 1, 4451, 1, 1] {
+        array.extend(n.to_be_bytes());
+    }
+    array.extend((sent.len() as i32).to_be_bytes());
+    array.extend(&sent);
+    assert_eq!(
+        one(6150, &array).as_deref(),
+        Some(r#"{"{[\"1\",\"3\"),[\"5\",)}"}"#)
+    );
+    // Malformed: a count beyond the ranges, bytes left over, a bad range.
+    let mut short = sent.clone();
+    short[3] = 3;
+    let mut extra = sent.clone();
+    extra.push(0);
+    for bad in [short, extra, multirange(&[range(0x40, &[])])] {
+        assert_eq!(one(4451, &bad), None, "{bad:?}");
+    }
+}

@@ -28,6 +28,7 @@
 //! | `bit(n)`, `bit varying(n)` | string, the bits: `"0101"` ([`crate::bits`]); a `bit(n)` exactly `n` of them, a `bit varying(n)` at most `n` |
 //! | `int4range`, `int8range`, `numrange`, `daterange`, `tsrange`, `tstzrange` | string, PostgreSQL's range syntax with each bound in its subtype's form: `"[1,5)"` (a discrete range always `[…)`), `"(1.5,2]"`, `"[2015-03-08T07:30:00.000000Z,)"`, `"empty"` ([`crate::range`]) |
 //! | `tsvector` | string, PostgreSQL's text: lexemes sorted, each quoted and once, positions ascending with their weights, `"'a':1A,3 'fat' 'rat':2B"` ([`crate::tsvector`]) |
+//! | `tsquery` | string, PostgreSQL's text: operands quoted with their modifiers, operators between spaces, parentheses only where priorities need them, `"'fat' & ( 'rat' | 'cat' )"` ([`crate::tsquery`]) |
 //! | `hstore` | an object of strings and nulls, `{"color": "red", "size": null}` ([`crate::hstore`]) |
 //! | `xml` | string, the text PostgreSQL stores (its `::text`: an XML declaration kept as written, where its output rewrites it); well-formed is PostgreSQL's to say, where the value is cast into the column |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
@@ -35,7 +36,7 @@
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
-//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `hstore[]`, `xml[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
+//! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `tsquery[]`, `hstore[]`, `xml[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
 //! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
 //!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
@@ -66,6 +67,7 @@ use crate::multirange;
 use crate::network;
 use crate::range::{self, Subtype};
 use crate::time;
+use crate::tsquery;
 use crate::tsvector;
 use crate::zoned;
 pub use schemaless::decimal::canonical_decimal;
@@ -133,6 +135,8 @@ pub enum Conversion {
     Multirange(Subtype),
     /// `tsvector`: PostgreSQL's text of it ([`crate::tsvector`]).
     Tsvector,
+    /// `tsquery`: PostgreSQL's text of it ([`crate::tsquery`]).
+    Tsquery,
     /// `hstore`: an object of strings and nulls ([`crate::hstore`]).
     Hstore,
     /// `xml`: the text PostgreSQL stores, as it stores it (its `::text`,
@@ -183,6 +187,7 @@ pub enum Element {
     Range(Subtype),
     Multirange(Subtype),
     Tsvector,
+    Tsquery,
     Hstore,
     Xml,
     /// A `json[]`'s elements: any JSON value each, arrays included.
@@ -219,6 +224,7 @@ impl Element {
             Element::Range(subtype) => Conversion::Range(subtype),
             Element::Multirange(subtype) => Conversion::Multirange(subtype),
             Element::Tsvector => Conversion::Tsvector,
+            Element::Tsquery => Conversion::Tsquery,
             Element::Hstore => Conversion::Hstore,
             Element::Xml => Conversion::Xml,
             Element::Json => Conversion::Json,
@@ -243,7 +249,7 @@ impl Element {
 }
 
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, their multiranges, tsvector, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, their multiranges, tsvector, tsquery, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], tsquery[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
@@ -280,6 +286,7 @@ impl Conversion {
             "json" => Conversion::Json,
             "jsonb" => Conversion::Jsonb,
             "tsvector" => Conversion::Tsvector,
+            "tsquery" => Conversion::Tsquery,
             "hstore" => Conversion::Hstore,
             "xml" => Conversion::Xml,
             "_text" | "_varchar" | "_citext" => Conversion::TextArray,
@@ -308,6 +315,7 @@ impl Conversion {
             "_bit" | "_varbit" => Conversion::ArrayOf(Element::Bit),
             "_json" => Conversion::ArrayOf(Element::Json),
             "_tsvector" => Conversion::ArrayOf(Element::Tsvector),
+            "_tsquery" => Conversion::ArrayOf(Element::Tsquery),
             "_hstore" => Conversion::ArrayOf(Element::Hstore),
             "_xml" => Conversion::ArrayOf(Element::Xml),
             other => match other.strip_prefix('_') {
@@ -449,6 +457,7 @@ impl Conversion {
                 multirange::render(*subtype, text).map(Value::String)
             }
             Conversion::Tsvector => tsvector::canonical_tsvector(text).map(Value::String),
+            Conversion::Tsquery => tsquery::canonical_tsquery(text).map(Value::String),
             Conversion::Hstore => hstore::parse(text).map(Value::Object),
             Conversion::Json | Conversion::Jsonb => {
                 serde_json::from_str(text).map_err(|e| format!("stored JSON does not parse: {e}"))
@@ -631,6 +640,12 @@ impl Conversion {
                     expected("a tsvector string such as \"'fat':2 'rat':3\"", value)
                 })?;
                 Value::String(tsvector::canonical_tsvector(s)?)
+            }
+            Conversion::Tsquery => {
+                let s = value
+                    .as_str()
+                    .ok_or_else(|| expected("a tsquery string such as \"'fat' & 'rat'\"", value))?;
+                Value::String(tsquery::canonical_tsquery(s)?)
             }
             Conversion::Hstore => Value::Object(hstore::accept(value)?),
             Conversion::Json => {

@@ -64,6 +64,7 @@ pub mod statements;
 pub mod store;
 pub mod time;
 pub mod trips;
+pub mod tsquery;
 pub mod tsvector;
 pub mod zoned;
 

@@ -329,7 +329,7 @@ fn parse(text: &str) -> Result<Vec<Word>, String> {
 /// Whether `c` separates words outside quotes, as `t_isspace` says: the
 /// ASCII spaces do; a Unicode space beyond ASCII is refused, since the
 /// database's locale decides it.
-fn is_space(c: char, shown: &str) -> Result<bool, String> {
+pub(crate) fn is_space(c: char, shown: &str) -> Result<bool, String> {
     if c.is_ascii() {
         return Ok(matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'));
     }

@@ -7,7 +7,7 @@
 //! booleans, integers, floats, `numeric`, text-like types, `uuid`,
 //! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
 //! `interval`, `bytea`, the network types, `money`, the geometric and bit
-//! types, `tsvector`, the range and multirange types over those, `hstore` (an extension's
+//! types, `tsvector`, `tsquery`, the range and multirange types over those, `hstore` (an extension's
 //! type, whose OID each database gives it: [`Extensions`]), and
 //! one-dimensional arrays of them (sqlx, psycopg's `%b`, asyncpg and JDBC
 //! bind these in binary). Anything else, or a parameter whose type the
@@ -219,6 +219,7 @@ fn binary_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String
         4533 => multirange_text(1114, value)?,
         4534 => multirange_text(1184, value)?,
         3614 => tsvector_text(value)?,
+        3615 => legacy::tsquery::from_send(value)?,
         oid if extensions.is_hstore(oid) => hstore_text(value)?,
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
@@ -588,6 +589,7 @@ fn array_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String>
         6152 => 4533,
         6153 => 4534,
         3643 => 3614,
+        3645 => 3615,
         _ => extensions.element_of(oid)?,
     };
     // A `box` has commas of its own: its arrays separate with `;`.

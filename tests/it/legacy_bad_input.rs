@@ -54,12 +54,12 @@ async fn layouts_that_disagree_with_the_live_schema_are_refused_by_name() {
         (
             "fields = { note = \"note\"",
             "fields = { note = \"bad_type\"",
-            "tsquery, which no conversion takes",
+            "pg_lsn, which no conversion takes",
         ),
     ];
     let setup = format!(
         "{SETUP}\nALTER TABLE kinds ADD COLUMN spare uuid, ADD COLUMN label text;
-         ALTER TABLE kind_children ADD COLUMN bad_type tsquery;"
+         ALTER TABLE kind_children ADD COLUMN bad_type pg_lsn;"
     );
     for (from, to, expected) in cases {
         assert!(LAYOUT.contains(from), "{from}");

@@ -278,6 +278,7 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
         ("_json", Element::Json),
         ("_tsvector", Element::Tsvector),
         ("_xml", Element::Xml),
+        ("_tsquery", Element::Tsquery),
     ] {
         assert_eq!(
             Conversion::for_type(typname),
@@ -285,7 +286,7 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
             "{typname}"
         );
     }
-    assert_eq!(Conversion::for_type("_tsquery"), None);
+    assert_eq!(Conversion::for_type("_pg_lsn"), None);
     // An `xml` is the text stored; whether it is well-formed is
     // PostgreSQL's to say, so any string without NUL is taken here.
     let xml = Conversion::for_type("xml").unwrap();

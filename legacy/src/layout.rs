@@ -232,17 +232,19 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
          JOIN pg_type t ON t.oid = a.atttypid
+         -- An array type is its element's `typarray` (not `int2vector`,
+         -- which has an element but is no array of it).
+         CROSS JOIN LATERAL (
+             SELECT coalesce((SELECT e.typarray = t.oid FROM pg_type e WHERE e.oid = t.typelem), false)
+                 AS of_array) array_type
          CROSS JOIN LATERAL (
              WITH RECURSIVE chain(oid, typmod, domain) AS (
-                 SELECT CASE WHEN t.typtype <> 'd' AND t.typcategory = 'A' AND t.typelem <> 0
-                             THEN t.typelem ELSE t.oid END,
-                        -1, false
+                 SELECT CASE WHEN array_type.of_array THEN t.typelem ELSE t.oid END, -1, false
                  UNION ALL
                  SELECT d.typbasetype, d.typtypmod, true
                  FROM chain JOIN pg_type d ON d.oid = chain.oid
                  WHERE d.typtype = 'd')
-             SELECT chain.oid, chain.typmod, chain.domain,
-                    t.typtype <> 'd' AND t.typcategory = 'A' AND t.typelem <> 0 AS of_array
+             SELECT chain.oid, chain.typmod, chain.domain, array_type.of_array
              FROM chain JOIN pg_type b ON b.oid = chain.oid
              WHERE b.typtype <> 'd') r
          JOIN pg_type bt ON bt.oid = r.oid

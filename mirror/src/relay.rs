@@ -184,10 +184,10 @@ impl Relay {
         let context = "relaying the outbox";
         let mut tx = self.pool.begin().await.map_err(Error::postgres(context))?;
         // Taken out of the outbox at once; if delivery fails, the rollback
-        // puts them back. With each, the mark of a recorded deletion of its
-        // row or address (`crate::retired`), if any. At most `batch` entries and, past the first,
+        // puts them back. At most `batch` entries and, past the first,
         // `batch_bytes` of bodies: large entries cannot add up to more
-        // memory than a batch may take.
+        // memory than a batch may take. With each, the mark of a recorded
+        // deletion of its row or address (`crate::retired`), if any.
         let rows = sqlx::query(
             "/* mezzanine */ DELETE FROM mezzanine.outbox o WHERE o.id IN (
                  SELECT id FROM (

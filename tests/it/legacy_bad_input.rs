@@ -20,7 +20,7 @@ async fn layout_error(setup: &str, layout: &str) -> String {
 
 #[tokio::test]
 async fn layouts_that_disagree_with_the_live_schema_are_refused_by_name() {
-    let cases: [(&str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str); 8] = [
         (
             "table = \"kinds\"",
             "table = \"nope\"",
@@ -56,10 +56,16 @@ async fn layouts_that_disagree_with_the_live_schema_are_refused_by_name() {
             "fields = { note = \"bad_type\"",
             "pg_lsn, which no conversion takes",
         ),
+        // It has an element type, but is no array of it: not `int2[]`.
+        (
+            "fields = { note = \"note\"",
+            "fields = { note = \"bad_vector\"",
+            "int2vector, which no conversion takes",
+        ),
     ];
     let setup = format!(
         "{SETUP}\nALTER TABLE kinds ADD COLUMN spare uuid, ADD COLUMN label text;
-         ALTER TABLE kind_children ADD COLUMN bad_type pg_lsn;"
+         ALTER TABLE kind_children ADD COLUMN bad_type pg_lsn, ADD COLUMN bad_vector int2vector;"
     );
     for (from, to, expected) in cases {
         assert!(LAYOUT.contains(from), "{from}");

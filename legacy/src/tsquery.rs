@@ -177,7 +177,7 @@ impl Parser {
                         return Ok(Token::Open);
                     }
                     Some(':') => return Err(self.syntax()),
-                    Some(c) if is_space(c, &self.shown)? => {}
+                    Some(c) if crate::tsvector::is_space(c, &self.shown)? => {}
                     _ => match self.word()? {
                         Some(lexeme) => {
                             let (weight, prefix) = self.modifiers();
@@ -217,7 +217,7 @@ impl Parser {
                     }
                     None if self.depth > 0 => return Err(self.syntax()),
                     None => return Ok(Token::End),
-                    Some(c) if is_space(c, &self.shown)? => {}
+                    Some(c) if crate::tsvector::is_space(c, &self.shown)? => {}
                     Some(_) => return Err(self.syntax()),
                 },
             }
@@ -251,7 +251,7 @@ impl Parser {
                         escaped_from = W::EndWord;
                     }
                     Some(c) if operator(c) => return Err(self.syntax()),
-                    Some(c) if is_space(c, &self.shown)? => {}
+                    Some(c) if crate::tsvector::is_space(c, &self.shown)? => {}
                     Some(c) => {
                         lexeme.push(c);
                         state = W::EndWord;
@@ -270,7 +270,7 @@ impl Parser {
                         escaped_from = W::EndWord;
                     }
                     None | Some(':') => break,
-                    Some(c) if operator(c) || is_space(c, &self.shown)? => break,
+                    Some(c) if operator(c) || crate::tsvector::is_space(c, &self.shown)? => break,
                     Some(c) => lexeme.push(c),
                 },
                 W::EndQuoted => match c {
@@ -538,12 +538,6 @@ fn tree_of(items: &mut impl Iterator<Item = Item>, depth: usize) -> Option<Node>
             Node::Binary(op, Box::new(left), Box::new(right))
         }
     })
-}
-
-/// Whether `c` separates words outside quotes ([`crate::tsvector`]'s
-/// rule: the ASCII spaces do, a Unicode space beyond ASCII is refused).
-fn is_space(c: char, shown: &str) -> Result<bool, String> {
-    crate::tsvector::is_space(c, shown)
 }
 
 #[cfg(test)]

@@ -8,8 +8,7 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
 use crate::durations::{
-    body, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field, sent,
-    served_as_twin,
+    body, kept_exactly, key, planted, put, refused_by_field, served_as_twin, written_in_binary,
 };
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
@@ -140,12 +139,17 @@ async fn bit_strings_keep_their_length_in_both_stores_and_the_proxy() {
         "varbit_send(B'10101')",
         "varbit_send(X'F0F')",
     ];
-    let params = sent(&db, sends.into_iter()).await;
     let sql = "INSERT INTO gates (gate_key, rev, flags, mask, seen) VALUES ($1, 1, $2, $3, $4)";
-    let (k, d) = inserted_in_binary(&db, &proxy, sql, &[1560, 1562, 1562], &params);
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
-    assert_eq!(written.1.fields()["seen"], "111100001111");
+    let written = written_in_binary(
+        &db,
+        &proxy,
+        (&facade, &legacy),
+        sql,
+        &[1560, 1562, 1562],
+        sends.into_iter(),
+    )
+    .await;
+    assert_eq!(written.fields()["seen"], "111100001111");
     for (flags, mask) in [
         ("B'101'", "NULL"),
         ("'0101'", "B'1111111'"),

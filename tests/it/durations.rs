@@ -184,7 +184,7 @@ pub(crate) async fn sent(db: &LegacyDb, sends: impl Iterator<Item = &str>) -> Ve
 /// bound in binary on the raw protocol through `proxy` and straight to
 /// PostgreSQL: both answered alike, and written. The keys (through,
 /// direct).
-pub(crate) fn inserted_in_binary(
+fn inserted_in_binary(
     db: &LegacyDb,
     proxy: &ProxyProcess,
     sql: &str,
@@ -210,6 +210,56 @@ pub(crate) fn inserted_in_binary(
     assert_eq!(answers[0], answers[1], "through the proxy, then direct");
     assert_eq!(answers[1], (b"12CZ".to_vec(), String::new()));
     (k, d)
+}
+
+/// `sql` ([`inserted_in_binary`]) bound with the binary forms `sends`
+/// make ([`sent`]), of `types`, through `proxy` (into the facade) and
+/// straight to PostgreSQL: the two rows read alike. The body written.
+pub(crate) async fn written_in_binary<'a>(
+    db: &LegacyDb,
+    proxy: &ProxyProcess,
+    (facade, legacy): (&TripStore, &LegacyStore),
+    sql: &str,
+    types: &[u32],
+    sends: impl Iterator<Item = &'a str>,
+) -> Body {
+    let params = sent(db, sends).await;
+    let (k, d) = inserted_in_binary(db, proxy, sql, types, &params);
+    let written = body(facade, RowKey::from(k)).await.expect("written");
+    assert_eq!(written, body(legacy, RowKey::from(d)).await.unwrap());
+    written.1
+}
+
+/// What the strict check finds of row 1 when Schemaless holds `fields`
+/// for it.
+pub(crate) async fn strictly_checked(
+    db: &LegacyDb,
+    legacy: &LegacyStore,
+    fields: Value,
+) -> Vec<verifier::compare::Difference> {
+    let rules = verifier::Rules::from_config(&db.config.verify);
+    let cell = Cell::new(
+        key(1),
+        all(),
+        RefKey::new(1).unwrap(),
+        Body::from_value(fields).unwrap(),
+    );
+    verifier::strict::check(legacy, &rules, &[cell])
+        .await
+        .unwrap()
+}
+
+/// `fields` as row 1's cell, judged by the strict check: one difference,
+/// naming the one field PostgreSQL cannot read, with its error.
+pub(crate) async fn strictly_unreadable(db: &LegacyDb, legacy: &LegacyStore, fields: Value) {
+    let found = strictly_checked(db, legacy, fields.clone()).await;
+    assert_eq!(found.len(), 1, "{fields}: {found:#?}");
+    let errors = &found[0].legacy["strict"][0]["postgres_error"];
+    assert_eq!(
+        errors.as_object().map(|e| e.len()),
+        Some(1),
+        "{fields}: {found:#?}"
+    );
 }
 
 /// A proxy over `db` in `schemaless`, and the facade (in that mode), with

@@ -9,8 +9,8 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::{json, Value};
 
 use crate::durations::{
-    body, changes_captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field,
-    sent, served_as_twin,
+    body, changes_captured, kept_exactly, key, planted, put, refused_by_field, served_as_twin,
+    written_in_binary,
 };
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
@@ -226,14 +226,19 @@ async fn arrays_of_money_bits_geometry_ranges_and_json_survive_both_stores_and_t
         ("array_send('{\"[1,5]\",empty}'::int4range[])", 3905),
         ("array_send(ARRAY['{\"c\":[2.50]}', NULL]::json[])", 199),
     ];
-    let params = sent(&db, sends.iter().map(|(send, _)| *send)).await;
     let sql = "INSERT INTO kits (kit_key, rev, fares, flags, zones, spans, docs) \
                VALUES ($1, 1, $2, $3, $4, $5, $6)";
     let types: Vec<u32> = sends.iter().map(|(_, oid)| *oid).collect();
-    let (k, d) = inserted_in_binary(&db, &proxy, sql, &types, &params);
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
-    let fields = written.1.to_value();
+    let written = written_in_binary(
+        &db,
+        &proxy,
+        (&facade, &legacy),
+        sql,
+        &types,
+        sends.iter().map(|(send, _)| *send),
+    )
+    .await;
+    let fields = written.to_value();
     assert_eq!(fields["zones"], json!(["(3,3),(1,1)", "(2,2),(0,0)"]));
     assert_eq!(fields["spans"], json!(["[1,6)", "empty"]));
     assert_eq!(fields["fares"], json!(["12.34", "-1"]));

@@ -7,12 +7,12 @@
 //! over a corpus of random spellings.
 
 use rand::{Rng, SeedableRng};
-use schemaless::{MySqlStore, RowKey};
+use schemaless::MySqlStore;
 use serde_json::json;
 
 use crate::durations::{
-    body, inserted_in_binary, kept_exactly, key, planted, put, refused_as_twin, refused_by_field,
-    sent, served_as_twin, written_as_twin,
+    kept_exactly, key, planted, put, refused_as_twin, refused_by_field, served_as_twin,
+    strictly_unreadable, written_as_twin, written_in_binary,
 };
 use crate::harness::LegacyDb;
 
@@ -135,8 +135,14 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
             .fetch_one(&db.pool)
             .await
             .unwrap();
-    let params = sent(
+    let sql = "INSERT INTO products (product_key, rev, attrs, variants) VALUES ($1, 1, $2, $3)";
+    let oids = [hstore as u32, array as u32];
+    let written = written_in_binary(
         &db,
+        &proxy,
+        (&facade, &legacy),
+        sql,
+        &oids,
         [
             r#"hstore_send('b=>2, a=>NULL, "it''s"=>"x \"y\""')"#,
             "array_send(ARRAY['k=>v'::hstore, ''])",
@@ -144,13 +150,8 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
         .into_iter(),
     )
     .await;
-    let sql = "INSERT INTO products (product_key, rev, attrs, variants) VALUES ($1, 1, $2, $3)";
-    let oids = [hstore as u32, array as u32];
-    let (k, d) = inserted_in_binary(&db, &proxy, sql, &oids, &params);
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
     assert_eq!(
-        written.1.to_value(),
+        written.to_value(),
         json!({"attrs": {"a": null, "b": "2", "it's": "x \"y\""},
                "variants": [{"k": "v"}, {}]})
     );
@@ -265,31 +266,5 @@ async fn every_hstore_spelling_reads_as_hstore_in_reads_it() {
     assert!(
         valid > 500 && valid < compared - 500,
         "{valid} valid of {compared}"
-    );
-}
-
-/// `body` as row 1's cell at its ref key, judged by the strict check: a
-/// difference naming the field PostgreSQL cannot read, with its error.
-pub(crate) async fn strictly_unreadable(
-    db: &LegacyDb,
-    legacy: &legacy::LegacyStore,
-    body: serde_json::Value,
-) {
-    let rules = verifier::Rules::from_config(&db.config.verify);
-    let cell = schemaless::Cell::new(
-        key(1),
-        crate::durations::all(),
-        schemaless::RefKey::new(1).unwrap(),
-        schemaless::Body::from_value(body.clone()).unwrap(),
-    );
-    let found = verifier::strict::check(legacy, &rules, &[cell])
-        .await
-        .unwrap();
-    assert_eq!(found.len(), 1, "{body}: {found:#?}");
-    let errors = &found[0].legacy["strict"][0]["postgres_error"];
-    assert_eq!(
-        errors.as_object().map(|e| e.len()),
-        Some(1),
-        "{body}: {found:#?}"
     );
 }

@@ -10,8 +10,8 @@ use schemaless::{MySqlStore, RowKey};
 use serde_json::json;
 
 use crate::durations::{
-    body, changes_captured, inserted_in_binary, kept_exactly, key, planted, put, refused_by_field,
-    sent, served_as_twin,
+    body, changes_captured, kept_exactly, key, planted, put, refused_by_field, served_as_twin,
+    written_in_binary,
 };
 use crate::harness::LegacyDb;
 use crate::proxy::psql;
@@ -304,16 +304,21 @@ async fn money_and_geometric_values_survive_both_stores_capture_and_the_proxy() 
         ("lseg_send('[(0,0),(1,1)]')", 601),
         ("line_send('{1,-1,0}')", 628),
     ];
-    let params = sent(&db, sends.iter().map(|(send, _)| *send)).await;
     let sql =
         "INSERT INTO legs (leg_key, rev, fare, pickup, zone, route, area, reach, edge, axis) \
                VALUES ($1, 1, $2, $3, $4, $5, $6, $7, $8, $9)";
     let types: Vec<u32> = sends.iter().map(|(_, oid)| *oid).collect();
-    let (k, d) = inserted_in_binary(&db, &proxy, sql, &types, &params);
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
-    assert_eq!(written.1.fields()["route"], "[(0,0),(1e+300,2)]");
-    assert_eq!(written.1.fields()["fare"], "12.34");
+    let written = written_in_binary(
+        &db,
+        &proxy,
+        (&facade, &legacy),
+        sql,
+        &types,
+        sends.iter().map(|(send, _)| *send),
+    )
+    .await;
+    assert_eq!(written.fields()["route"], "[(0,0),(1e+300,2)]");
+    assert_eq!(written.fields()["fare"], "12.34");
 
     // What PostgreSQL refuses, it refuses through the proxy too, and
     // nothing is written.

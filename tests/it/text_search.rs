@@ -7,12 +7,12 @@
 //! checked against `tsvectorin` itself over a corpus of random spellings.
 
 use rand::{Rng, SeedableRng};
-use schemaless::{MySqlStore, RowKey};
+use schemaless::MySqlStore;
 use serde_json::json;
 
 use crate::durations::{
-    body, inserted_in_binary, kept_exactly, key, planted, put, refused_as_twin, refused_by_field,
-    sent, served_as_twin, written_as_twin,
+    body, kept_exactly, key, planted, put, refused_as_twin, refused_by_field, served_as_twin,
+    written_as_twin, written_in_binary,
 };
 use crate::harness::LegacyDb;
 
@@ -75,7 +75,7 @@ async fn tsvectors_are_kept_as_postgresql_prints_them_in_both_stores_and_the_pro
     // strict check with PostgreSQL's error.
     let mut corrupt = expected[0].clone();
     corrupt["doc"] = json!("a:0");
-    crate::hstore::strictly_unreadable(&db, &legacy, corrupt).await;
+    crate::durations::strictly_unreadable(&db, &legacy, corrupt).await;
 
     // Other spellings are taken canonical; what PostgreSQL refuses is
     // refused by field, nothing written.
@@ -151,8 +151,13 @@ async fn tsvectors_are_kept_as_postgresql_prints_them_in_both_stores_and_the_pro
     // literal of it printed naively would read back (`'hi'`, or cut).
     assert_eq!(fields["title"], json!("Fat cats say ''hi'' x\\'y"));
     // In binary, as a driver binds a tsvector it read in binary.
-    let params = sent(
+    let sql = "INSERT INTO articles (article_key, rev, doc, docs) VALUES ($1, 1, $2, $3)";
+    let written = written_in_binary(
         &db,
+        &proxy,
+        (&facade, &legacy),
+        sql,
+        &[3614, 3643],
         [
             "tsvectorsend('sat:4,2A cat:3b it''s')",
             "array_send(ARRAY['x:1'::tsvector, ''])",
@@ -160,12 +165,8 @@ async fn tsvectors_are_kept_as_postgresql_prints_them_in_both_stores_and_the_pro
         .into_iter(),
     )
     .await;
-    let sql = "INSERT INTO articles (article_key, rev, doc, docs) VALUES ($1, 1, $2, $3)";
-    let (k, d) = inserted_in_binary(&db, &proxy, sql, &[3614, 3643], &params);
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
     assert_eq!(
-        written.1.fields()["doc"],
+        written.fields()["doc"],
         json!("'cat':3B 'it''s' 'sat':2A,4")
     );
     // A value PostgreSQL refuses is its error through the proxy too,
@@ -324,8 +325,12 @@ async fn tsqueries_are_kept_in_postgresqls_text_in_both_stores_and_the_proxy() {
     )
     .await;
     // What no conversion wrote is named by the strict check.
-    crate::hstore::strictly_unreadable(&db, &legacy, json!({"query": "a b", "alternatives": []}))
-        .await;
+    crate::durations::strictly_unreadable(
+        &db,
+        &legacy,
+        json!({"query": "a b", "alternatives": []}),
+    )
+    .await;
 
     // Every spelling of a corpus read as `tsqueryin` reads it: refused
     // where it refuses, else the same text.
@@ -388,8 +393,13 @@ async fn tsqueries_are_kept_in_postgresqls_text_in_both_stores_and_the_proxy() {
         json!({"query": "'fat' & ( 'rats' | !'cats' ) & 'mat':*",
                "alternatives": ["'the' <-> 'fat' <-> 'rat'"]})
     );
-    let params = sent(
+    let sql = "INSERT INTO searches (search_key, rev, query, alternatives) VALUES ($1, 1, $2, $3)";
+    let written = written_in_binary(
         &db,
+        &proxy,
+        (&facade, &legacy),
+        sql,
+        &[3615, 3645],
         [
             "tsquerysend('a:*B & !(b | c) <2> d')",
             // Not the empty query: PostgreSQL's own `tsqueryrecv`
@@ -399,12 +409,8 @@ async fn tsqueries_are_kept_in_postgresqls_text_in_both_stores_and_the_proxy() {
         .into_iter(),
     )
     .await;
-    let sql = "INSERT INTO searches (search_key, rev, query, alternatives) VALUES ($1, 1, $2, $3)";
-    let (k, d) = inserted_in_binary(&db, &proxy, sql, &[3615, 3645], &params);
-    let written = body(&facade, RowKey::from(k)).await.expect("written");
-    assert_eq!(written, body(&legacy, RowKey::from(d)).await.unwrap());
     assert_eq!(
-        written.1.to_value(),
+        written.to_value(),
         json!({"query": "'a':*B & !( 'b' | 'c' ) <2> 'd'", "alternatives": ["'x' <-> 'y'", "'z'"]})
     );
     facade.close().await;

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::durations::{
     body, changes_captured, kept_exactly, key, planted, put, refused_as_twin, refused_by_field,
-    served_as_twin, written_as_twin,
+    served_as_twin, strictly_checked, strictly_unreadable, written_as_twin,
 };
 use crate::harness::LegacyDb;
 
@@ -87,22 +87,21 @@ async fn xml_is_kept_as_stored_in_both_stores_and_the_proxy() {
     // The strict check compares what is stored: a declaration left out is
     // a difference, though PostgreSQL prints both alike.
     let first = expected[0].clone();
-    assert_eq!(strict_mismatches(&db, &legacy, first.clone()).await, 0);
+    assert_eq!(strictly_checked(&db, &legacy, first.clone()).await.len(), 0);
     let mut plain = first.clone();
     plain["body"] = json!(first["body"]
         .as_str()
         .unwrap()
         .replace(" encoding=\"UTF-8\"", ""));
-    assert_eq!(strict_mismatches(&db, &legacy, plain).await, 1);
+    assert_eq!(strictly_checked(&db, &legacy, plain).await.len(), 1);
     let mut plain = first;
     plain["parts"][0] = json!("<a/>");
-    assert_eq!(strict_mismatches(&db, &legacy, plain).await, 1);
+    assert_eq!(strictly_checked(&db, &legacy, plain).await.len(), 1);
 
     // A cell holding what PostgreSQL does not take as xml is named by the
     // strict check with PostgreSQL's error.
-    crate::hstore::strictly_unreadable(&db, &legacy, json!({"body": "<a>", "parts": []})).await;
-    crate::hstore::strictly_unreadable(&db, &legacy, json!({"body": "", "parts": ["<b>", "c"]}))
-        .await;
+    strictly_unreadable(&db, &legacy, json!({"body": "<a>", "parts": []})).await;
+    strictly_unreadable(&db, &legacy, json!({"body": "", "parts": ["<b>", "c"]})).await;
 
     // What the layout refuses, by field; what PostgreSQL refuses, its own
     // error; nothing written.
@@ -184,26 +183,6 @@ async fn xml_is_kept_as_stored_in_both_stores_and_the_proxy() {
     assert_eq!(body(&legacy, key(300)).await, None);
     facade.close().await;
     legacy.close().await;
-}
-
-/// How many cells the strict check finds differing when Schemaless holds
-/// `body` for row 1.
-async fn strict_mismatches(
-    db: &LegacyDb,
-    legacy: &legacy::LegacyStore,
-    body: serde_json::Value,
-) -> usize {
-    let rules = verifier::Rules::from_config(&db.config.verify);
-    let cell = schemaless::Cell::new(
-        key(1),
-        crate::durations::all(),
-        schemaless::RefKey::new(1).unwrap(),
-        schemaless::Body::from_value(body).unwrap(),
-    );
-    verifier::strict::check(legacy, &rules, &[cell])
-        .await
-        .unwrap()
-        .len()
 }
 
 /// Capture compares an `xml` as the text stored (it has no `=`, so a row

@@ -118,6 +118,7 @@ mod model;
 mod money_geometry;
 mod moves;
 mod placement;
+mod primary_checks;
 mod proxy;
 mod proxy_batches;
 mod proxy_corpus;

@@ -377,10 +377,22 @@ impl LegacyStore {
             })
             .collect();
         // Address order (stable, so copies of one cell keep batch order),
-        // deletions last: a tombstone hides the cells it names whenever
-        // they were written, so a row the batch also writes ends deleted.
+        // but a row's child cells after its row cell, whatever the
+        // columns are called: a child row needs its parent row. Deletions
+        // last: a tombstone hides the cells it names whenever they were
+        // written, so a row the batch also writes ends deleted.
         let mut order: Vec<usize> = (0..cells.len()).collect();
-        order.sort_by_key(|&i| (matches!(prepared[i].what, Write::Delete(_)), &cells[i].key));
+        order.sort_by_key(|&i| {
+            let key = &cells[i].key;
+            let (deletion, child) = match &prepared[i].what {
+                Write::Delete(_) => (true, false),
+                Write::Cell { column, .. } => (
+                    false,
+                    matches!(self.layout.columns[*column].shape, Shape::Child { .. }),
+                ),
+            };
+            (deletion, &key.row_key, child, &key.column, key.ref_key)
+        });
 
         (|| self.write_batch(&prepared, &order, &canonical, hook))
             .retry(retry::backoff(

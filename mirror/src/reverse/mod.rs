@@ -23,9 +23,18 @@
 //! Tombstones (`capture.tombstone_column`) delete what they name: the
 //! parent row with its child rows, or one child row. Cells of other
 //! columns the layout does not map are skipped (counted). Cells
-//! the legacy model refuses (a child whose parent row does not exist, a
-//! value its SQL type cannot hold) are parked in
+//! the legacy model refuses (a value its SQL type cannot hold, a child
+//! whose parent row exists nowhere) are parked in
 //! `mezzanine.reverse_parked` with the reason, and the shard moves on.
+//!
+//! A row's child cells may come before its row cell in the change log:
+//! one put writes its cells in address order, and a child column's name
+//! may sort before the row column's. Within one pass the legacy model
+//! writes a row's cell before its children's. A child whose row cell is
+//! only in a later pass is applied with the row's latest row cell from
+//! Schemaless (read through the tombstones: a deleted row is not made
+//! again: such a child is skipped, as the row's tombstone deletes it),
+//! which the version guard makes harmless when its turn comes.
 //!
 //! Its rooms: `offset` (the transaction hook that moves a shard's
 //! offset with its writes), `parked` (refused cells and their retry).
@@ -40,8 +49,9 @@ use legacy::{LegacyStore, TransactionHook};
 use schemaless::mysql::awaited::Awaited;
 use schemaless::mysql::follow::ShardFollower;
 use schemaless::retry::{self, Retryable};
+use schemaless::tombstone::Tombstoned;
 use schemaless::{
-    Cell, CellResult, CellStore, Column, MySqlStore, ReadFrom, StoredCell, WriteOutcome,
+    Cell, CellResult, CellStore, Column, MySqlStore, ReadFrom, RowKey, StoredCell, WriteOutcome,
 };
 use sqlx::{PgPool, Row};
 use tokio::sync::{watch, Mutex};
@@ -57,6 +67,24 @@ mod parked;
 use offset::{conflict_reason, OffsetHook, FREE};
 pub use parked::retry_parked;
 
+/// The latest cell of (`row_key`, `column`) in `store`; `None` when it
+/// does not answer.
+async fn latest(store: &dyn CellStore, row_key: &RowKey, column: &Column) -> Option<StoredCell> {
+    store
+        .get_cell_latest(row_key, column, ReadFrom::Master)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// The row of a child cell found before its row cell.
+enum Parent {
+    /// Its latest row cell.
+    Row(Cell),
+    /// Deleted: a tombstone hides its row cells.
+    Deleted,
+}
+
 /// A shard's position: the offset and the ids below it still awaited.
 /// (The awaited ids in their saved text form, see
 /// [`schemaless::mysql::awaited`].)
@@ -66,6 +94,10 @@ type Position = (u64, String);
 pub struct ReverseMirror {
     legacy: LegacyStore,
     schemaless: MySqlStore,
+    /// Schemaless as reads see it, for a child's row cell applied ahead
+    /// of its turn (`None`: the tombstone column is not a column name, and
+    /// such a child is parked).
+    visible: Option<Tombstoned<MySqlStore>>,
     settings: config::Mirror,
     stats: Arc<WorkerStats>,
     /// This mirror's followers, by shard; dropped (and rebuilt from
@@ -80,7 +112,9 @@ pub struct Applied {
     pub applied: u64,
     /// Of those, cells that changed nothing.
     pub already_there: u64,
-    /// Cells of columns outside the layout.
+    /// Cells of columns outside the layout, and child cells of rows
+    /// deleted in Schemaless (found before their row cell: the tombstone
+    /// deletes the child rows with the row).
     pub skipped: u64,
     /// Cells the legacy model refused, or whose address the legacy tables
     /// hold with another body (conflicts, counted in `conflicts` too).
@@ -159,6 +193,7 @@ impl ReverseMirror {
     pub fn new(legacy: LegacyStore, schemaless: MySqlStore, config: &config::Config) -> Self {
         ReverseMirror {
             legacy,
+            visible: Tombstoned::new(schemaless.clone(), config).ok(),
             schemaless,
             settings: config.mirror.clone(),
             stats: Arc::default(),
@@ -380,7 +415,27 @@ impl ReverseMirror {
                 }
                 Ok(results) => count(&mut applied, &results),
                 Err(schemaless::Error::InvalidInput { field, message }) => {
-                    parked.push((stored, format!("invalid {field}: {message}")))
+                    // A child before its row cell: with the row cell.
+                    let with_row = match self.row_cell(&stored.cell).await {
+                        Some(Parent::Row(row)) => self
+                            .legacy
+                            .put_cells(vec![row, stored.cell.clone()])
+                            .await
+                            .ok(),
+                        Some(Parent::Deleted) => {
+                            applied.skipped += 1;
+                            continue;
+                        }
+                        None => None,
+                    };
+                    match with_row.as_deref() {
+                        Some([_, Err(_)]) => {
+                            conflicts.push((stored.added_id, stored.cell.key.clone()));
+                            parked.push((stored, conflict_reason()));
+                        }
+                        Some([_, child]) => count(&mut applied, std::slice::from_ref(child)),
+                        _ => parked.push((stored, format!("invalid {field}: {message}"))),
+                    }
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -405,6 +460,33 @@ impl ReverseMirror {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The row of a child cell, as reads see it: its latest row cell, or
+    /// deleted (a tombstone hides the row, and the child with it). `None`
+    /// for a cell of a row column, a row with no row cell, or when
+    /// Schemaless does not answer.
+    async fn row_cell(&self, child: &Cell) -> Option<Parent> {
+        let layout = self.legacy.layout();
+        let (_, column) = layout.column(child.key.column.as_str())?;
+        if column.kind() != config::ColumnKind::Child {
+            return None;
+        }
+        let visible = self.visible.as_ref()?;
+        let row_key = &child.key.row_key;
+        for row in layout
+            .columns
+            .iter()
+            .filter(|c| c.kind() == config::ColumnKind::Row)
+        {
+            if let Some(stored) = latest(visible, row_key, &row.name).await {
+                return Some(Parent::Row(stored.cell));
+            }
+            if latest(&self.schemaless, row_key, &row.name).await.is_some() {
+                return Some(Parent::Deleted);
+            }
+        }
+        None
     }
 
     /// Adds the legacy side's body to parked conflicts (after the commit

@@ -19,8 +19,10 @@ use sqlx::PgPool;
 use crate::conversion::{self, Conversion};
 use crate::error::Error;
 
+mod checks;
 mod field;
 
+pub use checks::Checks;
 pub use field::Field;
 
 /// A quoted SQL identifier: `"trip_notes"`.
@@ -58,6 +60,10 @@ pub struct ColumnLayout {
     pub(crate) ref_key_sql: String,
     /// The body's fields, in JSON name order.
     pub fields: Vec<Field>,
+    /// What PostgreSQL judges of a cell beyond the fields' own checks
+    /// (`None`: nothing), asked before a write that reaches PostgreSQL
+    /// only later ([`checks`]).
+    pub checks: Option<Checks>,
 }
 
 impl ColumnLayout {
@@ -396,6 +402,7 @@ impl Layout {
             };
             let info_ref = info.as_ref().unwrap_or(&parent);
             let table_name = format!("{schema}.{table}");
+            let table_checks = checks::TableChecks::read(pool, schema, &table).await?;
             info_ref.integer(&table_name, &format!("{what}, ref_key"), &spec.ref_key)?;
             if let Some(parent_key) = &spec.parent {
                 info_ref.integer(&table_name, &format!("{what}, parent"), parent_key)?;
@@ -439,8 +446,40 @@ impl Layout {
                     labels: c.labels.clone(),
                     generated: c.generated,
                     identity_always: c.identity_always,
+                    not_null: table_checks.not_null(sql),
                 });
             }
+            // The keys a check may read: the row key (in the parent
+            // table) and the ref key, each unless a field is that column.
+            fn key<'a>(
+                info: &'a TableInfo,
+                fields: &[Field],
+                name: &'a str,
+            ) -> Option<(&'a str, &'a str)> {
+                let c = info.columns.get(name)?;
+                (!fields.iter().any(|f| f.sql == name)).then_some((name, c.full.as_str()))
+            }
+            let keys = [
+                (spec.kind == ColumnKind::Row)
+                    .then(|| key(info_ref, &fields, &layout.uuid))
+                    .flatten(),
+                key(info_ref, &fields, &spec.ref_key),
+            ];
+            let given: Vec<_> = fields
+                .iter()
+                .map(|f| {
+                    let given = checks::Given {
+                        sql: &f.sql,
+                        sql_type: &f.sql_type,
+                        generated: f.generated,
+                    };
+                    (
+                        given,
+                        f.conversion.read_expr(&format!("p.{}", quote(&f.sql))),
+                    )
+                })
+                .collect();
+            let checks = checks::build(&table_checks, &given, keys);
             columns.push(ColumnLayout {
                 name: Column::new(&spec.name).map_err(|e| Error::Layout(format!("{what}: {e}")))?,
                 shape,
@@ -448,6 +487,7 @@ impl Layout {
                 table,
                 ref_key_sql: quote(&spec.ref_key),
                 fields,
+                checks,
             });
         }
 
@@ -581,6 +621,7 @@ mod tests {
             labels: labels.map(|l| l.iter().map(|s| s.to_string()).collect()),
             generated: false,
             identity_always: false,
+            not_null: false,
         }
     }
 

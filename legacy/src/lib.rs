@@ -72,4 +72,4 @@ pub use classify::{classify, storage_error};
 pub use error::Error;
 pub use layout::Layout;
 pub use scan::{Chunk, Current, CurrentParent};
-pub use store::{LegacyStore, TransactionHook};
+pub use store::{Asked, LegacyStore, TransactionHook};

@@ -113,6 +113,201 @@ async fn stored(schemaless: &MySqlStore, n: u128) -> usize {
     found
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_takes_it() {
+    let db = LegacyDb::new(SETUP, LAYOUT).await;
+    db.apply_schemaless().await;
+    let legacy = LegacyStore::connect(&db.config).await.unwrap();
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    facade.reverse().catch_up().await.unwrap();
+
+    // What PostgreSQL takes is asked (not left unasked: a statement that
+    // did not run would say so) and written; the reverse mirror applies
+    // all of it, parking nothing.
+    let taken = vec![
+        order(1, 1, good()),
+        line(1, 1, json!({"qty": 2, "sku": "A-1"})),
+        order(
+            2,
+            1,
+            json!({"placed_at": "2026-12-01T10:00:00Z", "closed_at": null, "price": null,
+                           "tip": "0.00", "total": "0.00", "notes": null, "refunds": null}),
+        ),
+    ];
+    let canonical: Vec<Cell> = taken
+        .iter()
+        .map(|c| legacy.canonical_cell(c).unwrap())
+        .collect();
+    assert_eq!(
+        legacy
+            .ask(&canonical, Some(std::time::Duration::from_secs(10)))
+            .await
+            .unwrap(),
+        Asked::Taken { asked: 3 }
+    );
+    facade.put_cells(taken).await.unwrap();
+    let applied = facade.reverse().catch_up().await.unwrap();
+    assert_eq!(applied.parked, 0, "{applied:?}");
+    let total: String = sqlx::query_scalar("SELECT total::text FROM orders WHERE order_key = $1")
+        .bind(key(1).uuid())
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(total, "100002.49");
+
+    // Each refused, naming PostgreSQL's reason and the cell; nothing of
+    // its batch (a good cell of another row first) reaches Schemaless.
+    let cases: Vec<(Cell, &str)> = vec![
+        (
+            order(10, 1, with("price", json!("-1.00"))),
+            "violates check constraint \"amount_check\"",
+        ),
+        (
+            order(10, 1, with("price", json!("100000.00"))),
+            "violates check constraint \"capped_check\"",
+        ),
+        (
+            order(10, 1, with("refunds", json!(["1.00", "-0.01"]))),
+            "domain amount violates check constraint",
+        ),
+        (
+            order(10, 1, with("notes", json!("<open>"))),
+            "invalid XML content",
+        ),
+        (
+            order(10, 1, with("placed_at", Value::Null)),
+            "null value in column \"placed_at\"",
+        ),
+        (
+            order(10, 1, with("closed_at", json!("2026-12-01T09:00:00Z"))),
+            "violates check constraint \"closed_after_placed\"",
+        ),
+        (
+            order(10, 1000, good()),
+            "violates check constraint \"orders_rev_check\"",
+        ),
+        (
+            order(10, 1, with("total", json!("1.00"))),
+            "would read back as \"100002.49\"",
+        ),
+        (
+            line(1, 2, json!({"qty": 0, "sku": "A-2"})),
+            "violates check constraint \"order_lines_qty_check\"",
+        ),
+        (
+            line(1, 2, json!({"qty": 1, "sku": null})),
+            "null value in column \"sku\"",
+        ),
+    ];
+    for (bad, says) in cases {
+        let batch = vec![
+            order(11, 1, good()),
+            line(1, 3, json!({"qty": 1, "sku": "ok"})),
+            bad,
+        ];
+        let err = match facade.put_cells(batch).await {
+            Ok(results) => panic!("{says}: taken, {results:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains(says) && err.contains("cells[2]"),
+            "{says}: {err}"
+        );
+        assert_eq!(stored(&schemaless, 10).await, 0, "{says}");
+        assert_eq!(stored(&schemaless, 11).await, 0, "{says}");
+        let lines = schemaless
+            .get_cell_latest(&key(1), &Column::new("LINE").unwrap(), ReadFrom::Master)
+            .await
+            .unwrap()
+            .map(|c| c.cell.key.ref_key.get());
+        assert_eq!(lines, Some(1), "{says}");
+    }
+
+    // A cast PostgreSQL refuses fails the whole statement; the cell is
+    // still named, in a batch of one column's cells.
+    let batch = vec![
+        order(20, 1, good()),
+        order(21, 1, good()),
+        order(22, 1, with("price", json!("-5.00"))),
+        order(23, 1, good()),
+    ];
+    let err = facade.put_cells(batch).await.unwrap_err().to_string();
+    assert!(
+        err.contains("cells[2]") && err.contains("\"amount_check\""),
+        "{err}"
+    );
+    for n in 20..24 {
+        assert_eq!(stored(&schemaless, n).await, 0);
+    }
+    let applied = facade.reverse().catch_up().await.unwrap();
+    assert_eq!(applied.parked, 0, "{applied:?}");
+
+    // Not asked at all, `NOT NULL` is still checked; the rest is left.
+    let unasked = legacy
+        .ask(
+            &[legacy
+                .canonical_cell(&order(30, 1, with("price", json!("-1.00"))))
+                .unwrap()],
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(unasked, Asked::Unasked(_)), "{unasked:?}");
+    let err = legacy
+        .ask(
+            &[legacy
+                .canonical_cell(&order(30, 1, with("placed_at", Value::Null)))
+                .unwrap()],
+            None,
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not-null"), "{err}");
+
+    // Through the proxy (in `primary`, into the facade), a write
+    // PostgreSQL would refuse gets PostgreSQL's error and SQLSTATE; one it
+    // takes is written.
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let insert = |n: u128, closed: &str| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO orders (order_key, rev, placed_at, closed_at, price, tip) \
+             VALUES ('{}', 1, '2026-12-01 10:00:00+00', {closed}, 10.5, 1);\n",
+            key(n).uuid()
+        )
+    };
+    let (ok, out, err) = psql(&proxy.url(&db), &insert(50, "NULL"));
+    assert!(ok, "{out}{err}");
+    let (_, cell) = latest_body(&schemaless, key(50), &Column::new("ORDER").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(cell.to_value()["total"], json!("11.5"));
+    let (ok, out, err) = psql(&proxy.url(&db), &insert(51, "'2026-12-01 09:00:00+00'"));
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("ERROR:  23514:") && err.contains("closed_after_placed"),
+        "{err}"
+    );
+    assert_eq!(stored(&schemaless, 51).await, 0);
+
+    // In `mirror` PostgreSQL refuses such a cell in the write itself.
+    crate::worker::forced(&facade, Mode::Mirror).await;
+    let err = facade
+        .put_cells(vec![order(40, 1, with("price", json!("-1.00")))])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("violates check constraint \"amount_check\""),
+        "{err}"
+    );
+    facade.close().await;
+    legacy.close().await;
+}
+
 /// A row's child cells may come before its row cell: in one batch (a
 /// child column's name sorting before the row column's), and in
 /// Schemaless's change log, where one put writes in address order. The

@@ -46,6 +46,9 @@ pub struct Field {
     /// as it is (PostgreSQL refuses to change it), and the read-back
     /// refuses a cell that says otherwise.
     pub identity_always: bool,
+    /// `NOT NULL`: a cell with it null is refused before a write that
+    /// reaches PostgreSQL only later (see [`super::Checks`]).
+    pub not_null: bool,
 }
 
 impl Field {

@@ -43,11 +43,13 @@ use uuid::Uuid;
 
 use crate::layout::{ColumnLayout, Layout, Shape};
 
+mod ask;
 mod delete;
 mod hook;
 mod read;
 mod write;
 
+pub use ask::Asked;
 pub(crate) use hook::NoHook;
 pub use hook::{TransactionHook, CAPTURE_SETTING};
 pub(crate) use read::{read_body, read_cell, stored};

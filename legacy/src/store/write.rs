@@ -98,7 +98,7 @@ fn retry_batch(e: &Error) -> bool {
 }
 
 impl LegacyStore {
-    fn prepare(&self, cell: &Cell) -> Result<Prepared> {
+    pub(super) fn prepare(&self, cell: &Cell) -> Result<Prepared> {
         if cell.key.column == self.tombstones {
             return self.prepare_deletion(cell);
         }
@@ -250,7 +250,7 @@ impl LegacyStore {
                     .fetch_one(&mut **tx)
                     .await
                     .map_err(|e| self.write_error(column, e))?;
-                self.check_read_back(column, &row, cell)?;
+                self.check_read_back(column, &row, 0, cell)?;
                 Ok(Ok(WriteOutcome::Written))
             }
             Shape::Child { parent_sql } => {
@@ -280,7 +280,7 @@ impl LegacyStore {
                     .await
                     .map_err(|e| self.write_error(column, e))?
                 {
-                    self.check_read_back(column, &row, cell)?;
+                    self.check_read_back(column, &row, 0, cell)?;
                     return Ok(Ok(WriteOutcome::Written));
                 }
                 match self.child_cell(&mut **tx, column, parent_sql, cell.row_key, Some(cell.ref_key)).await? {
@@ -298,9 +298,16 @@ impl LegacyStore {
     }
 
     /// Refuses a write PostgreSQL would not keep exactly as given.
-    fn check_read_back(&self, column: &ColumnLayout, row: &PgRow, cell: &Prepared) -> Result<()> {
+    /// `start`: the position of the row's first field.
+    pub(super) fn check_read_back(
+        &self,
+        column: &ColumnLayout,
+        row: &PgRow,
+        start: usize,
+        cell: &Prepared,
+    ) -> Result<()> {
         let what = || format!("the row just written to {}", column.table);
-        let stored = read_body(column, row, 0, &what)?;
+        let stored = read_body(column, row, start, &what)?;
         for field in &column.fields {
             let want = cell.canonical.fields().get(&field.json);
             let got = stored.fields().get(&field.json);
@@ -324,7 +331,7 @@ impl LegacyStore {
     /// Maps a failed write: values PostgreSQL refuses (too long, out of
     /// range, a NOT NULL or CHECK constraint) are bad input naming the
     /// field; the rest are storage errors.
-    fn write_error(&self, column: &ColumnLayout, e: sqlx::Error) -> Error {
+    pub(super) fn write_error(&self, column: &ColumnLayout, e: sqlx::Error) -> Error {
         let refused = matches!(
             crate::classify(&e),
             Failure::BadValue | Failure::ConstraintViolation

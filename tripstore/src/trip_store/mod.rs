@@ -11,7 +11,7 @@
 //! | `legacy` | the legacy tables | the legacy tables |
 //! | `mirror` | the legacy tables + the outbox, one transaction | the legacy tables |
 //! | `shadow` | as `mirror`, and put to Schemaless before the answer | Schemaless for the read share's rows, PostgreSQL for the rest |
-//! | `primary` | Schemaless (cells checked against the layout first) | Schemaless |
+//! | `primary` | Schemaless (cells checked against the layout, then asked of PostgreSQL, first) | Schemaless |
 //! | `schemaless` | Schemaless | Schemaless |
 //!
 //! In `shadow`, the read share ([`ReadShare`], `mezzanine mode reads`)
@@ -107,6 +107,9 @@ pub struct TripStore {
     relay_wake: Arc<Notify>,
     /// The hook of a mirrored write (`mirror`, `shadow`).
     outbox: Outbox,
+    /// Whether a write in `primary` asks PostgreSQL first
+    /// ([`TripStore::ask_postgres`]).
+    unasked: route::Unasked,
     /// The reverse mirror (run in the background unless
     /// `mirror.reverse_in_app` is false).
     reverse: Arc<ReverseMirror>,
@@ -201,6 +204,7 @@ impl TripStore {
             name,
             relay_wake: relay.waker(),
             outbox: Outbox::new(legacy.tombstones().clone()),
+            unasked: route::Unasked::default(),
             legacy,
             schemaless,
             visible,

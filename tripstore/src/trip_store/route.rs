@@ -106,11 +106,46 @@ impl TripStore {
                     .enumerate()
                     .map(|(i, cell)| self.legacy.canonical_cell(cell).map_err(|e| e.in_batch(i)))
                     .collect::<Result<Vec<_>>>()?;
+                self.ask_postgres(&checked).await?;
                 self.visible.put_cells(checked).await
             }
             // Through the tombstones: a cell they would hide is refused.
             Mode::Schemaless => self.visible.put_cells(cells).await,
         }
+    }
+
+    /// In `primary`, asks PostgreSQL what it alone judges of the cells
+    /// (a domain's or the table's `CHECK`, a malformed `xml`, a generated
+    /// column: [`legacy::LegacyStore::ask`]) before they go to Schemaless,
+    /// so that one the reverse mirror could never apply is refused, not
+    /// acknowledged and parked. Schemaless is the store of record here and
+    /// must not wait on PostgreSQL: an answer not given within
+    /// [`ASK_TIMEOUT`] lets the write through unasked (the reverse mirror
+    /// parks what PostgreSQL then refuses), and writes go unasked for
+    /// [`UNASKED_FOR`] after, so a PostgreSQL that is down costs one wait,
+    /// not one per write.
+    async fn ask_postgres(&self, cells: &[Cell]) -> Result<()> {
+        let within = (!self.unasked.paused()).then_some(ASK_TIMEOUT);
+        let outcome = match self.legacy.ask(cells, within).await {
+            Ok(legacy::Asked::Taken { asked: 0 }) => return Ok(()),
+            Ok(legacy::Asked::Taken { .. }) => "taken",
+            Ok(legacy::Asked::Unasked(reason)) => {
+                if within.is_some() {
+                    tracing::warn!(
+                        "primary: writes go to Schemaless without asking PostgreSQL for {UNASKED_FOR:?}: {reason}"
+                    );
+                    self.unasked.pause();
+                }
+                "unasked"
+            }
+            Err(e) => {
+                metrics::counter!("mezzanine_primary_asked_total", "outcome" => "refused")
+                    .increment(1);
+                return Err(e);
+            }
+        };
+        metrics::counter!("mezzanine_primary_asked_total", "outcome" => outcome).increment(1);
+        Ok(())
     }
 
     /// Hands a served read to the verifier. Errors are not sampled (there
@@ -173,5 +208,27 @@ impl legacy::TransactionHook for StillLegacy {
                 })
             }
         }
+    }
+}
+
+/// How long a write in `primary` waits for PostgreSQL's answer to
+/// [`TripStore::ask_postgres`].
+const ASK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long writes go unasked after PostgreSQL gave no answer.
+const UNASKED_FOR: Duration = Duration::from_secs(5);
+
+/// When asking PostgreSQL may start again.
+#[derive(Default)]
+pub(super) struct Unasked(Mutex<Option<Instant>>);
+
+impl Unasked {
+    fn paused(&self) -> bool {
+        let until = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        until.is_some_and(|until| Instant::now() < until)
+    }
+
+    fn pause(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + UNASKED_FOR);
     }
 }

@@ -34,13 +34,35 @@ pub(super) async fn put_all<S: CellStore>(
         match store.put_cells(batch).await {
             Ok(put) => results.extend(put),
             Err(e) => {
-                let failed =
-                    Refused::new("58000", format!("Schemaless did not take the write: {e}"));
+                let failed = Refused::new(
+                    sqlstate_of(&e),
+                    format!("Schemaless did not take the write: {e}"),
+                );
                 return (results, Some(failed));
             }
         }
     }
     (results, None)
+}
+
+/// The SQLSTATE of a put the store refused: a cell PostgreSQL would
+/// refuse (the facade asks it first in `primary`) gets the code
+/// PostgreSQL gives that refusal, other bad input
+/// `invalid_parameter_value`, a failure `io_error`.
+fn sqlstate_of(e: &schemaless::Error) -> &'static str {
+    let schemaless::Error::InvalidInput { message, .. } = e else {
+        return "58000";
+    };
+    const REFUSALS: [(&str, &str); 4] = [
+        ("violates check constraint", "23514"),
+        ("violates not-null constraint", "23502"),
+        ("does not allow null values", "23502"),
+        ("invalid XML content", "2200N"),
+    ];
+    REFUSALS
+        .iter()
+        .find(|(says, _)| message.contains(says))
+        .map_or("22023", |(_, code)| code)
 }
 
 /// The statement PostgreSQL runs in place of a write without RETURNING:

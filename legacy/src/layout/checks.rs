@@ -1,0 +1,284 @@
+//! What only PostgreSQL can judge of a layout column's cell, asked of it
+//! without writing.
+//!
+//! The layout checks a value as far as its type goes in Rust (the
+//! conversion, a length, an enum's labels, the digits a `numeric(p,s)`
+//! keeps). Some of what the legacy table refuses is PostgreSQL's alone:
+//! a domain's constraints (at any level, or of an array's elements),
+//! whether an `xml` is well-formed, the table's `CHECK` constraints, the
+//! value of a generated column. Where a write goes to PostgreSQL first,
+//! PostgreSQL refuses such a cell in the write itself. In mode `primary`
+//! a facade write goes to Schemaless first and reaches PostgreSQL only
+//! through the reverse mirror, which would park it there: acknowledged,
+//! yet never applied. So the facade asks first, with [`Checks`]: one
+//! statement that casts each value into its column's own type, evaluates
+//! the `CHECK` constraints and the generated columns over those values,
+//! and reads the row back through the read conversions, for a whole batch
+//! of one column's cells (arrays of parameters, so one prepared
+//! statement serves every batch size).
+//!
+//! A `CHECK` constraint, or a generated column, that reads a column the
+//! cell cannot give (one outside the layout, a child's key to its parent,
+//! which PostgreSQL assigns) is left to the reverse mirror, as are unique
+//! and foreign keys, whose answer depends on other rows.
+
+use std::collections::HashMap;
+
+use sqlx::PgPool;
+
+use super::quote;
+use crate::error::Error;
+
+/// A table's catalog facts the checks need.
+#[derive(Default)]
+pub(super) struct TableChecks {
+    /// By column name.
+    columns: HashMap<String, ColumnFacts>,
+    /// The table's `CHECK` constraints.
+    constraints: Vec<Constraint>,
+}
+
+#[derive(Default)]
+struct ColumnFacts {
+    /// `NOT NULL`.
+    not_null: bool,
+    /// Its type casts with checks of its own: a domain with constraints
+    /// (at any level), an `xml`, or an array of one of these.
+    cast_checks: bool,
+    /// A generated column's expression, and the columns it reads.
+    generated: Option<(String, Vec<String>)>,
+}
+
+/// One `CHECK` constraint.
+struct Constraint {
+    name: String,
+    /// As `pg_get_expr` prints it, columns unqualified.
+    expr: String,
+    /// The columns it reads.
+    columns: Vec<String>,
+}
+
+impl TableChecks {
+    /// Reads them for `schema.table`.
+    pub(super) async fn read(
+        pool: &PgPool,
+        schema: &str,
+        table: &str,
+    ) -> Result<TableChecks, Error> {
+        let context = || format!("reading the constraints of {schema}.{table}");
+        // A type's checks are found by following domains to their base
+        // types and arrays to their elements. A generated column's
+        // expression depends on the columns it reads as the column itself
+        // (or, in older servers, its default) does.
+        // (name, NOT NULL, checks of its type, generated expression, the
+        // columns it reads)
+        type Row = (String, bool, bool, Option<String>, Option<Vec<String>>);
+        let columns: Vec<Row> =
+            sqlx::query_as(
+                "/* mezzanine */ SELECT a.attname::text, a.attnotnull,
+                    (WITH RECURSIVE reached(oid) AS (
+                         SELECT a.atttypid
+                         UNION
+                         SELECT CASE WHEN x.typtype = 'd' THEN x.typbasetype ELSE x.typelem END
+                         FROM reached JOIN pg_type x ON x.oid = reached.oid
+                         WHERE x.typtype = 'd'
+                            OR (x.typelem <> 0 AND EXISTS (
+                                SELECT 1 FROM pg_type e WHERE e.oid = x.typelem AND e.typarray = x.oid)))
+                     SELECT coalesce(bool_or(
+                         x.oid = 'pg_catalog.xml'::regtype
+                         OR (x.typtype = 'd' AND (x.typnotnull OR EXISTS (
+                             SELECT 1 FROM pg_constraint k WHERE k.contypid = x.oid)))), false)
+                     FROM reached JOIN pg_type x ON x.oid = reached.oid),
+                    CASE WHEN a.attgenerated = 's' THEN pg_get_expr(d.adbin, d.adrelid) END,
+                    CASE WHEN a.attgenerated = 's' THEN ARRAY(
+                        SELECT r.attname::text FROM pg_depend dep
+                        JOIN pg_attribute r ON r.attrelid = dep.refobjid AND r.attnum = dep.refobjsubid
+                        WHERE ((dep.classid = 'pg_attrdef'::regclass AND dep.objid = d.oid)
+                               OR (dep.classid = 'pg_class'::regclass AND dep.objid = a.attrelid
+                                   AND dep.objsubid = a.attnum))
+                          AND dep.refclassid = 'pg_class'::regclass AND dep.refobjid = a.attrelid
+                          AND dep.refobjsubid > 0 AND dep.refobjsubid <> a.attnum) END
+                 FROM pg_attribute a
+                 JOIN pg_class c ON c.oid = a.attrelid
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+                 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
+            )
+            .bind(schema)
+            .bind(table)
+            .fetch_all(pool)
+            .await
+            .map_err(|e| Error::postgres(context(), e))?;
+        let constraints: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+            "/* mezzanine */ SELECT k.conname::text, pg_get_expr(k.conbin, k.conrelid),
+                    ARRAY(SELECT a.attname::text FROM pg_attribute a
+                          WHERE a.attrelid = k.conrelid AND a.attnum = ANY(k.conkey))
+             FROM pg_constraint k
+             JOIN pg_class c ON c.oid = k.conrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND k.contype = 'c'
+             ORDER BY k.conname",
+        )
+        .bind(schema)
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| Error::postgres(context(), e))?;
+        Ok(TableChecks {
+            columns: columns
+                .into_iter()
+                .map(|(name, not_null, cast_checks, expr, reads)| {
+                    let generated = expr.map(|e| (e, reads.unwrap_or_default()));
+                    (
+                        name,
+                        ColumnFacts {
+                            not_null,
+                            cast_checks,
+                            generated,
+                        },
+                    )
+                })
+                .collect(),
+            constraints: constraints
+                .into_iter()
+                .map(|(name, expr, columns)| Constraint {
+                    name,
+                    expr,
+                    columns,
+                })
+                .collect(),
+        })
+    }
+
+    /// Whether column `name` is `NOT NULL`.
+    pub(super) fn not_null(&self, name: &str) -> bool {
+        self.columns.get(name).is_some_and(|c| c.not_null)
+    }
+}
+
+/// A column the check statement gives a value: a field (its parameter
+/// cast into the column) or one of the cell's keys.
+pub(super) struct Given<'a> {
+    /// The SQL column.
+    pub(super) sql: &'a str,
+    /// Its exact type, which the value is cast to.
+    pub(super) sql_type: &'a str,
+    /// A generated column: computed from the others when it can be.
+    pub(super) generated: bool,
+}
+
+/// The statement that asks PostgreSQL what it would refuse of a batch of
+/// one layout column's cells. Parameters: `$1` the row keys (`uuid[]`),
+/// `$2` the ref keys (`int8[]`), then one `text[]` per field in layout
+/// order (a generated field's too, unused when PostgreSQL computes it).
+/// Each row: the cell's position in the batch (from 1), one boolean per
+/// [`Checks::constraints`] (true: refused), then each field's read
+/// expression, to compare with the cell.
+#[derive(Clone, Debug)]
+pub struct Checks {
+    pub(crate) statement: String,
+    /// The `CHECK` constraints evaluated, in output order.
+    pub(crate) constraints: Vec<String>,
+}
+
+/// The ordinal's name in the statement: no column of a table is likely
+/// to be called so, and none of the table's expressions reads it.
+const ORDINAL: &str = "\"mezzanine ordinal\"";
+
+/// Builds the statement for a layout column whose fields are `fields`
+/// (layout order, with each one's read expression on alias `p`), keyed by
+/// `keys`: the row key column and the ref key column, each with its type,
+/// or `None` where the table has no such column or a field is that
+/// column. `None` when PostgreSQL has nothing to add to the layout's own
+/// checks.
+pub(super) fn build(
+    table: &TableChecks,
+    fields: &[(Given<'_>, String)],
+    keys: [Option<(&str, &str)>; 2],
+) -> Option<Checks> {
+    // Columns the statement can give a value: keys and written fields.
+    let mut known: Vec<&str> = keys.iter().flatten().map(|(name, _)| *name).collect();
+    known.extend(
+        fields
+            .iter()
+            .filter(|(f, _)| !f.generated)
+            .map(|(f, _)| f.sql),
+    );
+    let computable = |reads: &[String]| reads.iter().all(|r| known.contains(&r.as_str()));
+    let computed: Vec<&str> = fields
+        .iter()
+        .filter(|(f, _)| f.generated)
+        .filter(|(f, _)| {
+            table
+                .columns
+                .get(f.sql)
+                .and_then(|c| c.generated.as_ref())
+                .is_some_and(|(_, reads)| computable(reads))
+        })
+        .map(|(f, _)| f.sql)
+        .collect();
+    let mut readable = known.clone();
+    readable.extend(&computed);
+    let constraints: Vec<&Constraint> = table
+        .constraints
+        .iter()
+        .filter(|k| k.columns.iter().all(|c| readable.contains(&c.as_str())))
+        .collect();
+    let cast_checks = fields
+        .iter()
+        .any(|(f, _)| !f.generated && table.columns.get(f.sql).is_some_and(|c| c.cast_checks));
+    if !cast_checks && constraints.is_empty() && computed.is_empty() {
+        return None;
+    }
+
+    // u: the parameters, one row per cell; q: each cast into its column
+    // (a generated field PostgreSQL cannot compute keeps the cell's
+    // value); p: q with the computable generated columns.
+    let mut unnest = vec!["$1::uuid[]".to_string(), "$2::int8[]".to_string()];
+    let mut names = vec!["\" k\"".to_string(), "\" r\"".to_string()];
+    let mut casts = vec![format!("u.{ORDINAL}")];
+    for (param, key) in names.iter().zip(keys) {
+        if let Some((name, sql_type)) = key {
+            casts.push(format!("CAST(u.{param} AS {sql_type}) AS {}", quote(name)));
+        }
+    }
+    for (i, (field, _)) in fields.iter().enumerate() {
+        unnest.push(format!("${}::text[]", i + 3));
+        names.push(format!("\" {i}\""));
+        if !computed.contains(&field.sql) {
+            casts.push(format!(
+                "CAST(u.\" {i}\" AS {}) AS {}",
+                field.sql_type,
+                quote(field.sql)
+            ));
+        }
+    }
+    names.push(ORDINAL.to_string());
+    let generated: String = fields
+        .iter()
+        .filter(|(f, _)| computed.contains(&f.sql))
+        .map(|(f, _)| {
+            let (expr, _) = table.columns[f.sql].generated.as_ref().expect("computed");
+            format!(", CAST(({expr}) AS {}) AS {}", f.sql_type, quote(f.sql))
+        })
+        .collect();
+    let mut outputs = vec![format!("p.{ORDINAL}")];
+    outputs.extend(
+        constraints
+            .iter()
+            .map(|k| format!("(({})) IS FALSE", k.expr)),
+    );
+    outputs.extend(fields.iter().map(|(_, read)| read.clone()));
+    let statement = format!(
+        "/* mezzanine */ SELECT {outputs} FROM (SELECT q.*{generated} FROM (SELECT {casts} \
+         FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) AS p ORDER BY 1",
+        outputs = outputs.join(", "),
+        casts = casts.join(", "),
+        unnest = unnest.join(", "),
+        names = names.join(", "),
+    );
+    Some(Checks {
+        statement,
+        constraints: constraints.iter().map(|k| k.name.clone()).collect(),
+    })
+}

@@ -1,0 +1,202 @@
+//! Asking PostgreSQL what it would refuse of cells, without writing them
+//! ([`crate::layout::Checks`]): what a facade in mode `primary` does
+//! before it writes to Schemaless, so that a cell the reverse mirror could
+//! never apply is refused up front instead of acknowledged and parked.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use schemaless::{Cell, Error, Failure, Result};
+use sqlx::postgres::PgRow;
+use sqlx::{AssertSqlSafe, Row};
+use uuid::Uuid;
+
+use super::write::{Prepared, Write};
+use super::LegacyStore;
+
+/// What asking found, when PostgreSQL refuses none of the cells.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// PostgreSQL would take every cell: it said so, or it has nothing to
+    /// add to the layout's own checks (`asked` counts the cells it was
+    /// asked about).
+    Taken {
+        /// Cells PostgreSQL judged.
+        asked: usize,
+    },
+    /// PostgreSQL could not be asked (unreachable, failing): the reason.
+    /// The cells' own checks passed; the rest is the reverse mirror's to
+    /// find.
+    Unasked(String),
+}
+
+impl LegacyStore {
+    /// Asks PostgreSQL whether the legacy tables would take `cells`
+    /// (canonical, as [`LegacyStore::canonical_cell`] gives them), without
+    /// writing: a `NOT NULL` column given null, a domain's constraint, a
+    /// malformed `xml`, a `CHECK` constraint of the table, a generated
+    /// column given another value than PostgreSQL computes. `Err` is the
+    /// first cell refused, as a write of it would be refused (`in_batch`
+    /// says which). Tombstones are not asked about.
+    ///
+    /// The `NOT NULL` columns are checked here, without PostgreSQL; the
+    /// rest is asked only `within` the time given (`None`: not at all),
+    /// after which the answer is [`Asked::Unasked`].
+    pub async fn ask(&self, cells: &[Cell], within: Option<Duration>) -> Result<Asked> {
+        let mut columns: BTreeMap<usize, Vec<(usize, Prepared)>> = BTreeMap::new();
+        for (i, cell) in cells.iter().enumerate() {
+            let prepared = self.prepare(cell).map_err(|e| e.in_batch(i))?;
+            let Write::Cell { column, params } = &prepared.what else {
+                continue;
+            };
+            let layout = &self.layout.columns[*column];
+            let null = layout
+                .fields
+                .iter()
+                .zip(params)
+                .find(|(f, param)| f.not_null && !f.generated && param.is_none());
+            if let Some((field, _)) = null {
+                return Err(Error::invalid(
+                    &format!("body.{}", field.json),
+                    format!(
+                        "PostgreSQL refuses the value for {}: null value in column \"{}\" of \
+                         relation \"{}\" violates not-null constraint",
+                        layout.table, field.sql, layout.table
+                    ),
+                )
+                .in_batch(i));
+            }
+            if layout.checks.is_some() {
+                let column = *column;
+                columns.entry(column).or_default().push((i, prepared));
+            }
+        }
+        if columns.is_empty() {
+            return Ok(Asked::Taken { asked: 0 });
+        }
+        let Some(within) = within else {
+            return Ok(Asked::Unasked("not asked".into()));
+        };
+        let asking = async {
+            let mut asked = 0;
+            for (column, cells) in &columns {
+                self.ask_column(*column, cells).await?;
+                asked += cells.len();
+            }
+            Ok(asked)
+        };
+        match tokio::time::timeout(within, asking).await {
+            Ok(Ok(asked)) => Ok(Asked::Taken { asked }),
+            Ok(Err(Asking::Refused(e))) => Err(e),
+            Ok(Err(Asking::Failed(reason))) => Ok(Asked::Unasked(reason)),
+            Err(_) => Ok(Asked::Unasked(format!(
+                "{} gave no answer within {within:?}",
+                self.label
+            ))),
+        }
+    }
+
+    /// Asks about one layout column's cells in one statement. A cast
+    /// PostgreSQL refuses fails the whole statement without saying which
+    /// cell's: then each is asked alone, to name it.
+    async fn ask_column(
+        &self,
+        column: usize,
+        cells: &[(usize, Prepared)],
+    ) -> std::result::Result<(), Asking> {
+        let layout = &self.layout.columns[column];
+        let checks = layout.checks.as_ref().expect("asked only with checks");
+        let rows = match self.run_checks(column, cells).await {
+            Ok(rows) => rows,
+            Err(e) if refused(&e) => {
+                if cells.len() > 1 {
+                    for cell in cells {
+                        Box::pin(self.ask_column(column, std::slice::from_ref(cell))).await?;
+                    }
+                }
+                let i = cells[0].0;
+                return Err(Asking::Refused(self.write_error(layout, e).in_batch(i)));
+            }
+            Err(e) => return Err(Asking::Failed(format!("{}: {e}", self.label))),
+        };
+        if rows.len() != cells.len() {
+            return Err(Asking::Failed(format!(
+                "the checks of {} answered {} rows for {} cells",
+                layout.table,
+                rows.len(),
+                cells.len()
+            )));
+        }
+        for row in &rows {
+            let ordinal: i64 = row.try_get(0).map_err(|e| Asking::Failed(e.to_string()))?;
+            let Some((i, prepared)) = usize::try_from(ordinal - 1).ok().and_then(|n| cells.get(n))
+            else {
+                return Err(Asking::Failed(format!("no cell {ordinal} was asked about")));
+            };
+            for (j, name) in checks.constraints.iter().enumerate() {
+                let failed: Option<bool> = row
+                    .try_get(1 + j)
+                    .map_err(|e| Asking::Failed(e.to_string()))?;
+                if failed == Some(true) {
+                    return Err(Asking::Refused(
+                        Error::invalid(
+                            "body",
+                            format!(
+                                "PostgreSQL refuses the value for {}: new row for relation \
+                                 \"{}\" violates check constraint \"{name}\"",
+                                layout.table, layout.table
+                            ),
+                        )
+                        .in_batch(*i),
+                    ));
+                }
+            }
+            // A generated column PostgreSQL computes otherwise, or any
+            // value it would keep otherwise.
+            self.check_read_back(layout, row, 1 + checks.constraints.len(), prepared)
+                .map_err(|e| Asking::Refused(e.in_batch(*i)))?;
+        }
+        Ok(())
+    }
+
+    async fn run_checks(
+        &self,
+        column: usize,
+        cells: &[(usize, Prepared)],
+    ) -> std::result::Result<Vec<PgRow>, sqlx::Error> {
+        let layout = &self.layout.columns[column];
+        let checks = layout.checks.as_ref().expect("asked only with checks");
+        let row_keys: Vec<Uuid> = cells.iter().map(|(_, p)| p.row_key).collect();
+        let ref_keys: Vec<i64> = cells.iter().map(|(_, p)| p.ref_key).collect();
+        let mut query = sqlx::query(AssertSqlSafe(checks.statement.clone()))
+            .bind(row_keys)
+            .bind(ref_keys);
+        for f in 0..layout.fields.len() {
+            let values: Vec<Option<String>> = cells
+                .iter()
+                .map(|(_, p)| match &p.what {
+                    Write::Cell { params, .. } => params[f].clone(),
+                    Write::Delete(_) => None,
+                })
+                .collect();
+            query = query.bind(values);
+        }
+        query.fetch_all(&self.pool).await
+    }
+}
+
+/// Why asking stopped.
+enum Asking {
+    /// PostgreSQL refuses a cell: the error its write would get.
+    Refused(Error),
+    /// PostgreSQL could not answer.
+    Failed(String),
+}
+
+/// Whether PostgreSQL refused a value (as opposed to failing).
+fn refused(e: &sqlx::Error) -> bool {
+    matches!(
+        crate::classify(e),
+        Failure::BadValue | Failure::ConstraintViolation
+    )
+}

@@ -107,6 +107,7 @@ mod exact_values;
 mod group_commit;
 mod harness;
 mod hstore;
+mod index_agreement;
 mod indexes;
 mod legacy_bad_input;
 mod legacy_conversions;

@@ -28,8 +28,13 @@ pub fn classify(source: &sqlx::Error) -> Failure {
         "54000" => Failure::TooLarge,
         // data exceptions: a value too long, out of range, malformed
         code if code.starts_with("22") => Failure::BadValue,
-        // not null, check
-        "23502" | "23514" => Failure::ConstraintViolation,
+        // The row refused for what it holds: not null, check, foreign key,
+        // restrict, exclusion, any other integrity constraint, or an
+        // app's trigger raising an exception. Trying again refuses it
+        // again: a writer that retried it would stop there for ever.
+        "23502" | "23514" | "23503" | "23001" | "23P01" | "23000" | "P0001" => {
+            Failure::ConstraintViolation
+        }
         _ => Failure::Other,
     }
 }

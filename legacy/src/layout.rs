@@ -479,7 +479,15 @@ impl Layout {
                     )
                 })
                 .collect();
-            let checks = checks::build(&table_checks, &given, keys);
+            let layout_tables: Vec<&str> = std::iter::once(layout.table.as_str())
+                .chain(layout.columns.iter().filter_map(|c| c.table.as_deref()))
+                .collect();
+            let place = checks::Place {
+                table: &table,
+                schema,
+                layout_tables: &layout_tables,
+            };
+            let checks = checks::build(&table_checks, &place, &given, keys);
             columns.push(ColumnLayout {
                 name: Column::new(&spec.name).map_err(|e| Error::Layout(format!("{what}: {e}")))?,
                 shape,

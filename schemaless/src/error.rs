@@ -276,7 +276,8 @@ pub enum Failure {
     /// A value the server cannot take as its column's type: too long, out
     /// of range, malformed (PostgreSQL's data exceptions, class 22).
     BadValue,
-    /// A value a NOT NULL or CHECK constraint refuses.
+    /// A value a constraint refuses (NOT NULL, CHECK, foreign key,
+    /// exclusion), or a trigger of the table raising an exception.
     ConstraintViolation,
     /// Anything else: a final answer from the server.
     Other,

@@ -128,6 +128,14 @@ async fn postgres_errors_are_classified_by_kind() {
     sqlx::raw_sql(
         "CREATE TABLE classify (id int PRIMARY KEY, short varchar(2) NOT NULL,
                                 n smallint CHECK (n >= 0));
+         CREATE TABLE classify_ref (id int REFERENCES classify);
+         CREATE TABLE classify_slots (slot int4range, EXCLUDE USING gist (slot WITH &&));
+         INSERT INTO classify_slots VALUES ('[1,5)');
+         CREATE FUNCTION classify_refuse() RETURNS trigger LANGUAGE plpgsql AS
+           $$ BEGIN RAISE EXCEPTION 'refused by the app'; END $$;
+         CREATE TABLE classify_guarded (id int);
+         CREATE TRIGGER guard BEFORE INSERT ON classify_guarded
+           FOR EACH ROW EXECUTE FUNCTION classify_refuse();
          INSERT INTO classify VALUES (1, 'a', 1);",
     )
     .execute(&db.pool)
@@ -157,6 +165,18 @@ async fn postgres_errors_are_classified_by_kind() {
         ),
         (
             "INSERT INTO classify VALUES (5, 'e', -1)",
+            Failure::ConstraintViolation,
+        ),
+        (
+            "INSERT INTO classify_ref VALUES (9)",
+            Failure::ConstraintViolation,
+        ),
+        (
+            "INSERT INTO classify_slots VALUES ('[3,8)')",
+            Failure::ConstraintViolation,
+        ),
+        (
+            "INSERT INTO classify_guarded VALUES (1)",
             Failure::ConstraintViolation,
         ),
         (

@@ -6,13 +6,15 @@
 //! keeps). Some of what the legacy table refuses is PostgreSQL's alone:
 //! a domain's constraints (at any level, or of an array's elements),
 //! whether an `xml` is well-formed, the table's `CHECK` constraints, the
-//! value of a generated column. Where a write goes to PostgreSQL first,
+//! value of a generated column, a foreign key to a table outside the
+//! layout. Where a write goes to PostgreSQL first,
 //! PostgreSQL refuses such a cell in the write itself. In mode `primary`
 //! a facade write goes to Schemaless first and reaches PostgreSQL only
 //! through the reverse mirror, which would park it there: acknowledged,
 //! yet never applied. So the facade asks first, with [`Checks`]: one
 //! statement that casts each value into its column's own type, evaluates
 //! the `CHECK` constraints and the generated columns over those values,
+//! looks up the rows its foreign keys outside the layout refer to,
 //! and reads the row back through the read conversions, for a whole batch
 //! of one column's cells (arrays of parameters, so one prepared
 //! statement serves every batch size).
@@ -20,7 +22,9 @@
 //! A `CHECK` constraint, or a generated column, that reads a column the
 //! cell cannot give (one outside the layout, a child's key to its parent,
 //! which PostgreSQL assigns) is left to the reverse mirror, as are unique
-//! and foreign keys, whose answer depends on other rows.
+//! constraints and foreign keys to the layout's own tables: their answer
+//! depends on rows PostgreSQL holds only as the reverse mirror has applied
+//! them so far. A table outside the layout is PostgreSQL's own, current.
 
 use std::collections::HashMap;
 
@@ -36,6 +40,8 @@ pub(super) struct TableChecks {
     columns: HashMap<String, ColumnFacts>,
     /// The table's `CHECK` constraints.
     constraints: Vec<Constraint>,
+    /// The table's foreign keys.
+    foreign: Vec<ForeignKey>,
 }
 
 #[derive(Default)]
@@ -56,6 +62,20 @@ struct Constraint {
     expr: String,
     /// The columns it reads.
     columns: Vec<String>,
+}
+
+/// One foreign key.
+struct ForeignKey {
+    name: String,
+    /// The referring columns, in key order.
+    columns: Vec<String>,
+    /// The table referred to: its schema and name.
+    schema: String,
+    table: String,
+    /// The columns referred to, in key order.
+    referred: Vec<String>,
+    /// `MATCH FULL`: all columns null or none.
+    full: bool,
 }
 
 impl TableChecks {
@@ -124,7 +144,45 @@ impl TableChecks {
         .fetch_all(pool)
         .await
         .map_err(|e| Error::postgres(context(), e))?;
+        // (name, schema and table referred to, columns, columns referred
+        // to, MATCH FULL)
+        type Foreign = (String, String, String, Vec<String>, Vec<String>, bool);
+        let foreign: Vec<Foreign> = sqlx::query_as(
+            "/* mezzanine */ SELECT k.conname::text, rn.nspname::text, rc.relname::text,
+                    ARRAY(SELECT a.attname::text FROM unnest(k.conkey) WITH ORDINALITY AS u(n, i)
+                          JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
+                          ORDER BY u.i),
+                    ARRAY(SELECT a.attname::text FROM unnest(k.confkey) WITH ORDINALITY AS u(n, i)
+                          JOIN pg_attribute a ON a.attrelid = k.confrelid AND a.attnum = u.n
+                          ORDER BY u.i),
+                    k.confmatchtype = 'f'
+             FROM pg_constraint k
+             JOIN pg_class c ON c.oid = k.conrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_class rc ON rc.oid = k.confrelid
+             JOIN pg_namespace rn ON rn.oid = rc.relnamespace
+             WHERE n.nspname = $1 AND c.relname = $2 AND k.contype = 'f'
+             ORDER BY k.conname",
+        )
+        .bind(schema)
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| Error::postgres(context(), e))?;
         Ok(TableChecks {
+            foreign: foreign
+                .into_iter()
+                .map(
+                    |(name, schema, table, columns, referred, full)| ForeignKey {
+                        name,
+                        columns,
+                        schema,
+                        table,
+                        referred,
+                        full,
+                    },
+                )
+                .collect(),
             columns: columns
                 .into_iter()
                 .map(|(name, not_null, cast_checks, expr, reads)| {
@@ -172,18 +230,28 @@ pub(super) struct Given<'a> {
 /// `$2` the ref keys (`int8[]`), then one `text[]` per field in layout
 /// order (a generated field's too, unused when PostgreSQL computes it).
 /// Each row: the cell's position in the batch (from 1), one boolean per
-/// [`Checks::constraints`] (true: refused), then each field's read
+/// [`Checks::refusals`] (true: refused), then each field's read
 /// expression, to compare with the cell.
 #[derive(Clone, Debug)]
 pub struct Checks {
     pub(crate) statement: String,
-    /// The `CHECK` constraints evaluated, in output order.
-    pub(crate) constraints: Vec<String>,
+    /// For each constraint evaluated, in output order, what PostgreSQL
+    /// says when it refuses a row for it.
+    pub(crate) refusals: Vec<String>,
 }
 
 /// The ordinal's name in the statement: no column of a table is likely
 /// to be called so, and none of the table's expressions reads it.
 const ORDINAL: &str = "\"mezzanine ordinal\"";
+
+/// Where the statement is built for: the table (as named in messages)
+/// and the layout's tables, whose rows a foreign key must not be checked
+/// against (`schema`, names).
+pub(super) struct Place<'a> {
+    pub(super) table: &'a str,
+    pub(super) schema: &'a str,
+    pub(super) layout_tables: &'a [&'a str],
+}
 
 /// Builds the statement for a layout column whose fields are `fields`
 /// (layout order, with each one's read expression on alias `p`), keyed by
@@ -193,6 +261,7 @@ const ORDINAL: &str = "\"mezzanine ordinal\"";
 /// checks.
 pub(super) fn build(
     table: &TableChecks,
+    place: &Place<'_>,
     fields: &[(Given<'_>, String)],
     keys: [Option<(&str, &str)>; 2],
 ) -> Option<Checks> {
@@ -219,11 +288,58 @@ pub(super) fn build(
         .collect();
     let mut readable = known.clone();
     readable.extend(&computed);
-    let constraints: Vec<&Constraint> = table
+    let readable_all = |columns: &[String]| columns.iter().all(|c| readable.contains(&c.as_str()));
+    // Each constraint asked: (refused when true, what PostgreSQL says).
+    let mut constraints: Vec<(String, String)> = table
         .constraints
         .iter()
-        .filter(|k| k.columns.iter().all(|c| readable.contains(&c.as_str())))
+        .filter(|k| readable_all(&k.columns))
+        .map(|k| {
+            (
+                format!("(({})) IS FALSE", k.expr),
+                format!(
+                    "new row for relation \"{}\" violates check constraint \"{}\"",
+                    place.table, k.name
+                ),
+            )
+        })
         .collect();
+    let outside = |k: &ForeignKey| {
+        k.schema != place.schema || !place.layout_tables.contains(&k.table.as_str())
+    };
+    for k in table
+        .foreign
+        .iter()
+        .filter(|k| outside(k) && readable_all(&k.columns))
+    {
+        let given: Vec<String> = k
+            .columns
+            .iter()
+            .map(|c| format!("p.{}", quote(c)))
+            .collect();
+        let nulls = given
+            .iter()
+            .map(|c| format!("{c} IS NULL"))
+            .collect::<Vec<_>>()
+            .join(if k.full { " AND " } else { " OR " });
+        let matched = given
+            .iter()
+            .zip(&k.referred)
+            .map(|(c, r)| format!("r.{} = {c}", quote(r)))
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        constraints.push((
+            format!(
+                "NOT (({nulls}) OR EXISTS (SELECT 1 FROM {}.{} r WHERE {matched}))",
+                quote(&k.schema),
+                quote(&k.table)
+            ),
+            format!(
+                "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+                place.table, k.name
+            ),
+        ));
+    }
     let cast_checks = fields
         .iter()
         .any(|(f, _)| !f.generated && table.columns.get(f.sql).is_some_and(|c| c.cast_checks));
@@ -263,11 +379,7 @@ pub(super) fn build(
         })
         .collect();
     let mut outputs = vec![format!("p.{ORDINAL}")];
-    outputs.extend(
-        constraints
-            .iter()
-            .map(|k| format!("(({})) IS FALSE", k.expr)),
-    );
+    outputs.extend(constraints.iter().map(|(refused, _)| refused.clone()));
     outputs.extend(fields.iter().map(|(_, read)| read.clone()));
     let statement = format!(
         "/* mezzanine */ SELECT {outputs} FROM (SELECT q.*{generated} FROM (SELECT {casts} \
@@ -279,6 +391,6 @@ pub(super) fn build(
     );
     Some(Checks {
         statement,
-        constraints: constraints.iter().map(|k| k.name.clone()).collect(),
+        refusals: constraints.into_iter().map(|(_, says)| says).collect(),
     })
 }

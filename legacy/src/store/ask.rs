@@ -35,7 +35,8 @@ impl LegacyStore {
     /// (canonical, as [`LegacyStore::canonical_cell`] gives them), without
     /// writing: a `NOT NULL` column given null, a domain's constraint, a
     /// malformed `xml`, a `CHECK` constraint of the table, a generated
-    /// column given another value than PostgreSQL computes. `Err` is the
+    /// column given another value than PostgreSQL computes, a foreign key
+    /// to a row a table outside the layout does not hold. `Err` is the
     /// first cell refused, as a write of it would be refused (`in_batch`
     /// says which). Tombstones are not asked about.
     ///
@@ -133,7 +134,7 @@ impl LegacyStore {
             else {
                 return Err(Asking::Failed(format!("no cell {ordinal} was asked about")));
             };
-            for (j, name) in checks.constraints.iter().enumerate() {
+            for (j, says) in checks.refusals.iter().enumerate() {
                 let failed: Option<bool> = row
                     .try_get(1 + j)
                     .map_err(|e| Asking::Failed(e.to_string()))?;
@@ -141,11 +142,7 @@ impl LegacyStore {
                     return Err(Asking::Refused(
                         Error::invalid(
                             "body",
-                            format!(
-                                "PostgreSQL refuses the value for {}: new row for relation \
-                                 \"{}\" violates check constraint \"{name}\"",
-                                layout.table, layout.table
-                            ),
+                            format!("PostgreSQL refuses the value for {}: {says}", layout.table),
                         )
                         .in_batch(*i),
                     ));
@@ -153,7 +150,7 @@ impl LegacyStore {
             }
             // A generated column PostgreSQL computes otherwise, or any
             // value it would keep otherwise.
-            self.check_read_back(layout, row, 1 + checks.constraints.len(), prepared)
+            self.check_read_back(layout, row, 1 + checks.refusals.len(), prepared)
                 .map_err(|e| Asking::Refused(e.in_batch(*i)))?;
         }
         Ok(())

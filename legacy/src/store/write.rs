@@ -91,6 +91,23 @@ pub(super) fn canonicalize(
     Ok((Body::from(map), params))
 }
 
+/// A unique violation that trying again did not clear is no lost race
+/// but another row holding the value (a unique column outside the keys):
+/// bad input naming PostgreSQL's reason, as a CHECK's refusal is, so a
+/// writer (the reverse mirror too) sees it refused, not failing.
+fn still_unique(e: Error) -> Error {
+    let refusal = match &e {
+        Error::Storage { source, .. } if e.is_unique_violation() => source
+            .as_database_error()
+            .map(|db| db.message().to_string()),
+        _ => None,
+    };
+    match refusal {
+        Some(message) => Error::invalid("body", format!("PostgreSQL refuses the value: {message}")),
+        None => e,
+    }
+}
+
 /// A batch that lost a race (two writers creating one parent row: unique
 /// violation) or a deadlock is tried again from the start.
 fn retry_batch(e: &Error) -> bool {
@@ -409,6 +426,7 @@ impl LegacyStore {
             ))
             .when(retry_batch)
             .await
+            .map_err(still_unique)
     }
 
     /// `cell` with its body in canonical form (every field present, each

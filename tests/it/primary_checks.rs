@@ -114,6 +114,20 @@ fn good() -> Value {
            "region": "eu", "customer_no": 1, "external_ref": null, "slot": null})
 }
 
+/// `len` characters PostgreSQL cannot compress much: an index entry of
+/// them is over a btree page's third.
+fn incompressible(len: usize) -> String {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(b'!' + (state % 90) as u8)
+        })
+        .collect()
+}
+
 fn with(field: &str, value: Value) -> Value {
     let mut body = good();
     body[field] = value;
@@ -463,6 +477,10 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
             "external_ref BLOCKED is not taken",
         ),
         (
+            with("external_ref", json!(incompressible(20_000))),
+            "index row",
+        ),
+        (
             with("customer_no", json!(2)),
             "violates foreign key constraint \"orders_region_customer_no_fkey\"",
         ),
@@ -491,21 +509,23 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
             order(5, 1, good()),
             order(6, 1, with("slot", json!("[4,6)"))),
             order(7, 1, with("external_ref", json!("BLOCKED"))),
+            order(8, 1, with("external_ref", json!(incompressible(20_000)))),
         ])
         .await
         .unwrap();
     let applied = facade.reverse().catch_up().await.unwrap();
-    assert_eq!((applied.applied, applied.parked), (1, 3), "{applied:?}");
+    assert_eq!((applied.applied, applied.parked), (1, 4), "{applied:?}");
     let reasons: Vec<String> =
         sqlx::query_scalar("SELECT error FROM mezzanine.reverse_parked ORDER BY row_key")
             .fetch_all(&db.pool)
             .await
             .unwrap();
-    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
     for (reason, says) in reasons.iter().zip([
         "orders_external_ref_key",
         "orders_slot_excl",
         "external_ref BLOCKED is not taken",
+        "index row",
     ]) {
         assert!(reason.contains(says), "{reason}");
     }

@@ -346,12 +346,16 @@ impl LegacyStore {
     }
 
     /// Maps a failed write: values PostgreSQL refuses (too long, out of
-    /// range, a NOT NULL or CHECK constraint) are bad input naming the
-    /// field; the rest are storage errors.
+    /// range, a constraint, a trigger's exception, an index entry too
+    /// large) are bad input naming the field; the rest are storage
+    /// errors.
     pub(super) fn write_error(&self, column: &ColumnLayout, e: sqlx::Error) -> Error {
+        // A value past a limit of PostgreSQL's (an index entry over a
+        // btree page's third) is this cell's alone: each write is a
+        // statement of one cell.
         let refused = matches!(
             crate::classify(&e),
-            Failure::BadValue | Failure::ConstraintViolation
+            Failure::BadValue | Failure::ConstraintViolation | Failure::TooLarge
         );
         let refusal = e
             .as_database_error()

@@ -38,6 +38,7 @@ pub fn options(url: &str, statement_timeout_ms: u64) -> Result<PgConnectOptions,
         ("DateStyle", "ISO, YMD"),
         ("IntervalStyle", "iso_8601"),
         ("extra_float_digits", "1"),
+        ("bytea_output", "hex"),
         ("statement_timeout", timeout.as_str()),
     ]))
 }

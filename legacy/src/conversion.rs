@@ -31,6 +31,7 @@
 //! | `tsquery` | string, PostgreSQL's text: operands quoted with their modifiers, operators between spaces, parentheses only where priorities need them, `"'fat' & ( 'rat' | 'cat' )"` ([`crate::tsquery`]) |
 //! | `hstore` | an object of strings and nulls, `{"color": "red", "size": null}` ([`crate::hstore`]) |
 //! | `xml` | string, the text PostgreSQL stores (its `::text`: an XML declaration kept as written, where its output rewrites it); well-formed is PostgreSQL's to say, where the value is cast into the column |
+//! | a composite type | string, PostgreSQL's text of the value under the layout's settings, whatever the session's ([`COMPOSITE_TEXT`]); a value of the type is PostgreSQL's to say |
 //! | `jsonb` | the JSON value, numbers exact: written in the text `numeric` gives them (`1e5` is `100000`, `1.50` stays `1.50`), as `jsonb` reads them back |
 //! | `json` | the JSON value, numbers exact and as written (`json` keeps its text) |
 //! | `text[]`, `varchar[]` | array of strings (null elements allowed) |
@@ -142,6 +143,12 @@ pub enum Conversion {
     /// `xml`: the text PostgreSQL stores, as it stores it (its `::text`,
     /// declaration included; well-formedness is PostgreSQL's to judge).
     Xml,
+    /// A composite type: PostgreSQL's text of the row value, as
+    /// `record_out` prints it under the layout's session settings (UTC,
+    /// ISO dates, shortest exact doubles), which `record_in` reads back
+    /// to the same value; whether a string is one is PostgreSQL's to say
+    /// where the value is cast into the column.
+    Record,
     /// `json`: kept as text by PostgreSQL.
     Json,
     /// `jsonb`: numbers kept as `numeric`.
@@ -190,6 +197,7 @@ pub enum Element {
     Tsquery,
     Hstore,
     Xml,
+    Record,
     /// A `json[]`'s elements: any JSON value each, arrays included.
     Json,
     /// A `jsonb[]`'s elements: any JSON value each, arrays included.
@@ -227,6 +235,7 @@ impl Element {
             Element::Tsquery => Conversion::Tsquery,
             Element::Hstore => Conversion::Hstore,
             Element::Xml => Conversion::Xml,
+            Element::Record => Conversion::Record,
             Element::Json => Conversion::Json,
             Element::Jsonb => Conversion::Jsonb,
         }
@@ -248,14 +257,32 @@ impl Element {
     }
 }
 
+/// The function that reads a composite value ([`Conversion::Record`]):
+/// its text as `record_out` prints it under the layout's session settings,
+/// whatever the session calling it says. A composite's text prints each
+/// field by the field type's output, so a `timestamptz` field follows
+/// `TimeZone`, an `interval` `IntervalStyle`, a `date` `DateStyle`; the
+/// proxy evaluates an app's values, and replays its reads, in the app's
+/// own session. A function's `SET` clauses hold while it runs, and its
+/// argument is already a value (read in the caller's settings), so the
+/// text is the one form whatever the caller's. The layout creates it
+/// where a layout field is composite.
+pub const COMPOSITE_TEXT: &str =
+    "/* mezzanine */ CREATE OR REPLACE FUNCTION mezzanine.composite_text(anyelement) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    SET \"TimeZone\" = 'UTC' SET \"DateStyle\" = 'ISO, YMD' SET \"IntervalStyle\" = 'iso_8601'
+    SET extra_float_digits = 1 SET bytea_output = 'hex'
+    AS $mezzanine$ SELECT $1::pg_catalog.text $mezzanine$";
+
 /// The SQL types the layout can map, as `pg_type.typname`, for messages.
-pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, their multiranges, tsvector, tsquery, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], tsquery[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, and domains over any of these (over other domains too) and their arrays";
+pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, their multiranges, tsvector, tsquery, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], tsquery[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, composite types and their arrays, and domains over any of these (over other domains too) and their arrays";
 
 impl Conversion {
     /// The conversion for a column of type `typname` (`pg_type.typname`:
     /// `int4`, `_text`, …), if there is one. An enum type has no fixed
     /// name: the layout gives its columns [`Conversion::Enum`] by the
-    /// catalog's `typtype`.
+    /// catalog's `typtype`, and a composite type's
+    /// [`Conversion::Record`].
     pub fn for_type(typname: &str) -> Option<Conversion> {
         Some(match typname {
             "int2" => Conversion::Int2,
@@ -374,6 +401,16 @@ impl Conversion {
             // no array accepts.
             Conversion::Range(subtype) => range::read_expr(*subtype, column),
             Conversion::Multirange(subtype) => multirange::read_expr(*subtype, column),
+            // Printed under the layout's own settings whatever the
+            // session's ([`COMPOSITE_TEXT`]).
+            Conversion::Record => format!("mezzanine.composite_text({column})"),
+            // `unnest` of composite values in FROM spreads each into its
+            // fields: the elements are taken by subscript instead.
+            Conversion::ArrayOf(Element::Record) => format!(
+                "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
+                 ELSE (SELECT coalesce(json_agg(mezzanine.composite_text(({column})[u.n]) ORDER BY u.n), '[]')::text \
+                       FROM generate_subscripts({column}, 1) AS u(n)) END"
+            ),
             Conversion::ArrayOf(element) => format!(
                 "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
                  ELSE (SELECT coalesce(json_agg({} ORDER BY u.n), '[]')::text \
@@ -389,9 +426,10 @@ impl Conversion {
     /// through here).
     pub fn render_owned(&self, text: Option<String>) -> Result<Value, String> {
         match (self, text) {
-            (Conversion::Text | Conversion::Enum | Conversion::Xml, Some(text)) => {
-                Ok(Value::String(text))
-            }
+            (
+                Conversion::Text | Conversion::Enum | Conversion::Xml | Conversion::Record,
+                Some(text),
+            ) => Ok(Value::String(text)),
             (_, text) => self.render(text.as_deref()),
         }
     }
@@ -420,7 +458,7 @@ impl Conversion {
                     .map_err(|e| format!("{text:?} is not a double: {e}"))?;
                 Ok(float_value(x))
             }
-            Conversion::Text | Conversion::Enum | Conversion::Xml => {
+            Conversion::Text | Conversion::Enum | Conversion::Xml | Conversion::Record => {
                 Ok(Value::String(text.to_string()))
             }
             // `::text` drops the padding already; a value read otherwise
@@ -530,7 +568,7 @@ impl Conversion {
                 exactly(value, float_value(narrowed), "a real")?
             }
             Conversion::Float8 => exactly(value, float_value(float_input(value)?), "a double")?,
-            Conversion::Text | Conversion::Enum | Conversion::Xml => {
+            Conversion::Text | Conversion::Enum | Conversion::Xml | Conversion::Record => {
                 let s = value.as_str().ok_or_else(|| expected("a string", value))?;
                 if s.contains('\0') {
                     return Err("text cannot contain the NUL character (\\u0000)".into());

@@ -178,6 +178,9 @@ struct CatalogColumn {
     generated: bool,
     /// An identity column `GENERATED ALWAYS`.
     identity_always: bool,
+    /// A composite type (of a domain's base type, or of an array's
+    /// elements, too).
+    composite: bool,
 }
 
 /// Whether this server's `money` keeps an amount as the layout writes it
@@ -203,9 +206,39 @@ async fn money_reads_back(pool: &PgPool, column: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Creates [`conversion::COMPOSITE_TEXT`] unless it is there. Two
+/// processes creating it at once may see one fail; then it is there.
+async fn composite_text(pool: &PgPool) -> Result<(), Error> {
+    let there = || async {
+        sqlx::query_scalar::<_, bool>(
+            "/* mezzanine */ SELECT to_regprocedure('mezzanine.composite_text(anyelement)') IS NOT NULL",
+        )
+        .fetch_one(pool)
+        .await
+        .map_err(|e| Error::postgres("looking for mezzanine.composite_text", e))
+    };
+    if there().await? {
+        return Ok(());
+    }
+    let created = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "/* mezzanine */ CREATE SCHEMA IF NOT EXISTS mezzanine; {}",
+        conversion::COMPOSITE_TEXT
+    )))
+    .execute(pool)
+    .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(_) if there().await? => Ok(()),
+        Err(e) => Err(Error::postgres(
+            "creating mezzanine.composite_text, which reads composite values",
+            e,
+        )),
+    }
+}
+
 async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInfo, Error> {
     // (name, typname, format_type, modifier, base type, enum labels,
-    // generated, identity always)
+    // generated, identity always, composite)
     type Row = (
         String,
         String,
@@ -213,6 +246,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
         i32,
         String,
         Option<Vec<String>>,
+        bool,
         bool,
         bool,
     );
@@ -233,7 +267,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
                  FROM pg_enum e
                  WHERE e.enumtypid = CASE WHEN bt.typtype = 'e' THEN bt.oid
                                           WHEN bt.typcategory = 'A' THEN bt.typelem END),
-                a.attgenerated <> '', a.attidentity = 'a'
+                a.attgenerated <> '', a.attidentity = 'a', bt.typtype = 'c'
          FROM pg_attribute a
          JOIN pg_class c ON c.oid = a.attrelid
          JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -286,7 +320,17 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
         columns: rows
             .into_iter()
             .map(
-                |(name, typname, full, modifier, base, labels, generated, identity_always)| {
+                |(
+                    name,
+                    typname,
+                    full,
+                    modifier,
+                    base,
+                    labels,
+                    generated,
+                    identity_always,
+                    composite,
+                )| {
                     (
                         name,
                         CatalogColumn {
@@ -297,6 +341,7 @@ async fn table_info(pool: &PgPool, schema: &str, table: &str) -> Result<TableInf
                             labels,
                             generated,
                             identity_always,
+                            composite,
                         },
                     )
                 },
@@ -417,10 +462,13 @@ impl Layout {
             for (json, sql) in &spec.fields.0 {
                 let what = format!("{what}, field {json:?}");
                 let c = info_ref.column(&table_name, &what, sql)?;
-                let conversion = match (&c.labels, c.typname.starts_with('_')) {
-                    (Some(_), true) => Some(Conversion::ArrayOf(conversion::Element::Enum)),
-                    (Some(_), false) => Some(Conversion::Enum),
-                    (None, _) => Conversion::for_type(&c.typname),
+                let array = c.typname.starts_with('_');
+                let conversion = match (&c.labels, c.composite, array) {
+                    (Some(_), _, true) => Some(Conversion::ArrayOf(conversion::Element::Enum)),
+                    (Some(_), _, false) => Some(Conversion::Enum),
+                    (None, true, true) => Some(Conversion::ArrayOf(conversion::Element::Record)),
+                    (None, true, false) => Some(Conversion::Record),
+                    (None, false, _) => Conversion::for_type(&c.typname),
                 };
                 let conversion = conversion.ok_or_else(|| {
                     Error::Layout(format!(
@@ -497,6 +545,16 @@ impl Layout {
                 fields,
                 checks,
             });
+        }
+
+        let composite = columns.iter().flat_map(|c| &c.fields).any(|f| {
+            matches!(
+                f.conversion,
+                Conversion::Record | Conversion::ArrayOf(conversion::Element::Record)
+            )
+        });
+        if composite {
+            composite_text(pool).await?;
         }
 
         let money = columns

@@ -98,6 +98,7 @@ mod cells;
 mod changelog;
 mod classify;
 mod cli;
+mod composite;
 mod connections;
 mod cutover;
 mod deletes;

@@ -124,7 +124,10 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 /// for byte (`COLLATE "C"`): a `citext`, or a column of a
 /// nondeterministic collation, finds `Bob` equal to `bob`, and a change of
 /// case is a change of the value Schemaless keeps. An `xml` (no `=`) is
-/// compared as the text stored, an `xml[]` element by element.
+/// compared as the text stored, an `xml[]` element by element. A
+/// composite value (and its arrays) as its text: its `=` compares its
+/// fields by their own `=` (`1.50` equal to `1.5`), or fails for a field
+/// with none.
 fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> String {
     match conversion {
         Some(
@@ -135,6 +138,7 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::Interval
             | Conversion::Geometric(_)
             | Conversion::Xml
+            | Conversion::Record
             | Conversion::Text
             | Conversion::Char
             | Conversion::Enum
@@ -145,7 +149,8 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
                 | Element::Interval
                 | Element::Json
                 | Element::Jsonb
-                | Element::Geometric(_),
+                | Element::Geometric(_)
+                | Element::Record,
             ),
         ) => {
             format!("({record}.{column})::pg_catalog.text COLLATE \"C\"")

@@ -86,6 +86,7 @@ pub(super) async fn compared_otherwise(
             C::Interval | C::Json | C::Jsonb => Some("compares its values otherwise"),
             C::Geometric(_) => Some("compares geometric values otherwise (or not at all)"),
             C::Xml => Some("has no equality or order for xml"),
+            C::Record => Some("compares composite values field by field"),
             C::Tsquery if ordered => Some("orders queries by their stored form"),
             C::Enum if ordered => Some("orders an enum as its labels are declared"),
             C::Inet | C::Cidr if ordered => Some("orders addresses as addresses"),

@@ -8,8 +8,9 @@
 //! `json`/`jsonb`, `date`, `timestamp`/`timestamptz`, `time`/`timetz`,
 //! `interval`, `bytea`, the network types, `money`, the geometric and bit
 //! types, `tsvector`, `tsquery`, the range and multirange types over those, `hstore` (an extension's
-//! type, whose OID each database gives it: [`Extensions`]), and
-//! one-dimensional arrays of them (sqlx, psycopg's `%b`, asyncpg and JDBC
+//! type, whose OID each database gives it: [`Extensions`]), composite
+//! types made with `CREATE TYPE ... AS` (their OIDs read likewise) whose
+//! fields are any of these, and one-dimensional arrays of them (sqlx, psycopg's `%b`, asyncpg and JDBC
 //! bind these in binary). Anything else, or a parameter whose type the
 //! `Parse` left unspecified, is not read: the statement is then not
 //! sampled or served, and a write is refused (`0A000`) rather than guessed
@@ -68,6 +69,9 @@ pub(crate) fn params_nullable(
 pub(crate) struct Extensions {
     /// `hstore`'s OID and its array type's, per schema it is created in.
     hstore: Vec<(u32, u32)>,
+    /// Each composite type's (`CREATE TYPE ... AS`) OID and its array
+    /// type's.
+    composites: Vec<(u32, u32)>,
 }
 
 impl Extensions {
@@ -80,9 +84,19 @@ impl Extensions {
         )
         .fetch_all(pool)
         .await?;
+        let composites: Vec<(i64, i64)> = sqlx::query_as(
+            "/* mezzanine */ SELECT t.oid::int8, t.typarray::int8 FROM pg_type t
+             JOIN pg_class c ON c.oid = t.typrelid
+             WHERE t.typtype = 'c' AND c.relkind = 'c' ORDER BY t.oid",
+        )
+        .fetch_all(pool)
+        .await?;
         let oid = |n: i64| u32::try_from(n).unwrap_or(0);
+        let pairs =
+            |rows: Vec<(i64, i64)>| rows.into_iter().map(|(t, a)| (oid(t), oid(a))).collect();
         Ok(Extensions {
-            hstore: rows.into_iter().map(|(t, a)| (oid(t), oid(a))).collect(),
+            hstore: pairs(rows),
+            composites: pairs(composites),
         })
     }
 
@@ -91,7 +105,21 @@ impl Extensions {
     pub(crate) fn with_hstore(oid: u32, array: u32) -> Extensions {
         Extensions {
             hstore: vec![(oid, array)],
+            composites: Vec::new(),
         }
+    }
+
+    /// A composite type `oid` and its array type's `array`.
+    #[cfg(test)]
+    pub(crate) fn with_composite(oid: u32, array: u32) -> Extensions {
+        Extensions {
+            hstore: Vec::new(),
+            composites: vec![(oid, array)],
+        }
+    }
+
+    fn is_composite(&self, oid: u32) -> bool {
+        oid != 0 && self.composites.iter().any(|(t, _)| *t == oid)
     }
 
     fn is_hstore(&self, oid: u32) -> bool {
@@ -102,13 +130,17 @@ impl Extensions {
     fn element_of(&self, oid: u32) -> Option<u32> {
         self.hstore
             .iter()
+            .chain(&self.composites)
             .find(|(_, a)| *a == oid && oid != 0)
             .map(|(t, _)| *t)
     }
 }
 
 /// No extension's type: a range's bounds are built-in types.
-const BUILT_IN: &Extensions = &Extensions { hstore: Vec::new() };
+const BUILT_IN: &Extensions = &Extensions {
+    hstore: Vec::new(),
+    composites: Vec::new(),
+};
 
 /// A binary parameter of type `oid` as PostgreSQL's text form.
 fn binary_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String> {
@@ -221,6 +253,7 @@ fn binary_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String
         3614 => tsvector_text(value)?,
         3615 => legacy::tsquery::from_send(value)?,
         oid if extensions.is_hstore(oid) => hstore_text(value)?,
+        oid if extensions.is_composite(oid) => record_text(value, extensions)?,
         17 => {
             let mut text = String::with_capacity(2 + value.len() * 2);
             text.push_str("\\x");
@@ -231,6 +264,44 @@ fn binary_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String
         }
         _ => return array_text(oid, value, extensions),
     })
+}
+
+/// A composite value's binary form (`record_send`: the count of fields,
+/// then each field's type OID, its length, -1 for NULL, and its own binary
+/// form) as the text `record_in` reads the same value from, as
+/// `record_out` writes it: a NULL field empty, a field quoted (`"` and `\`
+/// doubled) when it is empty or holds a delimiter, a quote, a backslash or
+/// a space. A field of a type not read here makes the whole value unread.
+fn record_text(value: &[u8], extensions: &Extensions) -> Option<String> {
+    fn int(rest: &mut &[u8]) -> Option<i32> {
+        let (head, tail) = rest.split_first_chunk::<4>()?;
+        *rest = tail;
+        Some(i32::from_be_bytes(*head))
+    }
+    let mut rest = value;
+    let count = usize::try_from(int(&mut rest)?).ok()?;
+    let mut fields = Vec::with_capacity(count);
+    for _ in 0..count {
+        let oid = int(&mut rest)? as u32;
+        let len = int(&mut rest)?;
+        if len < 0 {
+            fields.push(String::new());
+            continue;
+        }
+        let len = usize::try_from(len).ok()?;
+        let (bytes, tail) = (rest.get(..len)?, rest.get(len..)?);
+        rest = tail;
+        let text = binary_text(oid, bytes, extensions)?;
+        let plain = !text.is_empty()
+            && !text
+                .chars()
+                .any(|c| matches!(c, '"' | '\\' | '(' | ')' | ',') || c.is_ascii_whitespace());
+        fields.push(match plain {
+            true => text,
+            false => format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\"\"")),
+        });
+    }
+    rest.is_empty().then(|| format!("({})", fields.join(",")))
 }
 
 /// An `hstore`'s binary form (`hstore_send`: the count of pairs, then each

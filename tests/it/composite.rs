@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::durations::{
     body, changes_captured, kept_exactly, key, planted, put, refused_as_twin, served_as_twin,
-    strictly_checked, strictly_unreadable, written_as_twin,
+    strictly_checked, strictly_unreadable, written_as_twin, written_in_binary,
 };
 use crate::harness::LegacyDb;
 
@@ -145,6 +145,33 @@ async fn composite_values_are_kept_exactly_in_both_stores_and_the_proxy() {
         json!({"home": "(b,9,3.50,2.5,\"(\"\"(0,0)\"\",\"\"2026-01-01 00:00:00+00\"\")\",,,P3M)",
                "office": null,
                "stops": ["(c,,,,,{z},,)"]})
+    );
+    // The same through the extended protocol with the values in binary
+    // (`record_send`, as asyncpg sends a composite): read field by field
+    // into the text PostgreSQL reads the same value from.
+    let (address, addresses): (i64, i64) = sqlx::query_as(
+        "SELECT oid::int8, typarray::int8 FROM pg_type WHERE oid = 'address'::regtype",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    let written = written_in_binary(
+        &db,
+        &proxy,
+        (&facade, &legacy),
+        "INSERT INTO sites (site_key, rev, home, stops) VALUES ($1, 1, $2, $3)",
+        &[address as u32, addresses as u32],
+        [
+            r#"record_send(ROW('b "q" \', '', 3.5, '-0'::float8, ROW('(0,0)', '2026-01-01 09:00+00')::geo,
+                ARRAY['x y', NULL], '\x01'::bytea, '1 day')::address)"#,
+            "array_send(ARRAY[ROW('c', NULL, NULL, NULL, NULL, NULL, NULL, NULL)::address, NULL])",
+        ]
+        .into_iter(),
+    )
+    .await;
+    assert_eq!(
+        written.to_value()["home"],
+        json!("(\"b \"\"q\"\" \\\\\",\"\",3.50,-0,\"(\"\"(0,0)\"\",\"\"2026-01-01 09:00:00+00\"\")\",\"{\"\"x y\"\",NULL}\",\"\\\\x01\",P1D)")
     );
     let err = refused_as_twin(&db, &proxy, &facade, |k| {
         format!(

@@ -584,3 +584,60 @@ fn binary_multiranges_read_range_by_range() {
         assert_eq!(one(4451, &bad), None, "{bad:?}");
     }
 }
+
+/// `record_send`'s form: the field count, then each field's OID, length
+/// (-1: NULL) and bytes.
+fn record(fields: &[(u32, Option<&[u8]>)]) -> Vec<u8> {
+    let mut out = (fields.len() as i32).to_be_bytes().to_vec();
+    for (oid, bytes) in fields {
+        out.extend(oid.to_be_bytes());
+        match bytes {
+            None => out.extend((-1i32).to_be_bytes()),
+            Some(b) => {
+                out.extend((b.len() as i32).to_be_bytes());
+                out.extend(*b);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn binary_composites_read_as_record_out_writes_them() {
+    let ours = Extensions::with_composite(16_600, 16_605);
+    let read = |oid: u32, bytes: &[u8]| {
+        params_text(&[oid], &[1], &[Some(Bytes::copy_from_slice(bytes))], &ours)
+            .map(|mut v| v.remove(0))
+    };
+    // Text quoted where it holds a delimiter, a quote, a backslash or a
+    // space, or is empty (quotes and backslashes doubled); NULL empty;
+    // a nested composite quoted as a field.
+    let inner = record(&[(23, Some(&7i32.to_be_bytes())), (25, Some(b"a b"))]);
+    let sent = record(&[
+        (25, Some(b"plain")),
+        (25, Some(b"say \"hi\" \\ (x),y")),
+        (25, Some(b"")),
+        (23, None),
+        (16_600, Some(&inner)),
+    ]);
+    assert_eq!(
+        read(16_600, &sent).as_deref(),
+        Some(r#"(plain,"say ""hi"" \\ (x),y","",,"(7,""a b"")")"#)
+    );
+    // Its array, element by element.
+    let mut array = vec![0, 0, 0, 1, 0, 0, 0, 1];
+    array.extend(16_600u32.to_be_bytes());
+    array.extend(1i32.to_be_bytes());
+    array.extend(1i32.to_be_bytes());
+    array.extend((inner.len() as i32).to_be_bytes());
+    array.extend(&inner);
+    assert_eq!(read(16_605, &array).as_deref(), Some(r#"{"(7,\"a b\")"}"#));
+    // A field of a type not read, bytes left over or missing, another
+    // database's composite: not read.
+    assert_eq!(read(16_600, &record(&[(2_249, Some(b"x"))])), None);
+    let mut long = sent.clone();
+    long.push(0);
+    assert_eq!(read(16_600, &long), None);
+    assert_eq!(read(16_600, &sent[..sent.len() - 1]), None);
+    assert_eq!(read(16_700, &sent), None);
+}

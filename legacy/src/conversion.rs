@@ -266,9 +266,10 @@ impl Element {
 /// own session. A function's `SET` clauses hold while it runs, and its
 /// argument is already a value (read in the caller's settings), so the
 /// text is the one form whatever the caller's. The layout creates it
-/// where a layout field is composite.
+/// where a layout field is composite, in schema `mezzanine_public`, which
+/// every role may use (the proxy evaluates values as the app's role).
 pub const COMPOSITE_TEXT: &str =
-    "/* mezzanine */ CREATE OR REPLACE FUNCTION mezzanine.composite_text(anyelement) RETURNS text
+    "/* mezzanine */ CREATE OR REPLACE FUNCTION mezzanine_public.composite_text(anyelement) RETURNS text
     LANGUAGE sql STABLE PARALLEL SAFE
     SET \"TimeZone\" = 'UTC' SET \"DateStyle\" = 'ISO, YMD' SET \"IntervalStyle\" = 'iso_8601'
     SET extra_float_digits = 1 SET bytea_output = 'hex'
@@ -403,12 +404,12 @@ impl Conversion {
             Conversion::Multirange(subtype) => multirange::read_expr(*subtype, column),
             // Printed under the layout's own settings whatever the
             // session's ([`COMPOSITE_TEXT`]).
-            Conversion::Record => format!("mezzanine.composite_text({column})"),
+            Conversion::Record => format!("mezzanine_public.composite_text({column})"),
             // `unnest` of composite values in FROM spreads each into its
             // fields: the elements are taken by subscript instead.
             Conversion::ArrayOf(Element::Record) => format!(
                 "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
-                 ELSE (SELECT coalesce(json_agg(mezzanine.composite_text(({column})[u.n]) ORDER BY u.n), '[]')::text \
+                 ELSE (SELECT coalesce(json_agg(mezzanine_public.composite_text(({column})[u.n]) ORDER BY u.n), '[]')::text \
                        FROM generate_subscripts({column}, 1) AS u(n)) END"
             ),
             Conversion::ArrayOf(element) => format!(

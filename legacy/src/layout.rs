@@ -208,20 +208,26 @@ async fn money_reads_back(pool: &PgPool, column: &str) -> Result<(), Error> {
 
 /// Creates [`conversion::COMPOSITE_TEXT`] unless it is there. Two
 /// processes creating it at once may see one fail; then it is there.
+///
+/// It lives in a schema of its own that every role may use: the proxy
+/// evaluates an app's values as the app's own role, which holds no rights
+/// on schema `mezzanine` (its tables are Mezzanine's alone). The function
+/// only prints the value it is given.
 async fn composite_text(pool: &PgPool) -> Result<(), Error> {
     let there = || async {
         sqlx::query_scalar::<_, bool>(
-            "/* mezzanine */ SELECT to_regprocedure('mezzanine.composite_text(anyelement)') IS NOT NULL",
+            "/* mezzanine */ SELECT to_regprocedure('mezzanine_public.composite_text(anyelement)') IS NOT NULL",
         )
         .fetch_one(pool)
         .await
-        .map_err(|e| Error::postgres("looking for mezzanine.composite_text", e))
+        .map_err(|e| Error::postgres("looking for mezzanine_public.composite_text", e))
     };
     if there().await? {
         return Ok(());
     }
     let created = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "/* mezzanine */ CREATE SCHEMA IF NOT EXISTS mezzanine; {}",
+        "/* mezzanine */ CREATE SCHEMA IF NOT EXISTS mezzanine_public;
+         GRANT USAGE ON SCHEMA mezzanine_public TO PUBLIC; {}",
         conversion::COMPOSITE_TEXT
     )))
     .execute(pool)
@@ -230,7 +236,7 @@ async fn composite_text(pool: &PgPool) -> Result<(), Error> {
         Ok(_) => Ok(()),
         Err(_) if there().await? => Ok(()),
         Err(e) => Err(Error::postgres(
-            "creating mezzanine.composite_text, which reads composite values",
+            "creating mezzanine_public.composite_text, which reads composite values",
             e,
         )),
     }

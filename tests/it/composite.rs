@@ -173,6 +173,30 @@ async fn composite_values_are_kept_exactly_in_both_stores_and_the_proxy() {
         written.to_value()["home"],
         json!("(\"b \"\"q\"\" \\\\\",\"\",3.50,-0,\"(\"\"(0,0)\"\",\"\"2026-01-01 09:00:00+00\"\")\",\"{\"\"x y\"\",NULL}\",\"\\\\x01\",P1D)")
     );
+    // As an app's own role, which has no rights on Mezzanine's schema:
+    // the values are evaluated as that role, and read all the same.
+    let app = format!("site_app_{}", db.name);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE ROLE {app} LOGIN; GRANT SELECT, INSERT ON sites TO {app}"
+    )))
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let as_app = proxy.url(&db).replacen("postgres@", &format!("{app}@"), 1);
+    let k = uuid::Uuid::new_v4();
+    let (ok, out, err) = crate::proxy::psql(
+        &as_app,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO sites (site_key, rev, home) VALUES ('{k}', 1, \
+             ROW('z', NULL, NULL, NULL, ROW(NULL, '2026-01-01 09:00+09')::geo, NULL, NULL, NULL)::address);\n"
+        ),
+    );
+    assert!(ok, "{out}{err}");
+    let (_, stored) = body(&facade, schemaless::RowKey::from(k)).await.unwrap();
+    assert_eq!(
+        stored.to_value()["home"],
+        json!("(z,,,,\"(,\"\"2026-01-01 00:00:00+00\"\")\",,,)")
+    );
     let err = refused_as_twin(&db, &proxy, &facade, |k| {
         format!(
             "\\set ON_ERROR_STOP 1\nINSERT INTO sites (site_key, rev, office) VALUES ('{k}', 1, ROW('a', 'none', NULL, NULL, NULL, NULL, NULL, NULL)::address);\n"

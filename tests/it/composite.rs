@@ -6,12 +6,12 @@
 //! `point` field has none), served and written through the proxy as
 //! PostgreSQL does, and asked of PostgreSQL in `primary`.
 
-use schemaless::{CellStore, MySqlStore};
+use schemaless::MySqlStore;
 use serde_json::json;
 
 use crate::durations::{
-    body, changes_captured, kept_exactly, key, planted, put, refused_as_twin, served_as_twin,
-    strictly_checked, strictly_unreadable, written_as_twin, written_in_binary,
+    body, changes_captured, kept_exactly, key, planted, put, refused_as_twin, refused_in_primary,
+    served_as_twin, strictly_checked, strictly_unreadable, written_as_twin, written_in_binary,
 };
 use crate::harness::LegacyDb;
 
@@ -207,17 +207,13 @@ async fn composite_values_are_kept_exactly_in_both_stores_and_the_proxy() {
 
     // In `primary`, PostgreSQL judges the literal before Schemaless takes
     // it.
-    crate::worker::forced(&facade, tripstore::Mode::Primary).await;
-    facade.reverse().catch_up().await.unwrap();
-    let malformed = schemaless::Cell::new(
-        key(300),
-        crate::durations::all(),
-        schemaless::RefKey::new(1).unwrap(),
-        schemaless::Body::from_value(json!({"home": "(1,2"})).unwrap(),
-    );
-    let err = facade.put_cell(malformed).await.unwrap_err().to_string();
-    assert!(err.contains("malformed record literal"), "{err}");
-    assert_eq!(body(&schemaless, key(300)).await, None);
+    refused_in_primary(
+        &facade,
+        (&legacy, &schemaless),
+        json!({"home": "(1,2"}),
+        "malformed record literal",
+    )
+    .await;
     facade.close().await;
     legacy.close().await;
 }

@@ -230,6 +230,32 @@ pub(crate) async fn written_in_binary<'a>(
     written.1
 }
 
+/// In `primary`, a facade write of row 300 with `fields`, which
+/// PostgreSQL refuses saying `says`: refused before Schemaless takes it
+/// (never acknowledged to be parked by the reverse mirror), nothing
+/// written to either store.
+pub(crate) async fn refused_in_primary(
+    facade: &TripStore,
+    (legacy, schemaless): (&LegacyStore, &MySqlStore),
+    fields: Value,
+    says: &str,
+) {
+    crate::worker::forced(facade, Mode::Primary).await;
+    facade.reverse().catch_up().await.unwrap();
+    let cell = Cell::new(
+        key(300),
+        all(),
+        RefKey::new(1).unwrap(),
+        Body::from_value(fields).unwrap(),
+    );
+    let err = facade.put_cell(cell).await.unwrap_err().to_string();
+    assert!(err.contains(says), "{err}");
+    assert_eq!(body(schemaless, key(300)).await, None);
+    let applied = facade.reverse().catch_up().await.unwrap();
+    assert_eq!(applied.parked, 0, "{applied:?}");
+    assert_eq!(body(legacy, key(300)).await, None);
+}
+
 /// What the strict check finds of row 1 when Schemaless holds `fields`
 /// for it.
 pub(crate) async fn strictly_checked(

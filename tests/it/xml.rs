@@ -6,12 +6,12 @@
 //! value is well-formed is PostgreSQL's to say, where it is cast into the
 //! column.
 
-use schemaless::{CellStore, MySqlStore};
+use schemaless::MySqlStore;
 use serde_json::json;
 
 use crate::durations::{
     body, changes_captured, kept_exactly, key, planted, put, refused_as_twin, refused_by_field,
-    served_as_twin, strictly_checked, strictly_unreadable, written_as_twin,
+    refused_in_primary, served_as_twin, strictly_checked, strictly_unreadable, written_as_twin,
 };
 use crate::harness::LegacyDb;
 
@@ -160,22 +160,14 @@ async fn xml_is_kept_as_stored_in_both_stores_and_the_proxy() {
     assert!(err.contains("invalid XML content"), "{err}");
 
     // In `primary`, well-formed is PostgreSQL's to say before the write
-    // goes to Schemaless: a malformed one is refused with PostgreSQL's
-    // reason, never acknowledged to be parked by the reverse mirror.
-    crate::worker::forced(&facade, tripstore::Mode::Primary).await;
-    facade.reverse().catch_up().await.unwrap();
-    let malformed = schemaless::Cell::new(
-        key(300),
-        crate::durations::all(),
-        schemaless::RefKey::new(1).unwrap(),
-        schemaless::Body::from_value(json!({"body": "<open>", "parts": []})).unwrap(),
-    );
-    let err = facade.put_cell(malformed).await.unwrap_err().to_string();
-    assert!(err.contains("invalid XML content"), "{err}");
-    assert_eq!(body(&schemaless, key(300)).await, None);
-    let applied = facade.reverse().catch_up().await.unwrap();
-    assert_eq!(applied.parked, 0, "{applied:?}");
-    assert_eq!(body(&legacy, key(300)).await, None);
+    // goes to Schemaless.
+    refused_in_primary(
+        &facade,
+        (&legacy, &schemaless),
+        json!({"body": "<open>", "parts": []}),
+        "invalid XML content",
+    )
+    .await;
     facade.close().await;
     legacy.close().await;
 }

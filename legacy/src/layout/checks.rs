@@ -78,6 +78,24 @@ struct ForeignKey {
     full: bool,
 }
 
+/// The rows `sql` finds of `schema.table` (its `$1` and `$2`).
+async fn rows<T>(
+    pool: &PgPool,
+    schema: &str,
+    table: &str,
+    sql: &'static str,
+) -> Result<Vec<T>, Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(schema)
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| Error::postgres(format!("reading the constraints of {schema}.{table}"), e))
+}
+
 impl TableChecks {
     /// Reads them for `schema.table`.
     pub(super) async fn read(
@@ -85,7 +103,6 @@ impl TableChecks {
         schema: &str,
         table: &str,
     ) -> Result<TableChecks, Error> {
-        let context = || format!("reading the constraints of {schema}.{table}");
         // A type's checks are found by following domains to their base
         // types and arrays to their elements. A generated column's
         // expression depends on the columns it reads as the column itself
@@ -94,7 +111,7 @@ impl TableChecks {
         // columns it reads)
         type Row = (String, bool, bool, Option<String>, Option<Vec<String>>);
         let columns: Vec<Row> =
-            sqlx::query_as(
+            rows(pool, schema, table,
                 "/* mezzanine */ SELECT a.attname::text, a.attnotnull,
                     (WITH RECURSIVE reached(oid) AS (
                          SELECT a.atttypid
@@ -124,12 +141,11 @@ impl TableChecks {
                  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
                  WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped",
             )
-            .bind(schema)
-            .bind(table)
-            .fetch_all(pool)
-            .await
-            .map_err(|e| Error::postgres(context(), e))?;
-        let constraints: Vec<(String, String, Vec<String>)> = sqlx::query_as(
+            .await?;
+        let constraints: Vec<(String, String, Vec<String>)> = rows(
+            pool,
+            schema,
+            table,
             "/* mezzanine */ SELECT k.conname::text, pg_get_expr(k.conbin, k.conrelid),
                     ARRAY(SELECT a.attname::text FROM pg_attribute a
                           WHERE a.attrelid = k.conrelid AND a.attnum = ANY(k.conkey))
@@ -139,15 +155,14 @@ impl TableChecks {
              WHERE n.nspname = $1 AND c.relname = $2 AND k.contype = 'c'
              ORDER BY k.conname",
         )
-        .bind(schema)
-        .bind(table)
-        .fetch_all(pool)
-        .await
-        .map_err(|e| Error::postgres(context(), e))?;
+        .await?;
         // (name, schema and table referred to, columns, columns referred
         // to, MATCH FULL)
         type Foreign = (String, String, String, Vec<String>, Vec<String>, bool);
-        let foreign: Vec<Foreign> = sqlx::query_as(
+        let foreign: Vec<Foreign> = rows(
+            pool,
+            schema,
+            table,
             "/* mezzanine */ SELECT k.conname::text, rn.nspname::text, rc.relname::text,
                     ARRAY(SELECT a.attname::text FROM unnest(k.conkey) WITH ORDINALITY AS u(n, i)
                           JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = u.n
@@ -164,11 +179,7 @@ impl TableChecks {
              WHERE n.nspname = $1 AND c.relname = $2 AND k.contype = 'f'
              ORDER BY k.conname",
         )
-        .bind(schema)
-        .bind(table)
-        .fetch_all(pool)
-        .await
-        .map_err(|e| Error::postgres(context(), e))?;
+        .await?;
         Ok(TableChecks {
             foreign: foreign
                 .into_iter()

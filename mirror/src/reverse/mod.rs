@@ -37,7 +37,8 @@
 //! which the version guard makes harmless when its turn comes.
 //!
 //! Its rooms: `offset` (the transaction hook that moves a shard's
-//! offset with its writes), `parked` (refused cells and their retry).
+//! offset with its writes), `parked` (refused cells and their retry),
+//! `ahead` (a child cell met before its row cell).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -51,7 +52,7 @@ use schemaless::mysql::follow::ShardFollower;
 use schemaless::retry::{self, Retryable};
 use schemaless::tombstone::Tombstoned;
 use schemaless::{
-    Cell, CellResult, CellStore, Column, MySqlStore, ReadFrom, RowKey, StoredCell, WriteOutcome,
+    Cell, CellResult, CellStore, Column, MySqlStore, ReadFrom, StoredCell, WriteOutcome,
 };
 use sqlx::{PgPool, Row};
 use tokio::sync::{watch, Mutex};
@@ -61,29 +62,13 @@ use crate::error::Error;
 use crate::relay::changed;
 use crate::worker::{Heartbeat, WorkerStats};
 
+mod ahead;
 mod offset;
 mod parked;
 
+use ahead::Parent;
 use offset::{conflict_reason, OffsetHook, FREE};
 pub use parked::retry_parked;
-
-/// The latest cell of (`row_key`, `column`) in `store`; `None` when it
-/// does not answer.
-async fn latest(store: &dyn CellStore, row_key: &RowKey, column: &Column) -> Option<StoredCell> {
-    store
-        .get_cell_latest(row_key, column, ReadFrom::Master)
-        .await
-        .ok()
-        .flatten()
-}
-
-/// The row of a child cell found before its row cell.
-enum Parent {
-    /// Its latest row cell.
-    Row(Cell),
-    /// Deleted: a tombstone hides its row cells.
-    Deleted,
-}
 
 /// A shard's position: the offset and the ids below it still awaited.
 /// (The awaited ids in their saved text form, see
@@ -460,33 +445,6 @@ impl ReverseMirror {
             }
             Err(e) => Err(e.into()),
         }
-    }
-
-    /// The row of a child cell, as reads see it: its latest row cell, or
-    /// deleted (a tombstone hides the row, and the child with it). `None`
-    /// for a cell of a row column, a row with no row cell, or when
-    /// Schemaless does not answer.
-    async fn row_cell(&self, child: &Cell) -> Option<Parent> {
-        let layout = self.legacy.layout();
-        let (_, column) = layout.column(child.key.column.as_str())?;
-        if column.kind() != config::ColumnKind::Child {
-            return None;
-        }
-        let visible = self.visible.as_ref()?;
-        let row_key = &child.key.row_key;
-        for row in layout
-            .columns
-            .iter()
-            .filter(|c| c.kind() == config::ColumnKind::Row)
-        {
-            if let Some(stored) = latest(visible, row_key, &row.name).await {
-                return Some(Parent::Row(stored.cell));
-            }
-            if latest(&self.schemaless, row_key, &row.name).await.is_some() {
-                return Some(Parent::Deleted);
-            }
-        }
-        None
     }
 
     /// Adds the legacy side's body to parked conflicts (after the commit

@@ -22,7 +22,7 @@ mod checks;
 mod field;
 
 use catalog::{composite_text, money_reads_back, table_info, TableInfo};
-pub use checks::Checks;
+pub use checks::{Checks, Unique};
 pub use field::Field;
 
 /// A quoted SQL identifier: `"trip_notes"`.
@@ -303,10 +303,21 @@ impl Layout {
             let layout_tables: Vec<&str> = std::iter::once(layout.table.as_str())
                 .chain(layout.columns.iter().filter_map(|c| c.table.as_deref()))
                 .collect();
+            let owner = match (spec.kind, spec.parent.as_deref()) {
+                (ColumnKind::Row, _) | (_, None) => checks::Owner::Row { uuid: &layout.uuid },
+                (ColumnKind::Child, Some(parent_key)) => checks::Owner::Child {
+                    parent_key,
+                    parent: &layout.table,
+                    id: &layout.id,
+                    uuid: &layout.uuid,
+                },
+            };
             let place = checks::Place {
                 table: &table,
                 schema,
                 layout_tables: &layout_tables,
+                owner,
+                ref_key: &spec.ref_key,
             };
             let checks = checks::build(&info_ref.checks, &place, &given, keys);
             columns.push(ColumnLayout {

@@ -53,6 +53,11 @@ BEGIN
 END $$;
 CREATE TRIGGER orders_guard BEFORE INSERT OR UPDATE ON orders
     FOR EACH ROW EXECUTE FUNCTION orders_guard();
+-- A customer has one open order at a time.
+CREATE UNIQUE INDEX orders_open_customer ON orders (region, customer_no) WHERE closed_at IS NULL;
+-- Two nulls are the same here.
+CREATE UNIQUE INDEX orders_one_unassigned ON orders (region, customer_no) NULLS NOT DISTINCT
+    WHERE region = 'none';
 CREATE TABLE order_lines (
     order_id bigint NOT NULL REFERENCES orders,
     line integer NOT NULL,
@@ -62,6 +67,7 @@ CREATE TABLE order_lines (
     CONSTRAINT of_an_order CHECK (order_id > 0),
     PRIMARY KEY (order_id, line)
 );
+CREATE UNIQUE INDEX order_lines_unique_sku ON order_lines (sku) WHERE sku LIKE 'U-%';
 "#;
 
 const LAYOUT: &str = r#"
@@ -176,7 +182,11 @@ async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_ta
         .collect();
     assert_eq!(
         legacy
-            .ask(&canonical, Some(std::time::Duration::from_secs(10)))
+            .ask(
+                &canonical,
+                Some(std::time::Duration::from_secs(10)),
+                &schemaless
+            )
             .await
             .unwrap(),
         Asked::Taken { asked: 3 }
@@ -289,6 +299,7 @@ async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_ta
                 .canonical_cell(&order(30, 1, with("price", json!("-1.00"))))
                 .unwrap()],
             None,
+            &schemaless,
         )
         .await
         .unwrap();
@@ -299,6 +310,7 @@ async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_ta
                 .canonical_cell(&order(30, 1, with("placed_at", Value::Null)))
                 .unwrap()],
             None,
+            &schemaless,
         )
         .await
         .unwrap_err()
@@ -445,10 +457,11 @@ async fn a_child_cell_before_its_row_cell_is_applied_not_parked() {
 
 /// What PostgreSQL refuses for the sake of other rows, or by the app's
 /// own trigger: a foreign key to a table outside the layout
-/// (PostgreSQL's own, so asked before the write in `primary`); a unique or
-/// exclusion constraint (not asked: the legacy tables lag behind
-/// Schemaless); a trigger raising an exception (not asked: it may read
-/// anything). A write refused so in `mirror` is bad input
+/// (PostgreSQL's own, so asked before the write in `primary`); an
+/// exclusion constraint (not asked); a unique value held by a row
+/// Schemaless does not have (asked, but a holder counts only as
+/// Schemaless has it, see the next test); a trigger raising an exception
+/// (not asked: it may read anything). A write refused so in `mirror` is bad input
 /// naming PostgreSQL's reason; a cell the reverse mirror cannot apply for
 /// it is parked with the reason, and the shard goes on: never retried
 /// for ever.
@@ -500,9 +513,10 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
         .unwrap_err()
         .to_string();
     assert!(err.contains("orders_region_customer_no_fkey"), "{err}");
-    // Schemaless takes a second R-1 (its rows lag in PostgreSQL, so this
-    // is not asked), an overlapping slot, a row the app's trigger refuses;
-    // the reverse mirror parks them and applies the rest.
+    // Schemaless takes a second R-1 (the first is PostgreSQL's alone: it
+    // was written in `mirror`, and no relay ran), an overlapping slot, a
+    // row the app's trigger refuses; the reverse mirror parks them and
+    // applies the rest.
     facade
         .put_cells(vec![
             order(4, 1, with("external_ref", json!("R-1"))),
@@ -531,4 +545,168 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
     }
     facade.close().await;
     legacy.close().await;
+}
+
+/// A row of another shard than `of`'s, or of the same: the first key from
+/// `from` on whose shard `same` says.
+fn key_on(schemaless: &MySqlStore, of: u128, from: u128, same: bool) -> u128 {
+    let count = schemaless.shard_count();
+    let shard = |n| schemaless::routing::shard_of(&key(n), count);
+    (from..from + 10_000)
+        .find(|&n| (shard(n) == shard(of)) == same)
+        .expect("a key on that shard")
+}
+
+fn unassigned() -> Value {
+    let mut body = good();
+    body["region"] = json!("none");
+    body["customer_no"] = Value::Null;
+    body
+}
+
+fn open_order() -> Value {
+    let mut body = good();
+    body["closed_at"] = Value::Null;
+    body
+}
+
+/// In `primary` a unique value another row holds is asked of PostgreSQL
+/// (through the index, a partial one's predicate on both rows), and the
+/// holder it finds counts only if Schemaless, ahead of PostgreSQL by what
+/// the reverse mirror has not applied, says it still holds the value: a
+/// value given up or a row deleted moments ago is taken, and applied in
+/// turn, never parked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_has_it() {
+    let layout = format!("{LAYOUT}\n[mirror]\nreverse_in_app = false\nrelay_in_app = false\n");
+    let db = LegacyDb::new(SETUP, &layout).await;
+    db.apply_schemaless().await;
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    facade.reverse().catch_up().await.unwrap();
+
+    // The holders, in both stores.
+    facade
+        .put_cells(vec![
+            order(1, 1, with("external_ref", json!("R-1"))),
+            order(2, 1, open_order()),
+            line(1, 1, json!({"qty": 1, "sku": "U-1"})),
+            order(3, 1, with("external_ref", json!("R-3"))),
+            order(4, 1, unassigned()),
+        ])
+        .await
+        .unwrap();
+    let applied = facade.reverse().catch_up().await.unwrap();
+    assert_eq!(applied.parked, 0, "{applied:?}");
+
+    let refused = |n: u128, cell: Cell, says: &'static str| {
+        let facade = &facade;
+        let schemaless = &schemaless;
+        async move {
+            let err = match facade.put_cells(vec![order(n, 1, good()), cell]).await {
+                Ok(results) => panic!("{says}: taken, {results:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                err.contains(&format!("violates unique constraint \"{says}\""))
+                    && err.contains("cells[1]"),
+                "{says}: {err}"
+            );
+            assert_eq!(stored(schemaless, n).await, 0, "{says}");
+        }
+    };
+    refused(
+        10,
+        order(11, 1, with("external_ref", json!("R-1"))),
+        "orders_external_ref_key",
+    )
+    .await;
+    refused(10, order(11, 1, open_order()), "orders_open_customer").await;
+    refused(10, order(11, 1, unassigned()), "orders_one_unassigned").await;
+    refused(
+        10,
+        line(11, 1, json!({"qty": 1, "sku": "U-1"})),
+        "order_lines_unique_sku",
+    )
+    .await;
+    assert_eq!(stored(&schemaless, 11).await, 0);
+
+    // Outside a partial index's predicate, or null, nothing is held.
+    facade
+        .put_cells(vec![
+            order(12, 1, good()),
+            order(13, 1, with("external_ref", Value::Null)),
+            line(12, 1, json!({"qty": 1, "sku": "V-1"})),
+            line(13, 1, json!({"qty": 1, "sku": "V-1"})),
+        ])
+        .await
+        .unwrap();
+
+    // Given up in Schemaless, not yet in PostgreSQL: order 1 takes another
+    // reference, order 2 is closed, order 3 is deleted. Each value is taken
+    // by a row the reverse mirror applies after the holder's change (the
+    // same shard's change log).
+    let deleted = Column::new(&db.config.capture.tombstone_column).unwrap();
+    facade
+        .put_cells(vec![
+            order(1, 2, with("external_ref", json!("R-9"))),
+            order(2, 2, good()),
+            schemaless::tombstone::row_tombstone(key(3), &deleted),
+        ])
+        .await
+        .unwrap();
+    let (a, b, c) = (
+        key_on(&schemaless, 1, 20, true),
+        key_on(&schemaless, 2, 40, true),
+        key_on(&schemaless, 3, 60, true),
+    );
+    facade
+        .put_cells(vec![
+            order(a, 1, with("external_ref", json!("R-1"))),
+            order(b, 1, open_order()),
+            order(c, 1, with("external_ref", json!("R-3"))),
+        ])
+        .await
+        .unwrap();
+    let applied = facade.reverse().catch_up().await.unwrap();
+    assert_eq!(applied.parked, 0, "{applied:?}");
+    let refs: Vec<(Option<String>, String)> = sqlx::query_as(
+        "SELECT external_ref, order_key::text FROM orders WHERE order_key = ANY($1) ORDER BY 2",
+    )
+    .bind(vec![
+        key(1).uuid(),
+        key(a).uuid(),
+        key(c).uuid(),
+        key(3).uuid(),
+    ])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let mut expected = vec![
+        (Some("R-9".to_string()), key(1).to_string()),
+        (Some("R-1".to_string()), key(a).to_string()),
+        (Some("R-3".to_string()), key(c).to_string()),
+    ];
+    expected.sort_by(|x, y| x.1.cmp(&y.1));
+    assert_eq!(refs, expected);
+    let open: Vec<String> =
+        sqlx::query_scalar("SELECT order_key::text FROM orders WHERE closed_at IS NULL")
+            .fetch_all(&db.pool)
+            .await
+            .unwrap();
+    assert_eq!(open, [key(b).to_string()]);
+
+    // A newer cell in Schemaless that keeps the value still holds it.
+    let mut kept = with("external_ref", json!("R-9"));
+    kept["tip"] = json!("3.00");
+    kept["total"] = json!("100002.99");
+    facade.put_cells(vec![order(1, 3, kept)]).await.unwrap();
+    refused(
+        14,
+        order(15, 1, with("external_ref", json!("R-9"))),
+        "orders_external_ref_key",
+    )
+    .await;
+    facade.close().await;
 }

@@ -15,16 +15,20 @@
 //! statement that casts each value into its column's own type, evaluates
 //! the `CHECK` constraints and the generated columns over those values,
 //! looks up the rows its foreign keys outside the layout refer to,
+//! finds another row holding the cell's values of each unique index,
 //! and reads the row back through the read conversions, for a whole batch
 //! of one column's cells (arrays of parameters, so one prepared
 //! statement serves every batch size).
 //!
-//! A `CHECK` constraint, or a generated column, that reads a column the
-//! cell cannot give (one outside the layout, a child's key to its parent,
-//! which PostgreSQL assigns) is left to the reverse mirror, as are unique
-//! constraints and foreign keys to the layout's own tables: their answer
-//! depends on rows PostgreSQL holds only as the reverse mirror has applied
-//! them so far. A table outside the layout is PostgreSQL's own, current.
+//! A `CHECK` constraint, a generated column or a unique index that reads
+//! a column the cell cannot give (one outside the layout, a child's key
+//! to its parent, which PostgreSQL assigns) is left to the reverse
+//! mirror, as are foreign keys to the layout's own tables: their answer
+//! depends on rows PostgreSQL holds only as the reverse mirror has
+//! applied them so far. A table outside the layout is PostgreSQL's own,
+//! current. A unique index's holder is PostgreSQL's word for the same
+//! reason, so the statement only names it (row key and ref key), and the
+//! asker confirms it with Schemaless ([`crate::LegacyStore::ask`]).
 
 use std::collections::HashMap;
 
@@ -42,6 +46,9 @@ pub(super) struct TableChecks {
     constraints: Vec<Constraint>,
     /// The table's foreign keys.
     foreign: Vec<ForeignKey>,
+    /// The table's unique indexes (a unique or primary key constraint's
+    /// among them).
+    unique: Vec<UniqueIndex>,
 }
 
 #[derive(Default)]
@@ -76,6 +83,24 @@ struct ForeignKey {
     referred: Vec<String>,
     /// `MATCH FULL`: all columns null or none.
     full: bool,
+}
+
+/// One unique index.
+struct UniqueIndex {
+    /// As PostgreSQL names it when it refuses a duplicate.
+    name: String,
+    /// The key columns, in key order (`INCLUDE` columns left out).
+    columns: Vec<String>,
+    /// The columns its predicate reads (and, but for a constraint's
+    /// index, its key columns: PostgreSQL records a constraint's
+    /// dependence on its columns with the constraint).
+    reads: Vec<String>,
+    /// A key is an expression: not asked.
+    expression: bool,
+    /// A partial index's predicate, columns unqualified.
+    predicate: Option<String>,
+    /// `NULLS NOT DISTINCT`: two nulls are duplicates.
+    nulls_not_distinct: bool,
 }
 
 /// The rows `sql` finds of `schema.table` (its `$1` and `$2`).
@@ -180,7 +205,49 @@ impl TableChecks {
              ORDER BY k.conname",
         )
         .await?;
+        // (name, key columns, columns read, an expression, predicate,
+        // NULLS NOT DISTINCT: read through `to_jsonb`, absent before
+        // PostgreSQL 15). An index being built is not yet `indisready`.
+        type Unique = (String, Vec<String>, Vec<String>, bool, Option<String>, bool);
+        let unique: Vec<Unique> = rows(
+            pool,
+            schema,
+            table,
+            "/* mezzanine */ SELECT ic.relname::text,
+                    ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS u(n, o)
+                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = u.n
+                          WHERE u.o <= i.indnkeyatts ORDER BY u.o),
+                    ARRAY(SELECT DISTINCT a.attname::text FROM pg_depend d
+                          JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
+                          WHERE d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
+                            AND d.refclassid = 'pg_class'::regclass AND d.refobjsubid > 0),
+                    i.indexprs IS NOT NULL OR 0 = ANY (i.indkey::int2[]),
+                    pg_get_expr(i.indpred, i.indrelid),
+                    coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::bool, false)
+             FROM pg_index i
+             JOIN pg_class c ON c.oid = i.indrelid
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             JOIN pg_class ic ON ic.oid = i.indexrelid
+             WHERE n.nspname = $1 AND c.relname = $2 AND i.indisunique AND i.indisready
+             ORDER BY 1",
+        )
+        .await?;
         Ok(TableChecks {
+            unique: unique
+                .into_iter()
+                .map(
+                    |(name, columns, reads, expression, predicate, nulls_not_distinct)| {
+                        UniqueIndex {
+                            name,
+                            columns,
+                            reads,
+                            expression,
+                            predicate,
+                            nulls_not_distinct,
+                        }
+                    },
+                )
+                .collect(),
             foreign: foreign
                 .into_iter()
                 .map(
@@ -249,6 +316,28 @@ pub struct Checks {
     /// For each constraint evaluated, in output order, what PostgreSQL
     /// says when it refuses a row for it.
     pub(crate) refusals: Vec<String>,
+    /// Each unique index asked, in output order after the refusals. Each
+    /// gives two columns: the row key and the ref key of another row
+    /// holding the cell's values (null: none does).
+    pub(crate) unique: Vec<Unique>,
+}
+
+/// A unique index asked about.
+#[derive(Clone, Debug)]
+pub struct Unique {
+    /// What PostgreSQL says of a duplicate.
+    pub(crate) says: String,
+    /// The positions in the layout column's fields of the columns the
+    /// index reads, its predicate's too (`None`: one is not a field): a
+    /// row whose values of these are the same holds the same entry.
+    pub(crate) fields: Option<Vec<usize>>,
+}
+
+impl Checks {
+    /// The output column where the fields' read expressions start.
+    pub(crate) fn read_back_at(&self) -> usize {
+        1 + self.refusals.len() + 2 * self.unique.len()
+    }
 }
 
 /// The ordinal's name in the statement: no column of a table is likely
@@ -262,6 +351,81 @@ pub(super) struct Place<'a> {
     pub(super) table: &'a str,
     pub(super) schema: &'a str,
     pub(super) layout_tables: &'a [&'a str],
+    /// Whose row a cell writes, for a unique index's question: which
+    /// *other* row holds these values?
+    pub(super) owner: Owner<'a>,
+    /// The ref key column.
+    pub(super) ref_key: &'a str,
+}
+
+/// Whose row of the table a cell writes (column names unquoted).
+pub(super) enum Owner<'a> {
+    /// A row column's cell: the row whose row key column is the cell's
+    /// row key.
+    Row { uuid: &'a str },
+    /// A child's cell: the row whose key to the parent is the id of the
+    /// parent row (in `parent`, of the same schema) whose row key column
+    /// is the cell's row key, and whose ref key column is the cell's ref
+    /// key.
+    Child {
+        parent_key: &'a str,
+        parent: &'a str,
+        id: &'a str,
+        uuid: &'a str,
+    },
+}
+
+impl Owner<'_> {
+    /// SQL over the table's row `r` and the asked cell's `p`: `r` is the
+    /// row the cell writes. The row key is `p." k"`, the ref key `p." r"`.
+    fn same_row(&self, schema: &str, ref_key: &str) -> String {
+        match self {
+            Owner::Row { uuid } => format!("r.{} = p.\" k\"", quote(uuid)),
+            Owner::Child {
+                parent_key,
+                parent,
+                id,
+                uuid,
+            } => format!(
+                "r.{} IS NOT DISTINCT FROM (SELECT o.{} FROM {}.{} o WHERE o.{} = p.\" k\") AND r.{} = p.\" r\"",
+                quote(parent_key),
+                quote(id),
+                quote(schema),
+                quote(parent),
+                quote(uuid),
+                quote(ref_key)
+            ),
+        }
+    }
+
+    /// SQL of the row key of the table's row `r`.
+    fn row_key(&self, schema: &str) -> String {
+        match self {
+            Owner::Row { uuid } => format!("r.{}", quote(uuid)),
+            Owner::Child {
+                parent_key,
+                parent,
+                id,
+                uuid,
+            } => format!(
+                "(SELECT o.{} FROM {}.{} o WHERE o.{} = r.{})",
+                quote(uuid),
+                quote(schema),
+                quote(parent),
+                quote(id),
+                quote(parent_key)
+            ),
+        }
+    }
+
+    /// Whether a unique index on `columns` says nothing of other rows:
+    /// it includes the row key column, which only this row holds.
+    fn owns(&self, columns: &[String]) -> bool {
+        match self {
+            Owner::Row { uuid } => columns.iter().any(|c| c == uuid),
+            Owner::Child { .. } => false,
+        }
+    }
 }
 
 /// Builds the statement for a layout column whose fields are `fields`
@@ -354,7 +518,17 @@ pub(super) fn build(
     let cast_checks = fields
         .iter()
         .any(|(f, _)| !f.generated && table.columns.get(f.sql).is_some_and(|c| c.cast_checks));
-    if !cast_checks && constraints.is_empty() && computed.is_empty() {
+    let unique: Vec<&UniqueIndex> = table
+        .unique
+        .iter()
+        .filter(|u| {
+            !u.expression
+                && readable_all(&u.columns)
+                && readable_all(&u.reads)
+                && !place.owner.owns(&u.columns)
+        })
+        .collect();
+    if !cast_checks && constraints.is_empty() && computed.is_empty() && unique.is_empty() {
         return None;
     }
 
@@ -363,7 +537,7 @@ pub(super) fn build(
     // value); p: q with the computable generated columns.
     let mut unnest = vec!["$1::uuid[]".to_string(), "$2::int8[]".to_string()];
     let mut names = vec!["\" k\"".to_string(), "\" r\"".to_string()];
-    let mut casts = vec![format!("u.{ORDINAL}")];
+    let mut casts = vec![format!("u.{ORDINAL}"), "u.\" k\"".into(), "u.\" r\"".into()];
     for (param, key) in names.iter().zip(keys) {
         if let Some((name, sql_type)) = key {
             casts.push(format!("CAST(u.{param} AS {sql_type}) AS {}", quote(name)));
@@ -391,10 +565,49 @@ pub(super) fn build(
         .collect();
     let mut outputs = vec![format!("p.{ORDINAL}")];
     outputs.extend(constraints.iter().map(|(refused, _)| refused.clone()));
+    // Each unique index: another row holding the cell's values, found
+    // through the index. A partial index counts only rows its predicate
+    // holds for, the cell's own included (unqualified, its columns are
+    // the row's `r` inside the subquery and the cell's `p` in `ON`).
+    let same_row = place.owner.same_row(place.schema, place.ref_key);
+    let row_key = place.owner.row_key(place.schema);
+    let mut holders = String::new();
+    for (j, u) in unique.iter().enumerate() {
+        let matched = u
+            .columns
+            .iter()
+            .map(|c| {
+                let c = quote(c);
+                if u.nulls_not_distinct {
+                    format!("(r.{c} = p.{c} OR (r.{c} IS NULL AND p.{c} IS NULL))")
+                } else {
+                    format!("r.{c} = p.{c}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ");
+        let (of_row, of_cell) = match &u.predicate {
+            Some(predicate) => (
+                format!(" AND ({predicate})"),
+                format!("({predicate}) IS TRUE"),
+            ),
+            None => (String::new(), "true".to_string()),
+        };
+        let alias = format!("\"holder {j}\"");
+        holders.push_str(&format!(
+            " LEFT JOIN LATERAL (SELECT {row_key} AS \"holder key\", r.{}::int8 AS \"holder ref\" \
+             FROM {}.{} r WHERE {matched}{of_row} AND NOT ({same_row}) LIMIT 1) AS {alias} ON {of_cell}",
+            quote(place.ref_key),
+            quote(place.schema),
+            quote(place.table),
+        ));
+        outputs.push(format!("{alias}.\"holder key\""));
+        outputs.push(format!("{alias}.\"holder ref\""));
+    }
     outputs.extend(fields.iter().map(|(_, read)| read.clone()));
     let statement = format!(
         "/* mezzanine */ SELECT {outputs} FROM (SELECT q.*{generated} FROM (SELECT {casts} \
-         FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) AS p ORDER BY 1",
+         FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) AS p{holders} ORDER BY 1",
         outputs = outputs.join(", "),
         casts = casts.join(", "),
         unnest = unnest.join(", "),
@@ -403,5 +616,20 @@ pub(super) fn build(
     Some(Checks {
         statement,
         refusals: constraints.into_iter().map(|(_, says)| says).collect(),
+        unique: unique
+            .iter()
+            .map(|u| Unique {
+                says: format!(
+                    "duplicate key value violates unique constraint \"{}\"",
+                    u.name
+                ),
+                fields: u
+                    .columns
+                    .iter()
+                    .chain(&u.reads)
+                    .map(|c| fields.iter().position(|(f, _)| f.sql == c))
+                    .collect(),
+            })
+            .collect(),
     })
 }

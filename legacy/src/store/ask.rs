@@ -6,13 +6,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use schemaless::{Cell, Error, Failure, Result};
+use schemaless::{Cell, CellKey, CellStore, Error, Failure, ReadFrom, RefKey, Result, RowKey};
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use super::write::{Prepared, Write};
 use super::LegacyStore;
+use crate::layout::{ColumnLayout, Shape, Unique};
 
 /// What asking found, when PostgreSQL refuses none of the cells.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,14 +37,29 @@ impl LegacyStore {
     /// writing: a `NOT NULL` column given null, a domain's constraint, a
     /// malformed `xml`, a `CHECK` constraint of the table, a generated
     /// column given another value than PostgreSQL computes, a foreign key
-    /// to a row a table outside the layout does not hold. `Err` is the
-    /// first cell refused, as a write of it would be refused (`in_batch`
-    /// says which). Tombstones are not asked about.
+    /// to a row a table outside the layout does not hold, a unique index
+    /// another row holds the values for. `Err` is the first cell refused,
+    /// as a write of it would be refused (`in_batch` says which).
+    /// Tombstones are not asked about.
+    ///
+    /// A unique index is asked of PostgreSQL's rows, which lag behind
+    /// `current` (the store the cells go to first) by what the reverse
+    /// mirror has not applied yet: a row PostgreSQL finds holding the
+    /// values counts only if `current` says it still does (its latest
+    /// cell is the one PostgreSQL has, or holds the same values), so a
+    /// value another row gave up moments ago is not refused. A holder
+    /// `current` has and PostgreSQL not yet is not seen: the reverse
+    /// mirror parks what that race lets through.
     ///
     /// The `NOT NULL` columns are checked here, without PostgreSQL; the
     /// rest is asked only `within` the time given (`None`: not at all),
     /// after which the answer is [`Asked::Unasked`].
-    pub async fn ask(&self, cells: &[Cell], within: Option<Duration>) -> Result<Asked> {
+    pub async fn ask(
+        &self,
+        cells: &[Cell],
+        within: Option<Duration>,
+        current: &dyn CellStore,
+    ) -> Result<Asked> {
         let mut columns: BTreeMap<usize, Vec<(usize, Prepared)>> = BTreeMap::new();
         for (i, cell) in cells.iter().enumerate() {
             let prepared = self.prepare(cell).map_err(|e| e.in_batch(i))?;
@@ -81,7 +97,7 @@ impl LegacyStore {
         let asking = async {
             let mut asked = 0;
             for (column, cells) in &columns {
-                self.ask_column(*column, cells).await?;
+                self.ask_column(*column, cells, current).await?;
                 asked += cells.len();
             }
             Ok(asked)
@@ -104,6 +120,7 @@ impl LegacyStore {
         &self,
         column: usize,
         cells: &[(usize, Prepared)],
+        current: &dyn CellStore,
     ) -> std::result::Result<(), Asking> {
         let layout = &self.layout.columns[column];
         let checks = layout.checks.as_ref().expect("asked only with checks");
@@ -112,7 +129,8 @@ impl LegacyStore {
             Err(e) if refused(&e) => {
                 if cells.len() > 1 {
                     for cell in cells {
-                        Box::pin(self.ask_column(column, std::slice::from_ref(cell))).await?;
+                        Box::pin(self.ask_column(column, std::slice::from_ref(cell), current))
+                            .await?;
                     }
                 }
                 let i = cells[0].0;
@@ -148,12 +166,90 @@ impl LegacyStore {
                     ));
                 }
             }
+            for (j, unique) in checks.unique.iter().enumerate() {
+                let at = 1 + checks.refusals.len() + 2 * j;
+                let holder: Option<Uuid> =
+                    row.try_get(at).map_err(|e| Asking::Failed(e.to_string()))?;
+                let holder_ref: Option<i64> = row
+                    .try_get(at + 1)
+                    .map_err(|e| Asking::Failed(e.to_string()))?;
+                let (Some(holder), Some(holder_ref)) = (holder, holder_ref) else {
+                    continue;
+                };
+                let held = self
+                    .still_holds(current, layout, unique, prepared, holder, holder_ref)
+                    .await?;
+                if held {
+                    return Err(Asking::Refused(
+                        Error::invalid(
+                            "body",
+                            format!(
+                                "PostgreSQL refuses the value for {}: {}: row {holder} holds it",
+                                layout.table, unique.says
+                            ),
+                        )
+                        .in_batch(*i),
+                    ));
+                }
+            }
             // A generated column PostgreSQL computes otherwise, or any
             // value it would keep otherwise.
-            self.check_read_back(layout, row, 1 + checks.refusals.len(), prepared)
+            self.check_read_back(layout, row, checks.read_back_at(), prepared)
                 .map_err(|e| Asking::Refused(e.in_batch(*i)))?;
         }
         Ok(())
+    }
+
+    /// Whether `holder`, which PostgreSQL found holding `prepared`'s
+    /// values for `unique` at ref key `holder_ref`, still holds them in
+    /// `current`. A row: its latest cell of the column is the one
+    /// PostgreSQL has (or an older one), or a newer one with the same
+    /// values. A child: its cell is there (a cell's address is never
+    /// given another body). Deleted in `current` (a tombstone is latest),
+    /// it holds nothing.
+    async fn still_holds(
+        &self,
+        current: &dyn CellStore,
+        layout: &ColumnLayout,
+        unique: &Unique,
+        prepared: &Prepared,
+        holder: Uuid,
+        holder_ref: i64,
+    ) -> std::result::Result<bool, Asking> {
+        let row_key = RowKey::from(holder);
+        let failed = |e: Error| Asking::Failed(format!("reading row {holder} of Schemaless: {e}"));
+        if let Shape::Child { .. } = layout.shape {
+            let ref_key = RefKey::new(holder_ref).map_err(failed)?;
+            let key = CellKey {
+                row_key,
+                column: layout.name.clone(),
+                ref_key,
+            };
+            let cell = current.get_cell(&key, ReadFrom::Master).await;
+            return Ok(cell.map_err(failed)?.is_some());
+        }
+        let latest = current
+            .get_cell_latest(&row_key, &layout.name, ReadFrom::Master)
+            .await
+            .map_err(failed)?;
+        let Some(latest) = latest else {
+            return Ok(false);
+        };
+        if latest.cell.key.ref_key.get() <= holder_ref {
+            return Ok(true);
+        }
+        let (Some(fields), Write::Cell { params, .. }) = (&unique.fields, &prepared.what) else {
+            return Ok(false);
+        };
+        let theirs = match self.prepare(&latest.cell) {
+            Ok(Prepared {
+                what: Write::Cell { params, .. },
+                ..
+            }) => params,
+            // A latest cell the layout cannot read holds nothing asked.
+            _ => return Ok(false),
+        };
+        Ok(fields.iter().all(|&f| theirs.get(f) == params.get(f)))
     }
 
     async fn run_checks(

@@ -126,7 +126,7 @@ impl TripStore {
     /// not one per write.
     async fn ask_postgres(&self, cells: &[Cell]) -> Result<()> {
         let within = (!self.unasked.paused()).then_some(ASK_TIMEOUT);
-        let outcome = match self.legacy.ask(cells, within).await {
+        let outcome = match self.legacy.ask(cells, within, &*self.visible).await {
             Ok(legacy::Asked::Taken { asked: 0 }) => return Ok(()),
             Ok(legacy::Asked::Taken { .. }) => "taken",
             Ok(legacy::Asked::Unasked(reason)) => {

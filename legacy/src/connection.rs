@@ -131,3 +131,51 @@ pub async fn ddl(
         .await
         .map_err(|e| Error::postgres(context.to_string(), e))
 }
+
+/// Whether `e` is PostgreSQL cancelling a statement at its
+/// `statement_timeout` (or at a cancel request).
+pub fn timed_out(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code == "57014")
+}
+
+/// The transactions of the legacy database open for longer than
+/// `older_than` (the statement timeout), oldest first, at most five, one
+/// line each: pid, application, client, state, age, what it waits on and
+/// its last statement. A statement that ran past its timeout while
+/// waiting for a lock waited on one of them: every statement of the
+/// toolkit ends within the timeout, so only a transaction left open
+/// across other work (an app's, or one idle in transaction) holds a lock
+/// longer. Empty when there are none or they cannot be read.
+pub async fn long_transactions(pool: &PgPool, older_than: Duration) -> Vec<String> {
+    type Row = (i32, String, String, String, f64, String, String);
+    let rows: Result<Vec<Row>, sqlx::Error> = sqlx::query_as(
+        "/* mezzanine */ SELECT pid, coalesce(application_name, ''),
+                coalesce(host(client_addr) || ':' || client_port, 'local'), coalesce(state, ''),
+                extract(epoch FROM now() - xact_start)::float8,
+                coalesce(wait_event_type || '/' || wait_event, 'not waiting'),
+                left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 200)
+         FROM pg_stat_activity
+         WHERE datname = current_database() AND pid <> pg_backend_pid()
+           AND xact_start < now() - make_interval(secs => $1)
+         ORDER BY xact_start LIMIT 5",
+    )
+    .bind(older_than.as_secs_f64())
+    .fetch_all(pool)
+    .await;
+    match rows {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|(pid, app, client, state, age, wait, query)| {
+                format!(
+                    "pid {pid} ({app:?} from {client}, {state}, open {age:.1}s, {wait}): {query}"
+                )
+            })
+            .collect(),
+        Err(e) => {
+            tracing::debug!("reading the long transactions: {e}");
+            Vec::new()
+        }
+    }
+}

@@ -34,6 +34,16 @@ impl Error {
         }
     }
 
+    /// Whether the legacy database cancelled a statement at its
+    /// `statement_timeout`.
+    pub fn timed_out(&self) -> bool {
+        match self {
+            Error::Cell(schemaless::Error::Storage { source, .. })
+            | Error::Postgres { source, .. } => legacy::connection::timed_out(source),
+            _ => false,
+        }
+    }
+
     /// Whether trying again may help (a server down, a deadlock).
     pub fn is_retryable(&self) -> bool {
         match self {

@@ -4,6 +4,8 @@
 //! a case a classifier forgets, fails here rather than as a retry that
 //! never ends or a conflict retried as if it were an outage.
 
+use std::time::Duration;
+
 use schemaless::Failure;
 use sqlx::Connection;
 
@@ -202,7 +204,32 @@ async fn postgres_errors_are_classified_by_kind() {
     )
     .await;
     assert_eq!(waiter, Failure::Conflict);
+    // A statement cancelled at its timeout while it waited: the holder is
+    // named among the transactions open longer than the timeout.
+    let mut waiter = sqlx::PgConnection::connect(&url).await.unwrap();
+    let timed_out =
+        sqlx::raw_sql("SET statement_timeout = '200ms'; UPDATE classify SET n = 3 WHERE id = 1")
+            .execute(&mut waiter)
+            .await
+            .unwrap_err();
+    assert!(legacy::connection::timed_out(&timed_out), "{timed_out}");
+    let holder_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *holder)
+        .await
+        .unwrap();
+    let held = legacy::connection::long_transactions(pool, Duration::from_millis(200)).await;
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(
+        held[0].starts_with(&format!("pid {holder_pid} "))
+            && held[0].contains("idle in transaction")
+            && held[0].contains("SELECT pg_backend_pid()"),
+        "{held:?}"
+    );
     holder.rollback().await.unwrap();
+    assert_eq!(
+        legacy::connection::long_transactions(pool, Duration::from_millis(200)).await,
+        Vec::<String>::new()
+    );
 
     assert_eq!(
         pg_failure("postgres://postgres@127.0.0.1:1/x", "SELECT 1").await,

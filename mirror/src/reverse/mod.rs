@@ -84,6 +84,9 @@ pub struct ReverseMirror {
     /// such a child is parked).
     visible: Option<Tombstoned<MySqlStore>>,
     settings: config::Mirror,
+    /// The legacy sessions' `statement_timeout`: a transaction open
+    /// longer may hold what a statement of a pass waited on.
+    statement_timeout: Duration,
     stats: Arc<WorkerStats>,
     /// This mirror's followers, by shard; dropped (and rebuilt from
     /// PostgreSQL) whenever their position may be stale.
@@ -181,6 +184,12 @@ impl ReverseMirror {
             visible: Tombstoned::new(schemaless.clone(), config).ok(),
             schemaless,
             settings: config.mirror.clone(),
+            statement_timeout: Duration::from_millis(
+                config
+                    .legacy
+                    .as_ref()
+                    .map_or(10_000, |l| l.statement_timeout_ms),
+            ),
             stats: Arc::default(),
             followers: Mutex::default(),
         }
@@ -201,14 +210,19 @@ impl ReverseMirror {
         }
         let mut total = Applied::default();
         let mut first_error = None;
+        let mut timed_out = false;
         for shard in 0..self.schemaless.shard_count() {
             match self.step_shard(shard, &mut followers).await {
                 Ok(applied) => total.add(applied),
                 Err(e) => {
                     followers.remove(&shard);
+                    timed_out |= e.timed_out();
                     first_error.get_or_insert(e);
                 }
             }
+        }
+        if timed_out {
+            self.name_long_transactions().await;
         }
         let stats = &self.stats;
         stats.add(&stats.cells, total.applied);
@@ -225,6 +239,22 @@ impl ReverseMirror {
                 Ok(total)
             }
             None => Ok(total),
+        }
+    }
+
+    /// After a statement of a pass ran past the statement timeout: says
+    /// which transactions have been open longer, one of which holds what
+    /// it waited on (a lock held that long is not the toolkit's own
+    /// statements', each of which ends within the timeout).
+    async fn name_long_transactions(&self) {
+        let held =
+            legacy::connection::long_transactions(self.legacy.pool(), self.statement_timeout).await;
+        if !held.is_empty() {
+            tracing::warn!(
+                "reverse mirror: a statement waited past the statement timeout ({:?}); transactions open longer, one of which holds what it waited on: {}",
+                self.statement_timeout,
+                held.join("; ")
+            );
         }
     }
 

@@ -20,6 +20,9 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         ));
     }
     let columns: Vec<String> = insert.columns.iter().map(last).collect();
+    if let Some(OnInsert::OnConflict(c)) = &insert.on {
+        conflict_target(model, table, name, c.conflict_target.as_ref())?;
+    }
     match &insert.on {
         None => {}
         Some(OnInsert::OnConflict(c)) => match &c.action {
@@ -96,6 +99,68 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         returning: returning_items(insert.returning.as_deref()),
     })))
+}
+
+/// The conflict an ON CONFLICT names must be the one a cell put reports:
+/// the row's own, on its key (the parent's UUID column; a child's key to
+/// its parent with its ref key). A conflict on another unique index is
+/// PostgreSQL's to find, in rows the cells do not key by: translated, the
+/// statement would skip or update the row the key names, where
+/// PostgreSQL skips or updates the row holding the other value. No target
+/// (`DO NOTHING` on any conflict) is taken as the key's; a duplicate of
+/// another unique value is then refused as PostgreSQL refuses it in a
+/// plain INSERT (asked before the write in `primary`).
+fn conflict_target(
+    model: &Model,
+    table: Table,
+    name: &ObjectName,
+    target: Option<&ConflictTarget>,
+) -> Result<(), String> {
+    let key: Vec<String> = match table {
+        Table::Parent => vec![model.layout.uuid.clone()],
+        Table::Child(c) => {
+            let column = model.column(c);
+            let mut key = vec![column.ref_key.clone()];
+            key.extend(column.parent.clone());
+            key
+        }
+    };
+    let shown = key.join(", ");
+    let columns = match target {
+        None => return Ok(()),
+        Some(ConflictTarget::OnConstraint(constraint)) => {
+            return Err(format!(
+                "ON CONFLICT ON CONSTRAINT {constraint}: name the key's columns instead, \
+                 ON CONFLICT ({shown}), so that the conflict is known to be the one a \
+                 cell put reports"
+            ))
+        }
+        Some(ConflictTarget::Columns {
+            predicate: Some(predicate),
+            ..
+        }) => {
+            return Err(format!(
+                "ON CONFLICT (...) WHERE {predicate}: a partial index's conflict; a cell put \
+                 reports only the key's, ON CONFLICT ({shown})"
+            ))
+        }
+        Some(ConflictTarget::Columns { columns, .. }) => columns,
+    };
+    let mut named: Vec<String> = columns.iter().map(folded).collect();
+    named.sort();
+    named.dedup();
+    let mut wanted = key.clone();
+    wanted.sort();
+    if named != wanted {
+        return Err(format!(
+            "ON CONFLICT ({}) on {name}: a cell put reports a conflict on the row's key \
+             alone, ({shown}); a conflict on other columns is PostgreSQL's to find in \
+             its rows, and the translation would skip or update another row than \
+             PostgreSQL",
+            named.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// An upsert that sets the ref key: the latest cell decides between the

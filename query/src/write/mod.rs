@@ -6,8 +6,8 @@
 //! columns).
 
 use sqlparser::ast::{
-    AssignmentTarget, Delete, Expr, FromTable, Insert, ObjectName, OnConflictAction, OnInsert,
-    Query, SelectItem, SetExpr, TableObject, Update,
+    AssignmentTarget, ConflictTarget, Delete, Expr, FromTable, Insert, ObjectName,
+    OnConflictAction, OnInsert, Query, SelectItem, SetExpr, TableObject, Update,
 };
 
 use crate::expr::{cond, conjuncts, is_value, strip, value_text, Col, Cond, Scope};

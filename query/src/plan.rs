@@ -197,8 +197,11 @@ pub struct Inserted {
 pub enum OnConflict {
     /// Fails, as a unique key would.
     Fail,
-    /// `DO NOTHING`: the row is left as it is.
-    Nothing,
+    /// `DO NOTHING`: the row is left as it is. `any`: no conflict target,
+    /// so a row that would duplicate a value of any unique index is
+    /// skipped too, as PostgreSQL skips it (not only one whose key is
+    /// taken).
+    Nothing { any: bool },
     /// `DO UPDATE SET`: the assignments, on the latest row and `EXCLUDED`.
     Update(Vec<(String, Expr)>),
 }

@@ -184,6 +184,20 @@ impl Error {
         }
     }
 
+    /// The index in its batch of the cell an input error is about, as
+    /// [`Error::in_batch`] put it.
+    pub fn batch_index(&self) -> Option<usize> {
+        let Error::InvalidInput { field, .. } = self else {
+            return None;
+        };
+        field
+            .strip_prefix("cells[")?
+            .split(']')
+            .next()?
+            .parse()
+            .ok()
+    }
+
     /// Whether the same call may succeed if simply tried again: a node that
     /// could not be reached, a timeout, a deadlock. Input errors, conflicts
     /// and corrupt cells are final.
@@ -309,3 +323,21 @@ impl Failure {
 
 /// Results of the store.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_index_is_read_back_from_an_input_error() {
+        let e = Error::invalid("body.fare", "not a number").in_batch(12);
+        assert_eq!(e.to_string(), "invalid cells[12].body.fare: not a number");
+        assert_eq!(e.batch_index(), Some(12));
+        assert_eq!(Error::invalid("body", "x").batch_index(), None);
+        assert_eq!(Error::invalid("cells[x].body", "x").batch_index(), None);
+        assert_eq!(
+            Error::Schema("cells[1]".into()).in_batch(2).batch_index(),
+            None
+        );
+    }
+}

@@ -708,5 +708,58 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
         "orders_external_ref_key",
     )
     .await;
+
+    // Through the proxy (keys past those of the rows above): `ON CONFLICT DO NOTHING` without a target skips
+    // the row that duplicates another row's unique value, as PostgreSQL
+    // does, and writes the rest; with the key as its target the duplicate
+    // is PostgreSQL's error; with another unique index as its target the
+    // statement is not translated.
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let insert = |rows: &[(u128, &str)], conflict: &str| {
+        let values: Vec<String> = rows
+            .iter()
+            .map(|(n, reference)| {
+                format!(
+                    "('{}', 1, '2026-12-01 10:00:00+00', '2026-12-01 11:00:00+00', 1, '{reference}')",
+                    key(*n).uuid()
+                )
+            })
+            .collect();
+        format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO orders (order_key, rev, placed_at, closed_at, tip, external_ref) \
+             VALUES {} {conflict};\n",
+            values.join(", ")
+        )
+    };
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &insert(
+            &[(50_120, "R-1"), (50_121, "R-21")],
+            "ON CONFLICT DO NOTHING",
+        ),
+    );
+    assert!(ok && out.contains("INSERT 0 1"), "{out}{err}");
+    assert_eq!(stored(&schemaless, 50_120).await, 0);
+    assert_eq!(stored(&schemaless, 50_121).await, 1);
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &insert(&[(50_122, "R-1")], "ON CONFLICT (order_key) DO NOTHING"),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("ERROR:  23505:") && err.contains("orders_external_ref_key"),
+        "{err}"
+    );
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &insert(&[(50_122, "R-22")], "ON CONFLICT (external_ref) DO NOTHING"),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("ERROR:  0A000:") && err.contains("a conflict on the row's key alone"),
+        "{err}"
+    );
+    assert_eq!(stored(&schemaless, 50_122).await, 0);
     facade.close().await;
 }

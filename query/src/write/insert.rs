@@ -72,7 +72,9 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     }
     let conflict = match &insert.on {
         Some(OnInsert::OnConflict(c)) => match &c.action {
-            OnConflictAction::DoNothing => OnConflict::Nothing,
+            OnConflictAction::DoNothing => OnConflict::Nothing {
+                any: c.conflict_target.is_none(),
+            },
             OnConflictAction::DoUpdate(update) => OnConflict::Update(
                 update
                     .assignments

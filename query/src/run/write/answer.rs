@@ -16,22 +16,39 @@ impl Staged {
     pub(super) fn len(&self) -> usize {
         self.of_row.len()
     }
+
+    /// Its rows, and the row of each cell.
+    pub(super) fn rows(&self) -> (usize, &[usize]) {
+        (self.kept.len(), &self.of_row)
+    }
 }
 
 /// Puts `cells` through `store` in as few calls as the batch limits
 /// allow: one result per cell, or the store's failure (with the results
-/// of the calls before it).
+/// of the calls before it). `skippable` gives, by cell, the row (numbered
+/// across the batch) of a `DO NOTHING` without a conflict target: such a
+/// row is skipped when the store refuses one of its cells as a duplicate
+/// of a unique value ([`put_skipping`]).
 pub(super) async fn put_all<S: CellStore>(
     store: &S,
     limits: &config::Limits,
     cells: Vec<Cell>,
+    skippable: &[Option<usize>],
 ) -> (Vec<schemaless::CellResult>, Option<Refused>) {
     let sizes = schemaless::cell::batch_sizes(cells.iter().map(|c| c.body.json_len()), limits);
     let mut cells = cells.into_iter();
     let mut results = Vec::with_capacity(cells.len());
+    let mut at = 0;
     for size in sizes {
         let batch: Vec<Cell> = cells.by_ref().take(size).collect();
-        match store.put_cells(batch).await {
+        // A row with cells in another call is not skipped: some of it
+        // may be written already.
+        let whole = |row: usize| {
+            !skippable[..at].contains(&Some(row))
+                && !skippable[(at + size).min(skippable.len())..].contains(&Some(row))
+        };
+        let rows = skippable.get(at..at + size).unwrap_or_default();
+        match put_skipping(store, batch, rows, whole).await {
             Ok(put) => results.extend(put),
             Err(e) => {
                 let failed = Refused::new(
@@ -41,8 +58,72 @@ pub(super) async fn put_all<S: CellStore>(
                 return (results, Some(failed));
             }
         }
+        at += size;
     }
     (results, None)
+}
+
+/// Puts `batch`. PostgreSQL's `INSERT ... ON CONFLICT DO NOTHING` without
+/// a conflict target skips a row that would duplicate a value of any
+/// unique index; the store refuses such a cell (asked of PostgreSQL in
+/// `primary`) and names it. Its row (`rows`, by cell; `whole` says the
+/// row's cells are all in `batch`) is left out, each of its cells answered
+/// as a conflict, so the row is not counted as written, and the rest is
+/// put again. Any other refusal is the batch's.
+async fn put_skipping<S: CellStore>(
+    store: &S,
+    batch: Vec<Cell>,
+    rows: &[Option<usize>],
+    whole: impl Fn(usize) -> bool,
+) -> schemaless::Result<Vec<schemaless::CellResult>> {
+    if rows.iter().all(Option::is_none) {
+        return store.put_cells(batch).await;
+    }
+    let mut skipped = vec![false; batch.len()];
+    loop {
+        let left: Vec<usize> = (0..batch.len()).filter(|&i| !skipped[i]).collect();
+        let put = if left.is_empty() {
+            Vec::new()
+        } else {
+            let cells = left.iter().map(|&i| batch[i].clone()).collect();
+            match store.put_cells(cells).await {
+                Ok(put) => put,
+                Err(e) => {
+                    let row = (sqlstate_of(&e) == "23505")
+                        .then(|| e.batch_index())
+                        .flatten()
+                        .and_then(|j| left.get(j))
+                        .and_then(|&i| rows.get(i).copied().flatten())
+                        .filter(|&row| whole(row));
+                    let Some(row) = row else {
+                        return Err(e);
+                    };
+                    for (i, of) in rows.iter().enumerate() {
+                        skipped[i] |= *of == Some(row);
+                    }
+                    continue;
+                }
+            }
+        };
+        let mut put = put.into_iter();
+        return batch
+            .iter()
+            .zip(&skipped)
+            .map(|(cell, &skipped)| {
+                if skipped {
+                    Ok(Err(schemaless::Conflict {
+                        key: cell.key.clone(),
+                    }))
+                } else {
+                    put.next().ok_or_else(|| {
+                        schemaless::Error::Schema(
+                            "the store answered fewer cells than were put".into(),
+                        )
+                    })
+                }
+            })
+            .collect();
+    }
 }
 
 /// The SQLSTATE of a put the store refused: a cell PostgreSQL would
@@ -113,7 +194,7 @@ impl<S: CellStore> Writer<'_, S> {
             let taken = matches!(result, Err(_) | Ok(WriteOutcome::AlreadyPresent));
             match (insert, taken) {
                 (_, false) => {}
-                (Some(OnConflict::Nothing), true) => kept[r] = false,
+                (Some(OnConflict::Nothing { .. }), true) => kept[r] = false,
                 (Some(_), true) => return Err(duplicate(&self.table_name(), key)),
                 // The same next version, written by an equal UPDATE.
                 (None, true) if result.is_ok() => {}
@@ -176,7 +257,7 @@ impl<S: CellStore> Writer<'_, S> {
                          rows proposed for insertion within the same command have the same key",
                     ))
                 }
-                OnConflict::Nothing => {
+                OnConflict::Nothing { .. } => {
                     kept[r] = false;
                     cells.clear();
                 }

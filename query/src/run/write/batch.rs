@@ -119,11 +119,25 @@ pub async fn write_batch<S: CellStore>(
     // each master); then each statement answered from its cells'
     // results, up to the first that failed.
     let mut cells = Vec::new();
-    for (_, staged, _) in &mut planned {
+    // The row of each cell a duplicate of any unique value skips (a
+    // `DO NOTHING` without a target), numbered across the batch.
+    let mut skippable = Vec::new();
+    let mut rows_before = 0;
+    for (writer, (_, staged, _)) in writers.iter().zip(&mut planned) {
         cells.append(&mut staged.cells);
+        let any = matches!(
+            writer.write.rows,
+            Rows::Insert {
+                conflict: OnConflict::Nothing { any: true },
+                ..
+            }
+        );
+        let (rows, of_row) = staged.rows();
+        skippable.extend(of_row.iter().map(|&r| any.then_some(rows_before + r)));
+        rows_before += rows;
     }
     let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
-    let (put, failure) = put_all(store, limits, cells).await;
+    let (put, failure) = put_all(store, limits, cells, &skippable).await;
     let mut results: Vec<Result<Written, Refused>> = Vec::with_capacity(writers.len());
     let mut at = 0;
     for (writer, (rows, staged, tag)) in writers.iter().zip(planned) {

@@ -96,7 +96,7 @@ impl<S: CellStore> Writer<'_, S> {
             // A deleted row's key: a cell put under it now would be
             // acknowledged and then hidden by the row's tombstone.
             return match conflict {
-                OnConflict::Nothing => Ok(None),
+                OnConflict::Nothing { .. } => Ok(None),
                 _ => Err(Refused::new(
                     "23505",
                     format!(
@@ -125,7 +125,7 @@ impl<S: CellStore> Writer<'_, S> {
         } else if exists {
             return match conflict {
                 OnConflict::Fail => Err(duplicate(&self.layout().table, &key)),
-                OnConflict::Nothing => Ok(None),
+                OnConflict::Nothing { .. } => Ok(None),
                 OnConflict::Update(sets) => {
                     let sets = excluded(sets, self.cols, &new)?;
                     self.update(&key, &latest, &sets, &[]).await

@@ -457,8 +457,8 @@ async fn a_child_cell_before_its_row_cell_is_applied_not_parked() {
 
 /// What PostgreSQL refuses for the sake of other rows, or by the app's
 /// own trigger: a foreign key to a table outside the layout
-/// (PostgreSQL's own, so asked before the write in `primary`); an
-/// exclusion constraint (not asked); a unique value held by a row
+/// (PostgreSQL's own, so asked before the write in `primary`); a unique
+/// value or an overlap an exclusion constraint refuses, held by a row
 /// Schemaless does not have (asked, but a holder counts only as
 /// Schemaless has it, see the next test); a trigger raising an exception
 /// (not asked: it may read anything). A write refused so in `mirror` is bad input
@@ -513,9 +513,9 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
         .unwrap_err()
         .to_string();
     assert!(err.contains("orders_region_customer_no_fkey"), "{err}");
-    // Schemaless takes a second R-1 (the first is PostgreSQL's alone: it
-    // was written in `mirror`, and no relay ran), an overlapping slot, a
-    // row the app's trigger refuses; the reverse mirror parks them and
+    // Schemaless takes a second R-1 and an overlapping slot (the first
+    // row's, PostgreSQL's alone: it was written in `mirror`, and no relay
+    // ran), a row the app's trigger refuses; the reverse mirror parks them and
     // applies the rest.
     facade
         .put_cells(vec![
@@ -570,7 +570,8 @@ fn open_order() -> Value {
     body
 }
 
-/// In `primary` a unique value another row holds is asked of PostgreSQL
+/// In `primary` a unique value another row holds (or a value an exclusion
+/// constraint refuses beside another row's) is asked of PostgreSQL
 /// (through the index, a partial one's predicate on both rows), and the
 /// holder it finds counts only if Schemaless, ahead of PostgreSQL by what
 /// the reverse mirror has not applied, says it still holds the value: a
@@ -594,6 +595,7 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
             line(1, 1, json!({"qty": 1, "sku": "U-1"})),
             order(3, 1, with("external_ref", json!("R-3"))),
             order(4, 1, unassigned()),
+            order(5, 1, with("slot", json!("[100,200)"))),
         ])
         .await
         .unwrap();
@@ -609,8 +611,7 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
                 Err(e) => e.to_string(),
             };
             assert!(
-                err.contains(&format!("violates unique constraint \"{says}\""))
-                    && err.contains("cells[1]"),
+                err.contains(&format!("constraint \"{says}\"")) && err.contains("cells[1]"),
                 "{says}: {err}"
             );
             assert_eq!(stored(schemaless, n).await, 0, "{says}");
@@ -624,6 +625,12 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
     .await;
     refused(10, order(11, 1, open_order()), "orders_open_customer").await;
     refused(10, order(11, 1, unassigned()), "orders_one_unassigned").await;
+    refused(
+        10,
+        order(11, 1, with("slot", json!("[150,160)"))),
+        "orders_slot_excl",
+    )
+    .await;
     refused(
         10,
         line(11, 1, json!({"qty": 1, "sku": "U-1"})),
@@ -709,9 +716,38 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
     )
     .await;
 
-    // Through the proxy (keys past those of the rows above): `ON CONFLICT DO NOTHING` without a target skips
-    // the row that duplicates another row's unique value, as PostgreSQL
-    // does, and writes the rest; with the key as its target the duplicate
+    // Two rows of one batch with one value: PostgreSQL would refuse the
+    // later; a row the batch moves on from holds nothing. (Keys past those
+    // `key_on` gives above.)
+    let err = facade
+        .put_cells(vec![
+            order(30_030, 1, with("external_ref", json!("R-30"))),
+            order(30_031, 1, with("external_ref", json!("R-30"))),
+        ])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cells[1]") && err.contains("an earlier cell of the batch holds it"),
+        "{err}"
+    );
+    assert_eq!(
+        stored(&schemaless, 30_030).await + stored(&schemaless, 30_031).await,
+        0
+    );
+    facade
+        .put_cells(vec![
+            order(30_032, 1, with("external_ref", json!("R-32"))),
+            order(30_032, 2, with("external_ref", json!("R-33"))),
+            order(30_033, 1, with("external_ref", json!("R-32"))),
+        ])
+        .await
+        .unwrap();
+
+    // Through the proxy (keys past those above): `ON CONFLICT DO NOTHING`
+    // without a target skips the row that duplicates another row's unique
+    // value, as PostgreSQL does, and writes the rest (an earlier row of
+    // the statement's holding it too); with the key as its target the duplicate
     // is PostgreSQL's error; with another unique index as its target the
     // statement is not translated.
     let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
@@ -742,6 +778,16 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
     assert!(ok && out.contains("INSERT 0 1"), "{out}{err}");
     assert_eq!(stored(&schemaless, 50_120).await, 0);
     assert_eq!(stored(&schemaless, 50_121).await, 1);
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &insert(
+            &[(50_123, "R-77"), (50_124, "R-77")],
+            "ON CONFLICT DO NOTHING",
+        ),
+    );
+    assert!(ok && out.contains("INSERT 0 1"), "{out}{err}");
+    assert_eq!(stored(&schemaless, 50_123).await, 1);
+    assert_eq!(stored(&schemaless, 50_124).await, 0);
     let (ok, out, err) = psql(
         &proxy.url(&db),
         &insert(&[(50_122, "R-1")], "ON CONFLICT (order_key) DO NOTHING"),

@@ -15,12 +15,14 @@
 //! statement that casts each value into its column's own type, evaluates
 //! the `CHECK` constraints and the generated columns over those values,
 //! looks up the rows its foreign keys outside the layout refer to,
-//! finds another row holding the cell's values of each unique index,
+//! finds another row holding the cell's values of each unique index (or
+//! refused beside it by an exclusion constraint's operators),
 //! and reads the row back through the read conversions, for a whole batch
 //! of one column's cells (arrays of parameters, so one prepared
 //! statement serves every batch size).
 //!
-//! A `CHECK` constraint, a generated column or a unique index that reads
+//! A `CHECK` constraint, a generated column, a unique index or an
+//! exclusion constraint that reads
 //! a column the cell cannot give (one outside the layout, a child's key
 //! to its parent, which PostgreSQL assigns) is left to the reverse
 //! mirror, as are foreign keys to the layout's own tables: their answer
@@ -47,7 +49,7 @@ pub(super) struct TableChecks {
     /// The table's foreign keys.
     foreign: Vec<ForeignKey>,
     /// The table's unique indexes (a unique or primary key constraint's
-    /// among them).
+    /// among them) and exclusion constraints.
     unique: Vec<UniqueIndex>,
 }
 
@@ -85,15 +87,20 @@ struct ForeignKey {
     full: bool,
 }
 
-/// One unique index.
+/// One unique index, or an exclusion constraint (a unique index is one
+/// whose operators are all `=`).
 struct UniqueIndex {
-    /// As PostgreSQL names it when it refuses a duplicate.
+    /// As PostgreSQL names it when it refuses a duplicate: the index, or
+    /// the exclusion constraint.
     name: String,
+    /// An exclusion constraint's operators, one per key column, each as
+    /// `OPERATOR(schema.name)` (`None`: a unique index).
+    operators: Option<Vec<String>>,
     /// The key columns, in key order (`INCLUDE` columns left out).
     columns: Vec<String>,
-    /// The columns its predicate reads (and, but for a constraint's
-    /// index, its key columns: PostgreSQL records a constraint's
-    /// dependence on its columns with the constraint).
+    /// The columns it reads, its predicate's too (PostgreSQL records a
+    /// constraint's dependence on its columns with the constraint, an
+    /// index's with the index).
     reads: Vec<String>,
     /// A key is an expression: not asked.
     expression: bool,
@@ -207,28 +214,48 @@ impl TableChecks {
         .await?;
         // (name, key columns, columns read, an expression, predicate,
         // NULLS NOT DISTINCT: read through `to_jsonb`, absent before
-        // PostgreSQL 15). An index being built is not yet `indisready`.
-        type Unique = (String, Vec<String>, Vec<String>, bool, Option<String>, bool);
+        // PostgreSQL 15; an exclusion constraint's operators). An index
+        // being built is not yet `indisready`.
+        type Unique = (
+            String,
+            Vec<String>,
+            Vec<String>,
+            bool,
+            Option<String>,
+            bool,
+            Option<Vec<String>>,
+        );
         let unique: Vec<Unique> = rows(
             pool,
             schema,
             table,
-            "/* mezzanine */ SELECT ic.relname::text,
+            "/* mezzanine */ SELECT CASE WHEN k.contype = 'x' THEN k.conname ELSE ic.relname END::text,
                     ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS u(n, o)
                           JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = u.n
                           WHERE u.o <= i.indnkeyatts ORDER BY u.o),
                     ARRAY(SELECT DISTINCT a.attname::text FROM pg_depend d
                           JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-                          WHERE d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid
-                            AND d.refclassid = 'pg_class'::regclass AND d.refobjsubid > 0),
+                          WHERE ((d.classid = 'pg_class'::regclass AND d.objid = i.indexrelid)
+                                 OR (d.classid = 'pg_constraint'::regclass AND d.objid = k.oid))
+                            AND d.refclassid = 'pg_class'::regclass AND d.refobjid = i.indrelid
+                            AND d.refobjsubid > 0),
                     i.indexprs IS NOT NULL OR 0 = ANY (i.indkey::int2[]),
                     pg_get_expr(i.indpred, i.indrelid),
-                    coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::bool, false)
+                    coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::bool, false),
+                    CASE WHEN k.contype = 'x' THEN ARRAY(
+                        SELECT format('OPERATOR(%I.%s)', opn.nspname, op.oprname)
+                        FROM unnest(k.conexclop) WITH ORDINALITY AS u(o, at)
+                        JOIN pg_operator op ON op.oid = u.o
+                        JOIN pg_namespace opn ON opn.oid = op.oprnamespace
+                        ORDER BY u.at) END
              FROM pg_index i
              JOIN pg_class c ON c.oid = i.indrelid
              JOIN pg_namespace n ON n.oid = c.relnamespace
              JOIN pg_class ic ON ic.oid = i.indexrelid
-             WHERE n.nspname = $1 AND c.relname = $2 AND i.indisunique AND i.indisready
+             LEFT JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.conrelid = i.indrelid
+                                      AND k.contype IN ('p', 'u', 'x')
+             WHERE n.nspname = $1 AND c.relname = $2 AND i.indisready
+               AND (i.indisunique OR k.contype = 'x')
              ORDER BY 1",
         )
         .await?;
@@ -236,9 +263,18 @@ impl TableChecks {
             unique: unique
                 .into_iter()
                 .map(
-                    |(name, columns, reads, expression, predicate, nulls_not_distinct)| {
+                    |(
+                        name,
+                        columns,
+                        reads,
+                        expression,
+                        predicate,
+                        nulls_not_distinct,
+                        operators,
+                    )| {
                         UniqueIndex {
                             name,
+                            operators,
                             columns,
                             reads,
                             expression,
@@ -317,8 +353,9 @@ pub struct Checks {
     /// says when it refuses a row for it.
     pub(crate) refusals: Vec<String>,
     /// Each unique index asked, in output order after the refusals. Each
-    /// gives two columns: the row key and the ref key of another row
-    /// holding the cell's values (null: none does).
+    /// gives three columns: the row key and the ref key of another row
+    /// holding the cell's values (null: none does), and whether an
+    /// earlier cell of the batch holds them.
     pub(crate) unique: Vec<Unique>,
 }
 
@@ -336,7 +373,7 @@ pub struct Unique {
 impl Checks {
     /// The output column where the fields' read expressions start.
     pub(crate) fn read_back_at(&self) -> usize {
-        1 + self.refusals.len() + 2 * self.unique.len()
+        1 + self.refusals.len() + 3 * self.unique.len()
     }
 }
 
@@ -415,6 +452,25 @@ impl Owner<'_> {
                 quote(id),
                 quote(parent_key)
             ),
+        }
+    }
+
+    /// SQL over two asked cells, `e` and `p`: they write different rows.
+    fn other_row(&self) -> &'static str {
+        match self {
+            Owner::Row { .. } => "e.\" k\" <> p.\" k\"",
+            Owner::Child { .. } => "(e.\" k\", e.\" r\") <> (p.\" k\", p.\" r\")",
+        }
+    }
+
+    /// SQL over asked cell `e`: no later cell of the batch writes its
+    /// row (a child's cell is its own row).
+    fn last_of_row(&self) -> String {
+        match self {
+            Owner::Row { .. } => format!(
+                " AND NOT EXISTS (SELECT 1 FROM p l WHERE l.\" k\" = e.\" k\" AND l.{ORDINAL} > e.{ORDINAL})"
+            ),
+            Owner::Child { .. } => String::new(),
         }
     }
 
@@ -523,6 +579,9 @@ pub(super) fn build(
         .iter()
         .filter(|u| {
             !u.expression
+                && u.operators
+                    .as_ref()
+                    .is_none_or(|o| o.len() == u.columns.len())
                 && readable_all(&u.columns)
                 && readable_all(&u.reads)
                 && !place.owner.owns(&u.columns)
@@ -573,19 +632,26 @@ pub(super) fn build(
     let row_key = place.owner.row_key(place.schema);
     let mut holders = String::new();
     for (j, u) in unique.iter().enumerate() {
-        let matched = u
-            .columns
-            .iter()
-            .map(|c| {
-                let c = quote(c);
-                if u.nulls_not_distinct {
-                    format!("(r.{c} = p.{c} OR (r.{c} IS NULL AND p.{c} IS NULL))")
-                } else {
-                    format!("r.{c} = p.{c}")
-                }
-            })
-            .collect::<Vec<_>>()
-            .join(" AND ");
+        // The values of row `r` (a table's or an earlier cell's) meet the
+        // cell's `p` as the index compares them.
+        let meets = |r: &str| {
+            u.columns
+                .iter()
+                .enumerate()
+                .map(|(at, c)| {
+                    let c = quote(c);
+                    if let Some(operator) = u.operators.as_ref().and_then(|o| o.get(at)) {
+                        format!("{r}.{c} {operator} p.{c}")
+                    } else if u.nulls_not_distinct {
+                        format!("({r}.{c} = p.{c} OR ({r}.{c} IS NULL AND p.{c} IS NULL))")
+                    } else {
+                        format!("{r}.{c} = p.{c}")
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        let matched = meets("r");
         let (of_row, of_cell) = match &u.predicate {
             Some(predicate) => (
                 format!(" AND ({predicate})"),
@@ -603,11 +669,21 @@ pub(super) fn build(
         ));
         outputs.push(format!("{alias}.\"holder key\""));
         outputs.push(format!("{alias}.\"holder ref\""));
+        // An earlier cell of the batch, the last of its row there, holding
+        // the values: both would be written, and PostgreSQL would refuse
+        // the later.
+        outputs.push(format!(
+            "({of_cell} AND EXISTS (SELECT 1 FROM p e WHERE e.{ORDINAL} < p.{ORDINAL} AND {} AND {}{of_row}{}))",
+            place.owner.other_row(),
+            meets("e"),
+            place.owner.last_of_row(),
+        ));
     }
     outputs.extend(fields.iter().map(|(_, read)| read.clone()));
     let statement = format!(
-        "/* mezzanine */ SELECT {outputs} FROM (SELECT q.*{generated} FROM (SELECT {casts} \
-         FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) AS p{holders} ORDER BY 1",
+        "/* mezzanine */ WITH p AS (SELECT q.*{generated} FROM (SELECT {casts} \
+         FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) \
+         SELECT {outputs} FROM p{holders} ORDER BY 1",
         outputs = outputs.join(", "),
         casts = casts.join(", "),
         unnest = unnest.join(", "),
@@ -619,10 +695,16 @@ pub(super) fn build(
         unique: unique
             .iter()
             .map(|u| Unique {
-                says: format!(
-                    "duplicate key value violates unique constraint \"{}\"",
-                    u.name
-                ),
+                says: match u.operators {
+                    None => format!(
+                        "duplicate key value violates unique constraint \"{}\"",
+                        u.name
+                    ),
+                    Some(_) => format!(
+                        "conflicting key value violates exclusion constraint \"{}\"",
+                        u.name
+                    ),
+                },
                 fields: u
                     .columns
                     .iter()

@@ -38,7 +38,8 @@ impl LegacyStore {
     /// malformed `xml`, a `CHECK` constraint of the table, a generated
     /// column given another value than PostgreSQL computes, a foreign key
     /// to a row a table outside the layout does not hold, a unique index
-    /// another row holds the values for. `Err` is the first cell refused,
+    /// another row holds the values for, an exclusion constraint another
+    /// row's values refuse the cell beside. `Err` is the first cell refused,
     /// as a write of it would be refused (`in_batch` says which).
     /// Tombstones are not asked about.
     ///
@@ -167,7 +168,23 @@ impl LegacyStore {
                 }
             }
             for (j, unique) in checks.unique.iter().enumerate() {
-                let at = 1 + checks.refusals.len() + 2 * j;
+                let at = 1 + checks.refusals.len() + 3 * j;
+                let earlier: Option<bool> = row
+                    .try_get(at + 2)
+                    .map_err(|e| Asking::Failed(e.to_string()))?;
+                if earlier == Some(true) {
+                    return Err(Asking::Refused(
+                        Error::invalid(
+                            "body",
+                            format!(
+                                "PostgreSQL refuses the value for {}: {}: an earlier cell of \
+                                 the batch holds it",
+                                layout.table, unique.says
+                            ),
+                        )
+                        .in_batch(*i),
+                    ));
+                }
                 let holder: Option<Uuid> =
                     row.try_get(at).map_err(|e| Asking::Failed(e.to_string()))?;
                 let holder_ref: Option<i64> = row

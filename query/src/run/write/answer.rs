@@ -134,12 +134,13 @@ fn sqlstate_of(e: &schemaless::Error) -> &'static str {
     let schemaless::Error::InvalidInput { message, .. } = e else {
         return "58000";
     };
-    const REFUSALS: [(&str, &str); 6] = [
+    const REFUSALS: [(&str, &str); 7] = [
         ("violates check constraint", "23514"),
         ("violates not-null constraint", "23502"),
         ("does not allow null values", "23502"),
         ("violates foreign key constraint", "23503"),
         ("violates unique constraint", "23505"),
+        ("violates exclusion constraint", "23P01"),
         ("invalid XML content", "2200N"),
     ];
     REFUSALS

@@ -56,6 +56,25 @@ pub fn pool(legacy: &config::Legacy) -> Result<PgPool, Error> {
     .connect_lazy_with(options(&legacy.url, legacy.statement_timeout_ms)?))
 }
 
+/// A small pool of sessions like [`pool`]'s that plan every prepared
+/// statement generically (`plan_cache_mode`), for a statement whose plan
+/// is the same whatever its parameters and costs more to plan than to
+/// run: the check statement asked before a write in `primary`, with a
+/// subquery per unique index, planned anew for each batch (PostgreSQL
+/// keeps a custom plan when a generic one is estimated dearer, as one
+/// over arrays of unknown length is) took a millisecond, to run a third
+/// of that. Opened only when used.
+pub fn generic_plans_pool(legacy: &config::Legacy) -> Result<PgPool, Error> {
+    let options = options(&legacy.url, legacy.statement_timeout_ms)?
+        .options([("plan_cache_mode", "force_generic_plan")]);
+    Ok(schemaless::pool::ping_if_idle(
+        PgPoolOptions::new()
+            .max_connections((legacy.max_connections / 4).max(2))
+            .acquire_timeout(Duration::from_millis(legacy.statement_timeout_ms.max(1000))),
+    )
+    .connect_lazy_with(options))
+}
+
 /// `host:port/database` of a URL, without user or password, for messages.
 pub fn label(url: &str) -> String {
     match url::Url::parse(url) {

@@ -381,6 +381,9 @@ impl Checks {
 /// to be called so, and none of the table's expressions reads it.
 const ORDINAL: &str = "\"mezzanine ordinal\"";
 
+/// Whether a cell is the last of its row in the batch, by the same rule.
+const LAST: &str = "\"mezzanine last\"";
+
 /// Where the statement is built for: the table (as named in messages)
 /// and the layout's tables, whose rows a foreign key must not be checked
 /// against (`schema`, names).
@@ -463,14 +466,14 @@ impl Owner<'_> {
         }
     }
 
-    /// SQL over asked cell `e`: no later cell of the batch writes its
-    /// row (a child's cell is its own row).
+    /// SQL over the parameters `u`: no later cell of the batch writes
+    /// the cell's row (a child's cell is its own row).
     fn last_of_row(&self) -> String {
         match self {
-            Owner::Row { .. } => format!(
-                " AND NOT EXISTS (SELECT 1 FROM p l WHERE l.\" k\" = e.\" k\" AND l.{ORDINAL} > e.{ORDINAL})"
-            ),
-            Owner::Child { .. } => String::new(),
+            Owner::Row { .. } => {
+                format!("max(u.{ORDINAL}) OVER (PARTITION BY u.\" k\") = u.{ORDINAL}")
+            }
+            Owner::Child { .. } => "true".to_string(),
         }
     }
 
@@ -596,7 +599,12 @@ pub(super) fn build(
     // value); p: q with the computable generated columns.
     let mut unnest = vec!["$1::uuid[]".to_string(), "$2::int8[]".to_string()];
     let mut names = vec!["\" k\"".to_string(), "\" r\"".to_string()];
-    let mut casts = vec![format!("u.{ORDINAL}"), "u.\" k\"".into(), "u.\" r\"".into()];
+    let mut casts = vec![
+        format!("u.{ORDINAL}"),
+        "u.\" k\"".into(),
+        "u.\" r\"".into(),
+        format!("{} AS {LAST}", place.owner.last_of_row()),
+    ];
     for (param, key) in names.iter().zip(keys) {
         if let Some((name, sql_type)) = key {
             casts.push(format!("CAST(u.{param} AS {sql_type}) AS {}", quote(name)));
@@ -624,66 +632,20 @@ pub(super) fn build(
         .collect();
     let mut outputs = vec![format!("p.{ORDINAL}")];
     outputs.extend(constraints.iter().map(|(refused, _)| refused.clone()));
-    // Each unique index: another row holding the cell's values, found
-    // through the index. A partial index counts only rows its predicate
-    // holds for, the cell's own included (unqualified, its columns are
-    // the row's `r` inside the subquery and the cell's `p` in `ON`).
-    let same_row = place.owner.same_row(place.schema, place.ref_key);
-    let row_key = place.owner.row_key(place.schema);
-    let mut holders = String::new();
+    let mut windows = String::new();
     for (j, u) in unique.iter().enumerate() {
-        // The values of row `r` (a table's or an earlier cell's) meet the
-        // cell's `p` as the index compares them.
-        let meets = |r: &str| {
-            u.columns
-                .iter()
-                .enumerate()
-                .map(|(at, c)| {
-                    let c = quote(c);
-                    if let Some(operator) = u.operators.as_ref().and_then(|o| o.get(at)) {
-                        format!("{r}.{c} {operator} p.{c}")
-                    } else if u.nulls_not_distinct {
-                        format!("({r}.{c} = p.{c} OR ({r}.{c} IS NULL AND p.{c} IS NULL))")
-                    } else {
-                        format!("{r}.{c} = p.{c}")
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" AND ")
-        };
-        let matched = meets("r");
-        let (of_row, of_cell) = match &u.predicate {
-            Some(predicate) => (
-                format!(" AND ({predicate})"),
-                format!("({predicate}) IS TRUE"),
-            ),
-            None => (String::new(), "true".to_string()),
-        };
-        let alias = format!("\"holder {j}\"");
-        holders.push_str(&format!(
-            " LEFT JOIN LATERAL (SELECT {row_key} AS \"holder key\", r.{}::int8 AS \"holder ref\" \
-             FROM {}.{} r WHERE {matched}{of_row} AND NOT ({same_row}) LIMIT 1) AS {alias} ON {of_cell}",
-            quote(place.ref_key),
-            quote(place.schema),
-            quote(place.table),
-        ));
-        outputs.push(format!("{alias}.\"holder key\""));
-        outputs.push(format!("{alias}.\"holder ref\""));
-        // An earlier cell of the batch, the last of its row there, holding
-        // the values: both would be written, and PostgreSQL would refuse
-        // the later.
-        outputs.push(format!(
-            "({of_cell} AND EXISTS (SELECT 1 FROM p e WHERE e.{ORDINAL} < p.{ORDINAL} AND {} AND {}{of_row}{}))",
-            place.owner.other_row(),
-            meets("e"),
-            place.owner.last_of_row(),
-        ));
+        let (asked, window) = holders(u, j, place);
+        outputs.extend(asked);
+        if let Some(window) = window {
+            windows.push_str(", ");
+            windows.push_str(&window);
+        }
     }
     outputs.extend(fields.iter().map(|(_, read)| read.clone()));
     let statement = format!(
-        "/* mezzanine */ WITH p AS (SELECT q.*{generated} FROM (SELECT {casts} \
-         FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) \
-         SELECT {outputs} FROM p{holders} ORDER BY 1",
+        "/* mezzanine */ WITH p AS (SELECT g.*{windows} FROM (SELECT q.*{generated} FROM \
+         (SELECT {casts} FROM unnest({unnest}) WITH ORDINALITY AS u({names})) AS q) AS g) \
+         SELECT {outputs} FROM p ORDER BY 1",
         outputs = outputs.join(", "),
         casts = casts.join(", "),
         unnest = unnest.join(", "),
@@ -714,4 +676,108 @@ pub(super) fn build(
             })
             .collect(),
     })
+}
+
+/// What the check statement asks of unique index (or exclusion
+/// constraint) `u`, the `j`th: its three outputs, each over the cell
+/// `p`, and the window it adds to `p`, if any. The outputs: the row key
+/// and the ref key of another row of the table holding the cell's values
+/// (null: none), and whether an earlier cell of the batch, the last of
+/// its row there, holds them (both would be written, and PostgreSQL would
+/// refuse the later). A partial index counts only rows its predicate
+/// holds for, the cell's own included (unqualified, its columns are those
+/// of the innermost `FROM`).
+///
+/// Subqueries in the select list rather than joins: each is planned on
+/// its own, where a join of one per index multiplies the planner's work.
+fn holders(u: &UniqueIndex, j: usize, place: &Place<'_>) -> ([String; 3], Option<String>) {
+    // The values of row `r` (a table's or an earlier cell's) meet the
+    // cell's `p` as the index compares them.
+    let meets = |r: &str| {
+        u.columns
+            .iter()
+            .enumerate()
+            .map(|(at, c)| {
+                let c = quote(c);
+                if let Some(operator) = u.operators.as_ref().and_then(|o| o.get(at)) {
+                    format!("{r}.{c} {operator} p.{c}")
+                } else if u.nulls_not_distinct {
+                    format!("{r}.{c} IS NOT DISTINCT FROM p.{c}")
+                } else {
+                    format!("{r}.{c} = p.{c}")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" AND ")
+    };
+    let (of_row, of_cell) = match &u.predicate {
+        Some(predicate) => (
+            format!(" AND ({predicate})"),
+            format!("({predicate}) IS TRUE"),
+        ),
+        None => (String::new(), "true".to_string()),
+    };
+    let not_null = u
+        .columns
+        .iter()
+        .map(|c| format!(" AND p.{} IS NOT NULL", quote(c)))
+        .collect::<String>();
+    let same_row = place.owner.same_row(place.schema, place.ref_key);
+    let row_key = place.owner.row_key(place.schema);
+    let ref_key = format!("r.{}::int8", quote(place.ref_key));
+    let table = format!("{}.{}", quote(place.schema), quote(place.table));
+    // A unique index holds one such row at most, found through it. An
+    // exclusion constraint's operators may match several: the first by
+    // (row key, ref key) for both outputs, aggregated, since a LIMIT
+    // would have the planner look for a first match in that order (or
+    // scan the table for one it expects soon) instead of asking the
+    // constraint's index for the rows that match.
+    let holder = |output: &str| {
+        let (select, limit) = match u.operators {
+            None => (output.to_string(), " LIMIT 1"),
+            Some(_) => (
+                format!("(array_agg({output} ORDER BY {row_key}, {ref_key}))[1]"),
+                "",
+            ),
+        };
+        format!(
+            "CASE WHEN {of_cell} THEN (SELECT {select} FROM {table} r WHERE {}{of_row} \
+             AND NOT ({same_row}){limit}) END",
+            meets("r")
+        )
+    };
+    let (earlier, window) = match u.operators {
+        // The first cell of each set of values among the last cells of
+        // their rows, by a window over the batch (not a scan per cell).
+        // A window's partition holds nulls together: for an index whose
+        // nulls are distinct a cell with one holds nothing.
+        None => {
+            let first = format!("\"first cell {j}\"");
+            let columns: Vec<String> = u.columns.iter().map(|c| quote(c)).collect();
+            (
+                format!(
+                    "({of_cell} AND p.{first} < p.{ORDINAL}{})",
+                    if u.nulls_not_distinct { "" } else { &not_null }
+                ),
+                Some(format!(
+                    "min({ORDINAL}) FILTER (WHERE {LAST}{of_row}) OVER (PARTITION BY {}) AS {first}",
+                    columns.join(", ")
+                )),
+            )
+        }
+        // Operators other than equality group nothing: each earlier cell,
+        // a scan of the batch per cell, so only for a cell with a value
+        // in every column (the operators are strict: a null excludes
+        // nothing).
+        Some(_) => (
+            format!(
+                "({of_cell}{not_null} AND EXISTS (SELECT 1 FROM p e WHERE e.{ORDINAL} < p.{ORDINAL} \
+                 AND {} AND e.{LAST} AND {}{of_row}))",
+                place.owner.other_row(),
+                meets("e"),
+            ),
+            None,
+        ),
+    };
+    ([holder(&row_key), holder(&ref_key), earlier], window)
 }

@@ -291,7 +291,7 @@ impl LegacyStore {
                 .collect();
             query = query.bind(values);
         }
-        query.fetch_all(&self.pool).await
+        query.fetch_all(&self.asking).await
     }
 }
 

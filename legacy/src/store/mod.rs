@@ -59,6 +59,9 @@ use write::canonicalize;
 #[derive(Clone)]
 pub struct LegacyStore {
     pub(crate) pool: PgPool,
+    /// Sessions that plan generically, for [`LegacyStore::ask`] (opened
+    /// when first asked).
+    pub(crate) asking: PgPool,
     pub(crate) layout: Arc<Layout>,
     /// Checked at the API boundary, as the Schemaless store does.
     limits: config::Limits,
@@ -80,10 +83,12 @@ impl LegacyStore {
         let tombstones = Column::new(&config.capture.tombstone_column)
             .map_err(|e| crate::Error::Config(format!("capture.tombstone_column: {e}")))?;
         let pool = crate::connection::pool(legacy)?;
+        let asking = crate::connection::generic_plans_pool(legacy)?;
         let layout = Layout::resolve(layout, &config.indexes, &pool).await?;
         Ok(LegacyStore {
             tombstones,
             pool,
+            asking,
             layout: Arc::new(layout),
             limits: config.limits.clone(),
             shard_count: config.instance.shard_count,
@@ -124,9 +129,10 @@ impl LegacyStore {
         &self.pool
     }
 
-    /// Closes the pool.
+    /// Closes the pools.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.asking.close().await;
     }
 
     pub(crate) fn storage(&self, source: sqlx::Error) -> Error {

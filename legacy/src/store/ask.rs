@@ -148,65 +148,44 @@ impl LegacyStore {
             )));
         }
         for row in &rows {
-            let ordinal: i64 = row.try_get(0).map_err(|e| Asking::Failed(e.to_string()))?;
+            let ordinal: i64 = get(row, 0)?;
             let Some((i, prepared)) = usize::try_from(ordinal - 1).ok().and_then(|n| cells.get(n))
             else {
                 return Err(Asking::Failed(format!("no cell {ordinal} was asked about")));
             };
+            let refusal = |says: &str| {
+                Asking::Refused(
+                    Error::invalid(
+                        "body",
+                        format!("PostgreSQL refuses the value for {}: {says}", layout.table),
+                    )
+                    .in_batch(*i),
+                )
+            };
             for (j, says) in checks.refusals.iter().enumerate() {
-                let failed: Option<bool> = row
-                    .try_get(1 + j)
-                    .map_err(|e| Asking::Failed(e.to_string()))?;
-                if failed == Some(true) {
-                    return Err(Asking::Refused(
-                        Error::invalid(
-                            "body",
-                            format!("PostgreSQL refuses the value for {}: {says}", layout.table),
-                        )
-                        .in_batch(*i),
-                    ));
+                if get::<Option<bool>>(row, 1 + j)? == Some(true) {
+                    return Err(refusal(says));
                 }
             }
+            // Each unique index's (row key, ref key) of a holder in the
+            // table, and whether an earlier cell of the batch holds it.
             for (j, unique) in checks.unique.iter().enumerate() {
                 let at = 1 + checks.refusals.len() + 3 * j;
-                let earlier: Option<bool> = row
-                    .try_get(at + 2)
-                    .map_err(|e| Asking::Failed(e.to_string()))?;
-                if earlier == Some(true) {
-                    return Err(Asking::Refused(
-                        Error::invalid(
-                            "body",
-                            format!(
-                                "PostgreSQL refuses the value for {}: {}: an earlier cell of \
-                                 the batch holds it",
-                                layout.table, unique.says
-                            ),
-                        )
-                        .in_batch(*i),
-                    ));
+                if get::<Option<bool>>(row, at + 2)? == Some(true) {
+                    return Err(refusal(&format!(
+                        "{}: an earlier cell of the batch holds it",
+                        unique.says
+                    )));
                 }
-                let holder: Option<Uuid> =
-                    row.try_get(at).map_err(|e| Asking::Failed(e.to_string()))?;
-                let holder_ref: Option<i64> = row
-                    .try_get(at + 1)
-                    .map_err(|e| Asking::Failed(e.to_string()))?;
-                let (Some(holder), Some(holder_ref)) = (holder, holder_ref) else {
+                let holder = get::<Option<Uuid>>(row, at)?.zip(get::<Option<i64>>(row, at + 1)?);
+                let Some((holder, holder_ref)) = holder else {
                     continue;
                 };
-                let held = self
+                if self
                     .still_holds(current, layout, unique, prepared, holder, holder_ref)
-                    .await?;
-                if held {
-                    return Err(Asking::Refused(
-                        Error::invalid(
-                            "body",
-                            format!(
-                                "PostgreSQL refuses the value for {}: {}: row {holder} holds it",
-                                layout.table, unique.says
-                            ),
-                        )
-                        .in_batch(*i),
-                    ));
+                    .await?
+                {
+                    return Err(refusal(&format!("{}: row {holder} holds it", unique.says)));
                 }
             }
             // A generated column PostgreSQL computes otherwise, or any
@@ -301,6 +280,14 @@ enum Asking {
     Refused(Error),
     /// PostgreSQL could not answer.
     Failed(String),
+}
+
+/// Output `at` of a row of the check statement.
+fn get<'r, T>(row: &'r PgRow, at: usize) -> std::result::Result<T, Asking>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(at).map_err(|e| Asking::Failed(e.to_string()))
 }
 
 /// Whether PostgreSQL refused a value (as opposed to failing).

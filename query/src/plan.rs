@@ -198,9 +198,9 @@ pub enum OnConflict {
     /// Fails, as a unique key would.
     Fail,
     /// `DO NOTHING`: the row is left as it is. `any`: no conflict target,
-    /// so a row that would duplicate a value of any unique index is
-    /// skipped too, as PostgreSQL skips it (not only one whose key is
-    /// taken).
+    /// so a row that would duplicate a value of any unique index (or that
+    /// an exclusion constraint refuses) is skipped too, as PostgreSQL
+    /// skips it (not only one whose key is taken).
     Nothing { any: bool },
     /// `DO UPDATE SET`: the assignments, on the latest row and `EXCLUDED`.
     Update(Vec<(String, Expr)>),

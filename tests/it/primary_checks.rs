@@ -746,10 +746,11 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
 
     // Through the proxy (keys past those above): `ON CONFLICT DO NOTHING`
     // without a target skips the row that duplicates another row's unique
-    // value, as PostgreSQL does, and writes the rest (an earlier row of
-    // the statement's holding it too); with the key as its target the duplicate
-    // is PostgreSQL's error; with another unique index as its target the
-    // statement is not translated.
+    // value (or that an exclusion constraint refuses beside one), as
+    // PostgreSQL does, and writes the rest (an earlier row of the
+    // statement's holding it too); with the key as its target the
+    // duplicate is PostgreSQL's error; with another unique index as its
+    // target the statement is not translated.
     let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     let insert = |rows: &[(u128, &str)], conflict: &str| {
@@ -788,6 +789,19 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
     assert!(ok && out.contains("INSERT 0 1"), "{out}{err}");
     assert_eq!(stored(&schemaless, 50_123).await, 1);
     assert_eq!(stored(&schemaless, 50_124).await, 0);
+    // An exclusion constraint is an arbiter of `DO NOTHING` too: the slot
+    // overlaps order 5's.
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO orders (order_key, rev, placed_at, closed_at, tip, slot) \
+             VALUES ('{}', 1, '2026-12-01 10:00:00+00', '2026-12-01 11:00:00+00', 1, '[150,160)') \
+             ON CONFLICT DO NOTHING;\n",
+            key(50_125).uuid()
+        ),
+    );
+    assert!(ok && out.contains("INSERT 0 0"), "{out}{err}");
+    assert_eq!(stored(&schemaless, 50_125).await, 0);
     let (ok, out, err) = psql(
         &proxy.url(&db),
         &insert(&[(50_122, "R-1")], "ON CONFLICT (order_key) DO NOTHING"),

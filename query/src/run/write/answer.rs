@@ -65,8 +65,8 @@ pub(super) async fn put_all<S: CellStore>(
 
 /// Puts `batch`. PostgreSQL's `INSERT ... ON CONFLICT DO NOTHING` without
 /// a conflict target skips a row that would duplicate a value of any
-/// unique index; the store refuses such a cell (asked of PostgreSQL in
-/// `primary`) and names it. Its row (`rows`, by cell; `whole` says the
+/// unique index, or that an exclusion constraint refuses; the store
+/// refuses such a cell (asked of PostgreSQL in `primary`) and names it. Its row (`rows`, by cell; `whole` says the
 /// row's cells are all in `batch`) is left out, each of its cells answered
 /// as a conflict, so the row is not counted as written, and the rest is
 /// put again. Any other refusal is the batch's.
@@ -89,7 +89,7 @@ async fn put_skipping<S: CellStore>(
             match store.put_cells(cells).await {
                 Ok(put) => put,
                 Err(e) => {
-                    let row = (sqlstate_of(&e) == "23505")
+                    let row = matches!(sqlstate_of(&e), "23505" | "23P01")
                         .then(|| e.batch_index())
                         .flatten()
                         .and_then(|j| left.get(j))

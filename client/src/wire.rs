@@ -42,6 +42,9 @@ impl Reply {
 struct ErrorBody {
     code: String,
     message: String,
+    /// A refusal's SQLSTATE, from a worker that sends it.
+    #[serde(default)]
+    sqlstate: Option<String>,
 }
 
 /// An error answer as a store error: bad input stays bad input (the
@@ -55,7 +58,12 @@ pub(crate) fn error(worker: &Url, status: StatusCode, bytes: &[u8]) -> schemales
             .to_lowercase()
             .replace(' ', "_"),
         message: String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned(),
+        sqlstate: None,
     });
+    let invalid = |field: &str, message: &str| match &body.sqlstate {
+        Some(sqlstate) => schemaless::Error::refused(field, sqlstate, message),
+        None => schemaless::Error::invalid(field, message),
+    };
     match status {
         StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => {
             match body
@@ -63,10 +71,8 @@ pub(crate) fn error(worker: &Url, status: StatusCode, bytes: &[u8]) -> schemales
                 .strip_prefix("invalid ")
                 .and_then(|rest| rest.split_once(": "))
             {
-                Some((field, message)) if !field.contains(' ') => {
-                    schemaless::Error::invalid(field, message)
-                }
-                _ => schemaless::Error::invalid(&body.code, body.message),
+                Some((field, message)) if !field.contains(' ') => invalid(field, message),
+                _ => invalid(&body.code, &body.message),
             }
         }
         StatusCode::UNPROCESSABLE_ENTITY if body.code == "unsupported" => {

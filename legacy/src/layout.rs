@@ -22,7 +22,7 @@ mod checks;
 mod field;
 
 use catalog::{composite_text, money_reads_back, table_info, TableInfo};
-pub use checks::{Checks, Unique};
+pub use checks::{Checks, Refusal, Unique};
 pub use field::Field;
 
 /// A quoted SQL identifier: `"trip_notes"`.

@@ -322,7 +322,7 @@ impl Relay {
                 }
                 Ok(out)
             }
-            Err(schemaless::Error::InvalidInput { field, message }) => Ok(vec![Err(format!(
+            Err(schemaless::Error::InvalidInput { field, message, .. }) => Ok(vec![Err(format!(
                 "Schemaless refuses the cell: invalid {field}: {message}"
             ))]),
             Err(e) => Err(e.into()),

@@ -14,6 +14,12 @@ pub enum Error {
         field: String,
         /// What is wrong with it.
         message: String,
+        /// The SQLSTATE of the refusal, when it is PostgreSQL's (a legacy
+        /// store's write, or what it was asked): `23514` for a CHECK,
+        /// `22001` for a value too long, … What an app speaking
+        /// PostgreSQL's protocol is answered (the proxy). `None` for the
+        /// store's own rules.
+        sqlstate: Option<String>,
     },
     /// A cell with this address exists with a different body. Cells are
     /// immutable: the stored cell is unchanged.
@@ -155,6 +161,26 @@ impl Error {
         Error::InvalidInput {
             field: field.to_string(),
             message: message.into(),
+            sqlstate: None,
+        }
+    }
+
+    /// An [`Error::InvalidInput`] that PostgreSQL raises, or would raise,
+    /// with `sqlstate`.
+    pub fn refused(field: &str, sqlstate: &str, message: impl Into<String>) -> Error {
+        Error::InvalidInput {
+            field: field.to_string(),
+            message: message.into(),
+            sqlstate: Some(sqlstate.to_string()),
+        }
+    }
+
+    /// The SQLSTATE PostgreSQL gives this refusal, when it is
+    /// PostgreSQL's ([`Error::refused`]).
+    pub fn sqlstate(&self) -> Option<&str> {
+        match self {
+            Error::InvalidInput { sqlstate, .. } => sqlstate.as_deref(),
+            _ => None,
         }
     }
 
@@ -176,9 +202,14 @@ impl Error {
     /// batch: `body` becomes `cells[3].body`.
     pub fn in_batch(self, index: usize) -> Error {
         match self {
-            Error::InvalidInput { field, message } => Error::InvalidInput {
+            Error::InvalidInput {
+                field,
+                message,
+                sqlstate,
+            } => Error::InvalidInput {
                 field: format!("cells[{index}].{field}"),
                 message,
+                sqlstate,
             },
             other => other,
         }

@@ -310,7 +310,7 @@ async fn in_primary_a_write_a_tombstone_would_hide_is_refused_and_writes_nothing
     let again = completed(&trip(gone), 2);
     let err = facade.put_cell(again.clone()).await.unwrap_err();
     assert!(
-        matches!(&err, schemaless::Error::InvalidInput { field, message }
+        matches!(&err, schemaless::Error::InvalidInput { field, message, .. }
             if field == "cells[0].row_key" && message.contains("retires the key")),
         "{err}"
     );
@@ -327,7 +327,7 @@ async fn in_primary_a_write_a_tombstone_would_hide_is_refused_and_writes_nothing
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, schemaless::Error::InvalidInput { field, message }
+        matches!(&err, schemaless::Error::InvalidInput { field, message, .. }
             if field == "cells[1].ref_key" && message.contains("not reused")),
         "{err}"
     );

@@ -319,7 +319,7 @@ async fn bad_index_queries_name_what_is_wrong() {
         (with(&|q| q.limit = 0), "limit: must be between 1 and 10000"),
     ] {
         match t.store.query_index(&q, ReadFrom::Master).await {
-            Err(Error::InvalidInput { field, message }) => {
+            Err(Error::InvalidInput { field, message, .. }) => {
                 let text = format!("{field}: {message}");
                 assert!(text.contains(expected), "{text}");
             }

@@ -158,7 +158,7 @@ fn layout_config_errors_name_file_line_and_key() {
 
 fn field_of(err: Error) -> String {
     match err {
-        Error::InvalidInput { field, message } => format!("{field}: {message}"),
+        Error::InvalidInput { field, message, .. } => format!("{field}: {message}"),
         other => panic!("not an input error: {other}"),
     }
 }

@@ -203,53 +203,66 @@ async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_ta
 
     // Each refused, naming PostgreSQL's reason and the cell; nothing of
     // its batch (a good cell of another row first) reaches Schemaless.
-    let cases: Vec<(Cell, &str)> = vec![
+    let cases: Vec<(Cell, &str, Option<&str>)> = vec![
         (
             order(10, 1, with("price", json!("-1.00"))),
             "violates check constraint \"amount_check\"",
+            Some("23514"),
         ),
         (
             order(10, 1, with("price", json!("100000.00"))),
             "violates check constraint \"capped_check\"",
+            Some("23514"),
         ),
         (
             order(10, 1, with("refunds", json!(["1.00", "-0.01"]))),
             "domain amount violates check constraint",
+            Some("23514"),
         ),
         (
             order(10, 1, with("notes", json!("<open>"))),
             "invalid XML content",
+            Some("2200N"),
         ),
         (
             order(10, 1, with("placed_at", Value::Null)),
             "null value in column \"placed_at\"",
+            Some("23502"),
         ),
         (
             order(10, 1, with("closed_at", json!("2026-12-01T09:00:00Z"))),
             "violates check constraint \"closed_after_placed\"",
+            Some("23514"),
         ),
         (
             order(10, 1000, good()),
             "violates check constraint \"orders_rev_check\"",
+            Some("23514"),
         ),
         (
             order(10, 1, with("total", json!("1.00"))),
             "would read back as \"100002.49\"",
+            None,
         ),
         (
             order(10, 1, with("customer_no", json!(2))),
             "violates foreign key constraint \"orders_region_customer_no_fkey\"",
+            Some("23503"),
         ),
         (
             line(1, 2, json!({"qty": 0, "sku": "A-2"})),
             "violates check constraint \"order_lines_qty_check\"",
+            Some("23514"),
         ),
         (
             line(1, 2, json!({"qty": 1, "sku": null})),
             "null value in column \"sku\"",
+            Some("23502"),
         ),
     ];
-    for (bad, says) in cases {
+    // Each with PostgreSQL's SQLSTATE (none for a value it would keep
+    // otherwise: that is the facade's rule).
+    for (bad, says, sqlstate) in cases {
         let batch = vec![
             order(11, 1, good()),
             line(1, 3, json!({"qty": 1, "sku": "ok"})),
@@ -257,8 +270,10 @@ async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_ta
         ];
         let err = match facade.put_cells(batch).await {
             Ok(results) => panic!("{says}: taken, {results:?}"),
-            Err(e) => e.to_string(),
+            Err(e) => e,
         };
+        assert_eq!(err.sqlstate(), sqlstate, "{says}: {err}");
+        let err = err.to_string();
         assert!(
             err.contains(says) && err.contains("cells[2]"),
             "{says}: {err}"
@@ -272,6 +287,47 @@ async fn in_primary_what_postgresql_would_refuse_is_refused_before_schemaless_ta
             .map(|c| c.cell.key.ref_key.get());
         assert_eq!(lines, Some(1), "{says}");
     }
+
+    // Over HTTP a worker answers the SQLSTATE beside its 400, and the
+    // client keeps it.
+    let served_facade = std::sync::Arc::new(TripStore::connect(&db.config).await.unwrap());
+    crate::worker::forced(&served_facade, Mode::Primary).await;
+    let (served, shutdown) =
+        crate::worker::worker_in_process(served_facade.clone(), &db.config).await;
+    let bad = order(12, 1, with("price", json!("-1.00")));
+    let answer = crate::worker::http_client()
+        .post(format!("{}/v1/cells", served.url()))
+        .json(
+            &json!({"cells": [{"row_key": bad.key.row_key.to_string(), "column": "ORDER",
+                                 "ref_key": 1, "body": bad.body.to_value()}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 400);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(
+        (&answer["code"], &answer["sqlstate"]),
+        (&json!("invalid_input"), &json!("23514")),
+        "{answer}"
+    );
+    let client = crate::worker::client_of(&[served.url()], None).await;
+    let err = client.put_cells(vec![bad]).await.unwrap_err();
+    assert_eq!(err.sqlstate(), Some("23514"), "{err}");
+    assert!(err.to_string().contains("amount_check"), "{err}");
+    // Input the layout refuses by its own rules (a field the table does
+    // not have) has none.
+    let err = client
+        .put_cells(vec![order(12, 1, with("no_such_field", json!(1)))])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, schemaless::Error::InvalidInput { .. }) && err.sqlstate().is_none(),
+        "{err:?}"
+    );
+    assert_eq!(stored(&schemaless, 12).await, 0);
+    shutdown.cancel();
+    served_facade.close().await;
 
     // A cast PostgreSQL refuses fails the whole statement; the cell is
     // still named, in a batch of one column's cells.
@@ -476,26 +532,32 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
     let mut first = with("external_ref", json!("R-1"));
     first["slot"] = json!("[1,5)");
     facade.put_cells(vec![order(1, 1, first)]).await.unwrap();
-    for (bad, says) in [
+    // PostgreSQL's own SQLSTATE too.
+    for (bad, says, sqlstate) in [
         (
             with("external_ref", json!("R-1")),
             "duplicate key value violates unique constraint \"orders_external_ref_key\"",
+            "23505",
         ),
         (
             with("slot", json!("[3,8)")),
             "violates exclusion constraint \"orders_slot_excl\"",
+            "23P01",
         ),
         (
             with("external_ref", json!("BLOCKED")),
             "external_ref BLOCKED is not taken",
+            "P0001",
         ),
         (
             with("external_ref", json!(incompressible(20_000))),
             "index row",
+            "54000",
         ),
         (
             with("customer_no", json!(2)),
             "violates foreign key constraint \"orders_region_customer_no_fkey\"",
+            "23503",
         ),
     ] {
         let err = facade.put_cells(vec![order(2, 1, bad)]).await.unwrap_err();
@@ -503,6 +565,7 @@ async fn a_cell_refused_for_another_rows_sake_is_refused_or_parked_never_stuck()
             matches!(err, schemaless::Error::InvalidInput { .. }) && err.to_string().contains(says),
             "{says}: {err}"
         );
+        assert_eq!(err.sqlstate(), Some(sqlstate), "{says}: {err}");
     }
 
     crate::worker::forced(&facade, Mode::Primary).await;
@@ -608,8 +671,16 @@ async fn in_primary_a_unique_value_another_row_holds_is_refused_as_schemaless_ha
         async move {
             let err = match facade.put_cells(vec![order(n, 1, good()), cell]).await {
                 Ok(results) => panic!("{says}: taken, {results:?}"),
-                Err(e) => e.to_string(),
+                Err(e) => e,
             };
+            // PostgreSQL's SQLSTATE for the kind it names.
+            let kind = match err.sqlstate() {
+                Some("23505") => "duplicate key value violates unique constraint",
+                Some("23P01") => "conflicting key value violates exclusion constraint",
+                other => panic!("{says}: SQLSTATE {other:?}: {err}"),
+            };
+            let err = err.to_string();
+            assert!(err.contains(kind), "{says}: {err}");
             assert!(
                 err.contains(&format!("constraint \"{says}\"")) && err.contains("cells[1]"),
                 "{says}: {err}"

@@ -22,7 +22,7 @@ use crate::harness::{config_file, mezzanine, LegacyDb};
 /// Its pooled connections are dropped well before a worker's idle
 /// timeout (its header read timeout, 500 ms in some tests), as the
 /// project's clients do.
-fn http_client() -> reqwest::Client {
+pub(crate) fn http_client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_millis(200))
@@ -31,7 +31,7 @@ fn http_client() -> reqwest::Client {
 }
 
 /// A worker on a free loopback port, in this process.
-async fn worker_in_process(
+pub(crate) async fn worker_in_process(
     store: Arc<TripStore>,
     config: &config::Config,
 ) -> (worker::Served, CancellationToken) {
@@ -44,7 +44,7 @@ async fn worker_in_process(
     (served, shutdown)
 }
 
-async fn client_of(urls: &[String], token: Option<&str>) -> client::Client {
+pub(crate) async fn client_of(urls: &[String], token: Option<&str>) -> client::Client {
     let mut builder = client::Client::builder().deadline(Duration::from_secs(20));
     for url in urls {
         builder = builder.worker(url).unwrap();

@@ -19,6 +19,12 @@ pub struct ErrorBody {
     pub code: String,
     /// What went wrong, for a person.
     pub message: String,
+    /// The SQLSTATE PostgreSQL gives (or would give) a refused cell: a
+    /// write in mode `primary` that the legacy tables would refuse
+    /// (`23514` for a CHECK, `23505` for a unique value another row
+    /// holds, …). Absent for everything else.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sqlstate: Option<String>,
 }
 
 /// An error answer: status, code and message, and how soon to retry.
@@ -32,6 +38,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds for `Retry-After`, on answers a retry may fix.
     pub retry_after: Option<u32>,
+    /// [`ErrorBody::sqlstate`].
+    pub sqlstate: Option<String>,
 }
 
 impl ApiError {
@@ -42,6 +50,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            sqlstate: None,
         }
     }
 
@@ -77,6 +86,7 @@ impl IntoResponse for ApiError {
             axum::Json(ErrorBody {
                 code: self.code.to_string(),
                 message: self.message,
+                sqlstate: self.sqlstate,
             }),
         )
             .into_response();
@@ -94,7 +104,10 @@ impl From<schemaless::Error> for ApiError {
         use schemaless::Error as E;
         let message = e.to_string();
         match &e {
-            E::InvalidInput { .. } => ApiError::invalid(message),
+            E::InvalidInput { sqlstate, .. } => ApiError {
+                sqlstate: sqlstate.clone(),
+                ..ApiError::invalid(message)
+            },
             E::Conflict { .. } => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             E::NoSuchShard { .. } => ApiError::not_found(message),
             // Unsupported in the current mode (the legacy model has no

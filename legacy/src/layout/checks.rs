@@ -264,7 +264,7 @@ pub struct Checks {
     pub(crate) statement: String,
     /// For each constraint evaluated, in output order, what PostgreSQL
     /// says when it refuses a row for it.
-    pub(crate) refusals: Vec<String>,
+    pub(crate) refusals: Vec<Refusal>,
     /// Each unique index asked, in output order after the refusals. Each
     /// gives three columns: the row key and the ref key of another row
     /// holding the cell's values (null: none does), and whether an
@@ -272,11 +272,19 @@ pub struct Checks {
     pub(crate) unique: Vec<Unique>,
 }
 
+/// What PostgreSQL says when it refuses a row: its message and SQLSTATE.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub(crate) says: String,
+    pub(crate) sqlstate: &'static str,
+}
+
 /// A unique index asked about.
 #[derive(Clone, Debug)]
 pub struct Unique {
-    /// What PostgreSQL says of a duplicate.
-    pub(crate) says: String,
+    /// What PostgreSQL says of a duplicate (`23505`), or of a row an
+    /// exclusion constraint refuses (`23P01`).
+    pub(crate) refusal: Refusal,
     /// The positions in the layout column's fields of the columns the
     /// index reads, its predicate's too (`None`: one is not a field): a
     /// row whose values of these are the same holds the same entry.
@@ -348,17 +356,20 @@ pub(super) fn build(
     readable.extend(&computed);
     let readable_all = |columns: &[String]| columns.iter().all(|c| readable.contains(&c.as_str()));
     // Each constraint asked: (refused when true, what PostgreSQL says).
-    let mut constraints: Vec<(String, String)> = table
+    let mut constraints: Vec<(String, Refusal)> = table
         .constraints
         .iter()
         .filter(|k| readable_all(&k.columns))
         .map(|k| {
             (
                 format!("(({})) IS FALSE", k.expr),
-                format!(
-                    "new row for relation \"{}\" violates check constraint \"{}\"",
-                    place.table, k.name
-                ),
+                Refusal {
+                    says: format!(
+                        "new row for relation \"{}\" violates check constraint \"{}\"",
+                        place.table, k.name
+                    ),
+                    sqlstate: "23514",
+                },
             )
         })
         .collect();
@@ -392,10 +403,13 @@ pub(super) fn build(
                 quote(&k.schema),
                 quote(&k.table)
             ),
-            format!(
-                "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
-                place.table, k.name
-            ),
+            Refusal {
+                says: format!(
+                    "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+                    place.table, k.name
+                ),
+                sqlstate: "23503",
+            },
         ));
     }
     let cast_checks = fields
@@ -477,19 +491,28 @@ pub(super) fn build(
     );
     Some(Checks {
         statement,
-        refusals: constraints.into_iter().map(|(_, says)| says).collect(),
+        refusals: constraints
+            .into_iter()
+            .map(|(_, refusal)| refusal)
+            .collect(),
         unique: unique
             .iter()
             .map(|u| Unique {
-                says: match u.operators {
-                    None => format!(
-                        "duplicate key value violates unique constraint \"{}\"",
-                        u.name
-                    ),
-                    Some(_) => format!(
-                        "conflicting key value violates exclusion constraint \"{}\"",
-                        u.name
-                    ),
+                refusal: match u.operators {
+                    None => Refusal {
+                        says: format!(
+                            "duplicate key value violates unique constraint \"{}\"",
+                            u.name
+                        ),
+                        sqlstate: "23505",
+                    },
+                    Some(_) => Refusal {
+                        says: format!(
+                            "conflicting key value violates exclusion constraint \"{}\"",
+                            u.name
+                        ),
+                        sqlstate: "23P01",
+                    },
                 },
                 fields: u
                     .columns

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::write::{Prepared, Write};
 use super::LegacyStore;
-use crate::layout::{ColumnLayout, Shape, Unique};
+use crate::layout::{ColumnLayout, Refusal, Shape, Unique};
 
 /// What asking found, when PostgreSQL refuses none of the cells.
 #[derive(Debug, PartialEq, Eq)]
@@ -74,8 +74,9 @@ impl LegacyStore {
                 .zip(params)
                 .find(|(f, param)| f.not_null && !f.generated && param.is_none());
             if let Some((field, _)) = null {
-                return Err(Error::invalid(
+                return Err(Error::refused(
                     &format!("body.{}", field.json),
+                    "23502",
                     format!(
                         "PostgreSQL refuses the value for {}: null value in column \"{}\" of \
                          relation \"{}\" violates not-null constraint",
@@ -153,18 +154,22 @@ impl LegacyStore {
             else {
                 return Err(Asking::Failed(format!("no cell {ordinal} was asked about")));
             };
-            let refusal = |says: &str| {
+            let refusal = |refusal: &Refusal, why: &str| {
                 Asking::Refused(
-                    Error::invalid(
+                    Error::refused(
                         "body",
-                        format!("PostgreSQL refuses the value for {}: {says}", layout.table),
+                        refusal.sqlstate,
+                        format!(
+                            "PostgreSQL refuses the value for {}: {}{why}",
+                            layout.table, refusal.says
+                        ),
                     )
                     .in_batch(*i),
                 )
             };
             for (j, says) in checks.refusals.iter().enumerate() {
                 if get::<Option<bool>>(row, 1 + j)? == Some(true) {
-                    return Err(refusal(says));
+                    return Err(refusal(says, ""));
                 }
             }
             // Each unique index's (row key, ref key) of a holder in the
@@ -172,10 +177,10 @@ impl LegacyStore {
             for (j, unique) in checks.unique.iter().enumerate() {
                 let at = 1 + checks.refusals.len() + 3 * j;
                 if get::<Option<bool>>(row, at + 2)? == Some(true) {
-                    return Err(refusal(&format!(
-                        "{}: an earlier cell of the batch holds it",
-                        unique.says
-                    )));
+                    return Err(refusal(
+                        &unique.refusal,
+                        ": an earlier cell of the batch holds it",
+                    ));
                 }
                 let holder = get::<Option<Uuid>>(row, at)?.zip(get::<Option<i64>>(row, at + 1)?);
                 let Some((holder, holder_ref)) = holder else {
@@ -185,7 +190,10 @@ impl LegacyStore {
                     .still_holds(current, layout, unique, prepared, holder, holder_ref)
                     .await?
                 {
-                    return Err(refusal(&format!("{}: row {holder} holds it", unique.says)));
+                    return Err(refusal(
+                        &unique.refusal,
+                        &format!(": row {holder} holds it"),
+                    ));
                 }
             }
             // A generated column PostgreSQL computes otherwise, or any

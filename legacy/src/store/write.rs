@@ -99,11 +99,15 @@ fn still_unique(e: Error) -> Error {
     let refusal = match &e {
         Error::Storage { source, .. } if e.is_unique_violation() => source
             .as_database_error()
-            .map(|db| db.message().to_string()),
+            .map(|db| (db.code(), db.message().to_string())),
         _ => None,
     };
     match refusal {
-        Some(message) => Error::invalid("body", format!("PostgreSQL refuses the value: {message}")),
+        Some((code, message)) => Error::refused(
+            "body",
+            code.as_deref().unwrap_or("23505"),
+            format!("PostgreSQL refuses the value: {message}"),
+        ),
         None => e,
     }
 }
@@ -366,8 +370,9 @@ impl LegacyStore {
                 .column()
                 .and_then(|sql| column.fields.iter().find(|f| f.sql == sql))
                 .map_or_else(|| "body".to_string(), |f| format!("body.{}", f.json));
-            return Error::invalid(
+            return Error::refused(
                 &field,
+                pg.code(),
                 format!(
                     "PostgreSQL refuses the value for {}: {}",
                     column.table,

@@ -429,7 +429,7 @@ impl ReverseMirror {
                     parked.push((stored, conflict_reason()));
                 }
                 Ok(results) => count(&mut applied, &results),
-                Err(schemaless::Error::InvalidInput { field, message }) => {
+                Err(schemaless::Error::InvalidInput { field, message, .. }) => {
                     // A child before its row cell: with the row cell.
                     let with_row = match self.row_cell(&stored.cell).await {
                         Some(Parent::Row(row)) => self

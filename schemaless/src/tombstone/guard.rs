@@ -112,7 +112,7 @@ mod tests {
 
     fn invalid_field(err: Error) -> (String, String) {
         match err {
-            Error::InvalidInput { field, message } => (field, message),
+            Error::InvalidInput { field, message, .. } => (field, message),
             other => panic!("expected invalid input, got {other:?}"),
         }
     }

@@ -37,7 +37,7 @@ impl CaptureDelivery {
                 }
                 Ok(())
             }
-            Err(schemaless::Error::InvalidInput { field, message }) => {
+            Err(schemaless::Error::InvalidInput { field, message, .. }) => {
                 let key = cells[0].key.clone();
                 out.insert(key, Err(Refusal::Refused(format!("{field}: {message}"))));
                 Ok(())

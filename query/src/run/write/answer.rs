@@ -128,25 +128,13 @@ async fn put_skipping<S: CellStore>(
 
 /// The SQLSTATE of a put the store refused: a cell PostgreSQL would
 /// refuse (the facade asks it first in `primary`) gets the code
-/// PostgreSQL gives that refusal, other bad input
-/// `invalid_parameter_value`, a failure `io_error`.
-fn sqlstate_of(e: &schemaless::Error) -> &'static str {
-    let schemaless::Error::InvalidInput { message, .. } = e else {
-        return "58000";
-    };
-    const REFUSALS: [(&str, &str); 7] = [
-        ("violates check constraint", "23514"),
-        ("violates not-null constraint", "23502"),
-        ("does not allow null values", "23502"),
-        ("violates foreign key constraint", "23503"),
-        ("violates unique constraint", "23505"),
-        ("violates exclusion constraint", "23P01"),
-        ("invalid XML content", "2200N"),
-    ];
-    REFUSALS
-        .iter()
-        .find(|(says, _)| message.contains(says))
-        .map_or("22023", |(_, code)| code)
+/// PostgreSQL gives that refusal ([`schemaless::Error::sqlstate`]), other
+/// bad input `invalid_parameter_value`, a failure `io_error`.
+fn sqlstate_of(e: &schemaless::Error) -> &str {
+    match e {
+        schemaless::Error::InvalidInput { sqlstate, .. } => sqlstate.as_deref().unwrap_or("22023"),
+        _ => "58000",
+    }
 }
 
 /// The statement PostgreSQL runs in place of a write without RETURNING:

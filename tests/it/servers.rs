@@ -141,6 +141,53 @@ impl Drop for DownOnDrop {
     }
 }
 
+/// A port a client connection holds (it may be one of the ephemeral
+/// range, as the fixed ports of `cluster up` are) is waited for until
+/// released, and the server starts then; a port another process listens
+/// on is refused at once, naming it.
+#[tokio::test]
+async fn a_port_a_client_holds_is_waited_for_and_one_listened_on_refused() {
+    use std::net::{TcpListener, TcpStream};
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let client = TcpStream::connect(server.local_addr().unwrap()).unwrap();
+    let (accepted, _) = server.accept().unwrap();
+    let held = client.local_addr().unwrap().port();
+    // Released after two seconds, the server's side closed first so the
+    // client's port does not linger in TIME-WAIT.
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(2));
+        drop(accepted);
+        std::thread::sleep(Duration::from_millis(100));
+        drop(client);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cluster");
+    let _guard = DownOnDrop(root.clone());
+    let spec = Spec {
+        postgres_port: held,
+        clusters: vec![],
+    };
+    let started = std::time::Instant::now();
+    let cluster = DevCluster::up(&root, spec).await.unwrap();
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    release.join().unwrap();
+    cluster.node("postgres").unwrap().ping().await.unwrap();
+    cluster.down().await.unwrap();
+
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let spec = Spec {
+        postgres_port: taken.local_addr().unwrap().port(),
+        clusters: vec![],
+    };
+    let other = dir.path().join("other");
+    let _guard = DownOnDrop(other.clone());
+    let err = match DevCluster::up(&other, spec).await {
+        Ok(_) => panic!("started on a port another process listens on"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("another process listens on"), "{err}");
+}
+
 #[tokio::test]
 async fn up_is_idempotent_and_down_stops_everything() {
     let dir = tempfile::tempdir().unwrap();

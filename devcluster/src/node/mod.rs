@@ -1,8 +1,9 @@
 //! One server of a dev cluster: initialising its data folder, starting it
 //! detached, finding it again, stopping, killing and pausing it.
 //!
-//! Its rooms: `init` (the data folder and its owner) and `command` (the
-//! command line per role); this file holds the node and its lifecycle.
+//! Its rooms: `init` (the data folder and its owner), `command` (the
+//! command line per role) and `port` (whether its port can be bound);
+//! this file holds the node and its lifecycle.
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -21,6 +22,7 @@ use crate::Error;
 
 mod command;
 mod init;
+mod port;
 
 use init::{as_postgres_user, chown_tree, postgres_user, running_as_root};
 pub(crate) use init::{install_mariadb_template, make_traversable};
@@ -238,6 +240,7 @@ impl Node {
             if !self.initialized() {
                 self.initialize(mariadb_template)?;
             }
+            port::wait_free(&self.spec.name, self.spec.port).await?;
             let process = Process::spawn(self.command()?, &self.log)?;
             *self.process.lock().unwrap_or_else(|p| p.into_inner()) = Some(process);
         }

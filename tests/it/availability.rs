@@ -692,3 +692,34 @@ async fn after_a_promotion_the_first_buffered_write_wins_and_the_lost_one_is_rec
     assert!(ok, "{text}");
     assert!(text.contains("1 recorded, 0 not yet taken"), "{text}");
 }
+
+/// With no minion acknowledging its commits (semi-synchronous, with the
+/// long master timeout durability wants), a master holds each DDL
+/// statement for ever: `schema apply` fails within its bound instead,
+/// saying why, and run again once the minion is back it finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_apply_without_an_acknowledging_minion_fails_in_bounded_time() {
+    let cluster = DevCluster::private(Spec::free_ports(&["a"], 1).unwrap())
+        .await
+        .unwrap();
+    cluster.stop("a-minion1").await.unwrap();
+    let text = format!(
+        "{}\n[storage]\nrequest_timeout_ms = 1000\n",
+        cluster.config_toml("unacked", SHARDS)
+    );
+    let config = config::Config::parse(&text, "unacked.toml").unwrap();
+    let topology = schemaless::mysql::Topology::from_config(&config).unwrap();
+    let started = std::time::Instant::now();
+    let err = schema::apply(&topology).await.unwrap_err().to_string();
+    assert!(
+        err.contains("did not finish") && err.contains("acknowledge"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{err}");
+
+    cluster.start("a-minion1").await.unwrap();
+    let report = schema::apply(&topology).await.unwrap();
+    assert_eq!(report.clusters.len(), 1);
+    assert_eq!(schema::verify(&topology).await.unwrap(), Vec::<u32>::new());
+    topology.close().await;
+}

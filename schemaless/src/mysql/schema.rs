@@ -241,12 +241,29 @@ pub async fn create_shard(node: &Node, database: String) -> Result<()> {
     Ok(())
 }
 
+/// Runs one DDL statement on a master, within three times
+/// `storage.request_timeout_ms` (a statement of the schema's takes
+/// milliseconds on a server that answers). A master whose minions all stopped
+/// acknowledging (semi-synchronous replication, with the long timeout
+/// the durability rules want) would hold the commit for ever, and
+/// `schema apply` with it, saying nothing.
 async fn execute(node: &Node, statement: String) -> Result<()> {
-    sqlx::raw_sql(AssertSqlSafe(statement))
-        .execute(&node.pool)
-        .await
-        .map_err(|e| node.error(e))?;
-    Ok(())
+    let within = node.request_timeout * 3;
+    let run = sqlx::raw_sql(AssertSqlSafe(statement.clone())).execute(&node.pool);
+    match tokio::time::timeout(within, run).await {
+        Ok(done) => done.map(|_| ()).map_err(|e| node.error(e)),
+        Err(_) => {
+            let first_line = statement.lines().next().unwrap_or_default();
+            Err(Error::Schema(format!(
+                "{} did not finish `{first_line}` within {within:?}. A master waits for a \
+                 minion to acknowledge each commit: if none does (see `mezzanine cluster \
+                 status`: replication stopped, minions down), it waits for ever. The \
+                 statement may still commit; `schema apply` is idempotent, run it again \
+                 once replication runs",
+                node.label
+            )))
+        }
+    }
 }
 
 /// Drops every database of the instance from every master (tests and

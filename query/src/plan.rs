@@ -187,7 +187,9 @@ pub enum Rows {
 /// One row an INSERT gives.
 #[derive(Clone, Debug)]
 pub struct Inserted {
-    pub key: Expr,
+    /// The row key (a child's: its parent's); `None` for a parent row
+    /// whose UUID column is not given: its default, evaluated.
+    pub key: Option<Expr>,
     /// The columns given, the parent's integer id excluded.
     pub values: Vec<(String, Expr)>,
 }

@@ -450,6 +450,67 @@ pub(crate) async fn primary_without_reverse() -> (LegacyDb, TripStore, tempfile:
     (db, facade, file)
 }
 
+/// An app written before the UUID column (or the version) existed leaves
+/// them out, or writes `DEFAULT`: PostgreSQL fills in their defaults, and
+/// so does a write through the facade. The UUID column's default
+/// (`gen_random_uuid()`, as `legacy add-uuid` sets it) is the row key,
+/// the one RETURNING answers and the reverse mirror writes; the version's
+/// (`DEFAULT 1`) the ref key. A child's sequence number with no default
+/// is refused as PostgreSQL refuses it (`23502`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn columns_left_out_or_default_get_postgresqls_defaults_the_row_key_too() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let insert =
+        "\\set ON_ERROR_STOP 1\nINSERT INTO trips (driver_uuid, rider_uuid, city_id, status, \
+                  currency, requested_at) VALUES ('6f1c1a0e-0000-4000-8000-000000000001', \
+                  '6f1c1a0e-0000-4000-8000-000000000002', 7, 'requested', 'EUR', \
+                  '2026-12-03 10:00:00+00') RETURNING uuid, version, status;\n";
+    let (ok, out, err) = psql(&url, insert);
+    assert!(ok && out.contains("(1 row)"), "{out}{err}");
+    let row = out.lines().nth(2).expect("a RETURNING row");
+    let fields: Vec<&str> = row.split('|').map(str::trim).collect();
+    let k: uuid::Uuid = fields[0].parse().expect("RETURNING gives the row key");
+    assert_eq!(fields[1..], ["1", "requested"], "{out}");
+    let cell = latest(&facade, k, "BASE").await.expect("written under it");
+    assert_eq!(cell.cell.key.ref_key.get(), 1);
+    assert_eq!(cell.cell.body.fields()["city_id"], 7);
+    // The reverse mirror writes PostgreSQL's row under the same UUID.
+    crate::proxy::wait_for(|| {
+        let (_, out, _) = psql(
+            &direct,
+            &format!("SELECT version, status FROM trips WHERE uuid = '{k}';\n"),
+        );
+        out.contains("(1 row)").then_some(())
+    });
+    // `DEFAULT` written out is the same as left out; given, the key is
+    // the app's.
+    let given = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &url,
+        &trip(given)
+            .replace(", 1)", ", DEFAULT)")
+            .replace("12.5", "DEFAULT"),
+    );
+    assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    let cell = latest(&facade, given, "BASE").await.expect("written");
+    assert_eq!(cell.cell.key.ref_key.get(), 1);
+    assert_eq!(cell.cell.body.fields()["fare"], serde_json::Value::Null);
+    // A child's ref key with no default: PostgreSQL's error, both ways,
+    // nothing written.
+    let note = format!(
+        "\\set ON_ERROR_STOP 1\nINSERT INTO trip_notes (trip_id, author, body, created_at) \
+         VALUES ((SELECT id FROM trips WHERE uuid = '{k}'), 'a', 'b', now());\n"
+    );
+    for url in [&url, &direct] {
+        let (ok, _, err) = psql(url, &note);
+        assert!(!ok && err.contains("23502"), "{url}: {err}");
+    }
+    assert!(latest(&facade, k, "NOTES").await.is_none());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_insert_is_put_in_batches_the_store_takes() {
     let (db, facade, file) = primary_with("[limits]\nmax_batch_cells = 3\n").await;

@@ -52,11 +52,11 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     for row in &rows {
         let (key, inserted) = row_puts(model, table, name, &columns, row)?;
         written.push(Inserted {
-            key: key.clone(),
+            key: key.cloned(),
             values: columns
                 .iter()
                 .zip(&row.values)
-                .filter(|(c, _)| model.source(table, c) != Source::IntegerId)
+                .filter(|(c, v)| model.source(table, c) != Source::IntegerId && !is_default(v))
                 .map(|(c, v)| (c.clone(), (*v).clone()))
                 .collect(),
         });
@@ -360,20 +360,32 @@ fn source_rows<'a>(
     }
 }
 
-/// The row's key (a child's: its parent's UUID) and its puts.
+/// The row's key (a child's: its parent's UUID; `None`: the parent's
+/// UUID column's default, which PostgreSQL evaluates as it would for the
+/// INSERT) and its puts. A column not given, or given `DEFAULT`, gets
+/// its default when the row is evaluated: the ref key's too (`version
+/// bigint NOT NULL DEFAULT 1`), and none is a null, refused there as
+/// PostgreSQL refuses it.
 fn row_puts<'a>(
     model: &Model,
     table: Table,
     name: &ObjectName,
     columns: &[String],
     row: &Values<'a>,
-) -> Result<(&'a Expr, Vec<Put>), String> {
+) -> Result<(Option<&'a Expr>, Vec<Put>), String> {
     let value_of = |sql: &str| -> Option<&Expr> {
-        columns.iter().position(|c| c == sql).map(|i| row.values[i])
+        columns
+            .iter()
+            .position(|c| c == sql)
+            .map(|i| row.values[i])
+            .filter(|v| !is_default(v))
     };
     // Every column written must be kept by the layout.
     for (i, column) in columns.iter().enumerate() {
         let value = row.values[i];
+        if is_default(value) {
+            continue;
+        }
         match model.source(table, column) {
             Source::Unmapped => {
                 return Err(format!(
@@ -392,14 +404,8 @@ fn row_puts<'a>(
         }
     }
     let row_key = match table {
-        Table::Parent => value_of(&model.layout.uuid).ok_or_else(|| {
-            format!(
-                "inserts into {name} without its UUID {}: generate it in the app, since it \
-                 is the row key",
-                model.layout.uuid
-            )
-        })?,
-        Table::Child(c) => {
+        Table::Parent => value_of(&model.layout.uuid),
+        Table::Child(c) => Some({
             let fk = model.column(c).parent.clone().unwrap_or_default();
             match row.parent_uuid {
                 Some(uuid) => {
@@ -427,8 +433,12 @@ fn row_puts<'a>(
                     })?
                 }
             }
-        }
+        }),
     };
+    let row_text = row_key.map_or_else(
+        || format!("the default of {}", model.layout.uuid),
+        value_text,
+    );
     let mut puts = Vec::new();
     for c in model.columns_of(table) {
         let column = model.column(c);
@@ -436,17 +446,11 @@ fn row_puts<'a>(
         if !touched && value_of(&column.ref_key).is_none() {
             continue;
         }
-        let ref_key = value_of(&column.ref_key).ok_or_else(|| {
-            format!(
-                "inserts into {name} without the ref key {} of column {}: give it (the \
-                 first version, or the child's sequence number)",
-                column.ref_key, column.name
-            )
-        })?;
         puts.push(Put {
-            row: format!("row = {}", value_text(row_key)),
+            row: format!("row = {row_text}"),
             column: column.name.clone(),
-            ref_key: value_text(ref_key),
+            ref_key: value_of(&column.ref_key)
+                .map_or_else(|| format!("the default of {}", column.ref_key), value_text),
             fields: column
                 .fields
                 .0
@@ -519,4 +523,9 @@ fn is_parent_id(model: &Model, expr: &Expr) -> bool {
         }
         _ => false,
     }
+}
+
+/// `DEFAULT` in a VALUES row: the column's default, as if not given.
+fn is_default(expr: &Expr) -> bool {
+    matches!(expr, Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
 }

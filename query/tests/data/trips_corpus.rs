@@ -91,7 +91,13 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) WHERE status <> 'x' DO NOTHING", Class::None, "a partial index's conflict"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ((SELECT id FROM trips WHERE uuid = $1), $2, $3, $4) ON CONFLICT (seq) DO NOTHING", Class::None, "on trip_notes: a cell put reports a conflict on the row's key alone, (seq, trip_id)"),
     ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) RETURNING id", Class::None, "RETURNING trips.id"),
-    ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3)", Class::None, "without the ref key version of column BASE"),
+    // A column not given, or given DEFAULT, gets its default when the row
+    // is evaluated: the ref key's and the UUID's too (PostgreSQL's
+    // gen_random_uuid() is the row key), as an app that predates the
+    // UUID column writes.
+    ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
+    ("INSERT INTO trips (driver_uuid, rider_uuid, city_id, status, currency, requested_at) VALUES ($1, $2, 7, 'requested', 'EUR', $3)", Class::Write, "put_cell(row = the default of uuid, BASE, ref_key = the default of version, {city_id: 7"),
+    ("INSERT INTO trips (uuid, version, status, fare) VALUES ($1, DEFAULT, $2, default)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     ("INSERT INTO trips (uuid, version, status, promo_code) VALUES ($1, 1, $2, $3)", Class::None, "writes trips.promo_code, which the layout does not map"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4)", Class::None, "names its parent by the integer id trip_notes.trip_id"),
     ("UPDATE trip_notes SET body = $1 WHERE trip_id = $2 AND seq = $3", Class::None, "a child row is one cell of column NOTES"),

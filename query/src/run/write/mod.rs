@@ -309,7 +309,7 @@ impl<S: CellStore> Writer<'_, S> {
     /// the table) when given. `key`: a row key expression evaluated too.
     async fn evaluate(
         &self,
-        key: Option<&Expr>,
+        key: Option<&str>,
         targets: &[(usize, String)],
         conditions: &[Expr],
         base: Option<&[Value]>,

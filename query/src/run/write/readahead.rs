@@ -65,7 +65,7 @@ impl Readahead {
         let mut keys = HashSet::new();
         for write in writes {
             let named: Vec<&Expr> = match &write.rows {
-                Rows::Insert { rows, .. } => rows.iter().map(|r| &r.key).collect(),
+                Rows::Insert { rows, .. } => rows.iter().filter_map(|r| r.key.as_ref()).collect(),
                 Rows::Update { keys, .. } | Rows::Delete { keys, .. } => match keys.as_ref() {
                     Keys::One(e) => vec![e],
                     Keys::List(es) => es.iter().collect(),

@@ -63,13 +63,18 @@ impl<S: CellStore> Writer<'_, S> {
                     targets[*at].1 = self.cols[*at].typed(&v)?;
                 }
             }
-            self.evaluate(Some(&row.key), &targets, &[], None).await
+            let key = row.key.as_ref().map(ToString::to_string);
+            self.evaluate(key.as_deref(), &targets, &[], None).await
         };
         // A key written as a literal UUID (a bound parameter) is known
         // before PostgreSQL evaluates it: its latest cells are read
         // meanwhile, one round trip less; used only if the evaluation
         // gives that key.
-        let (evaluated, early) = match super::super::postgres::literal_uuid(&row.key) {
+        let literal = row
+            .key
+            .as_ref()
+            .and_then(super::super::postgres::literal_uuid);
+        let (evaluated, early) = match literal {
             Some(uuid) => {
                 let guess = RowKey::from(uuid);
                 let (evaluated, latest, retired) =
@@ -79,6 +84,16 @@ impl<S: CellStore> Writer<'_, S> {
             None => (evaluating.await, None),
         };
         let (key, new, _) = evaluated?;
+        // Not given, the UUID column's default is the key (the value
+        // RETURNING reads too).
+        let key = match row.key {
+            Some(_) => key,
+            None => self
+                .cols
+                .iter()
+                .position(|c| matches!(c.kind, Kind::RowKey))
+                .and_then(|i| new[i].as_str().map(String::from)),
+        };
         let key = row_key(key)?;
         let new = self.generate(new).await?;
         // PostgreSQL checks the proposed row before it looks for a

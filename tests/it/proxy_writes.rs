@@ -509,6 +509,18 @@ async fn columns_left_out_or_default_get_postgresqls_defaults_the_row_key_too() 
         assert!(!ok && err.contains("23502"), "{url}: {err}");
     }
     assert!(latest(&facade, k, "NOTES").await.is_none());
+    // A parent that is null: PostgreSQL's error on the child's key.
+    let orphan = "\\set ON_ERROR_STOP 1\nINSERT INTO trip_notes (trip_id, seq, author, body, \
+                  created_at) VALUES ((SELECT id FROM trips WHERE uuid = NULL), 1, 'a', 'b', now());\n";
+    for url in [&url, &direct] {
+        let (ok, _, err) = psql(url, orphan);
+        assert!(
+            !ok && err.contains(
+                "23502: null value in column \"trip_id\" of relation \"trip_notes\" violates not-null constraint"
+            ),
+            "{url}: {err}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -92,9 +92,9 @@ impl<S: CellStore> Writer<'_, S> {
                 .cols
                 .iter()
                 .position(|c| matches!(c.kind, Kind::RowKey))
-                .and_then(|i| new[i].as_str().map(String::from)),
+                .and_then(|i| new.get(i)?.as_str().map(String::from)),
         };
-        let key = row_key(key)?;
+        let key = row_key(key, &self.key_column(), &self.table_name())?;
         let new = self.generate(new).await?;
         // PostgreSQL checks the proposed row before it looks for a
         // conflict: an upsert's too.
@@ -384,6 +384,20 @@ impl<S: CellStore> Writer<'_, S> {
         ))
     }
 
+    /// The column a row's key is written to: the parent's UUID column,
+    /// or a child's key to its parent.
+    fn key_column(&self) -> String {
+        let layout = self.layout();
+        let child = self.cols.iter().find_map(|c| match c.kind {
+            Kind::RefKey(i) => match &layout.columns[i].shape {
+                Shape::Child { parent_sql } => Some(unquote(parent_sql)),
+                Shape::Row => None,
+            },
+            _ => None,
+        });
+        child.unwrap_or_else(|| unquote(layout.uuid_sql()))
+    }
+
     fn check_not_null(&self, new: &[Value]) -> Result<(), Refused> {
         match self
             .cols
@@ -404,9 +418,18 @@ impl<S: CellStore> Writer<'_, S> {
     }
 }
 
-/// The row key evaluated, or PostgreSQL's NOT NULL error.
-fn row_key(text: Option<String>) -> Result<RowKey, Refused> {
-    let text = text.ok_or_else(|| Refused::new("23502", "the row key (the UUID) is null"))?;
+/// The row key evaluated, or PostgreSQL's NOT NULL error for `column`
+/// (the UUID column, or a child's key to its parent) of `table`.
+fn row_key(text: Option<String>, column: &str, table: &str) -> Result<RowKey, Refused> {
+    let text = text.ok_or_else(|| {
+        Refused::new(
+            "23502",
+            format!(
+                "null value in column \"{column}\" of relation \"{table}\" violates not-null \
+                 constraint: it is the row key"
+            ),
+        )
+    })?;
     text.parse::<uuid::Uuid>()
         .map(RowKey::from)
         .map_err(|e| Refused::new("22P02", format!("{text}: {e}")))

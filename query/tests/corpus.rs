@@ -78,7 +78,7 @@ const SHOP: &[Case] = &[
     ("SELECT * FROM orders WHERE order_no = $1", Class::None, "rewrite it to the UUID orders.public_id"),
     ("SELECT * FROM order_lines WHERE order_no = $1", Class::None, "join orders ON order_lines.order_no = orders.order_no"),
     ("SELECT public_id FROM orders WHERE state = 'open'", Class::None, "shard_field = \"state\""),
-    ("INSERT INTO sales.orders (public_id, rev, customer_ref, state) VALUES ($1, 1, $2, 'open')", Class::Write, "put_cell(row = $1, HEADER, ref_key = 1, {customer: $2, placed: null, state: 'open', total: null})"),
+    ("INSERT INTO sales.orders (public_id, rev, customer_ref, state) VALUES ($1, 1, $2, 'open')", Class::Write, "put_cell(row = $1, HEADER, ref_key = 1, {customer: $2, placed: default, state: 'open', total: default})"),
     ("UPDATE orders SET state = 'paid', rev = rev + 1 WHERE public_id = $1", Class::Write, "latest body with {state: 'paid'}"),
     ("UPDATE orders SET state = 'paid' WHERE public_id = $1", Class::None, "also set rev (e.g. rev = rev + 1)"),
     ("INSERT INTO order_lines (order_no, line_no, sku, qty, price) VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),

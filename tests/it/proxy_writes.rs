@@ -521,6 +521,51 @@ async fn columns_left_out_or_default_get_postgresqls_defaults_the_row_key_too() 
             "{url}: {err}"
         );
     }
+
+    // Only the key given: the row of defaults. A NOT NULL column without
+    // one fails as PostgreSQL fails; with defaults (read by a proxy
+    // started after they were set), the row is written whole, and a row
+    // of nothing but `DEFAULT` gets a UUID of its own.
+    let bare = |k: uuid::Uuid| {
+        format!("\\set ON_ERROR_STOP 1\nINSERT INTO trips (uuid) VALUES ('{k}');\n")
+    };
+    let lacking = uuid::Uuid::new_v4();
+    for url in [&url, &direct] {
+        let (ok, _, err) = psql(url, &bare(lacking));
+        assert!(!ok && err.contains("23502"), "{url}: {err}");
+    }
+    assert!(latest(&facade, lacking, "BASE").await.is_none());
+    drop(proxy);
+    sqlx::raw_sql(
+        "ALTER TABLE trips ALTER driver_uuid SET DEFAULT '6f1c1a0e-0000-4000-8000-000000000009', \
+         ALTER rider_uuid SET DEFAULT '6f1c1a0e-0000-4000-8000-000000000009', \
+         ALTER city_id SET DEFAULT 0, ALTER status SET DEFAULT 'new', \
+         ALTER currency SET DEFAULT 'EUR', ALTER requested_at SET DEFAULT now()",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let bare_key = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(&url, &bare(bare_key));
+    assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    let cell = latest(&facade, bare_key, "BASE")
+        .await
+        .expect("a row of defaults");
+    assert_eq!(cell.cell.key.ref_key.get(), 1);
+    assert_eq!(cell.cell.body.fields()["status"], "new");
+    assert_eq!(cell.cell.body.fields()["city_id"], 0);
+    let (ok, out, err) = psql(
+        &url,
+        "\\set ON_ERROR_STOP 1\nINSERT INTO trips (version) VALUES (DEFAULT) RETURNING uuid;\n",
+    );
+    assert!(ok && out.contains("(1 row)"), "{out}{err}");
+    let own: uuid::Uuid = out.lines().nth(2).unwrap().trim().parse().unwrap();
+    let cell = latest(&facade, own, "BASE")
+        .await
+        .expect("written under its default");
+    assert_eq!(cell.cell.body.fields()["currency"], "EUR");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -439,11 +439,20 @@ fn row_puts<'a>(
         || format!("the default of {}", model.layout.uuid),
         value_text,
     );
+    // The columns the INSERT gives a value of; given none (every column
+    // its default, or only the key), all of the table's: PostgreSQL
+    // writes the row whole.
+    let touches = |c: &config::LayoutColumn| {
+        value_of(&c.ref_key).is_some() || c.fields.0.values().any(|sql| value_of(sql).is_some())
+    };
+    let none_given = !model
+        .columns_of(table)
+        .into_iter()
+        .any(|c| touches(model.column(c)));
     let mut puts = Vec::new();
     for c in model.columns_of(table) {
         let column = model.column(c);
-        let touched = column.fields.0.values().any(|sql| value_of(sql).is_some());
-        if !touched && value_of(&column.ref_key).is_none() {
+        if !none_given && !touches(column) {
             continue;
         }
         puts.push(Put {
@@ -458,7 +467,7 @@ fn row_puts<'a>(
                 .map(|(field, sql)| {
                     (
                         field.clone(),
-                        value_of(sql).map_or("null".to_string(), value_text),
+                        value_of(sql).map_or("default".to_string(), value_text),
                     )
                 })
                 .collect(),

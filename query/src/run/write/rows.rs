@@ -147,16 +147,23 @@ impl<S: CellStore> Writer<'_, S> {
                 }
             };
         }
-        // Each layout column the INSERT gives a value of.
+        // Each layout column the INSERT gives a value of; given none,
+        // every one (PostgreSQL writes the row whole, of defaults).
+        let given_of = |column: usize| {
+            self.cols.iter().enumerate().any(|(j, d)| {
+                given[j] && matches!(d.kind, Kind::RefKey(k) | Kind::Field(k, _) if k == column)
+            })
+        };
+        let none_given = !self
+            .cols
+            .iter()
+            .any(|c| matches!(c.kind, Kind::RefKey(k) if given_of(k)));
         let mut cells = Vec::new();
         for (i, c) in self.cols.iter().enumerate() {
             let Kind::RefKey(column) = c.kind else {
                 continue;
             };
-            let touched = self.cols.iter().enumerate().any(|(j, d)| {
-                given[j] && matches!(d.kind, Kind::RefKey(k) | Kind::Field(k, _) if k == column)
-            });
-            if touched {
+            if none_given || given_of(column) {
                 cells.push(self.cell(&key, column, i, &new)?);
             }
         }

@@ -566,6 +566,25 @@ async fn columns_left_out_or_default_get_postgresqls_defaults_the_row_key_too() 
         .await
         .expect("written under its default");
     assert_eq!(cell.cell.body.fields()["currency"], "EUR");
+    let (ok, out, err) = psql(
+        &url,
+        "\\set ON_ERROR_STOP 1\nINSERT INTO trips DEFAULT VALUES RETURNING uuid, status;\n",
+    );
+    assert!(ok && out.contains("(1 row)"), "{out}{err}");
+    let own: uuid::Uuid = out
+        .lines()
+        .nth(2)
+        .unwrap()
+        .split('|')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cell = latest(&facade, own, "BASE")
+        .await
+        .expect("DEFAULT VALUES written");
+    assert_eq!(cell.cell.body.fields()["status"], "new");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,7 +14,8 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
              in the app and write {name} on its own"
         ));
     };
-    if insert.columns.is_empty() {
+    // `DEFAULT VALUES` gives no column: a row of defaults.
+    if insert.columns.is_empty() && insert.source.is_some() {
         return Err(format!(
             "INSERT INTO {name} names no columns: list them, so that each value's field is known"
         ));
@@ -281,9 +282,11 @@ fn source_rows<'a>(
     name: &ObjectName,
 ) -> Result<Vec<Values<'a>>, String> {
     let Some(source) = source else {
-        return Err(format!(
-            "INSERT INTO {name} DEFAULT VALUES: list the columns and values"
-        ));
+        // DEFAULT VALUES.
+        return Ok(vec![Values {
+            values: Vec::new(),
+            parent_uuid: None,
+        }]);
     };
     match source.body.as_ref() {
         SetExpr::Values(values) => {

@@ -97,6 +97,8 @@ pub const TRIPS: &[Case] = &[
     // UUID column writes.
     ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     ("INSERT INTO trips (driver_uuid, rider_uuid, city_id, status, currency, requested_at) VALUES ($1, $2, 7, 'requested', 'EUR', $3)", Class::Write, "put_cell(row = the default of uuid, BASE, ref_key = the default of version, {city_id: 7"),
+    ("INSERT INTO trips DEFAULT VALUES", Class::Write, "put_cell(row = the default of uuid, BASE, ref_key = the default of version, {city_id: default"),
+    ("INSERT INTO trip_notes DEFAULT VALUES", Class::None, "without its parent key trip_id"),
     ("INSERT INTO trips (uuid) VALUES ($1)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {city_id: default"),
     ("INSERT INTO trips (uuid, version, status, fare) VALUES ($1, DEFAULT, $2, default)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     ("INSERT INTO trips (uuid, version, status, promo_code) VALUES ($1, 1, $2, $3)", Class::None, "writes trips.promo_code, which the layout does not map"),

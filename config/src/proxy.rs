@@ -54,6 +54,16 @@ pub struct Proxy {
     /// Default 1.
     #[serde(default = "default_threads")]
     pub threads: usize,
+    /// `proxy.read_your_writes_ms`: in `primary`, after a session's write
+    /// through the facade, the longest its next statement forwarded to
+    /// PostgreSQL waits for the reverse mirror to have applied that write
+    /// there, so the session reads what it wrote (a `count(*)` after an
+    /// INSERT, a transaction after an UPDATE). Past it the statement is
+    /// forwarded anyway, with a warning and
+    /// `mezzanine_proxy_unapplied_forwards_total`. 0 never waits.
+    /// 0–600000. Default 5000.
+    #[serde(default = "default_read_your_writes_ms")]
+    pub read_your_writes_ms: u64,
     /// `proxy.tls_cert`: a PEM certificate chain; with `tls_key`, the
     /// proxy answers an app's SSL request with TLS and refuses apps that
     /// do not ask for it (`sslmode=require` or stricter). The connection
@@ -80,6 +90,10 @@ fn default_connect_timeout_ms() -> u64 {
     10_000
 }
 
+fn default_read_your_writes_ms() -> u64 {
+    5_000
+}
+
 fn default_threads() -> usize {
     1
 }
@@ -98,6 +112,7 @@ impl Default for Proxy {
             connect_timeout_ms: default_connect_timeout_ms(),
             max_message_bytes: default_max_message_bytes(),
             threads: default_threads(),
+            read_your_writes_ms: default_read_your_writes_ms(),
             tls_cert: None,
             tls_key: None,
         }
@@ -121,6 +136,12 @@ pub(crate) fn validate(proxy: &Proxy) -> Result<(), Problem> {
         600_000,
     )?;
     in_range("proxy.threads", proxy.threads as u64, 1, 256)?;
+    in_range(
+        "proxy.read_your_writes_ms",
+        proxy.read_your_writes_ms,
+        0,
+        600_000,
+    )?;
     match (&proxy.tls_cert, &proxy.tls_key) {
         (Some(_), None) => {
             return Err(Problem {

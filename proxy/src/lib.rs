@@ -23,6 +23,7 @@
 
 mod answers;
 mod frame;
+mod fresh;
 pub mod heartbeat;
 mod params;
 mod relay;

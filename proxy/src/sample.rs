@@ -50,6 +50,14 @@ pub(crate) enum Held {
     /// A pipelined batch of writes run as one: a result per statement, or
     /// up to the first that failed ([`query::run::write_batch`]).
     Batch(Vec<Result<Written, Refused>>),
+    /// The session's writes were awaited in PostgreSQL ([`crate::fresh`]):
+    /// `applied` there, or not within the wait. The statement held is
+    /// forwarded now; `unserved`, a read Schemaless did not answer, says
+    /// why it is not served.
+    Applied {
+        applied: bool,
+        unserved: Option<String>,
+    },
 }
 
 /// What sampling, serving and writing through the facade need, shared
@@ -238,6 +246,65 @@ impl Sampling {
                 );
             }
             Held::Batch(results)
+        })
+    }
+
+    /// The instance's shard count.
+    pub(crate) fn shard_count(&self) -> u32 {
+        self.facade.shard_count()
+    }
+
+    /// Waits on the facade's runtime until PostgreSQL holds each of
+    /// `cells`, the session's writes through the facade
+    /// ([`crate::fresh::applied`]), every 10 ms, at most `within`; then
+    /// answers [`Held::Applied`] (`unserved` passed through).
+    pub(crate) fn applied(
+        &self,
+        mut cells: Vec<schemaless::Cell>,
+        within: std::time::Duration,
+        unserved: Option<String>,
+    ) -> tokio::sync::oneshot::Receiver<Held> {
+        self.background(move |facade, _, model| async move {
+            let tombstones = model.map(|m| m.tombstones.clone()).unwrap_or_default();
+            let deadline = tokio::time::Instant::now() + within;
+            loop {
+                let mut kept = Vec::with_capacity(cells.len());
+                for cell in cells {
+                    match crate::fresh::applied(facade.legacy(), &tombstones, &cell).await {
+                        Ok(true) => {}
+                        Ok(false) => kept.push(cell),
+                        Err(e) => {
+                            tracing::warn!(
+                                "proxy: could not tell whether PostgreSQL holds {} yet: {e}",
+                                cell.key
+                            );
+                            return Held::Applied {
+                                applied: false,
+                                unserved,
+                            };
+                        }
+                    }
+                }
+                cells = kept;
+                if cells.is_empty() {
+                    return Held::Applied {
+                        applied: true,
+                        unserved,
+                    };
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::warn!(
+                        "proxy: a statement is forwarded to PostgreSQL before the reverse mirror \
+                         applied the session's write of {} (waited {within:?}): it may not see it",
+                        cells[0].key
+                    );
+                    return Held::Applied {
+                        applied: false,
+                        unserved,
+                    };
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
         })
     }
 

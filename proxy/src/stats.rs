@@ -10,6 +10,7 @@
 //! | `mezzanine_proxy_served_total{store}` | counter | translatable reads in `shadow`, `primary` and `schemaless` outside a transaction block, by the store that answered: `schemaless`, `postgresql` (the read share, or a plan not served), or `refused` (in `schemaless`, a plan not served) |
 //! | `mezzanine_proxy_writes_total{outcome}` | counter | translatable writes in `primary` and `schemaless` outside a transaction block, run through the facade: `written`, or `failed` with the error PostgreSQL would have raised (a duplicate key, a concurrent update, a value that does not evaluate, Schemaless unavailable) |
 //! | `mezzanine_proxy_write_cells_total` | counter | cells those writes put |
+//! | `mezzanine_proxy_read_your_writes_total{outcome}` | counter | statements forwarded to PostgreSQL in `primary` after the session's writes through the facade, by whether the reverse mirror had `applied` them first or the wait `timed_out` (`proxy.read_your_writes_ms`) |
 //! | `mezzanine_proxy_samples_total{outcome}` | counter | translatable reads sampled: `drawn`, then `offered` to the verifier or `failed` (values that did not evaluate, PostgreSQL unreachable); `params_not_read` drawn but not sampled (a NULL or binary parameter not read) |
 //!
 //! What the verifier made of the samples is in its own metrics
@@ -123,6 +124,7 @@ pub struct Stats {
     served: Mutex<BTreeMap<&'static str, u64>>,
     writes: Mutex<BTreeMap<&'static str, u64>>,
     write_cells: AtomicU64,
+    read_your_writes: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// The sampling of translatable reads, in `proxy status`.
@@ -165,6 +167,10 @@ pub struct Status {
     /// `schemaless`): `written` or `failed`, and the cells put.
     pub writes: BTreeMap<&'static str, u64>,
     pub write_cells: u64,
+    /// Statements forwarded to PostgreSQL after the session's writes
+    /// through the facade (in `primary`), by whether those were `applied`
+    /// there first or the wait `timed_out`.
+    pub read_your_writes: BTreeMap<&'static str, u64>,
     pub sampling: Sampling,
 }
 
@@ -211,6 +217,15 @@ impl Stats {
         }
     }
 
+    /// A statement forwarded after the session's writes were awaited:
+    /// `applied` in PostgreSQL, or not within the wait.
+    pub fn read_your_writes(&self, applied: bool) {
+        let outcome = if applied { "applied" } else { "timed_out" };
+        metrics::counter!("mezzanine_proxy_read_your_writes_total", "outcome" => outcome)
+            .increment(1);
+        *lock(&self.read_your_writes).entry(outcome).or_default() += 1;
+    }
+
     pub fn sample_reads(&self, n: u64) {
         self.sample_reads.fetch_add(n, Ordering::Relaxed);
     }
@@ -252,6 +267,7 @@ impl Stats {
             served: lock(&self.served).clone(),
             writes: lock(&self.writes).clone(),
             write_cells: self.write_cells.load(Ordering::Relaxed),
+            read_your_writes: lock(&self.read_your_writes).clone(),
             sampling: Sampling {
                 statements: lock(&self.samples).clone(),
                 cell_reads: self.sample_reads.load(Ordering::Relaxed),

@@ -446,8 +446,89 @@ pub(crate) async fn primary_without_reverse() -> (LegacyDb, TripStore, tempfile:
     let config = config::Config::parse(&text, "no-reverse.toml").unwrap();
     let facade = TripStore::connect(&config).await.unwrap();
     crate::worker::forced(&facade, Mode::Primary).await;
-    let file = config_file(&format!("{text}\n[proxy]\n"));
+    // Nothing applies the facade's writes to PostgreSQL: a statement
+    // forwarded after one does not wait for them.
+    let file = config_file(&format!("{text}\n[proxy]\nread_your_writes_ms = 0\n"));
     (db, facade, file)
+}
+
+/// In `primary` a write through the facade reaches PostgreSQL only when
+/// the reverse mirror applies it (here every second). A statement the
+/// proxy forwards there after it, in the same session (a `count(*)`,
+/// which the cell API cannot answer, or a transaction block), waits for
+/// that, so the app reads what it wrote: the row inserted, updated,
+/// deleted. Without a reverse mirror to wait for, the wait ends at
+/// `proxy.read_your_writes_ms` and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_primary_a_statement_forwarded_after_a_write_sees_it() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let text = format!("{}\n[mirror]\nreverse_poll_ms = 1000\n", db.config_text);
+    let config = config::Config::parse(&text, "slow-reverse.toml").unwrap();
+    let facade = TripStore::connect(&config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    let file = config_file(&format!("{text}\n[proxy]\n"));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let (k, again) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let count = |cond: &str| format!("SELECT count(*) FROM trips WHERE uuid = '{k}'{cond};\n");
+    let script = format!(
+        "\\set ON_ERROR_STOP 1\n{};\n{}\
+         UPDATE trips SET status = 'moved', version = version + 1 WHERE uuid = '{k}';\n\
+         BEGIN;\n{}COMMIT;\n\
+         DELETE FROM trips WHERE uuid = '{k}';\n{}{};\nSELECT * FROM trips WHERE uuid = '{again}';\n",
+        trip(k),
+        count(""),
+        count(" AND status = 'moved'"),
+        count(""),
+        trip(again),
+    );
+    let (ok, out, err) = psql(&proxy.url(&db), &script);
+    assert!(ok, "{out}{err}");
+    let counts: Vec<&str> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.parse::<u64>().is_ok())
+        .collect();
+    assert_eq!(counts, ["1", "1", "0"], "{out}");
+    // A translatable read the proxy does not serve (a `*` stands for
+    // columns the layout may not map) is forwarded after the wait too.
+    assert!(out.trim_end().ends_with("(1 row)"), "{out}");
+    assert_eq!(
+        proxy.status()["read_your_writes"],
+        serde_json::json!({"applied": 4}),
+        "{}",
+        proxy.status()
+    );
+    drop(proxy);
+    facade.close().await;
+
+    // No reverse mirror: the statement goes on after the wait, and is
+    // counted as not waited out.
+    let (db, _facade, _) = primary_without_reverse().await;
+    let text = format!(
+        "{}\n[mirror]\nreverse_in_app = false\n[proxy]\nread_your_writes_ms = 300\n",
+        db.config_text
+    );
+    let file = config_file(&text);
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let k = uuid::Uuid::new_v4();
+    let started = std::time::Instant::now();
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{};\n{}", trip(k), count_of(k)),
+    );
+    assert!(ok && out.contains("     0"), "{out}{err}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    assert_eq!(
+        proxy.status()["read_your_writes"],
+        serde_json::json!({"timed_out": 1})
+    );
+}
+
+fn count_of(k: uuid::Uuid) -> String {
+    format!("SELECT count(*) FROM trips WHERE uuid = '{k}';\n")
 }
 
 /// An app written before the UUID column (or the version) existed leaves

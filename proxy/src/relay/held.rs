@@ -46,8 +46,25 @@ pub(super) fn settle(
             return serve_held(shared, state, frame, rendering, None, out);
         }
         Ok(Held::Read(Serving::Forward(why))) => why,
-        Ok(Held::Write(Ok(written))) => {
+        Ok(Held::Applied { applied, unserved }) => {
+            shared.stats.read_your_writes(applied);
+            match unserved {
+                Some(why) => why,
+                None => {
+                    state.sent(frame.kind);
+                    out.extend_from_slice(&frame.bytes);
+                    return None;
+                }
+            }
+        }
+        Ok(Held::Write(Ok(mut written))) => {
             shared.stats.write(Some(written.cells));
+            // In `primary` the reverse mirror brings them to PostgreSQL:
+            // the session's next statement forwarded there waits for it.
+            if mode == tripstore::Mode::Primary && shared.settings.read_your_writes_ms > 0 {
+                let shards = shared.sampling.shard_count();
+                state.awaiting(std::mem::take(&mut written.written), shards);
+            }
             serve_held(
                 shared,
                 state,

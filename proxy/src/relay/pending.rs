@@ -59,6 +59,25 @@ impl Pending {
         }
     }
 
+    /// `frame`, held in `mode` until `answer` comes (`read`: a read's
+    /// statement and parameters, to sample it once forwarded).
+    pub(super) fn held(
+        frame: Frame,
+        answer: oneshot::Receiver<Held>,
+        mode: tripstore::Mode,
+        read: Option<(String, Vec<String>)>,
+    ) -> Pending {
+        Pending {
+            frame,
+            answer: Some(answer),
+            mode,
+            read,
+            deferred: None,
+            batch: Vec::new(),
+            checked: false,
+        }
+    }
+
     /// A write of a batch the facade already ran with the batch's first:
     /// its answer, as if it had come now.
     pub(super) fn answered(

@@ -161,17 +161,13 @@ pub(super) fn bind(
         ..
     }) = prepared
     else {
-        state.sent(b'B');
-        out.extend_from_slice(&frame.bytes);
-        return None;
+        return state.forward(shared, frame, out);
     };
     if write && matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless) {
         return bind_write(shared, state, frame, &bind, sql, &types, out);
     }
     if !read {
-        state.sent(b'B');
-        out.extend_from_slice(&frame.bytes);
-        return None;
+        return state.forward(shared, frame, out);
     }
     let params = params_text(
         &types,
@@ -196,8 +192,6 @@ pub(super) fn bind(
         refuse_held(shared, state, frame, &reason, out);
         return None;
     }
-    state.sent(b'B');
-    out.extend_from_slice(&frame.bytes);
     if shared.sampling.wants() {
         match params {
             Some(params) => shared.sampling.sample(
@@ -208,7 +202,7 @@ pub(super) fn bind(
             None => shared.stats.sample(SampleOutcome::ParamsNotRead),
         }
     }
-    None
+    state.forward(shared, frame, out)
 }
 
 /// Holds the `Bind` of a prepared translatable write while the facade
@@ -225,9 +219,7 @@ fn bind_write(
 ) -> Option<Pending> {
     if state.in_transaction() {
         // Forwarded, as every statement in a transaction block is.
-        state.sent(b'B');
-        out.extend_from_slice(&frame.bytes);
-        return None;
+        return state.forward(shared, frame, out);
     }
     let why = if state.answers.lost() {
         UNCOUNTED_WRITE

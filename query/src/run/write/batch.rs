@@ -108,6 +108,7 @@ pub async fn write_batch<S: CellStore>(
                     rendering: writer.rendering(&rows)?,
                     tag: format!("{tag} {}", rows.len()),
                     cells: 0,
+                    written: Vec::new(),
                 })
             })
             .collect();
@@ -137,6 +138,7 @@ pub async fn write_batch<S: CellStore>(
         rows_before += rows;
     }
     let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
+    let all = cells.clone();
     let (put, failure) = put_all(store, limits, cells, &skippable).await;
     let mut results: Vec<Result<Written, Refused>> = Vec::with_capacity(writers.len());
     let mut at = 0;
@@ -148,9 +150,15 @@ pub async fn write_batch<S: CellStore>(
             })));
             break;
         };
+        let written = all[at..end]
+            .iter()
+            .zip(put)
+            .filter(|(_, r)| matches!(r, Ok(schemaless::WriteOutcome::Written)))
+            .map(|(c, _)| c.clone())
+            .collect();
         let answered = writer
             .outcome(&staged, &keys[at..end], put)
-            .and_then(|kept| writer.answer(rows, &kept, end - at, tag));
+            .and_then(|kept| writer.answer(rows, &kept, (end - at, written), tag));
         let failed = answered.is_err();
         results.push(answered);
         if failed {

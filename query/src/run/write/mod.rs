@@ -78,6 +78,11 @@ pub struct Written {
     pub tag: String,
     /// Cells put.
     pub cells: usize,
+    /// The cells the store took as new (`Written`): what the reverse
+    /// mirror is to apply to PostgreSQL in `primary`, which a proxy
+    /// session waits for before it forwards a statement there (its own
+    /// writes read back).
+    pub written: Vec<Cell>,
 }
 
 /// A write refused or failed, as PostgreSQL would raise it.
@@ -215,7 +220,7 @@ impl<S: CellStore> Writer<'_, S> {
         &self,
         rows: Vec<Vec<Value>>,
         kept: &[bool],
-        cells: usize,
+        (cells, written): (usize, Vec<Cell>),
         tag: &str,
     ) -> Result<Written, Refused> {
         let rows: Vec<Vec<Value>> = rows
@@ -228,6 +233,7 @@ impl<S: CellStore> Writer<'_, S> {
             rendering: self.rendering(&rows)?,
             tag: format!("{tag} {}", rows.len()),
             cells,
+            written,
         })
     }
 

@@ -148,6 +148,12 @@ async fn every_read_shape_answers_as_postgresql_does_served_or_forwarded() {
         (format!("SELECT t.uuid, n.body FROM trips t LEFT JOIN trip_notes n ON n.trip_id = t.id WHERE t.uuid = '{bare}'"), true),
         (format!("SELECT t.uuid, n.body FROM trips t LEFT JOIN trip_notes n ON t.id = n.trip_id WHERE t.uuid IN ('{k1}', '{bare}') ORDER BY t.uuid, n.seq"), true),
         (format!("SELECT n.body FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = '{k1}' ORDER BY n.seq DESC LIMIT 1"), true),
+        // ORDER BY a position, or an output column's name (one an input
+        // column's name too: the output's wins, as in PostgreSQL).
+        (format!("SELECT n.seq, n.body FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = '{k1}' ORDER BY 1 DESC"), true),
+        (format!("SELECT n.body AS seq, n.seq AS body FROM trip_notes n JOIN trips t ON t.id = n.trip_id WHERE t.uuid = '{k1}' ORDER BY seq"), true),
+        (format!("SELECT uuid, requested_at AS at FROM trips WHERE driver_uuid = '{driver}' ORDER BY at DESC LIMIT 3"), true),
+        (format!("SELECT uuid, requested_at FROM trips WHERE driver_uuid = '{driver}' ORDER BY 2 LIMIT 2"), true),
         (format!("SELECT uuid, requested_at FROM trips WHERE driver_uuid = '{driver}' ORDER BY requested_at DESC LIMIT 5"), true),
         (format!("SELECT uuid, requested_at FROM trips WHERE driver_uuid = '{driver}' ORDER BY requested_at, uuid"), true),
         (format!("SELECT uuid, status FROM trips WHERE driver_uuid = '{driver}'"), false),

@@ -12,7 +12,7 @@ use sqlparser::ast::{
 };
 
 use crate::expr::{aggregate_in, cond, conjuncts, over_columns, subquery_in, Col, Cond, Scope};
-use crate::model::{Model, Source, Table};
+use crate::model::{folded, Model, Source, Table};
 mod index;
 mod project;
 mod row;
@@ -58,10 +58,48 @@ pub fn plan(model: &Model, query: &Query) -> Result<Plan, String> {
         Some(OrderByKind::All(_)) => return Err("ORDER BY ALL: name the field".to_string()),
         Some(OrderByKind::Expressions(exprs)) => exprs
             .iter()
-            .map(|e| (&e.expr, matches!(e.options.sort, Some(OrderBySort::Desc))))
+            .map(|e| {
+                (
+                    output_named(select, &e.expr),
+                    matches!(e.options.sort, Some(OrderBySort::Desc)),
+                )
+            })
             .collect(),
     };
     SelectPlan::new(model, select)?.plan(&order, limit, offset)
+}
+
+/// What an ORDER BY item orders by, as PostgreSQL reads it: a position
+/// (`ORDER BY 2`) or a bare name of an output column (`ORDER BY total`
+/// after `fare * 2 AS total`) is that select item's expression; anything
+/// else is itself.
+fn output_named<'a>(select: &'a Select, expr: &'a Expr) -> &'a Expr {
+    let item = |i: usize| match select.projection.get(i) {
+        Some(SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) => Some(e),
+        _ => None,
+    };
+    match expr {
+        Expr::Value(v) => match &v.value {
+            sqlparser::ast::Value::Number(n, _) => n
+                .parse::<usize>()
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .and_then(item)
+                .unwrap_or(expr),
+            _ => expr,
+        },
+        Expr::Identifier(name) => select
+            .projection
+            .iter()
+            .find_map(|p| match p {
+                SelectItem::ExprWithAlias { expr, alias } if folded(alias) == folded(name) => {
+                    Some(expr)
+                }
+                _ => None,
+            })
+            .unwrap_or(expr),
+        _ => expr,
+    }
 }
 
 fn kind_of(body: &SetExpr) -> &'static str {

@@ -29,6 +29,12 @@ pub const TRIPS: &[Case] = &[
     ("SELECT 1 AS one FROM trips WHERE uuid = $1", Class::Row, "get_cell_latest(row = $1, BASE)"),
     ("  -- Django: Trip.objects.get(uuid=...)\n SELECT \"trips\".\"uuid\", \"trips\".\"status\" FROM \"trips\" WHERE \"trips\".\"uuid\" = 'a1b2c3d4-0000-0000-0000-000000000000'::uuid LIMIT 21", Class::Row, "limit in the app: 21"),
     // --- index: trips_by_driver (driver_uuid; requested_at, city_id, status) ---
+    // ORDER BY a position or an output column's name, as PostgreSQL reads
+    // it: that select item.
+    ("SELECT n.seq, n.body FROM trip_notes n JOIN trips t ON n.trip_id = t.id WHERE t.uuid = $1 ORDER BY 1 DESC", Class::Row, "sort in the app: n.seq desc"),
+    ("SELECT uuid, requested_at AS at FROM trips WHERE driver_uuid = $1 ORDER BY at DESC LIMIT 20", Class::Index, "order by requested_at desc, limit 20"),
+    ("SELECT uuid, requested_at FROM trips WHERE driver_uuid = $1 ORDER BY 2 LIMIT 20", Class::Index, "order by requested_at, limit 20"),
+    ("SELECT uuid FROM trips WHERE uuid = $1 ORDER BY 2", Class::None, "orders by the expression 2"),
     ("SELECT uuid, requested_at FROM trips WHERE driver_uuid = $1 AND requested_at >= $2 ORDER BY requested_at DESC LIMIT 20", Class::Index, "query_index(trips_by_driver, driver_uuid = $1, requested_at >= $2, order by requested_at desc, limit 20)"),
     ("SELECT trips.uuid, trips.status FROM trips WHERE trips.driver_uuid = $1 ORDER BY trips.requested_at LIMIT $2", Class::Index, "order by requested_at, limit $2"),
     ("SELECT * FROM trips WHERE driver_uuid = $1 ORDER BY requested_at DESC LIMIT 20", Class::Index, "get_cell_latest(row, BASE) per entry"),

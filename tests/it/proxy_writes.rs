@@ -797,6 +797,55 @@ async fn one_key_twice_in_an_insert_fails_or_is_skipped_as_postgresql_does() {
     facade.close().await;
 }
 
+/// An UPDATE that sets the version to the row's own (with other values)
+/// or below it cannot be a new cell past the latest: the first could
+/// never be written (a retry fails the same way), the second would be
+/// written and hidden, the UPDATE counted and its values lost. Both are
+/// refused (`0A000`, saying why), nothing written; the same values at
+/// the same version are the cell itself again (`UPDATE 1`, as PostgreSQL
+/// answers an UPDATE that changes nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_to_the_rows_own_version_or_an_older_one_is_refused_not_lost() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let k = uuid::Uuid::new_v4();
+    let run = |sql: String| psql(&url, &format!("\\set ON_ERROR_STOP 1\n{sql};\n"));
+    let (ok, out, err) = run(trip(k));
+    assert!(ok, "{out}{err}");
+    let set = |version: i64, status: &str| {
+        format!("UPDATE trips SET version = {version}, status = '{status}' WHERE uuid = '{k}'")
+    };
+    let (ok, out, err) = run(set(3, "three"));
+    assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
+    for (version, says) in [
+        (3, "which is the row's latest"),
+        (2, "below the row's latest"),
+    ] {
+        let (ok, _, err) = run(set(version, "other"));
+        assert!(
+            !ok && err.contains("0A000") && err.contains(says) && err.contains("version + 1"),
+            "{version}: {err}"
+        );
+    }
+    let (ok, out, err) = run(set(3, "three"));
+    assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
+    assert_eq!(version(&facade, k).await, 3);
+    let latest = latest(&facade, k, "BASE").await.unwrap();
+    assert_eq!(latest.cell.body.fields()["status"], "three");
+    let older = schemaless::CellKey {
+        row_key: RowKey::from(k),
+        column: Column::new("BASE").unwrap(),
+        ref_key: schemaless::RefKey::new(2).unwrap(),
+    };
+    assert!(facade
+        .get_cell(&older, ReadFrom::Master)
+        .await
+        .unwrap()
+        .is_none());
+    facade.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_updates_of_one_row_lose_no_acknowledged_version() {
     let (db, facade, file) = primary().await;

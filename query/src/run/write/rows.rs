@@ -329,11 +329,48 @@ impl<S: CellStore> Writer<'_, S> {
         for (i, c) in self.cols.iter().enumerate() {
             if let Kind::RefKey(column) = c.kind {
                 if targets.iter().any(|(at, _)| *at == i) {
-                    cells.push(self.cell(key, column, i, &new)?);
+                    let cell = self.cell(key, column, i, &new)?;
+                    self.past_latest(&cell, latest[column].as_ref(), &c.sql)?;
+                    cells.push(cell);
                 }
             }
         }
         Ok(Some((new, cells)))
+    }
+
+    /// An UPDATE's cell must be a version past the row's latest (the one
+    /// the UPDATE read), or that very cell again. At the latest's ref key
+    /// with other values it could never be written (a cell is never
+    /// changed; trying again would fail the same way); below it, it would
+    /// be written and then hidden by the latest, the UPDATE counted and
+    /// its values lost. PostgreSQL would have taken either: refused as
+    /// the cell API cannot express it. (A version written by another
+    /// writer after the read is a concurrent update: `40001`, see
+    /// [`Writer::outcome`].)
+    fn past_latest(
+        &self,
+        cell: &Cell,
+        latest: Option<&StoredCell>,
+        ref_column: &str,
+    ) -> Result<(), Refused> {
+        let Some(latest) = latest else {
+            return Ok(());
+        };
+        let (new, old) = (cell.key.ref_key.get(), latest.cell.key.ref_key.get());
+        if new > old || (new == old && cell.body == latest.cell.body) {
+            return Ok(());
+        }
+        Err(Refused::new(
+            "0A000",
+            format!(
+                "sets {ref_column} to {new}, {} the row's latest version {old} of Schemaless \
+                 column {}: a cell is never changed, so the values would be lost; write a new \
+                 version ({ref_column} = {ref_column} + 1)",
+                if new == old { "which is" } else { "below" },
+                cell.key.column
+            ),
+        )
+        .of_row(cell.key.row_key))
     }
 
     /// Row `new` with its generated columns computed over the others, as

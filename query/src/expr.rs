@@ -196,6 +196,27 @@ pub fn is_value(expr: &Expr) -> bool {
     .is_continue()
 }
 
+/// The names of the columns `expr` reads (each identifier's last part,
+/// folded as PostgreSQL folds it), in order; a function's argument names
+/// are not columns.
+pub fn column_names_in(expr: &Expr) -> Vec<String> {
+    let names = argument_names(expr);
+    let mut columns = Vec::new();
+    let _ = visit_expressions(expr, |e| {
+        if !names.contains(&(e as *const Expr)) {
+            match e {
+                Expr::Identifier(i) => columns.push(folded(i)),
+                Expr::CompoundIdentifier(parts) => {
+                    columns.extend(parts.last().map(folded));
+                }
+                _ => {}
+            }
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    columns
+}
+
 /// The expressions in `expr` that name a function's arguments (`secs` in
 /// `make_interval(secs => 5)`): sqlparser keeps them as expressions, so a
 /// walk over the tree meets them as identifiers, but they are words of

@@ -797,6 +797,39 @@ async fn one_key_twice_in_an_insert_fails_or_is_skipped_as_postgresql_does() {
     facade.close().await;
 }
 
+/// RETURNING expressions over the written row's columns are evaluated
+/// as PostgreSQL evaluates them over the row it wrote: the same output,
+/// names, types and all, as the same statements run directly; UPDATE's
+/// over the new version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_expressions_answer_as_postgresql_does() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let returning = " RETURNING fare * 2 AS twice, upper(status), uuid IS NOT NULL, \
+                     requested_at AT TIME ZONE 'UTC' AS at, version + 0.5";
+    let mut outputs = Vec::new();
+    for url in [proxy.url(&db), direct] {
+        let k = uuid::Uuid::new_v4();
+        let script = format!(
+            "\\set ON_ERROR_STOP 1\n{}{returning};\n\
+             UPDATE trips SET fare = fare + 1, version = version + 1 WHERE uuid = '{k}'{returning};\n",
+            trip(k)
+        );
+        let (ok, out, err) = psql(&url, &script);
+        assert!(ok, "{url}: {out}{err}");
+        outputs.push(out);
+    }
+    assert_eq!(outputs[0], outputs[1]);
+    assert!(
+        outputs[0].contains("REQUESTED") && outputs[0].contains("27.00"),
+        "{}",
+        outputs[0]
+    );
+    assert_eq!(proxy.status()["writes"]["written"], 2);
+    facade.close().await;
+}
+
 /// An UPDATE that sets the version to the row's own (with other values)
 /// or below it cannot be a new cell past the latest: the first could
 /// never be written (a retry fails the same way), the second would be

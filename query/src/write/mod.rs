@@ -10,7 +10,9 @@ use sqlparser::ast::{
     OnConflictAction, OnInsert, Query, SelectItem, SetExpr, TableObject, Update,
 };
 
-use crate::expr::{cond, conjuncts, is_value, strip, value_text, Col, Cond, Scope};
+use crate::expr::{
+    column_names_in, cond, conjuncts, is_value, strip, subquery_in, value_text, Col, Cond, Scope,
+};
 use crate::model::{folded, Model, Source, Table};
 use crate::plan::{Inserted, Keys, OnConflict, Plan, Put, Rows, Write};
 
@@ -122,25 +124,34 @@ fn check_returning(
                 ))
             }
         };
-        let column = match strip(expr) {
-            Expr::Identifier(i) => folded(i),
-            Expr::CompoundIdentifier(parts) => parts.last().map(folded).unwrap_or_default(),
-            _ if is_value(expr) => continue,
-            other => return Err(format!("RETURNING {other}: compute it in the app")),
-        };
-        match model.source(table, &column) {
-            Source::IntegerId => {
-                return Err(format!(
-                    "RETURNING {name}.{column}, the integer id, which no cell holds: the app \
-                     knows the UUID it wrote; use it instead"
-                ))
+        // An expression is evaluated over the written rows' values, as
+        // PostgreSQL evaluates it over the rows it wrote: every column it
+        // reads must be one the cells hold, and it may read no table (a
+        // subquery would read PostgreSQL's, which lag the facade's
+        // writes).
+        if is_value(expr) {
+            continue;
+        }
+        if let Some(subquery) = subquery_in(expr) {
+            return Err(format!(
+                "RETURNING {expr} reads the tables ({subquery}): compute it in the app"
+            ));
+        }
+        for column in column_names_in(expr) {
+            match model.source(table, &column) {
+                Source::IntegerId => {
+                    return Err(format!(
+                        "RETURNING {name}.{column}, the integer id, which no cell holds: the \
+                         app knows the UUID it wrote; use it instead"
+                    ))
+                }
+                Source::Unmapped => {
+                    return Err(format!(
+                        "RETURNING {name}.{column}, which the layout does not map"
+                    ))
+                }
+                _ => {}
             }
-            Source::Unmapped => {
-                return Err(format!(
-                    "RETURNING {name}.{column}, which the layout does not map"
-                ))
-            }
-            _ => {}
         }
     }
     Ok(())

@@ -97,6 +97,12 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) WHERE status <> 'x' DO NOTHING", Class::None, "a partial index's conflict"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ((SELECT id FROM trips WHERE uuid = $1), $2, $3, $4) ON CONFLICT (seq) DO NOTHING", Class::None, "on trip_notes: a cell put reports a conflict on the row's key alone, (seq, trip_id)"),
     ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) RETURNING id", Class::None, "RETURNING trips.id"),
+    // RETURNING expressions over the cells' columns are evaluated over the
+    // rows written; one reading the integer id or a table is not.
+    ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3) RETURNING fare * 2 AS twice, upper(status), uuid IS NOT NULL", Class::Write, "put_cell(row = $1, BASE"),
+    ("UPDATE trips SET fare = fare + 1, version = version + 1 WHERE uuid = $1 RETURNING coalesce(trips.fare, 0) - 1", Class::Write, "put_cell(row = $1, BASE"),
+    ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING id + 1", Class::None, "RETURNING trips.id, the integer id"),
+    ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING (SELECT count(*) FROM trips)", Class::None, "reads the tables"),
     // A column not given, or given DEFAULT, gets its default when the row
     // is evaluated: the ref key's and the UUID's too (PostgreSQL's
     // gen_random_uuid() is the row key), as an app that predates the

@@ -73,7 +73,7 @@ pub fn plan(model: &Model, query: &Query) -> Result<Plan, String> {
 /// (`ORDER BY 2`) or a bare name of an output column (`ORDER BY total`
 /// after `fare * 2 AS total`) is that select item's expression; anything
 /// else is itself.
-fn output_named<'a>(select: &'a Select, expr: &'a Expr) -> &'a Expr {
+pub(crate) fn output_named<'a>(select: &'a Select, expr: &'a Expr) -> &'a Expr {
     let item = |i: usize| match select.projection.get(i) {
         Some(SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. }) => Some(e),
         _ => None,

@@ -128,6 +128,9 @@ pub async fn run(
         let postgres = postgres_rows(&legacy, &statement, outputs, order).await?;
         let eval = Evaluator::own(&legacy);
         let schemaless = match &plan {
+            Plan::Rows(read) if ordered_by_sql => {
+                sorted_as(&postgres, row_reads(&eval, &store, read).await?)
+            }
             Plan::Rows(read) => row_reads(&eval, &store, read).await?,
             Plan::Index(read) => index_reads(&eval, &store, read).await?,
             Plan::Write(_) => unreachable!("writes are refused above"),
@@ -202,6 +205,22 @@ fn bind_parsed(statement: &mut Statement, params: &[Option<String>]) -> Result<(
         )));
     }
     Ok(())
+}
+
+/// A row read's rows sorted as its plan's app step sorts them (`sort in
+/// the app`): by their ORDER BY values, in the order PostgreSQL gave the
+/// same values (its collation and NULL placement, which an app sorting
+/// with the database's rules follows). Values PostgreSQL did not return
+/// come last, and show as a difference.
+fn sorted_as(postgres: &[Row], mut rows: Vec<Row>) -> Vec<Row> {
+    let rank = |row: &Row| {
+        postgres
+            .iter()
+            .position(|p| p.order == row.order)
+            .unwrap_or(usize::MAX)
+    };
+    rows.sort_by_cached_key(rank);
+    rows
 }
 
 /// What differs between the two answers. With an ORDER BY the rows are

@@ -89,6 +89,16 @@ pub(super) async fn postgres_rows(
     let SetExpr::Select(select) = query.body.as_mut() else {
         return Err(untranslatable("not a plain SELECT"));
     };
+    // An ORDER BY naming a select item (by position or output name) names
+    // the app's, which the projection below replaces: the item's own
+    // expression instead.
+    if let Some(sqlparser::ast::OrderByKind::Expressions(items)) =
+        query.order_by.as_mut().map(|o| &mut o.kind)
+    {
+        for item in items {
+            item.expr = crate::read::output_named(select, &item.expr).clone();
+        }
+    }
     select.projection = projection;
     let sql = format!("/* mezzanine */ {statement}");
     let rows: Vec<sqlx::postgres::PgRow> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))

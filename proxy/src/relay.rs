@@ -166,9 +166,9 @@ impl State {
     }
 
     /// `frame`, a `Query` or `Bind` to be forwarded to PostgreSQL, held
-    /// until the session's writes are there (`None`: none are pending;
-    /// forward it now). `unserved`: a read Schemaless did not answer, and
-    /// why.
+    /// until the session's writes are there; given back (`Err`) when none
+    /// are pending, to be forwarded now. `unserved`: a read Schemaless did
+    /// not answer, and why.
     fn await_writes(
         &mut self,
         shared: &Shared,

@@ -367,8 +367,8 @@ fn source_rows<'a>(
 /// UUID column's default, which PostgreSQL evaluates as it would for the
 /// INSERT) and its puts. A column not given, or given `DEFAULT`, gets
 /// its default when the row is evaluated: the ref key's too (`version
-/// bigint NOT NULL DEFAULT 1`), and none is a null, refused there as
-/// PostgreSQL refuses it.
+/// bigint NOT NULL DEFAULT 1`). A column without a default is null, and
+/// a null key or ref key is refused there as PostgreSQL refuses it.
 fn row_puts<'a>(
     model: &Model,
     table: Table,

@@ -102,12 +102,11 @@ mod tests {
         let client = TcpStream::connect(server.local_addr().unwrap()).unwrap();
         let port = client.local_addr().unwrap().port();
         let (accepted, _) = server.accept().unwrap();
-        // The client closes first: its side ends in TIME-WAIT once the
-        // server's FIN comes, for a minute.
+        // The client closes first: its side waits for the server's FIN
+        // (FIN-WAIT), then stays in TIME-WAIT for a minute, its port held
+        // throughout.
         drop(client);
-        std::thread::sleep(Duration::from_millis(50));
         drop(accepted);
-        std::thread::sleep(Duration::from_millis(50));
         assert_eq!(probe(port), PortState::Held);
     }
 

@@ -151,7 +151,13 @@ async fn audit(config: &config::Config, model: &Model, args: AuditArgs) -> anyho
             .map_err(|e| crate::UsageError(e.to_string()))?;
         let pool = legacy::connection::pool(legacy)?;
         let statements = legacy::statements::read(&pool, args.min_calls).await;
+        // The database at hand says where an INSERT's values go when it
+        // lists no columns.
+        let known = query::run::column_orders(&pool, model)
+            .await
+            .map(|orders| model.clone().with_column_orders(orders));
         pool.close().await;
+        let model = known.as_ref().unwrap_or(model);
         for s in statements? {
             if !args.include_own && audit::is_own(&s.query) {
                 continue;

@@ -92,13 +92,22 @@ pub async fn run(args: ServeArgs, config_path: &Path) -> anyhow::Result<()> {
     mirror::schema::ensure(&pool).await?;
     backfill::plan::ensure_tables(&pool).await?;
     verifier::store::ensure(&pool).await?;
+    // The inventory reads an INSERT that lists no columns by the tables'
+    // column order, when the catalog gives it.
+    let model = match query::Model::from_config(&config) {
+        Some(m) => Some(match query::run::column_orders(&pool, &m).await {
+            Ok(orders) => m.with_column_orders(orders),
+            Err(_) => m,
+        }),
+        None => None,
+    };
     let dashboard = Arc::new(Dashboard {
         pool,
         legacy,
         capture: config.capture.clone(),
         refresh_ms: args.refresh_ms.max(200),
         coverage: Mutex::new((None, Vec::new())),
-        model: query::Model::from_config(&config),
+        model,
         inventory: Mutex::new(Inventory::default()),
     });
     let cancel = CancellationToken::new();

@@ -123,7 +123,24 @@ impl Proxy {
             })
             .unwrap_or_default();
         let settings = config.proxy.clone();
-        let model = query::Model::from_config(config).map(Arc::new);
+        let mut model = query::Model::from_config(config);
+        // Read once, as the columns' types are: the target columns of an
+        // INSERT that lists none.
+        if let Some(m) = model.take() {
+            model = Some(
+                match query::run::column_orders(facade.legacy().pool(), &m).await {
+                    Ok(orders) => m.with_column_orders(orders),
+                    Err(e) => {
+                        tracing::warn!(
+                            "proxy: the layout tables' column order not read ({e}): an INSERT \
+                             that lists no columns is untranslatable"
+                        );
+                        m
+                    }
+                },
+            );
+        }
+        let model = model.map(Arc::new);
         // Read once: a layout column of an extension's type exists when
         // the facade connects, and so does the type.
         let extensions = params::Extensions::read(facade.legacy().pool())

@@ -4,6 +4,8 @@
 //! Everything here comes from `[layout]` and `[[index]]`; no table or
 //! column name is known to the code.
 
+use std::collections::BTreeMap;
+
 use config::{ColumnKind, Config, Index, Layout, LayoutColumn};
 use sqlparser::ast::{Ident, ObjectName, ObjectNamePart};
 
@@ -46,6 +48,13 @@ pub struct Model {
     /// temporary table of the same name), only a qualified name
     /// (`public.trips`) is the layout's ([`Model::qualified_only`]).
     pub bare_names: bool,
+    /// Each layout table's columns in PostgreSQL's order (`attnum`), by
+    /// the table's name as the config spells it: the target columns of an
+    /// INSERT that lists none. Read from the catalog by whoever holds a
+    /// connection ([`crate::run::column_orders`]: the proxy, the
+    /// dashboard's inventory, `query audit --from-pg-stat-statements`);
+    /// empty when nobody did, and such an INSERT is then untranslatable.
+    pub column_orders: BTreeMap<String, Vec<String>>,
 }
 
 impl Model {
@@ -56,7 +65,23 @@ impl Model {
             indexes: config.indexes.clone(),
             tombstones: config.capture.tombstone_column.clone(),
             bare_names: true,
+            column_orders: BTreeMap::new(),
         })
+    }
+
+    /// The same model, knowing each table's column order.
+    pub fn with_column_orders(self, column_orders: BTreeMap<String, Vec<String>>) -> Model {
+        Model {
+            column_orders,
+            ..self
+        }
+    }
+
+    /// `table`'s columns in PostgreSQL's order, if read.
+    pub fn column_order(&self, table: Table) -> Option<&[String]> {
+        self.column_orders
+            .get(self.table_name(table))
+            .map(Vec::as_slice)
     }
 
     /// The same model for a session whose `search_path` finds other

@@ -366,3 +366,49 @@ fn a_left_joins_on_names_no_rows_of_the_result() {
                  ON l.order_no = o.order_no AND o.public_id = $1";
     assert_eq!(analyze(&model, inner).class, Class::Row);
 }
+
+#[test]
+fn an_insert_listing_no_columns_takes_the_tables_first_columns_in_the_catalogs_order() {
+    let order = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let model = shop().with_column_orders(
+        [
+            (
+                "orders".to_string(),
+                order(&[
+                    "order_no",
+                    "public_id",
+                    "rev",
+                    "state",
+                    "customer_ref",
+                    "total_cents",
+                    "note",
+                ]),
+            ),
+            (
+                "order_lines".to_string(),
+                order(&["order_no", "line_no", "sku", "qty", "price"]),
+            ),
+        ]
+        .into(),
+    );
+    check(
+        &model,
+        &[
+            // The first columns, as many as the row has values: total and
+            // the unmapped note left to their defaults.
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2)", Class::Write, "put_cell(row = $1, HEADER, ref_key = 1, {customer: $2, placed: default, state: 'open', total: default})"),
+            ("INSERT INTO sales.orders VALUES (DEFAULT, $1, 2, 'paid', $2, 500), (DEFAULT, $3, 1, 'open', $4, 7)", Class::Write, "put_cell(row = $3, HEADER, ref_key = 1, {customer: $4, placed: default, state: 'open', total: 7})"),
+            ("INSERT INTO order_lines VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, 'a note')", Class::None, "writes orders.note, which the layout does not map"),
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, DEFAULT, 8)", Class::None, "INSERT has more expressions than target columns: 8 values for the 7 columns of orders"),
+            ("INSERT INTO orders VALUES (41, $1, 1)", Class::None, "gives orders.order_no = 41, the integer id"),
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1), (DEFAULT, $2)", Class::None, "a VALUES row of 2 values for 3 columns"),
+        ],
+    );
+    // Without the catalog's order, the same INSERT says how to make it
+    // translatable.
+    check(
+        &shop(),
+        &[("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2)", Class::None, "which only the database's catalog says (the proxy reads it when it starts): list the columns")],
+    );
+}

@@ -1505,3 +1505,113 @@ async fn a_session_without_standard_strings_is_not_written_through_the_facade() 
     assert!(latest(&facade, on, "BASE").await.is_some(), "written");
     facade.close().await;
 }
+
+/// An INSERT that lists no columns gives the table's first columns, in
+/// the catalog's order (not the config's, nor the CREATE's once a column
+/// was dropped and added again), as many as each row has values: the
+/// proxy writes the same cell PostgreSQL's row reads as. A value for the
+/// integer id, which no cell holds, is refused rather than acknowledged
+/// and then not the row's.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_insert_listing_no_columns_writes_each_value_to_the_column_at_its_place() {
+    let (db, facade, file) = primary().await;
+    // Order now: id, uuid, driver_uuid, rider_uuid, city_id, status, fare,
+    // currency, distance_km, requested_at, version, promo, completed_at.
+    sqlx::raw_sql(
+        "ALTER TABLE trips DROP COLUMN completed_at; ALTER TABLE trips ADD COLUMN promo text; \
+         ALTER TABLE trips ADD COLUMN completed_at timestamptz",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let legacy = db.store().await;
+    let whole = |k: uuid::Uuid| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO trips VALUES (DEFAULT, '{k}', \
+             '6f1c1a0e-0000-4000-8000-000000000001', '6f1c1a0e-0000-4000-8000-000000000002', 7, \
+             'completed', 12.5, 'EUR', 0.1, '2026-12-03 10:00:00+02', 3, DEFAULT, \
+             '2026-12-03 11:30:00+02') RETURNING status, fare, version, completed_at;\n"
+        )
+    };
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let (ok, through, err) = psql(&url, &whole(k));
+    assert!(ok && through.contains("(1 row)"), "{through}{err}");
+    let (ok, straight, err) = psql(&direct, &whole(d));
+    assert!(ok, "{straight}{err}");
+    assert_eq!(through, straight, "RETURNING answers as PostgreSQL does");
+    let written = latest(&facade, k, "BASE").await.expect("written");
+    let expected = latest(&legacy, d, "BASE").await.expect("the direct row");
+    assert_eq!(written.cell.key.ref_key.get(), 3);
+    assert_eq!(written.cell.body, expected.cell.body);
+    assert_ne!(
+        written.cell.body.fields()["completed_at"],
+        serde_json::Value::Null,
+        "the last value is completed_at's, where the table has it"
+    );
+    // Fewer values: the first columns, the rest their defaults; two rows.
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let short = format!(
+        "\\set ON_ERROR_STOP 1\nINSERT INTO public.trips VALUES (DEFAULT, '{a}', \
+         '6f1c1a0e-0000-4000-8000-000000000001', '6f1c1a0e-0000-4000-8000-000000000002', 7, \
+         'requested', NULL, 'USD', NULL, '2026-12-03 10:00:00+00'), (DEFAULT, '{b}', \
+         '6f1c1a0e-0000-4000-8000-000000000001', '6f1c1a0e-0000-4000-8000-000000000002', 8, \
+         'requested', 3, 'USD', NULL, '2026-12-03 10:00:00+00');\n"
+    );
+    let (ok, out, err) = psql(&url, &short);
+    assert!(ok && out.trim() == "INSERT 0 2", "{out}{err}");
+    for (key, city) in [(a, 7), (b, 8)] {
+        let cell = latest(&facade, key, "BASE").await.expect("written");
+        assert_eq!(cell.cell.key.ref_key.get(), 1, "version's default");
+        assert_eq!(cell.cell.body.fields()["city_id"], city);
+        assert_eq!(cell.cell.body.fields()["currency"], "USD");
+        assert_eq!(
+            cell.cell.body.fields()["completed_at"],
+            serde_json::Value::Null
+        );
+    }
+    // The reverse mirror writes PostgreSQL's rows: each value where the
+    // app put it.
+    crate::proxy::wait_for(|| {
+        let (_, out, _) = psql(
+            &direct,
+            &format!(
+                "SELECT status, version, completed_at IS NOT NULL FROM trips WHERE uuid = '{k}';\n"
+            ),
+        );
+        out.contains("completed |       3 | t").then_some(())
+    });
+
+    // A value for the integer id, named or at its place: refused, nothing
+    // written. DEFAULT there is the sequence's, as above.
+    let named = uuid::Uuid::new_v4();
+    let given = trip(named)
+        .replace("(uuid,", "(id, uuid,")
+        .replace("VALUES (", "VALUES (424242, ");
+    let at_place = whole(named).replace("VALUES (DEFAULT,", "VALUES (424243,");
+    for sql in [format!("\\set ON_ERROR_STOP 1\n{given};\n"), at_place] {
+        let (ok, _, err) = psql(&url, &sql);
+        assert!(
+            !ok && err.contains("0A000") && err.contains("the integer id, which no cell holds"),
+            "{err}"
+        );
+    }
+    assert!(latest(&facade, named, "BASE").await.is_none());
+    // More values than the table has columns: refused, as PostgreSQL
+    // refuses it.
+    let over = whole(named).replace("+02')", "+02', 'one too many')");
+    let (ok, _, err) = psql(&url, &over);
+    assert!(
+        !ok && err.contains("INSERT has more expressions than target columns"),
+        "{err}"
+    );
+    let (ok, _, err) = psql(&direct, &over);
+    assert!(
+        !ok && err.contains("INSERT has more expressions than target columns"),
+        "{err}"
+    );
+    assert!(latest(&facade, named, "BASE").await.is_none());
+    facade.close().await;
+}

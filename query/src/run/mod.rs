@@ -43,7 +43,7 @@ use cells::{index_reads, row_reads};
 use postgres::postgres_rows;
 pub use postgres::Evaluator;
 pub use reads::{cell_reads, CellRead};
-pub use serve::{render_from, Catalog, Origin, Rendering, Serving};
+pub use serve::{column_orders, render_from, Catalog, Origin, Rendering, Serving};
 pub use session::AppSession;
 pub use write::{write_batch, write_through, Refused, Written};
 

@@ -183,6 +183,39 @@ impl Catalog {
     }
 }
 
+/// Each layout table's columns in PostgreSQL's order (`attnum`, dropped
+/// ones left out), by the table's name as the config spells it: the
+/// target columns of an INSERT that lists none
+/// ([`crate::Model::with_column_orders`]). Read once, like the columns' types:
+/// a layout table's columns are not changed while the migration runs,
+/// and whoever changes them restarts what read them.
+pub async fn column_orders(
+    pool: &sqlx::PgPool,
+    model: &crate::Model,
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let mut orders = BTreeMap::new();
+    for table in model.table_names() {
+        let columns: Vec<String> = sqlx::query_scalar(
+            "/* mezzanine */ SELECT attname::text FROM pg_attribute
+             WHERE attrelid = (quote_ident($1) || '.' || quote_ident($2))::regclass
+               AND attnum > 0 AND NOT attisdropped
+             ORDER BY attnum",
+        )
+        .bind(&model.layout.schema)
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "reading the columns of {}.{table}: {e}",
+                model.layout.schema
+            )
+        })?;
+        orders.insert(table.to_string(), columns);
+    }
+    Ok(orders)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

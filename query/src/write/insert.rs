@@ -15,12 +15,10 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         ));
     };
     // `DEFAULT VALUES` gives no column: a row of defaults.
-    if insert.columns.is_empty() && insert.source.is_some() {
-        return Err(format!(
-            "INSERT INTO {name} names no columns: list them, so that each value's field is known"
-        ));
-    }
-    let columns: Vec<String> = insert.columns.iter().map(last).collect();
+    let columns: Vec<String> = match insert.source.as_deref() {
+        Some(source) if insert.columns.is_empty() => positional(model, table, name, source)?,
+        _ => insert.columns.iter().map(last).collect(),
+    };
     if let Some(OnInsert::OnConflict(c)) = &insert.on {
         conflict_target(model, table, name, c.conflict_target.as_ref())?;
     }
@@ -102,6 +100,36 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         returning: returning_items(insert.returning.as_deref()),
     })))
+}
+
+/// The target columns of an INSERT that lists none, as PostgreSQL takes
+/// them: the table's first columns, as many as each row has values.
+fn positional(
+    model: &Model,
+    table: Table,
+    name: &ObjectName,
+    source: &Query,
+) -> Result<Vec<String>, String> {
+    let Some(order) = model.column_order(table) else {
+        return Err(format!(
+            "INSERT INTO {name} names no columns, so each value's column is the table's \
+             column at its place, which only the database's catalog says (the proxy reads it \
+             when it starts): list the columns"
+        ));
+    };
+    let width = match source.body.as_ref() {
+        SetExpr::Values(values) => values.rows.first().map_or(0, |r| r.len()),
+        SetExpr::Select(select) => select.projection.len(),
+        _ => order.len(),
+    };
+    if width > order.len() {
+        return Err(format!(
+            "INSERT has more expressions than target columns: {width} values for the {} \
+             columns of {name}",
+            order.len()
+        ));
+    }
+    Ok(order[..width].to_vec())
 }
 
 /// The conflict an ON CONFLICT names must be the one a cell put reports:
@@ -397,6 +425,18 @@ fn row_puts<'a>(
                 ))
             }
             Source::IntegerId if matches!(table, Table::Child(_)) => {}
+            // No cell holds the parent's integer id: the reverse mirror's
+            // row gets its column's default (the sequence), so a value
+            // the app gave would be acknowledged and then not be the
+            // row's, and a later `WHERE id = ...` would find nothing.
+            Source::IntegerId => {
+                return Err(format!(
+                    "gives {name}.{column} = {value}, the integer id, which no cell holds: \
+                     leave it out (or DEFAULT) and let PostgreSQL number the row, then name \
+                     the row by its UUID {}",
+                    model.layout.uuid
+                ))
+            }
             _ if !is_value(value) => {
                 return Err(format!(
                     "writes {name}.{column} = {value}, which reads the database: compute it \

@@ -114,6 +114,11 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid) VALUES ($1)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {city_id: default"),
     ("INSERT INTO trips (uuid, version, status, fare) VALUES ($1, DEFAULT, $2, default)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     ("INSERT INTO trips (uuid, version, status, promo_code) VALUES ($1, 1, $2, $3)", Class::None, "writes trips.promo_code, which the layout does not map"),
+    // The integer id is the sequence's: no cell holds a value the app gives.
+    ("INSERT INTO trips (id, uuid, status) VALUES ($1, $2, $3)", Class::None, "gives trips.id = $1, the integer id, which no cell holds: leave it out (or DEFAULT)"),
+    ("INSERT INTO trips (id, uuid, status) VALUES (DEFAULT, $1, $2)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
+    // No column list: the catalog says which column each value is.
+    ("INSERT INTO trips VALUES (DEFAULT, $1)", Class::None, "names no columns, so each value's column is the table's column at its place"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4)", Class::None, "names its parent by the integer id trip_notes.trip_id"),
     ("UPDATE trip_notes SET body = $1 WHERE trip_id = $2 AND seq = $3", Class::None, "a child row is one cell of column NOTES"),
     ("SELECT * FROM trip_notes WHERE trip_id = $1 ORDER BY seq", Class::None, "filters trip_notes by trip_notes.trip_id, the parent's integer id"),

@@ -197,6 +197,13 @@ async fn status(from: SocketAddr, json: bool) -> anyhow::Result<()> {
         status.get("write_cells").and_then(Value::as_u64).unwrap_or(0),
         count(&writes, "failed"),
     );
+    let forwarded = field("forwarded_writes");
+    println!(
+        "translatable writes forwarded to PostgreSQL (the facade runs them from primary on; the primary gate leaves them out): {} in legacy, {} in mirror, {} in shadow",
+        count(&forwarded, "legacy"),
+        count(&forwarded, "mirror"),
+        count(&forwarded, "shadow"),
+    );
     let statements = sampling.get("statements").cloned().unwrap_or(Value::Null);
     let verifier = sampling.get("verifier").cloned().unwrap_or(Value::Null);
     println!(

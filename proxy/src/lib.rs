@@ -271,12 +271,29 @@ async fn heartbeat(shared: Arc<Shared>, listen: SocketAddr, shutdown: Cancellati
                 tracing::warn!("proxy: the status for the dashboard was not written: {e}");
             }
         }
+        record_forwarded(&pool, &shared).await;
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(heartbeat::EVERY) => {}
         }
     }
+    record_forwarded(&pool, &shared).await;
     heartbeat::retire(&pool, &name).await;
+}
+
+/// Records the translatable writes forwarded since the last beat for the
+/// `primary` gate (`tripstore::direct_writes`); kept for the next beat if
+/// that fails. Counts a `kill -9` loses are calls the gate then counts as
+/// direct: it refuses a step it could have taken, never the other way.
+async fn record_forwarded(pool: &sqlx::PgPool, shared: &Shared) {
+    let counts = shared.stats.take_forwarded();
+    if counts.is_empty() {
+        return;
+    }
+    if let Err(e) = tripstore::direct_writes::record_proxied(pool, &counts).await {
+        tracing::warn!("proxy: the forwarded writes were not recorded for the primary gate: {e}");
+        shared.stats.untake_forwarded(counts);
+    }
 }
 
 fn single_threaded() -> std::io::Result<tokio::runtime::Runtime> {

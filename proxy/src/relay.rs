@@ -447,7 +447,14 @@ fn message(
                 );
             }
             match decision.verdict {
-                Verdict::Forward => return state.forward(shared, frame, out),
+                Verdict::Forward => {
+                    // A translatable write the facade runs from `primary`
+                    // on: counted for that step's gate.
+                    if let Some(shape) = decision.shape.as_deref().filter(|_| outside) {
+                        shared.stats.forwarded_write(shared.mode(), shape);
+                    }
+                    return state.forward(shared, frame, out);
+                }
                 Verdict::Refuse(reason) => {
                     state.sent(b'Q');
                     frame::encode(&Query::new(refusing_statement(&reason)), out)

@@ -62,6 +62,11 @@ pub struct Decision {
     /// prepared one is run through the facade if it is bound in those
     /// modes.
     pub write: bool,
+    /// That write's shape ([`query::audit::shape`]): forwarded before
+    /// `primary`, it is counted under it, so that the `primary` gate does
+    /// not take it for a direct write (the proxy moves it to the facade
+    /// at that step).
+    pub shape: Option<String>,
 }
 
 impl Decision {
@@ -74,6 +79,7 @@ impl Decision {
             samplable: false,
             writable: false,
             write: false,
+            shape: None,
         }
     }
 
@@ -92,6 +98,7 @@ impl Decision {
         self.samplable = false;
         self.writable = false;
         self.write = false;
+        self.shape = None;
     }
 }
 
@@ -304,6 +311,10 @@ impl Router {
             samplable,
             writable,
             write: alone_write,
+            shape: match analyses {
+                [one] if alone_write => one.shape.clone(),
+                _ => None,
+            },
         }
     }
 }

@@ -125,6 +125,11 @@ pub struct Stats {
     writes: Mutex<BTreeMap<&'static str, u64>>,
     write_cells: AtomicU64,
     read_your_writes: Mutex<BTreeMap<&'static str, u64>>,
+    /// Translatable writes forwarded to PostgreSQL before `primary`, by
+    /// mode; and by (mode, shape) those not yet recorded for the
+    /// `primary` gate ([`Stats::take_forwarded`]).
+    forwarded_writes: Mutex<BTreeMap<&'static str, u64>>,
+    unrecorded: Mutex<std::collections::HashMap<(Mode, String), u64>>,
 }
 
 /// The sampling of translatable reads, in `proxy status`.
@@ -171,6 +176,11 @@ pub struct Status {
     /// through the facade (in `primary`), by whether those were `applied`
     /// there first or the wait `timed_out`.
     pub read_your_writes: BTreeMap<&'static str, u64>,
+    /// Translatable writes forwarded to PostgreSQL (before `primary`,
+    /// outside transaction blocks), by mode: the facade runs them from
+    /// `primary` on, so the `primary` gate does not count them as direct
+    /// writes.
+    pub forwarded_writes: BTreeMap<&'static str, u64>,
     pub sampling: Sampling,
 }
 
@@ -226,6 +236,39 @@ impl Stats {
         *lock(&self.read_your_writes).entry(outcome).or_default() += 1;
     }
 
+    /// A translatable write of `shape` forwarded to PostgreSQL in `mode`
+    /// (before `primary`, outside a transaction block).
+    pub fn forwarded_write(&self, mode: Mode, shape: &str) {
+        metrics::counter!("mezzanine_proxy_forwarded_writes_total", "mode" => mode.as_str())
+            .increment(1);
+        *lock(&self.forwarded_writes)
+            .entry(mode.as_str())
+            .or_default() += 1;
+        let mut unrecorded = lock(&self.unrecorded);
+        match unrecorded.get_mut(&(mode, shape.to_string())) {
+            Some(n) => *n += 1,
+            None => {
+                unrecorded.insert((mode, shape.to_string()), 1);
+            }
+        }
+    }
+
+    /// The forwarded writes not yet recorded for the gate, taken; given
+    /// back with [`Stats::untake_forwarded`] if recording them failed.
+    pub fn take_forwarded(&self) -> Vec<(Mode, String, u64)> {
+        std::mem::take(&mut *lock(&self.unrecorded))
+            .into_iter()
+            .map(|((mode, shape), n)| (mode, shape, n))
+            .collect()
+    }
+
+    pub fn untake_forwarded(&self, counts: Vec<(Mode, String, u64)>) {
+        let mut unrecorded = lock(&self.unrecorded);
+        for (mode, shape, n) in counts {
+            *unrecorded.entry((mode, shape)).or_default() += n;
+        }
+    }
+
     pub fn sample_reads(&self, n: u64) {
         self.sample_reads.fetch_add(n, Ordering::Relaxed);
     }
@@ -268,6 +311,7 @@ impl Stats {
             writes: lock(&self.writes).clone(),
             write_cells: self.write_cells.load(Ordering::Relaxed),
             read_your_writes: lock(&self.read_your_writes).clone(),
+            forwarded_writes: lock(&self.forwarded_writes).clone(),
             sampling: Sampling {
                 statements: lock(&self.samples).clone(),
                 cell_reads: self.sample_reads.load(Ordering::Relaxed),

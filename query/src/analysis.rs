@@ -83,6 +83,9 @@ pub struct Analysis {
     /// (writes, DDL, `COPY ... FROM`, an unparsed statement) may change
     /// what it names.
     pub reads: bool,
+    /// A translatable write's [`crate::audit::shape`], when read from its
+    /// text ([`analyze`]): how the proxy counts the writes it forwards.
+    pub shape: Option<String>,
 }
 
 impl Analysis {
@@ -108,6 +111,7 @@ pub fn analyze_text(model: &Model, input: &str) -> Vec<Analysis> {
                 reason: Some(error),
                 tables: Vec::new(),
                 reads: false,
+                shape: None,
             },
             None => analyze(model, &piece.text),
         })
@@ -132,6 +136,7 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
                 reason: Some(e.to_string()),
                 tables: Vec::new(),
                 reads: false,
+                shape: None,
             }
         }
     };
@@ -146,9 +151,14 @@ pub fn analyze(model: &Model, sql: &str) -> Analysis {
             )),
             tables: Vec::new(),
             reads: false,
+            shape: None,
         };
     };
-    analyze_statement(model, sql, statement)
+    let mut analysis = analyze_statement(model, sql, statement);
+    if analysis.class == Class::Write {
+        analysis.shape = Some(crate::audit::shape(statement));
+    }
+    analysis
 }
 
 /// [`analyze`] of a statement already parsed (and perhaps changed: its
@@ -192,6 +202,7 @@ pub fn analyze_statement(model: &Model, sql: String, statement: &Statement) -> A
         reason,
         tables,
         reads: only_reads(statement),
+        shape: None,
     }
 }
 

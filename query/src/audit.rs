@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::ops::ControlFlow;
 
 use serde_json::{json, Value};
 
@@ -16,6 +17,54 @@ pub const OWN_MARK: &str = "/* mezzanine */";
 /// Whether `sql` is one of Mezzanine's own statements.
 pub fn is_own(sql: &str) -> bool {
     sql.trim_start().starts_with(OWN_MARK)
+}
+
+/// A statement's shape: the statement with every value (literal or
+/// parameter, a negated number too) made `$0`, as the parser prints it.
+/// `pg_stat_statements` counts texts that differ only in their constants
+/// (and spacing, case, comments) as one statement, whose text it keeps
+/// with `$n` for the constants: that text and each text it counted have
+/// the same shape. The proxy counts by shape the writes it forwards and
+/// will run through the facade from `primary` on, and the `primary`
+/// gate matches them against `pg_stat_statements` by shape
+/// (`tripstore::direct_writes`).
+pub fn shape(statement: &sqlparser::ast::Statement) -> String {
+    use sqlparser::ast::{Expr, UnaryOperator, Value, ValueWithSpan, VisitMut, VisitorMut};
+    struct Valueless;
+    impl VisitorMut for Valueless {
+        type Break = ();
+        fn pre_visit_value(&mut self, value: &mut ValueWithSpan) -> ControlFlow<()> {
+            value.value = Value::Placeholder("$0".into());
+            ControlFlow::Continue(())
+        }
+        fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+            // PostgreSQL's parser folds `-5` into one constant.
+            if let Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr: inner,
+            } = expr
+            {
+                if matches!(inner.as_ref(), Expr::Value(_)) {
+                    *expr = std::mem::replace(inner.as_mut(), Expr::value(Value::Null));
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut statement = statement.clone();
+    let _ = statement.visit(&mut Valueless);
+    statement.to_string()
+}
+
+/// The [`shape`] of `sql`, if it is one statement that parses.
+pub fn shape_of(sql: &str) -> Option<String> {
+    let statements =
+        sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, sql)
+            .ok()?;
+    match statements.as_slice() {
+        [statement] => Some(shape(statement)),
+        _ => None,
+    }
 }
 
 /// The layout table `sql` writes (INSERT, UPDATE, DELETE, MERGE, TRUNCATE
@@ -228,5 +277,47 @@ pub fn one_line(sql: &str, max: usize) -> String {
     } else {
         let cut: String = flat.chars().take(max).collect();
         format!("{cut}...")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn texts_pg_stat_statements_counts_as_one_have_one_shape() {
+        // What the app sent, and the text pg_stat_statements keeps for it.
+        let same = [
+            (
+                "INSERT INTO trips (uuid, city_id, fare, status) VALUES ('8c1e…', -7, 12.5, NULL)",
+                "insert into trips (uuid, city_id, fare, status) values ($1, $2, $3, $4)",
+            ),
+            (
+                "UPDATE trips SET status = 'done', version = version + 1 \
+                 WHERE uuid = '8c1e'::uuid AND paid = true",
+                "UPDATE trips  SET status = $1, version = version + $2 /* a comment */\n\
+                 WHERE uuid = $3::uuid AND paid = $4",
+            ),
+            (
+                "DELETE FROM trips WHERE uuid = ANY($1) LIMIT 10",
+                "DELETE FROM trips WHERE uuid = ANY($1) LIMIT $2",
+            ),
+        ];
+        for (sent, kept) in same {
+            assert_eq!(shape_of(sent), shape_of(kept), "{sent}");
+            assert!(shape_of(sent).is_some());
+        }
+        // Another statement, or another number of rows, is another shape.
+        let base = shape_of("INSERT INTO trips (uuid) VALUES ($1)");
+        for other in [
+            "INSERT INTO trips (uuid) VALUES ($1), ($2)",
+            "INSERT INTO trips (uuid, fare) VALUES ($1, $2)",
+            "INSERT INTO trips (uuid) VALUES ($1::uuid)",
+            "INSERT INTO trip_notes (uuid) VALUES ($1)",
+        ] {
+            assert_ne!(shape_of(other), base, "{other}");
+        }
+        assert_eq!(shape_of("SELECT 1; SELECT 2"), None);
+        assert_eq!(shape_of("INSERT INTO"), None);
     }
 }

@@ -581,3 +581,135 @@ async fn shadow_serves_translatable_reads_from_schemaless_as_postgresql_would_se
     dashboard.wait().unwrap();
     facade.close().await;
 }
+
+/// Before `primary`, the proxy forwards an app's translatable writes to
+/// PostgreSQL, and from `primary` on the facade runs them: the `primary`
+/// gate does not count them as direct writes, simple protocol or
+/// prepared, whatever their values. What would go on writing PostgreSQL
+/// behind the step still counts: an untranslatable write through the
+/// proxy, a write in a transaction block, and the same statement sent by
+/// another writer straight to PostgreSQL.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_primary_gate_leaves_out_the_writes_the_proxy_moves_to_the_facade() {
+    use crate::proxy_writes::{trip, INSERT_TRIP};
+    use tripstore::{direct_writes::since_snapshot, Mode, TripStore};
+    let db = crate::harness::LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let facade = TripStore::connect(&db.config).await.unwrap();
+    crate::mirror::walk_to(&facade, &db.config, Mode::Shadow).await;
+    let file = config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    crate::proxy_writes::proxy_in(&proxy, "shadow");
+    let url = proxy.url(&db);
+    let model = query::Model::from_config(&db.config).unwrap();
+    let recorded = || async {
+        sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT sum(calls)::int8 FROM mezzanine.proxied_writes WHERE mode = 'shadow'",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap()
+        .unwrap_or(0)
+    };
+    let until_recorded = |n: i64| async move {
+        let start = Instant::now();
+        while recorded().await < n {
+            assert!(start.elapsed() < Duration::from_secs(20), "not recorded");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+
+    // Three INSERTs of literals (simple protocol), and an UPDATE the
+    // driver prepares and binds twice.
+    let keys: Vec<uuid::Uuid> = (0..3).map(|_| uuid::Uuid::new_v4()).collect();
+    for k in &keys {
+        let (ok, out, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(*k)));
+        assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    }
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    for status in ["accepted", "completed"] {
+        sqlx::query("UPDATE trips SET status = $1, version = version + 1 WHERE uuid = $2")
+            .bind(status)
+            .bind(keys[0])
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    until_recorded(5).await;
+    assert_eq!(
+        since_snapshot(&db.pool, &model, Mode::Shadow)
+            .await
+            .unwrap(),
+        vec![],
+        "the proxy's writes are not direct"
+    );
+    let dry_run = crate::harness::mezzanine(file.path(), &["mode", "set", "primary", "--dry-run"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&dry_run.stdout).to_string()
+        + &String::from_utf8_lossy(&dry_run.stderr);
+    assert!(
+        !said.contains("writes to layout tables since this mode began"),
+        "{said}"
+    );
+    assert_eq!(
+        proxy.status()["forwarded_writes"]["shadow"],
+        5,
+        "{}",
+        proxy.status()
+    );
+
+    // What would still write PostgreSQL in primary counts.
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (ok, _, err) = psql(
+        &direct,
+        &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(uuid::Uuid::new_v4())),
+    );
+    assert!(ok, "{err}");
+    let by_id = "UPDATE trips SET status = 'held', version = version + 1 WHERE id = 1";
+    let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{by_id};\n"));
+    assert!(ok, "{err}");
+    let (ok, _, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nBEGIN;\nDELETE FROM trips WHERE uuid = '{}';\nCOMMIT;\n",
+            keys[2]
+        ),
+    );
+    assert!(ok, "{err}");
+    let found = since_snapshot(&db.pool, &model, Mode::Shadow)
+        .await
+        .unwrap();
+    let calls = |start: &str| {
+        found
+            .iter()
+            .filter(|w| w.sql.starts_with(start))
+            .map(|w| w.calls)
+            .sum::<u64>()
+    };
+    let insert = INSERT_TRIP.split(" VALUES").next().unwrap();
+    assert_eq!(calls(insert), 1, "the direct INSERT alone: {found:?}");
+    assert_eq!(
+        calls("UPDATE trips SET status = $1, version = version + $2 WHERE id"),
+        1,
+        "{found:?}"
+    );
+    assert_eq!(calls("DELETE FROM trips"), 1, "in a block: {found:?}");
+    assert_eq!(found.iter().map(|w| w.calls).sum::<u64>(), 3, "{found:?}");
+    let refused = crate::harness::mezzanine(file.path(), &["mode", "set", "primary"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("3 writes to layout tables"), "{err}");
+
+    // A new mode, a new count: entering a mode empties the table.
+    crate::worker::forced(&facade, Mode::Mirror).await;
+    assert_eq!(recorded().await, 0);
+    pool.close().await;
+    facade.close().await;
+}

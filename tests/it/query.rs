@@ -592,7 +592,7 @@ async fn the_primary_gate_refuses_direct_writes_and_names_them() {
     }
     let model = query::Model::from_config(&db.config).unwrap();
     assert_eq!(
-        tripstore::direct_writes::since_snapshot(&db.pool, &model)
+        tripstore::direct_writes::since_snapshot(&db.pool, &model, Mode::Shadow)
             .await
             .unwrap(),
         vec![]
@@ -607,7 +607,7 @@ async fn the_primary_gate_refuses_direct_writes_and_names_them() {
         &db,
         "CREATE TABLE IF NOT EXISTS cities (id int); INSERT INTO cities VALUES (1)",
     );
-    let found = tripstore::direct_writes::since_snapshot(&db.pool, &model)
+    let found = tripstore::direct_writes::since_snapshot(&db.pool, &model, Mode::Shadow)
         .await
         .unwrap();
     assert_eq!(found.len(), 1, "{found:?}");

@@ -9,6 +9,20 @@
 //! A statement is a write to a layout table when it parses as INSERT,
 //! UPDATE, DELETE, MERGE, TRUNCATE or COPY FROM into one
 //! ([`query::audit::direct_write`]).
+//!
+//! The proxy forwards an app's translatable writes to PostgreSQL before
+//! `primary`, and runs them through the facade from then on: they are
+//! not direct writes that would go on behind the step. PostgreSQL cannot
+//! tell them from the app's own (the proxy sends the app's statement as
+//! it came, in the app's session), so each proxy counts them by mode and
+//! [`query::audit::shape`] in `mezzanine.proxied_writes`
+//! ([`record_proxied`]), and the count here takes those calls off the
+//! statements of the same shape. The table is emptied with each
+//! snapshot, and only the current mode's counts are taken off: a proxy
+//! tags a write with the mode it saw, which changes only after the
+//! snapshot. A forwarded write PostgreSQL then failed is counted by the
+//! proxy and not by `pg_stat_statements`; it can hide at most one call of
+//! the same statement by another writer.
 
 use sqlx::PgPool;
 
@@ -38,6 +52,9 @@ pub async fn snapshot(pool: &PgPool) -> Result<(), Error> {
         sqlx::query("/* mezzanine */ DELETE FROM mezzanine.statement_baseline")
             .execute(&mut *tx)
             .await?;
+        sqlx::query("/* mezzanine */ DELETE FROM mezzanine.proxied_writes")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
             "/* mezzanine */ INSERT INTO mezzanine.statement_baseline (userid, queryid, toplevel, calls)
              SELECT s.userid, s.queryid, s.toplevel, s.calls FROM pg_stat_statements s
@@ -61,21 +78,58 @@ pub async fn snapshot(pool: &PgPool) -> Result<(), Error> {
     }
 }
 
-/// The snapshot's table.
+/// The snapshot's table, and the proxies' counts.
 async fn ensure_table(pool: &PgPool) -> Result<(), Error> {
     sqlx::raw_sql(
-        "/* mezzanine */ CREATE TABLE IF NOT EXISTS mezzanine.statement_baseline (
+        "/* mezzanine */ CREATE SCHEMA IF NOT EXISTS mezzanine;
+         CREATE TABLE IF NOT EXISTS mezzanine.statement_baseline (
              userid oid NOT NULL,
              queryid bigint NOT NULL,
              toplevel boolean NOT NULL,
              calls bigint NOT NULL,
              taken_at timestamptz NOT NULL DEFAULT now(),
              PRIMARY KEY (userid, queryid, toplevel)
+         );
+         CREATE TABLE IF NOT EXISTS mezzanine.proxied_writes (
+             mode text NOT NULL,
+             shape text NOT NULL,
+             calls bigint NOT NULL,
+             PRIMARY KEY (mode, shape)
          )",
     )
     .execute(pool)
     .await
     .map_err(|e| Error::postgres("creating mezzanine.statement_baseline", e))?;
+    Ok(())
+}
+
+/// Adds a proxy's counts of the translatable writes it forwarded, by
+/// (mode, shape), to `mezzanine.proxied_writes`, in one statement.
+pub async fn record_proxied(
+    pool: &PgPool,
+    counts: &[(crate::Mode, String, u64)],
+) -> Result<(), Error> {
+    if counts.is_empty() {
+        return Ok(());
+    }
+    ensure_table(pool).await?;
+    let modes: Vec<&str> = counts.iter().map(|(m, _, _)| m.as_str()).collect();
+    let shapes: Vec<&str> = counts.iter().map(|(_, s, _)| s.as_str()).collect();
+    let calls: Vec<i64> = counts
+        .iter()
+        .map(|(_, _, n)| i64::try_from(*n).unwrap_or(i64::MAX))
+        .collect();
+    sqlx::query(
+        "/* mezzanine */ INSERT INTO mezzanine.proxied_writes (mode, shape, calls)
+         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])
+         ON CONFLICT (mode, shape) DO UPDATE SET calls = proxied_writes.calls + EXCLUDED.calls",
+    )
+    .bind(&modes)
+    .bind(&shapes)
+    .bind(&calls)
+    .execute(pool)
+    .await
+    .map_err(|e| Error::postgres("recording the proxy's forwarded writes", e))?;
     Ok(())
 }
 
@@ -92,6 +146,7 @@ pub struct DirectWrite {
 pub async fn since_snapshot(
     pool: &PgPool,
     model: &query::Model,
+    mode: crate::Mode,
 ) -> Result<Vec<DirectWrite>, String> {
     // A mode entered before this check existed has no snapshot: every
     // call since the statistics' last reset counts.
@@ -112,6 +167,15 @@ pub async fn since_snapshot(
              pg_stat_statements, which entering a mode tries)"
         )
     })?;
+    // The proxies' forwarded writes in this mode, by shape.
+    let proxied: Vec<(String, i64)> = sqlx::query_as(
+        "/* mezzanine */ SELECT shape, calls FROM mezzanine.proxied_writes WHERE mode = $1",
+    )
+    .bind(mode.as_str())
+    .fetch_all(pool)
+    .await
+    .map_err(|e| format!("reading the proxies' forwarded writes: {e}"))?;
+    let mut proxied: std::collections::HashMap<String, i64> = proxied.into_iter().collect();
     let mut found: Vec<DirectWrite> = Vec::new();
     for (sql, calls, before) in rows {
         let Some(sql) = sql else { continue };
@@ -124,6 +188,17 @@ pub async fn since_snapshot(
             continue;
         }
         if let Some(table) = query::audit::direct_write(model, &sql) {
+            let through_proxy = query::audit::shape_of(&sql)
+                .and_then(|shape| proxied.get_mut(&shape))
+                .map_or(0, |left| {
+                    let taken = (*left).min(calls);
+                    *left -= taken;
+                    taken
+                });
+            let calls = calls - through_proxy;
+            if calls <= 0 {
+                continue;
+            }
             found.push(DirectWrite {
                 table,
                 sql,

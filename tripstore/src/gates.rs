@@ -283,7 +283,9 @@ impl MigrationGate {
     /// by.
     async fn direct_writes(&self, to: Mode) -> Option<Check> {
         let model = self.model.as_ref()?;
-        let refused = match crate::direct_writes::since_snapshot(&self.pool, model).await {
+        // A gate is asked of the step forward from the mode before `to`.
+        let now = to.previous().unwrap_or(to);
+        let refused = match crate::direct_writes::since_snapshot(&self.pool, model, now).await {
             Ok(writes) => {
                 crate::direct_writes::refusal(&writes, self.settings.max_direct_writes, to)
             }

@@ -40,6 +40,8 @@ pub(super) struct Prepared {
     /// One translatable write, which the facade runs in `primary` and
     /// `schemaless`.
     write: bool,
+    /// Its shape, counted when it is forwarded before `primary`.
+    shape: Option<String>,
 }
 
 /// A `Parse`: judged, and remembered when it names a layout table. A
@@ -76,6 +78,7 @@ pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut 
                 resolution,
                 read: decision.samplable,
                 write: decision.write,
+                shape: decision.shape,
             },
         );
     } else {
@@ -146,6 +149,7 @@ pub(super) fn bind(
         Some(p) => rejudged(shared, state, p).map(|decision| {
             p.read = decision.samplable;
             p.write = decision.write;
+            p.shape = decision.shape;
         }),
         None => state.refused.get(statement).cloned().map_or(Ok(()), Err),
     };
@@ -158,6 +162,7 @@ pub(super) fn bind(
         types,
         read,
         write,
+        shape,
         ..
     }) = prepared
     else {
@@ -165,6 +170,9 @@ pub(super) fn bind(
     };
     if write && matches!(now, tripstore::Mode::Primary | tripstore::Mode::Schemaless) {
         return bind_write(shared, state, frame, &bind, sql, &types, out);
+    }
+    if let Some(shape) = shape.filter(|_| write && !state.in_transaction()) {
+        shared.stats.forwarded_write(now, &shape);
     }
     if !read {
         return state.forward(shared, frame, out);

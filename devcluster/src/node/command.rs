@@ -34,12 +34,18 @@ impl Node {
                 // --from-pg-stat-statements`) and the primary gate's count
                 // of direct writes. Preloaded only where the server has
                 // the module: a missing library would stop it starting.
+                // Its entries are per database: with the default 5000, a
+                // dev cluster holding many databases (the test suite
+                // makes one per test) evicts a statement called once
+                // before anyone reads it.
                 if self.binaries.has_pg_module("pg_stat_statements") {
                     command.args([
                         "-c",
                         "shared_preload_libraries=pg_stat_statements",
                         "-c",
                         "pg_stat_statements.track=top",
+                        "-c",
+                        "pg_stat_statements.max=25000",
                     ]);
                 } else {
                     tracing::warn!(

@@ -112,25 +112,36 @@ pub async fn record_proxied(
     if counts.is_empty() {
         return Ok(());
     }
-    ensure_table(pool).await?;
     let modes: Vec<&str> = counts.iter().map(|(m, _, _)| m.as_str()).collect();
     let shapes: Vec<&str> = counts.iter().map(|(_, s, _)| s.as_str()).collect();
     let calls: Vec<i64> = counts
         .iter()
         .map(|(_, _, n)| i64::try_from(*n).unwrap_or(i64::MAX))
         .collect();
-    sqlx::query(
-        "/* mezzanine */ INSERT INTO mezzanine.proxied_writes (mode, shape, calls)
-         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])
-         ON CONFLICT (mode, shape) DO UPDATE SET calls = proxied_writes.calls + EXCLUDED.calls",
-    )
-    .bind(&modes)
-    .bind(&shapes)
-    .bind(&calls)
-    .execute(pool)
-    .await
-    .map_err(|e| Error::postgres("recording the proxy's forwarded writes", e))?;
-    Ok(())
+    let record = || {
+        sqlx::query(
+            "/* mezzanine */ INSERT INTO mezzanine.proxied_writes (mode, shape, calls)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::int8[])
+             ON CONFLICT (mode, shape) DO UPDATE SET calls = proxied_writes.calls + EXCLUDED.calls",
+        )
+        .bind(&modes)
+        .bind(&shapes)
+        .bind(&calls)
+        .execute(pool)
+    };
+    let context = "recording the proxy's forwarded writes";
+    match record().await {
+        Ok(_) => Ok(()),
+        // The table is made by the first snapshot or the first record.
+        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("42P01") => {
+            ensure_table(pool).await?;
+            record()
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::postgres(context, e))
+        }
+        Err(e) => Err(Error::postgres(context, e)),
+    }
 }
 
 /// One statement's direct writes since the snapshot.

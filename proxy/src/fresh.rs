@@ -9,13 +9,55 @@
 //! keeps the cells of its writes until PostgreSQL is seen to hold them,
 //! and a statement it forwards meanwhile waits for that, at most
 //! `proxy.read_your_writes_ms`. Served reads and writes through the
-//! facade do not wait: Schemaless has the writes already.
+//! facade do not wait: Schemaless has the writes already. A write the
+//! reverse mirror parked (PostgreSQL refused to apply it: a trigger, a
+//! constraint the facade does not ask) will not be there however long
+//! the statement waits: it stops waiting for that one.
 
 use schemaless::tombstone::Deletion;
 use schemaless::{Cell, CellKey, CellStore, ReadFrom, Result};
 
 use legacy::layout::Shape;
 use legacy::LegacyStore;
+
+/// How the wait for a session's writes ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Awaited {
+    /// PostgreSQL holds every one.
+    Applied,
+    /// The reverse mirror parked one, and holds the rest.
+    Parked,
+    /// Not all there within `proxy.read_your_writes_ms`.
+    TimedOut,
+    /// PostgreSQL could not be asked.
+    Failed,
+}
+
+impl Awaited {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Awaited::Applied => "applied",
+            Awaited::Parked => "parked",
+            Awaited::TimedOut => "timed_out",
+            Awaited::Failed => "failed",
+        }
+    }
+}
+
+/// Whether the reverse mirror parked `cell`: PostgreSQL refused to apply
+/// it, and it stays out until `mezzanine mirror retry-parked` (or
+/// whoever fixes the cause) applies it.
+pub(crate) async fn parked(legacy: &LegacyStore, cell: &Cell) -> sqlx::Result<bool> {
+    sqlx::query_scalar(
+        "/* mezzanine */ SELECT EXISTS (SELECT 1 FROM mezzanine.reverse_parked
+         WHERE row_key = $1 AND column_name = $2 AND ref_key = $3)",
+    )
+    .bind(cell.key.row_key.uuid())
+    .bind(cell.key.column.as_str())
+    .bind(cell.key.ref_key.get())
+    .fetch_one(legacy.pool())
+    .await
+}
 
 /// Whether PostgreSQL holds what `cell` wrote, as the reverse mirror
 /// applies it: a row column's version or a newer one, a child row, a

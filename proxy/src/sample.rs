@@ -50,12 +50,12 @@ pub(crate) enum Held {
     /// A pipelined batch of writes run as one: a result per statement, or
     /// up to the first that failed ([`query::run::write_batch`]).
     Batch(Vec<Result<Written, Refused>>),
-    /// The session's writes were awaited in PostgreSQL ([`crate::fresh`]):
-    /// `applied` there, or not within the wait. The statement held is
-    /// forwarded now; `unserved`, a read Schemaless did not answer, says
-    /// why it is not served.
+    /// The session's writes were awaited in PostgreSQL ([`crate::fresh`]),
+    /// and how that ended. The statement held is forwarded now;
+    /// `unserved`, a read Schemaless did not answer, says why it is not
+    /// served.
     Applied {
-        applied: bool,
+        awaited: crate::fresh::Awaited,
         unserved: Option<String>,
     },
 }
@@ -265,12 +265,34 @@ impl Sampling {
         unserved: Option<String>,
     ) -> tokio::sync::oneshot::Receiver<Held> {
         self.background(move |facade, _, model| async move {
+            use crate::fresh::Awaited;
             let tombstones = model.map(|m| m.tombstones.clone()).unwrap_or_default();
             let deadline = tokio::time::Instant::now() + within;
+            let mut awaited = Awaited::Applied;
+            let ended = |awaited| Held::Applied { awaited, unserved };
             loop {
                 let mut kept = Vec::with_capacity(cells.len());
                 for cell in cells {
-                    match crate::fresh::applied(facade.legacy(), &tombstones, &cell).await {
+                    let legacy = facade.legacy();
+                    // Done with it: there, or parked (it will not come).
+                    let done = match crate::fresh::applied(legacy, &tombstones, &cell).await {
+                        Ok(false) => crate::fresh::parked(legacy, &cell)
+                            .await
+                            .map_err(|e| e.to_string())
+                            .inspect(|&parked| {
+                                if parked {
+                                    tracing::warn!(
+                                        "proxy: the reverse mirror parked the session's write \
+                                         of {} (`mezzanine mirror status` says why): a statement \
+                                         is forwarded to PostgreSQL without it",
+                                        cell.key
+                                    );
+                                    awaited = Awaited::Parked;
+                                }
+                            }),
+                        other => other.map_err(|e| e.to_string()),
+                    };
+                    match done {
                         Ok(true) => {}
                         Ok(false) => kept.push(cell),
                         Err(e) => {
@@ -278,19 +300,13 @@ impl Sampling {
                                 "proxy: could not tell whether PostgreSQL holds {} yet: {e}",
                                 cell.key
                             );
-                            return Held::Applied {
-                                applied: false,
-                                unserved,
-                            };
+                            return ended(Awaited::Failed);
                         }
                     }
                 }
                 cells = kept;
                 if cells.is_empty() {
-                    return Held::Applied {
-                        applied: true,
-                        unserved,
-                    };
+                    return ended(awaited);
                 }
                 if tokio::time::Instant::now() >= deadline {
                     tracing::warn!(
@@ -298,10 +314,7 @@ impl Sampling {
                          applied the session's write of {} (waited {within:?}): it may not see it",
                         cells[0].key
                     );
-                    return Held::Applied {
-                        applied: false,
-                        unserved,
-                    };
+                    return ended(Awaited::TimedOut);
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }

@@ -228,9 +228,9 @@ impl Stats {
     }
 
     /// A statement forwarded after the session's writes were awaited:
-    /// `applied` in PostgreSQL, or not within the wait.
-    pub fn read_your_writes(&self, applied: bool) {
-        let outcome = if applied { "applied" } else { "timed_out" };
+    /// `applied` in PostgreSQL, `parked` by the reverse mirror,
+    /// `timed_out`, or `failed` (PostgreSQL not asked).
+    pub fn read_your_writes(&self, outcome: &'static str) {
         metrics::counter!("mezzanine_proxy_read_your_writes_total", "outcome" => outcome)
             .increment(1);
         *lock(&self.read_your_writes).entry(outcome).or_default() += 1;

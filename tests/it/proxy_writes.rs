@@ -525,6 +525,42 @@ async fn in_primary_a_statement_forwarded_after_a_write_sees_it() {
         proxy.status()["read_your_writes"],
         serde_json::json!({"timed_out": 1})
     );
+    drop(proxy);
+
+    // A write PostgreSQL refuses to apply (a trigger the facade does not
+    // run) is parked by the reverse mirror and never comes: the statement
+    // after it stops waiting then, not at the end of a long wait.
+    let (db, facade, _) = primary().await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION no_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF NEW.status = 'poison' THEN RAISE EXCEPTION 'no poison here'; END IF; \
+         RETURN NEW; END $$; \
+         CREATE TRIGGER no_poison BEFORE INSERT ON trips FOR EACH ROW EXECUTE FUNCTION no_poison()",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let file = config_file(&format!(
+        "{}\n[proxy]\nread_your_writes_ms = 60000\n",
+        db.config_text
+    ));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let k = uuid::Uuid::new_v4();
+    let poison = trip(k).replace("'requested'", "'poison'");
+    let (ok, out, err) = psql(
+        &proxy.url(&db),
+        &format!("\\set ON_ERROR_STOP 1\n{poison};\n{}", count_of(k)),
+    );
+    assert!(ok && out.contains("     0"), "{out}{err}");
+    assert_eq!(
+        proxy.status()["read_your_writes"],
+        serde_json::json!({"parked": 1}),
+        "{}",
+        proxy.status()
+    );
+    assert!(latest(&facade, k, "BASE").await.is_some(), "in Schemaless");
+    facade.close().await;
 }
 
 fn count_of(k: uuid::Uuid) -> String {

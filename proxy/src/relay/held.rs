@@ -46,8 +46,8 @@ pub(super) fn settle(
             return serve_held(shared, state, frame, rendering, None, out);
         }
         Ok(Held::Read(Serving::Forward(why))) => why,
-        Ok(Held::Applied { applied, unserved }) => {
-            shared.stats.read_your_writes(applied);
+        Ok(Held::Applied { awaited, unserved }) => {
+            shared.stats.read_your_writes(awaited.as_str());
             match unserved {
                 Some(why) => why,
                 None => {

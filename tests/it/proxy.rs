@@ -343,14 +343,14 @@ async fn primary_refuses_what_the_cell_api_cannot_express_and_forwards_the_rest(
         .connect(&proxy.url(&db))
         .await
         .unwrap();
-    let refused = sqlx::query("DELETE FROM trips WHERE id = $1")
+    let refused = sqlx::query("DELETE FROM trips WHERE city_id = $1")
         .bind(1_i64)
         .execute(&pool)
         .await
         .unwrap_err();
     assert_eq!(sqlstate(&refused).as_deref(), Some("0A000"), "{refused}");
     // The same prepared statement again, then another on the session.
-    assert!(sqlx::query("DELETE FROM trips WHERE id = $1")
+    assert!(sqlx::query("DELETE FROM trips WHERE city_id = $1")
         .bind(2_i64)
         .execute(&pool)
         .await

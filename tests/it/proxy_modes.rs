@@ -678,8 +678,8 @@ async fn the_primary_gate_leaves_out_the_writes_the_proxy_moves_to_the_facade() 
         &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(uuid::Uuid::new_v4())),
     );
     assert!(ok, "{err}");
-    let by_id = "UPDATE trips SET status = 'held', version = version + 1 WHERE id = 1";
-    let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{by_id};\n"));
+    let by_city = "UPDATE trips SET status = 'held', version = version + 1 WHERE city_id = 7";
+    let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{by_city};\n"));
     assert!(ok, "{err}");
     let (ok, _, err) = psql(
         &url,
@@ -702,7 +702,7 @@ async fn the_primary_gate_leaves_out_the_writes_the_proxy_moves_to_the_facade() 
     let insert = INSERT_TRIP.split(" VALUES").next().unwrap();
     assert_eq!(calls(insert), 1, "the direct INSERT alone: {found:?}");
     assert_eq!(
-        calls("UPDATE trips SET status = $1, version = version + $2 WHERE id"),
+        calls("UPDATE trips SET status = $1, version = version + $2 WHERE city_id"),
         1,
         "{found:?}"
     );

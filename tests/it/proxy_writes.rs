@@ -1651,3 +1651,134 @@ async fn an_insert_listing_no_columns_writes_each_value_to_the_column_at_its_pla
     assert!(latest(&facade, named, "BASE").await.is_none());
     facade.close().await;
 }
+
+/// An app that names rows by the parent's integer id (`WHERE id = $1`,
+/// `IN`, `= ANY`, a child's rows by `trip_id = $1`) has its UPDATEs and
+/// DELETEs run through the facade in `primary`: PostgreSQL maps the id
+/// to the row's UUID, which an id is for life. An id no row has (or no
+/// longer has) writes nothing, and the tag says so, as PostgreSQL's
+/// would.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_naming_rows_by_the_integer_id_run_through_the_facade() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let url = proxy.url(&db);
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (k, other) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    for key in [k, other] {
+        let (ok, out, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(key)));
+        assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    }
+    let note = format!(
+        "\\set ON_ERROR_STOP 1\nINSERT INTO trip_notes (trip_id, seq, author, body, created_at) \
+         VALUES ((SELECT id FROM trips WHERE uuid = '{k}'), 1, 'a', 'b', now());\n"
+    );
+    let (ok, out, err) = psql(&url, &note);
+    assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    // The id is PostgreSQL's once the reverse mirror has applied the row.
+    let id_of = |key: uuid::Uuid| {
+        crate::proxy::wait_for(|| {
+            let (_, out, _) = psql(
+                &direct,
+                &format!("\\pset tuples_only on\nSELECT id FROM trips WHERE uuid = '{key}';\n"),
+            );
+            out.trim().parse::<i64>().ok()
+        })
+    };
+    let (id, other_id) = (id_of(k), id_of(other));
+
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'by id', version = version + 1 \
+             WHERE id = {id} RETURNING uuid, status, version;\n"
+        ),
+    );
+    assert!(
+        ok && out.contains(&format!("{k} | by id  |       2")),
+        "{out}{err}"
+    );
+    let cell = latest(&facade, k, "BASE").await.unwrap();
+    assert_eq!(cell.cell.key.ref_key.get(), 2);
+    assert_eq!(cell.cell.body.fields()["status"], "by id");
+    // Prepared, as drivers send it; and ids in a list and an array.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let done =
+        sqlx::query("UPDATE trips SET fare = $1::numeric, version = version + 1 WHERE id = $2")
+            .bind("7.50")
+            .bind(id)
+            .execute(&pool)
+            .await
+            .unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'listed', version = version + 1 \
+             WHERE id IN ({id}, {other_id}, 987654321);\n"
+        ),
+    );
+    assert!(ok && out.trim() == "UPDATE 2", "{out}{err}");
+    for key in [k, other] {
+        let cell = latest(&facade, key, "BASE").await.unwrap();
+        assert_eq!(cell.cell.body.fields()["status"], "listed");
+    }
+    assert_eq!(
+        latest(&facade, k, "BASE")
+            .await
+            .unwrap()
+            .cell
+            .key
+            .ref_key
+            .get(),
+        4
+    );
+    // No such id: nothing written, both ways.
+    let none = "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'ghost', version = version + 1 \
+                WHERE id = 987654321;\n";
+    for url in [&url, &direct] {
+        let (ok, out, err) = psql(url, none);
+        assert!(ok && out.trim() == "UPDATE 0", "{out}{err}");
+    }
+    // A child's rows by their parent's integer id.
+    let (ok, out, err) = psql(
+        &url,
+        &format!("\\set ON_ERROR_STOP 1\nDELETE FROM trip_notes WHERE trip_id = {id};\n"),
+    );
+    assert!(ok && out.trim() == "DELETE 1", "{out}{err}");
+    assert!(facade
+        .get_column_cells(
+            &[RowKey::from(k)],
+            &Column::new("DELETED").unwrap(),
+            ReadFrom::Master
+        )
+        .await
+        .unwrap()
+        .iter()
+        .any(|c| c.cell.body.fields()["column"] == "NOTES"));
+    // The parent by an array of ids: its tombstone.
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nDELETE FROM trips WHERE id = ANY(ARRAY[{other_id}]) \
+             RETURNING uuid;\n"
+        ),
+    );
+    assert!(ok && out.contains(&other.to_string()), "{out}{err}");
+    assert!(latest(&facade, other, "BASE").await.is_none(), "deleted");
+    // Deleted: its id names no row to write, as in PostgreSQL once the
+    // reverse mirror has deleted it there too.
+    let again = format!(
+        "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'late', version = version + 1 \
+         WHERE id = {other_id};\n"
+    );
+    let (ok, out, err) = psql(&url, &again);
+    assert!(ok && out.trim() == "UPDATE 0", "{out}{err}");
+    pool.close().await;
+    facade.close().await;
+}

@@ -103,13 +103,24 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         } = strip(e)
         {
             let parent_key = |side: &Expr| matches!(scope.column(model, side), Ok(Some(col)) if col.source == Source::IntegerId);
+            // The parent named by UUID, or by its integer id (a value),
+            // which PostgreSQL maps to its UUID.
+            let named = |side: &Expr| {
+                super::insert::parent_by_uuid(model, side)
+                    .cloned()
+                    .or_else(|| {
+                        (is_value(side) && subquery_in(side).is_none())
+                            .then(|| super::uuid_of_id(model, side, false))
+                            .flatten()
+                    })
+            };
             let named = match (parent_key(left), parent_key(right)) {
-                (true, _) => super::insert::parent_by_uuid(model, right),
-                (_, true) => super::insert::parent_by_uuid(model, left),
+                (true, _) => named(right),
+                (_, true) => named(left),
                 _ => None,
             };
             if let (Some(v), None) = (named, &key) {
-                key = Some(Keys::One(v.clone()));
+                key = Some(Keys::One(v));
                 continue;
             }
         }

@@ -67,6 +67,14 @@ fn by_row_key(
             _ => others.push((e, c)),
         }
     }
+    // No row key: the parent's integer id names the rows as well, through
+    // PostgreSQL's own mapping of ids to UUIDs.
+    if key.is_none() && scope.table(0) == Some(Table::Parent) {
+        if let Some(at) = others.iter().position(|(_, c)| by_id(model, c).is_some()) {
+            let (_, c) = others.remove(at);
+            key = by_id(model, &c);
+        }
+    }
     let Some(keys) = key else {
         let by_id = others.iter().find_map(|(_, c)| {
             c.cols()
@@ -99,6 +107,68 @@ fn by_row_key(
         others.into_iter().map(|(e, _)| e.clone()).collect(),
         checks,
     ))
+}
+
+/// The rows a condition on the parent's integer id names (`id = v`,
+/// `id IN (...)`, `id = ANY(v)`, each `v` a value), as keys PostgreSQL
+/// evaluates ([`uuid_of_id`]).
+fn by_id(model: &Model, c: &Cond) -> Option<Keys> {
+    let plain = |v: &Expr| subquery_in(v).is_none();
+    match c {
+        Cond::Cmp {
+            col,
+            op: schemaless::FilterOp::Eq,
+            value,
+        } if col.source == Source::IntegerId && plain(value) => {
+            uuid_of_id(model, value, false).map(Keys::One)
+        }
+        Cond::InList { col, values }
+            if col.source == Source::IntegerId && values.iter().all(|v| plain(v)) =>
+        {
+            values
+                .iter()
+                .map(|v| uuid_of_id(model, v, false))
+                .collect::<Option<Vec<Expr>>>()
+                .map(Keys::List)
+        }
+        Cond::Any { col, array } if col.source == Source::IntegerId && plain(array) => {
+            uuid_of_id(model, array, true).map(Keys::Array)
+        }
+        _ => None,
+    }
+}
+
+/// The parent's UUID for integer id `id` (`any`: every UUID for an array
+/// of ids), as PostgreSQL maps them: `(SELECT uuid FROM parent WHERE id =
+/// $1)`. In every mode the mapping holds: an id is the row's for life,
+/// and a row has one only once it is in PostgreSQL (in `primary`, once
+/// the reverse mirror applied it), so an id an app knows is there; a
+/// row deleted since has no cells to write, and the statement counts 0
+/// rows, as PostgreSQL would.
+pub(crate) fn uuid_of_id(model: &Model, id: &Expr, any: bool) -> Option<Expr> {
+    let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
+    let layout = &model.layout;
+    let select = format!(
+        "SELECT {} FROM {}.{} WHERE {} = {}",
+        quote(&layout.uuid),
+        quote(&layout.schema),
+        quote(&layout.table),
+        quote(&layout.id),
+        if any {
+            format!("ANY({id})")
+        } else {
+            id.to_string()
+        }
+    );
+    let text = if any {
+        format!("ARRAY({select})")
+    } else {
+        format!("({select})")
+    };
+    sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(&text)
+        .and_then(|mut p| p.parse_expr())
+        .ok()
 }
 
 /// RETURNING may name only what the cells hold.

@@ -192,6 +192,9 @@ pub struct Inserted {
     pub key: Option<Expr>,
     /// The columns given, the parent's integer id excluded.
     pub values: Vec<(String, Expr)>,
+    /// A child row's parent named by its integer id: the id, whose UUID
+    /// `key` asks of PostgreSQL (no parent has it: a foreign key error).
+    pub parent_id: Option<Expr>,
 }
 
 /// What an INSERT does when the row exists.

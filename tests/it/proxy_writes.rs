@@ -1745,12 +1745,40 @@ async fn writes_naming_rows_by_the_integer_id_run_through_the_facade() {
         let (ok, out, err) = psql(url, none);
         assert!(ok && out.trim() == "UPDATE 0", "{out}{err}");
     }
+    // A child row inserted under its parent's integer id, as an ORM
+    // writes it; under an id no parent has, PostgreSQL's error both ways.
+    let child = |parent: i64, seq: i64| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO trip_notes (trip_id, seq, author, body, \
+             created_at) VALUES ({parent}, {seq}, 'orm', 'by id', now());\n"
+        )
+    };
+    let (ok, out, err) = psql(&url, &child(id, 2));
+    assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    let notes = facade
+        .get_column_cells(
+            &[RowKey::from(k)],
+            &Column::new("NOTES").unwrap(),
+            ReadFrom::Master,
+        )
+        .await
+        .unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|c| c.cell.key.ref_key.get() == 2 && c.cell.body.fields()["text"] == "by id"),
+        "{notes:?}"
+    );
+    for url in [&url, &direct] {
+        let (ok, _, err) = psql(url, &child(987654321, 1));
+        assert!(!ok && err.contains("23503"), "{url}: {err}");
+    }
     // A child's rows by their parent's integer id.
     let (ok, out, err) = psql(
         &url,
         &format!("\\set ON_ERROR_STOP 1\nDELETE FROM trip_notes WHERE trip_id = {id};\n"),
     );
-    assert!(ok && out.trim() == "DELETE 1", "{out}{err}");
+    assert!(ok && out.trim() == "DELETE 2", "{out}{err}");
     assert!(facade
         .get_column_cells(
             &[RowKey::from(k)],

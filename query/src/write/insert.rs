@@ -49,9 +49,10 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     let mut puts = Vec::new();
     let mut written = Vec::new();
     for row in &rows {
-        let (key, inserted) = row_puts(model, table, name, &columns, row)?;
+        let (key, inserted, parent_id) = row_puts(model, table, name, &columns, row)?;
         written.push(Inserted {
-            key: key.cloned(),
+            key,
+            parent_id,
             values: columns
                 .iter()
                 .zip(&row.values)
@@ -391,19 +392,24 @@ fn source_rows<'a>(
     }
 }
 
-/// The row's key (a child's: its parent's UUID; `None`: the parent's
-/// UUID column's default, which PostgreSQL evaluates as it would for the
-/// INSERT) and its puts. A column not given, or given `DEFAULT`, gets
-/// its default when the row is evaluated: the ref key's too (`version
-/// bigint NOT NULL DEFAULT 1`). A column without a default is null, and
-/// a null key or ref key is refused there as PostgreSQL refuses it.
+/// One row of an INSERT: its key (a child's: its parent's UUID; `None`:
+/// the parent's UUID column's default, which PostgreSQL evaluates as it
+/// would for the INSERT), its puts, and the integer id a child's parent
+/// is named by, if it is.
+type RowPuts = (Option<Expr>, Vec<Put>, Option<Expr>);
+
+/// The [`RowPuts`] of `row`. A column not given, or given `DEFAULT`,
+/// gets its default when the row is evaluated: the ref key's too
+/// (`version bigint NOT NULL DEFAULT 1`). A column without a default is
+/// null, and a null key or ref key is refused there as PostgreSQL
+/// refuses it.
 fn row_puts<'a>(
     model: &Model,
     table: Table,
     name: &ObjectName,
     columns: &[String],
     row: &Values<'a>,
-) -> Result<(Option<&'a Expr>, Vec<Put>), String> {
+) -> Result<RowPuts, String> {
     let value_of = |sql: &str| -> Option<&Expr> {
         columns
             .iter()
@@ -446,8 +452,9 @@ fn row_puts<'a>(
             _ => {}
         }
     }
+    let mut parent_id = None;
     let row_key = match table {
-        Table::Parent => value_of(&model.layout.uuid),
+        Table::Parent => value_of(&model.layout.uuid).cloned(),
         Table::Child(c) => Some({
             let fk = model.column(c).parent.clone().unwrap_or_default();
             match row.parent_uuid {
@@ -461,24 +468,36 @@ fn row_puts<'a>(
                             model.layout.table, model.layout.id
                         ));
                     }
-                    uuid
+                    uuid.clone()
                 }
                 None => {
                     let value = value_of(&fk).ok_or_else(|| {
                         format!("inserts into {name} without its parent key {fk}")
                     })?;
-                    parent_by_uuid(model, value).ok_or_else(|| {
-                        format!(
-                            "names its parent by the integer id {name}.{fk}: find the parent \
-                             by UUID, ({fk} = (SELECT {} FROM {} WHERE {} = $n))",
-                            model.layout.id, model.layout.table, model.layout.uuid
-                        )
-                    })?
+                    // The parent by UUID, or by its integer id (a value),
+                    // which PostgreSQL maps to its UUID.
+                    match parent_by_uuid(model, value) {
+                        Some(uuid) => uuid.clone(),
+                        None if is_value(value) && subquery_in(value).is_none() => {
+                            parent_id = Some(value.clone());
+                            super::uuid_of_id(model, value, false).ok_or_else(|| {
+                                format!("{name}.{fk} = {value}: not an integer id")
+                            })?
+                        }
+                        None => {
+                            return Err(format!(
+                                "names its parent by {name}.{fk} = {value}: name it by its \
+                                 integer id, or by UUID ({fk} = (SELECT {} FROM {} WHERE {} = \
+                                 $n))",
+                                model.layout.id, model.layout.table, model.layout.uuid
+                            ))
+                        }
+                    }
                 }
             }
         }),
     };
-    let row_text = row_key.map_or_else(
+    let row_text = row_key.as_ref().map_or_else(
         || format!("the default of {}", model.layout.uuid),
         value_text,
     );
@@ -524,7 +543,7 @@ fn row_puts<'a>(
             "inserts into {name} no field of any layout column: nothing reaches Schemaless"
         ));
     }
-    Ok((row_key, puts))
+    Ok((row_key, puts, parent_id))
 }
 
 /// `(SELECT id FROM parent WHERE uuid = v)`: `v`.

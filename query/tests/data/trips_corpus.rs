@@ -126,7 +126,8 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (id, uuid, status) VALUES (DEFAULT, $1, $2)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     // No column list: the catalog says which column each value is.
     ("INSERT INTO trips VALUES (DEFAULT, $1)", Class::None, "names no columns, so each value's column is the table's column at its place"),
-    ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4)", Class::None, "names its parent by the integer id trip_notes.trip_id"),
+    ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4)", Class::Write, "put_cell(row = (SELECT \"uuid\" FROM \"public\".\"trips\" WHERE \"id\" = $1), NOTES, ref_key = $2"),
+    ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ((SELECT max(id) FROM trips), $2, $3, $4)", Class::None, "trip_notes.trip_id"),
     ("UPDATE trip_notes SET body = $1 WHERE trip_id = $2 AND seq = $3", Class::None, "a child row is one cell of column NOTES"),
     ("SELECT * FROM trip_notes WHERE trip_id = $1 ORDER BY seq", Class::None, "filters trip_notes by trip_notes.trip_id, the parent's integer id"),
     ("SELECT DISTINCT status FROM trips WHERE driver_uuid = $1", Class::None, "DISTINCT"),

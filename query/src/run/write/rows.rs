@@ -94,6 +94,19 @@ impl<S: CellStore> Writer<'_, S> {
                 .position(|c| matches!(c.kind, Kind::RowKey))
                 .and_then(|i| new.get(i)?.as_str().map(String::from)),
         };
+        if let (None, Some(id)) = (&key, &row.parent_id) {
+            // Named by an id no parent has: PostgreSQL's foreign key error.
+            return Err(Refused::new(
+                "23503",
+                format!(
+                    "insert or update on table \"{}\" violates foreign key constraint: Key \
+                     ({})=({id}) is not present in table \"{}\"",
+                    self.table_name(),
+                    self.key_column(),
+                    self.layout().table
+                ),
+            ));
+        }
         let key = row_key(key, &self.key_column(), &self.table_name())?;
         let new = self.generate(new).await?;
         // PostgreSQL checks the proposed row before it looks for a

@@ -244,13 +244,9 @@ impl Stats {
         *lock(&self.forwarded_writes)
             .entry(mode.as_str())
             .or_default() += 1;
-        let mut unrecorded = lock(&self.unrecorded);
-        match unrecorded.get_mut(&(mode, shape.to_string())) {
-            Some(n) => *n += 1,
-            None => {
-                unrecorded.insert((mode, shape.to_string()), 1);
-            }
-        }
+        *lock(&self.unrecorded)
+            .entry((mode, shape.to_string()))
+            .or_default() += 1;
     }
 
     /// The forwarded writes not yet recorded for the gate, taken; given

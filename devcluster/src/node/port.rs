@@ -111,23 +111,18 @@ mod tests {
     }
 
     #[test]
-    fn a_port_a_client_socket_holds_is_held_until_it_closes() {
+    fn a_port_an_open_client_socket_holds_is_held() {
         // A client socket bound without SO_REUSEADDR, connected to a
         // listener: its port cannot be bound by a server, yet nothing
-        // listens on it.
+        // listens on it. (That the port is free again once the client
+        // closes cannot be asserted: Linux hands the same ephemeral port
+        // to connections to other peers, and any of them on the machine
+        // may hold it in TIME-WAIT by then. A closed listener's port
+        // coming back free is the first test's.)
         let server = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         let client = TcpStream::connect(server.local_addr().unwrap()).unwrap();
         let port = client.local_addr().unwrap().port();
-        let (accepted, _) = server.accept().unwrap();
+        let _accepted = server.accept().unwrap();
         assert_eq!(probe(port), PortState::Held);
-        // Closed by the server first, the client's side ends in
-        // CLOSE-WAIT/LAST-ACK, not TIME-WAIT: the port is free again.
-        drop(accepted);
-        drop(client);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while probe(port) != PortState::Free {
-            assert!(Instant::now() < deadline, "port {port} never freed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 }

@@ -27,6 +27,13 @@
 //!   id handed out when it was recorded, so the relay can tell a cell
 //!   written again after its deletion from one delivered again; see
 //!   [`crate::retired`];
+//! - `row_ids`: the integer id the proxy drew for a parent row it
+//!   inserted through the facade with `INSERT ... RETURNING id` (in
+//!   `primary`), until the reverse mirror inserts the row under it (the
+//!   same statement deletes the reservation). Every role may read it
+//!   (`GRANT SELECT ... TO PUBLIC`): an app's write by that id, evaluated
+//!   as the app's role, finds the row's UUID there before the row is in
+//!   its table;
 //! - `capture_replica_identity`: with `capture.method = "logical"`, the
 //!   replica identity each layout table had before install changed it,
 //!   which uninstall restores.
@@ -51,6 +58,7 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
             "mezzanine.capture_parked_change",
             "mezzanine.capture_replica_identity",
             "mezzanine.deletions",
+            "mezzanine.row_ids",
         ],
         &[
             ("mezzanine.reverse_offsets", "awaited_ranges"),
@@ -138,6 +146,15 @@ pub async fn ensure(pool: &PgPool) -> Result<(), Error> {
              table_sql text PRIMARY KEY,
              identity text NOT NULL,
              index_sql text);
+         CREATE TABLE IF NOT EXISTS mezzanine.row_ids (
+             parent regclass NOT NULL,
+             row_key uuid NOT NULL,
+             id bigint NOT NULL,
+             reserved_at timestamptz NOT NULL DEFAULT now(),
+             PRIMARY KEY (parent, row_key),
+             UNIQUE (parent, id));
+         GRANT USAGE ON SCHEMA mezzanine TO PUBLIC;
+         GRANT SELECT ON mezzanine.row_ids TO PUBLIC;
          CREATE TABLE IF NOT EXISTS mezzanine.deletions (
              row_key uuid NOT NULL,
              column_name text NOT NULL,

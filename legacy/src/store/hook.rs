@@ -42,6 +42,17 @@ pub trait TransactionHook: Send + Sync {
         None
     }
 
+    /// Whether a parent row the batch inserts takes the integer id
+    /// reserved for its row key in `mezzanine.row_ids` (the proxy answers
+    /// `INSERT ... RETURNING id` in `primary` with an id it reserved
+    /// there), consuming the reservation in the same statement. The
+    /// reverse mirror's writes do; the table must exist (the mirror's
+    /// schema). Without a reservation the id is the column's default, as
+    /// always. Ignored with [`TransactionHook::copy_table`].
+    fn reserved_ids(&self) -> bool {
+        false
+    }
+
     /// Runs first in the transaction (e.g. to lock what the hook updates);
     /// an error rolls the batch back.
     async fn begin(&self, _tx: &mut sqlx::PgConnection) -> Result<()> {

@@ -141,24 +141,28 @@ impl LegacyStore {
         &self,
         tx: &mut Transaction<'static, Postgres>,
         cell: &Prepared,
-        copy_to: Option<&str>,
+        hook: &(dyn TransactionHook + '_),
     ) -> Result<CellResult> {
         match &cell.what {
             Write::Cell { column, params } => {
-                self.write_cell(tx, cell, *column, params, copy_to).await
+                let reserved = hook.reserved_ids() && hook.copy_table().is_none();
+                self.write_cell(tx, cell, *column, params, (hook.copy_table(), reserved))
+                    .await
             }
-            Write::Delete(deleted) => self.delete(tx, cell, deleted, copy_to).await,
+            Write::Delete(deleted) => self.delete(tx, cell, deleted, hook.copy_table()).await,
         }
     }
 
-    /// Writes one layout column's cell.
+    /// Writes one layout column's cell; `copy_to` and `reserved` as the
+    /// hook's [`TransactionHook::copy_table`] and
+    /// [`TransactionHook::reserved_ids`].
     async fn write_cell(
         &self,
         tx: &mut Transaction<'static, Postgres>,
         cell: &Prepared,
         column: usize,
         params: &[Option<String>],
-        copy_to: Option<&str>,
+        (copy_to, reserved): (Option<&str>, bool),
     ) -> Result<CellResult> {
         let layout = &*self.layout;
         let column = &layout.columns[column];
@@ -225,6 +229,24 @@ impl LegacyStore {
                     .await
                     .map_err(|e| self.write_error(column, e))?;
                 let statement = match &current {
+                    None if reserved => format!(
+                        "/* mezzanine */ WITH r AS (DELETE FROM mezzanine.row_ids
+                             WHERE parent = {regclass}::regclass AND row_key = $1 RETURNING id),
+                         a AS (INSERT INTO {table} AS p ({uuid}, {v}{cols}, {id}) OVERRIDING SYSTEM VALUE
+                             SELECT $1, $2{casts}, r.id FROM r RETURNING {exprs}),
+                         b AS (INSERT INTO {table} AS p ({uuid}, {v}{cols}) {overriding}
+                             SELECT $1, $2{casts} WHERE NOT EXISTS (SELECT FROM r) RETURNING {exprs})
+                         SELECT * FROM a UNION ALL SELECT * FROM b",
+                        regclass = regclass_literal(&layout.table_sql),
+                        table = layout.table_sql,
+                        uuid = layout.uuid_sql,
+                        v = column.ref_key_sql,
+                        id = layout.id_sql,
+                        cols = listed(&names),
+                        casts = listed(&casts),
+                        overriding = overriding,
+                        exprs = column.read_exprs("p"),
+                    ),
                     None => format!(
                         "/* mezzanine */ INSERT INTO {table} AS p ({uuid}, {v}{cols}) {overriding}VALUES ($1, $2{casts}) RETURNING {exprs}",
                         table = layout.table_sql,
@@ -468,7 +490,7 @@ impl LegacyStore {
         hook.begin(&mut tx).await?;
         let mut results: Vec<Option<CellResult>> = vec![None; prepared.len()];
         for &i in order {
-            results[i] = Some(self.write(&mut tx, &prepared[i], hook.copy_table()).await?);
+            results[i] = Some(self.write(&mut tx, &prepared[i], hook).await?);
         }
         let results: Vec<CellResult> = results
             .into_iter()
@@ -478,6 +500,11 @@ impl LegacyStore {
         tx.commit().await.map_err(|e| self.storage(e))?;
         Ok(results)
     }
+}
+
+/// `'"s"."t"'`: a quoted table name as a string literal, for `::regclass`.
+fn regclass_literal(table_sql: &str) -> String {
+    format!("'{}'", table_sql.replace('\'', "''"))
 }
 
 /// `, a, b`: items after the ones a statement always has.

@@ -51,6 +51,12 @@ impl TransactionHook for OffsetHook {
         true
     }
 
+    /// A row the proxy inserted with `RETURNING id` takes the id the app
+    /// was answered.
+    fn reserved_ids(&self) -> bool {
+        true
+    }
+
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> schemaless::Result<()> {
         let row = sqlx::query(
             "/* mezzanine */ SELECT added_id, awaited, awaited_ranges FROM mezzanine.reverse_offsets WHERE shard = $1

@@ -156,8 +156,12 @@ pub struct Write {
     pub alias: String,
     pub rows: Rows,
     /// RETURNING's items (they name only what the cells hold, or
-    /// values).
+    /// values, or a parent INSERT's integer id).
     pub returning: Vec<SelectItem>,
+    /// RETURNING names the parent's integer id: each row inserted is
+    /// given one, drawn from the column's default and reserved for the
+    /// row in `mezzanine.row_ids` before its cells are put.
+    pub reserves_ids: bool,
 }
 
 /// The rows a write names and what it sets in them. Values are keyed by
@@ -298,6 +302,14 @@ impl Plan {
             }
             Plan::Write(write) => {
                 let mut calls = Vec::new();
+                if write.reserves_ids {
+                    calls.push(
+                        "reserve each row's integer id (drawn from its default) in \
+                         mezzanine.row_ids: RETURNING reads it, the reverse mirror inserts \
+                         the row under it"
+                            .to_string(),
+                    );
+                }
                 for put in &write.puts {
                     if put.read_latest {
                         calls.push(format!("get_cell_latest({}, {})", put.row, put.column));

@@ -82,7 +82,7 @@ const SHOP: &[Case] = &[
     ("UPDATE orders SET state = 'paid', rev = rev + 1 WHERE public_id = $1", Class::Write, "latest body with {state: 'paid'}"),
     ("UPDATE orders SET state = 'paid' WHERE public_id = $1", Class::None, "also set rev (e.g. rev = rev + 1)"),
     ("INSERT INTO order_lines (order_no, line_no, sku, qty, price) VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
-    ("INSERT INTO order_lines (order_no, line_no, sku) VALUES ($1, 1, $2)", Class::Write, "put_cell(row = (SELECT \"public_id\" FROM \"sales\".\"orders\" WHERE \"order_no\" = $1), LINES, ref_key = 1"),
+    ("INSERT INTO order_lines (order_no, line_no, sku) VALUES ($1, 1, $2)", Class::Write, "put_cell(row = COALESCE((SELECT \"public_id\" FROM \"sales\".\"orders\" WHERE \"order_no\" = $1), (SELECT row_key FROM mezzanine.row_ids WHERE parent = '\"sales\".\"orders\"'::REGCLASS AND id = $1)), LINES, ref_key = 1"),
     ("INSERT INTO order_lines (order_no, line_no, sku) VALUES (order_no + 1, 1, $2)", Class::None, "name it by its integer id, or by UUID"),
     ("DELETE FROM orders WHERE public_id = $1", Class::Write, "put_cell(row = $1, DELETED, ref_key = 0, {row: true})"),
     ("DELETE FROM order_lines WHERE line_no = $1", Class::None, "without naming their parent by UUID"),

@@ -1810,3 +1810,164 @@ async fn writes_naming_rows_by_the_integer_id_run_through_the_facade() {
     pool.close().await;
     facade.close().await;
 }
+
+/// `INSERT ... RETURNING id`, which every ORM sends, in `primary`: the
+/// id is drawn from the column's identity, as PostgreSQL would draw it,
+/// reserved for the row (`mezzanine.row_ids`), and answered; the app can
+/// write by it at once, before the reverse mirror has put the row in
+/// PostgreSQL, and the reverse mirror puts it there under that id (an
+/// identity `ALWAYS` here, which takes a value only when overridden).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets() {
+    let (db, facade, file) = primary_without_reverse().await;
+    sqlx::raw_sql("ALTER TABLE trips ALTER COLUMN id SET GENERATED ALWAYS")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let url = proxy.url(&db);
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let two = format!(
+        "\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n\\pset format unaligned\n{}, {} \
+         RETURNING id, uuid;\n",
+        trip(a),
+        &trip(b)[trip(b).find("VALUES").unwrap() + "VALUES ".len()..]
+    );
+    let (ok, out, err) = psql(&url, &two);
+    assert!(ok, "{out}{err}");
+    let ids: Vec<(i64, String)> = out
+        .lines()
+        .filter_map(|l| l.split_once('|'))
+        .map(|(id, key)| (id.parse().unwrap(), key.to_string()))
+        .collect();
+    assert_eq!(
+        ids.iter().map(|(_, k)| k.clone()).collect::<Vec<_>>(),
+        [a.to_string(), b.to_string()],
+        "{out}"
+    );
+    let (id_a, id_b) = (ids[0].0, ids[1].0);
+    assert!(id_a > 0 && id_b > id_a, "drawn in the rows' order: {out}");
+    // Prepared, as a driver sends it: an int8, as PostgreSQL types it.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .unwrap();
+    let c = uuid::Uuid::new_v4();
+    let id_c: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "{} RETURNING id",
+        trip(c).replace(&format!("'{c}'"), "$1")
+    )))
+    .bind(c)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(id_c > id_b);
+    // The row description is PostgreSQL's own (the table's OID, the id's
+    // column number and type), byte for byte.
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let description = |stream: &mut std::net::TcpStream| {
+        let k = uuid::Uuid::new_v4();
+        let answer = raw_answer(stream, &format!("{} RETURNING id, uuid", trip(k)));
+        answer
+            .into_iter()
+            .find(|(kind, _)| *kind == b'T')
+            .unwrap_or_else(|| panic!("no row description for {k}"))
+    };
+    assert_eq!(
+        description(&mut crate::proxy::raw_session(proxy.addr, &db)),
+        description(&mut crate::proxy::raw_session(own_addr, &db))
+    );
+    let reserved = |pool: sqlx::PgPool, key: uuid::Uuid| async move {
+        sqlx::query_scalar::<_, i64>("SELECT id FROM mezzanine.row_ids WHERE row_key = $1")
+            .bind(key)
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(reserved(db.pool.clone(), a).await, Some(id_a));
+
+    // No reverse mirror has run: the rows are not in PostgreSQL, yet the
+    // app writes by the ids it was answered, a child row too.
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'by its new id', \
+             version = version + 1 WHERE id = {id_a};\n\
+             INSERT INTO trip_notes (trip_id, seq, author, body, created_at) \
+             VALUES ({id_a}, 1, 'orm', 'under a new id', now());\n\
+             UPDATE trips SET version = version + 1 WHERE id = ANY(ARRAY[{id_b}, {id_c}]);\n"
+        ),
+    );
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        ["UPDATE 1", "INSERT 0 1", "UPDATE 2"]
+    );
+    let cell = latest(&facade, a, "BASE").await.unwrap();
+    assert_eq!(cell.cell.body.fields()["status"], "by its new id");
+    let mine = format!("uuid IN ('{a}', '{b}', '{c}')");
+    let (_, out, _) = psql(
+        &direct,
+        &format!("SELECT count(*) FROM trips WHERE {mine};\n"),
+    );
+    assert!(out.contains(" 0\n"), "not applied yet: {out}");
+
+    // The reverse mirror puts each row in PostgreSQL under its id, and
+    // ends the reservations; the sequence goes on past them.
+    facade.reverse().catch_up().await.unwrap();
+    let (ok, out, err) = psql(
+        &direct,
+        &format!(
+            "\\set QUIET 1\n\\pset tuples_only on\n\\pset format unaligned\nSELECT id, uuid, status, version \
+             FROM trips WHERE {mine} ORDER BY id;\nSELECT trip_id, body FROM trip_notes;\n\
+             SELECT count(*) FROM mezzanine.row_ids;\n"
+        ),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            format!("{id_a}|{a}|by its new id|2"),
+            format!("{id_b}|{b}|requested|2"),
+            format!("{id_c}|{c}|requested|2"),
+            format!("{id_a}|under a new id"),
+            "0".to_string(),
+        ],
+        "{out}"
+    );
+    let d = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &direct,
+        &format!("\\pset tuples_only on\n{} RETURNING id;\n", trip(d)),
+    );
+    assert!(ok, "{err}");
+    let id_d: i64 = out.lines().next().unwrap().trim().parse().unwrap();
+    assert!(id_d > id_c, "{out}");
+    // Now in PostgreSQL, an id names its row there.
+    let (ok, out, err) = psql(
+        &url,
+        &format!("UPDATE trips SET version = version + 1 WHERE id = {id_b};\n"),
+    );
+    assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
+    // RETURNING * and an upsert's id are still refused, with the reason.
+    for refused in [
+        format!("{} RETURNING *", trip(uuid::Uuid::new_v4())),
+        format!(
+            "{} ON CONFLICT (uuid) DO UPDATE SET status = 'x', version = trips.version + 1 \
+             RETURNING id",
+            trip(a)
+        ),
+    ] {
+        let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{refused};\n"));
+        assert!(
+            !ok && err.contains("which no cell holds"),
+            "{refused}: {err}"
+        );
+    }
+    pool.close().await;
+    facade.close().await;
+}

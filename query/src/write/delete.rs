@@ -47,6 +47,7 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
         Table::Parent,
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written)]),
         delete.returning.as_deref(),
+        false,
     )?;
     let row = keys.text();
     // The row is there (a tombstone of a row that is not would change
@@ -74,6 +75,7 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
             conditions,
         },
         returning: returning_items(delete.returning.as_deref()),
+        reserves_ids: false,
     })))
 }
 
@@ -140,6 +142,7 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         Table::Child(c),
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
         delete.returning.as_deref(),
+        false,
     )?;
     let row = keys.text();
     let mut reads = vec![format!("get_column_cells({row}, {})", column.name)];
@@ -167,5 +170,6 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
             conditions,
         },
         returning: returning_items(delete.returning.as_deref()),
+        reserves_ids: false,
     })))
 }

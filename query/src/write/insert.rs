@@ -44,7 +44,9 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         Some(other) => return Err(format!("{other}: not PostgreSQL's ON CONFLICT")),
     }
-    check_returning(model, table, name, insert.returning.as_deref())?;
+    let upserts = matches!(&insert.on, Some(OnInsert::OnConflict(c))
+        if matches!(c.action, OnConflictAction::DoUpdate(_)));
+    let reserves_ids = check_returning(model, table, name, insert.returning.as_deref(), !upserts)?;
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
     let mut puts = Vec::new();
     let mut written = Vec::new();
@@ -100,6 +102,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
             conflict,
         },
         returning: returning_items(insert.returning.as_deref()),
+        reserves_ids,
     })))
 }
 

@@ -148,22 +148,29 @@ fn by_id(model: &Model, c: &Cond) -> Option<Keys> {
 pub(crate) fn uuid_of_id(model: &Model, id: &Expr, any: bool) -> Option<Expr> {
     let quote = |name: &str| format!("\"{}\"", name.replace('"', "\"\""));
     let layout = &model.layout;
+    let table = format!("{}.{}", quote(&layout.schema), quote(&layout.table));
+    let of = if any {
+        format!("ANY({id})")
+    } else {
+        id.to_string()
+    };
     let select = format!(
-        "SELECT {} FROM {}.{} WHERE {} = {}",
+        "SELECT {} FROM {table} WHERE {} = {of}",
         quote(&layout.uuid),
-        quote(&layout.schema),
-        quote(&layout.table),
         quote(&layout.id),
-        if any {
-            format!("ANY({id})")
-        } else {
-            id.to_string()
-        }
+    );
+    // An id the proxy answered an INSERT's RETURNING with, whose row the
+    // reverse mirror has not inserted yet (the same transaction that
+    // inserts it ends the reservation, so one snapshot finds an id in
+    // one place).
+    let reserved = format!(
+        "SELECT row_key FROM mezzanine.row_ids WHERE parent = '{}'::regclass AND id = {of}",
+        table.replace('\'', "''")
     );
     let text = if any {
-        format!("ARRAY({select})")
+        format!("ARRAY({select} UNION {reserved})")
     } else {
-        format!("({select})")
+        format!("COALESCE(({select}), ({reserved}))")
     };
     sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
         .try_with_sql(&text)
@@ -171,13 +178,19 @@ pub(crate) fn uuid_of_id(model: &Model, id: &Expr, any: bool) -> Option<Expr> {
         .ok()
 }
 
-/// RETURNING may name only what the cells hold.
+/// RETURNING may name only what the cells hold, and, where `reserves`
+/// (a parent INSERT that updates no existing row), the parent's integer
+/// id: the runner draws it for each row inserted and reserves it for the
+/// row (`mezzanine.row_ids`), which the reverse mirror inserts under it.
+/// Whether it names the id.
 fn check_returning(
     model: &Model,
     table: Table,
     name: &ObjectName,
     returning: Option<&[SelectItem]>,
-) -> Result<(), String> {
+    reserves: bool,
+) -> Result<bool, String> {
+    let mut names_id = false;
     for item in returning.unwrap_or_default() {
         let expr = match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
@@ -209,6 +222,7 @@ fn check_returning(
         }
         for column in column_names_in(expr) {
             match model.source(table, &column) {
+                Source::IntegerId if reserves && table == Table::Parent => names_id = true,
                 Source::IntegerId => {
                     return Err(format!(
                         "RETURNING {name}.{column}, the integer id, which no cell holds: the \
@@ -224,7 +238,7 @@ fn check_returning(
             }
         }
     }
-    Ok(())
+    Ok(names_id)
 }
 
 /// RETURNING's items as written.

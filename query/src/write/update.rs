@@ -37,6 +37,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
         table,
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
         update.returning.as_deref(),
+        false,
     )?;
     // What the SET changes, per layout column.
     let mut sets: Vec<(Col, &Expr)> = Vec::new();
@@ -133,5 +134,6 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             conditions: others,
         },
         returning: returning_items(update.returning.as_deref()),
+        reserves_ids: false,
     })))
 }

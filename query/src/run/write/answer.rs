@@ -63,6 +63,42 @@ pub(super) async fn put_all<S: CellStore>(
     (results, None)
 }
 
+/// Reserves, in `mezzanine.row_ids`, the integer id each kept row of a
+/// parent INSERT whose RETURNING reads it was given (drawn from the
+/// column's default as PostgreSQL would), for the row's key: the reverse
+/// mirror inserts the row under it. Committed before any cell is put, so
+/// the reverse mirror, which may apply the row at once, finds it; a
+/// failure after it leaves an id unused, as a failed INSERT in
+/// PostgreSQL leaves its drawn id. A reservation for the same key again
+/// (the app retrying a write it was not answered) takes the new id.
+pub(super) async fn reserve_ids(
+    legacy: &LegacyStore,
+    reservations: &[(RowKey, i64)],
+) -> Result<(), Refused> {
+    if reservations.is_empty() {
+        return Ok(());
+    }
+    let keys: Vec<uuid::Uuid> = reservations.iter().map(|(k, _)| k.uuid()).collect();
+    let ids: Vec<i64> = reservations.iter().map(|(_, id)| *id).collect();
+    sqlx::query(
+        "/* mezzanine */ INSERT INTO mezzanine.row_ids (parent, row_key, id)
+         SELECT $1::regclass, k, i FROM unnest($2::uuid[], $3::int8[]) AS u(k, i)
+         ON CONFLICT (parent, row_key) DO UPDATE SET id = EXCLUDED.id, reserved_at = now()",
+    )
+    .bind(legacy.layout().table_sql())
+    .bind(keys)
+    .bind(ids)
+    .execute(legacy.pool())
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        Refused::new(
+            "58000",
+            format!("reserving the integer ids RETURNING reads (mezzanine.row_ids): {e}"),
+        )
+    })
+}
+
 /// Puts `batch`. PostgreSQL's `INSERT ... ON CONFLICT DO NOTHING` without
 /// a conflict target skips a row that would duplicate a value of any
 /// unique index, or that an exclusion constraint refuses; the store
@@ -142,6 +178,39 @@ fn sqlstate_of(e: &schemaless::Error) -> &str {
 const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
 
 impl<S: CellStore> Writer<'_, S> {
+    /// The (row key, integer id) of each kept row of `rows` ([`Kind::Id`]
+    /// is among the columns only where RETURNING reads the id).
+    pub(super) fn reservations(
+        &self,
+        rows: &[Vec<Value>],
+        staged: &Staged,
+    ) -> Result<Vec<(RowKey, i64)>, Refused> {
+        let at = |kind: fn(&Kind) -> bool| self.cols.iter().position(|c| kind(&c.kind));
+        let (Some(key), Some(id)) = (
+            at(|k| matches!(k, Kind::RowKey)),
+            at(|k| matches!(k, Kind::Id)),
+        ) else {
+            return Ok(Vec::new());
+        };
+        rows.iter()
+            .zip(&staged.kept)
+            .filter(|(_, &kept)| kept)
+            .map(|(row, _)| {
+                let key = row[key]
+                    .as_str()
+                    .and_then(|k| k.parse::<uuid::Uuid>().ok())
+                    .map(RowKey::from);
+                match (key, row[id].as_i64()) {
+                    (Some(key), Some(id)) => Ok((key, id)),
+                    _ => Err(Refused::new(
+                        "XX000",
+                        format!("a row inserted without its key or id: {:?}", row),
+                    )),
+                }
+            })
+            .collect()
+    }
+
     /// A planned statement's cells, to be put with its batch's: checked
     /// against each other first ([`Writer::repeated`]), nothing put.
     pub(super) fn stage(&self, mut rows: Vec<Vec<Cell>>) -> Result<Staged, Refused> {

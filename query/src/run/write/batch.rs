@@ -137,6 +137,16 @@ pub async fn write_batch<S: CellStore>(
         skippable.extend(of_row.iter().map(|&r| any.then_some(rows_before + r)));
         rows_before += rows;
     }
+    let mut reservations = Vec::new();
+    for (writer, (rows, staged, _)) in writers.iter().zip(&planned) {
+        match writer.reservations(rows, staged) {
+            Ok(more) => reservations.extend(more),
+            Err(e) => return vec![Err(e)],
+        }
+    }
+    if let Err(e) = answer::reserve_ids(eval.legacy, &reservations).await {
+        return vec![Err(e)];
+    }
     let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
     let all = cells.clone();
     let (put, failure) = put_all(store, limits, cells, &skippable).await;
@@ -326,6 +336,12 @@ async fn analyze<'a, 's>(
         Some(Plan::Write(write)) => write,
         _ => return Err(Refused::new("0A000", "not a translatable write")),
     };
-    let cols = columns(eval.legacy, catalog, model, write.table).await?;
+    let cols = columns(
+        eval.legacy,
+        catalog,
+        model,
+        (write.table, write.reserves_ids),
+    )
+    .await?;
     Ok((*write, cols))
 }

@@ -19,6 +19,9 @@ pub(super) struct Col<'a> {
 
 pub(super) enum Kind<'a> {
     RowKey,
+    /// The parent's integer id, of an INSERT whose RETURNING reads it:
+    /// drawn from its default, reserved for the row, never in a cell.
+    Id,
     /// The ref key of layout column `usize`.
     RefKey(usize),
     /// A field of layout column `usize`.
@@ -143,21 +146,22 @@ impl Col<'_> {
                 }
             }
             Kind::RowKey => Ok(Value::String(text)),
-            Kind::RefKey(_) => text
+            Kind::Id | Kind::RefKey(_) => text
                 .parse::<i64>()
                 .map(Value::from)
-                .map_err(|e| Refused::new("22003", format!("ref key {text}: {e}"))),
+                .map_err(|e| Refused::new("22003", format!("{} {text}: {e}", self.sql))),
         }
     }
 }
 
 /// The mapped columns of `table`: the parent's UUID, then each layout
-/// column's ref key and fields (a child table: its column's).
+/// column's ref key and fields (a child table: its column's); with
+/// `id`, last, the parent's integer id.
 pub(super) async fn columns<'a>(
     legacy: &'a LegacyStore,
     catalog: &Catalog,
     model: &crate::Model,
-    table: Table,
+    (table, id): (Table, bool),
 ) -> Result<Vec<Col<'a>>, Refused> {
     let layout = legacy.layout();
     let mut wanted: Vec<(&str, String, Kind<'a>)> = Vec::new();
@@ -179,6 +183,9 @@ pub(super) async fn columns<'a>(
         for f in &c.fields {
             wanted.push((c.table_sql(), f.sql.clone(), Kind::Field(i, f)));
         }
+    }
+    if id && table == Table::Parent {
+        wanted.push((layout.table_sql(), unquote(layout.id_sql()), Kind::Id));
     }
     let mut cols: Vec<Col> = Vec::new();
     for (table_sql, sql, kind) in wanted {

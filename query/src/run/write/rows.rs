@@ -284,6 +284,8 @@ impl<S: CellStore> Writer<'_, S> {
             .iter()
             .map(|c| match c.kind {
                 Kind::RowKey => Value::String(key.uuid().to_string()),
+                // Only an INSERT has it, which reads no row.
+                Kind::Id => Value::Null,
                 Kind::RefKey(i) => latest[i]
                     .as_ref()
                     .map_or(Value::Null, |s| Value::from(s.cell.key.ref_key.get())),

@@ -304,9 +304,9 @@ impl Plan {
                 let mut calls = Vec::new();
                 if write.reserves_ids {
                     calls.push(
-                        "reserve each row's integer id (drawn from its default) in \
-                         mezzanine.row_ids: RETURNING reads it, the reverse mirror inserts \
-                         the row under it"
+                        "reserve each row's integer id (the one given, or drawn from its \
+                         default) in mezzanine.row_ids: the reverse mirror inserts the row \
+                         under it"
                             .to_string(),
                     );
                 }

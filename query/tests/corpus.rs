@@ -402,7 +402,7 @@ fn an_insert_listing_no_columns_takes_the_tables_first_columns_in_the_catalogs_o
             ("INSERT INTO order_lines VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, 'a note')", Class::None, "writes orders.note, which the layout does not map"),
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, DEFAULT, 8)", Class::None, "INSERT has more expressions than target columns: 8 values for the 7 columns of orders"),
-            ("INSERT INTO orders VALUES (41, $1, 1)", Class::None, "gives orders.order_no = 41, the integer id"),
+            ("INSERT INTO orders VALUES (41, $1, 1)", Class::Write, "reserve each row's integer id (the one given"),
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1), (DEFAULT, $2)", Class::None, "a VALUES row of 2 values for 3 columns"),
         ],
     );

@@ -46,8 +46,27 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     }
     let upserts = matches!(&insert.on, Some(OnInsert::OnConflict(c))
         if matches!(c.action, OnConflictAction::DoUpdate(_)));
-    let reserves_ids = check_returning(model, table, name, insert.returning.as_deref(), !upserts)?;
+    let returns_id = check_returning(model, table, name, insert.returning.as_deref(), !upserts)?;
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
+    // A parent row given its integer id: the id is reserved for it, as
+    // one RETURNING reads is drawn and reserved. An upsert's row may be
+    // an existing one, under another id.
+    let id_at = (table == Table::Parent)
+        .then(|| columns.iter().position(|c| *c == model.layout.id))
+        .flatten()
+        .filter(|&at| rows.iter().any(|row| !is_default(row.values[at])));
+    if let (Some(at), true) = (id_at, upserts) {
+        return Err(format!(
+            "gives {name}.{} = {}, the integer id, in an upsert, whose row may be an existing \
+             one under another id: leave it out",
+            model.layout.id,
+            rows.iter()
+                .map(|row| row.values[at])
+                .find(|v| !is_default(v))
+                .map_or_else(String::new, ToString::to_string)
+        ));
+    }
+    let reserves_ids = returns_id || id_at.is_some();
     let mut puts = Vec::new();
     let mut written = Vec::new();
     for row in &rows {
@@ -58,7 +77,10 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
             values: columns
                 .iter()
                 .zip(&row.values)
-                .filter(|(c, v)| model.source(table, c) != Source::IntegerId && !is_default(v))
+                .filter(|(c, v)| {
+                    (table == Table::Parent || model.source(table, c) != Source::IntegerId)
+                        && !is_default(v)
+                })
                 .map(|(c, v)| (c.clone(), (*v).clone()))
                 .collect(),
         });
@@ -434,16 +456,16 @@ fn row_puts<'a>(
                 ))
             }
             Source::IntegerId if matches!(table, Table::Child(_)) => {}
-            // No cell holds the parent's integer id: the reverse mirror's
-            // row gets its column's default (the sequence), so a value
-            // the app gave would be acknowledged and then not be the
-            // row's, and a later `WHERE id = ...` would find nothing.
+            // No cell holds the parent's integer id: the value is reserved
+            // for the row (`mezzanine.row_ids`), and the reverse mirror
+            // inserts the row under it, as an app that draws its ids
+            // first (JPA's sequence generator) writes them.
+            Source::IntegerId if is_value(value) && subquery_in(value).is_none() => {}
             Source::IntegerId => {
                 return Err(format!(
-                    "gives {name}.{column} = {value}, the integer id, which no cell holds: \
-                     leave it out (or DEFAULT) and let PostgreSQL number the row, then name \
-                     the row by its UUID {}",
-                    model.layout.uuid
+                    "gives {name}.{column} = {value}, the integer id, which reads the \
+                     database: give it as a value, or leave it out (or DEFAULT) and let \
+                     PostgreSQL number the row"
                 ))
             }
             _ if !is_value(value) => {

@@ -103,7 +103,7 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT ON CONSTRAINT trips_pkey DO NOTHING", Class::None, "ON CONFLICT ON CONSTRAINT trips_pkey: name the key's columns instead, ON CONFLICT (uuid)"),
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) WHERE status <> 'x' DO NOTHING", Class::None, "a partial index's conflict"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ((SELECT id FROM trips WHERE uuid = $1), $2, $3, $4) ON CONFLICT (seq) DO NOTHING", Class::None, "on trip_notes: a cell put reports a conflict on the row's key alone, (seq, trip_id)"),
-    ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) RETURNING id", Class::Write, "reserve each row's integer id (drawn from its default) in mezzanine.row_ids"),
+    ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) RETURNING id", Class::Write, "reserve each row's integer id (the one given, or drawn from its default) in mezzanine.row_ids"),
     ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 RETURNING id", Class::None, "RETURNING trips.id, the integer id"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4) RETURNING trip_id", Class::None, "the integer id"),
     // RETURNING expressions over the cells' columns are evaluated over the
@@ -124,7 +124,9 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, version, status, fare) VALUES ($1, DEFAULT, $2, default)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     ("INSERT INTO trips (uuid, version, status, promo_code) VALUES ($1, 1, $2, $3)", Class::None, "writes trips.promo_code, which the layout does not map"),
     // The integer id is the sequence's: no cell holds a value the app gives.
-    ("INSERT INTO trips (id, uuid, status) VALUES ($1, $2, $3)", Class::None, "gives trips.id = $1, the integer id, which no cell holds: leave it out (or DEFAULT)"),
+    ("INSERT INTO trips (id, uuid, status) VALUES ($1, $2, $3)", Class::Write, "reserve each row's integer id"),
+    ("INSERT INTO trips (id, uuid, status) VALUES ((SELECT max(id) + 1 FROM trips), $2, $3)", Class::None, "the integer id, which reads the database"),
+    ("INSERT INTO trips (id, uuid, status, version) VALUES ($1, $2, $3, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1", Class::None, "the integer id, in an upsert"),
     ("INSERT INTO trips (id, uuid, status) VALUES (DEFAULT, $1, $2)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),
     // No column list: the catalog says which column each value is.
     ("INSERT INTO trips VALUES (DEFAULT, $1)", Class::None, "names no columns, so each value's column is the table's column at its place"),

@@ -63,14 +63,16 @@ pub(super) async fn put_all<S: CellStore>(
     (results, None)
 }
 
-/// Reserves, in `mezzanine.row_ids`, the integer id each kept row of a
-/// parent INSERT whose RETURNING reads it was given (drawn from the
-/// column's default as PostgreSQL would), for the row's key: the reverse
-/// mirror inserts the row under it. Committed before any cell is put, so
-/// the reverse mirror, which may apply the row at once, finds it; a
-/// failure after it leaves an id unused, as a failed INSERT in
-/// PostgreSQL leaves its drawn id. A reservation for the same key again
-/// (the app retrying a write it was not answered) takes the new id.
+/// Reserves, in `mezzanine.row_ids`, the integer id of each kept row of
+/// a parent INSERT that gives one or whose RETURNING reads it (drawn from
+/// the column's default, as PostgreSQL would draw it), for the row's key:
+/// the reverse mirror inserts the row under it. Committed before any
+/// cell is put, so the reverse mirror, which may apply the row at once,
+/// finds it; a failure after it leaves an id unused, as a failed INSERT
+/// in PostgreSQL leaves its drawn id. A reservation for the same key
+/// again (the app retrying a write it was not answered) takes the new id.
+/// An id a row of the table has, or another row's reservation, is
+/// PostgreSQL's unique violation (`23505`), and nothing is reserved.
 pub(super) async fn reserve_ids(
     legacy: &LegacyStore,
     reservations: &[(RowKey, i64)],
@@ -78,25 +80,60 @@ pub(super) async fn reserve_ids(
     if reservations.is_empty() {
         return Ok(());
     }
+    let layout = legacy.layout();
     let keys: Vec<uuid::Uuid> = reservations.iter().map(|(k, _)| k.uuid()).collect();
     let ids: Vec<i64> = reservations.iter().map(|(_, id)| *id).collect();
-    sqlx::query(
-        "/* mezzanine */ INSERT INTO mezzanine.row_ids (parent, row_key, id)
-         SELECT $1::regclass, k, i FROM unnest($2::uuid[], $3::int8[]) AS u(k, i)
-         ON CONFLICT (parent, row_key) DO UPDATE SET id = EXCLUDED.id, reserved_at = now()",
-    )
-    .bind(legacy.layout().table_sql())
-    .bind(keys)
-    .bind(ids)
-    .execute(legacy.pool())
-    .await
-    .map(|_| ())
-    .map_err(|e| {
+    let taken = |id: &str| {
         Refused::new(
-            "58000",
-            format!("reserving the integer ids RETURNING reads (mezzanine.row_ids): {e}"),
+            "23505",
+            format!(
+                "duplicate key value violates unique constraint on \"{}\": Key ({})=({id}) \
+                 already exists",
+                layout.table,
+                unquote(layout.id_sql())
+            ),
         )
-    })
+    };
+    let sql = format!(
+        "/* mezzanine */ WITH taken AS (
+             SELECT t.{id}::int8 AS id FROM {table} t WHERE t.{id} = ANY($3::int8[])
+             UNION ALL
+             SELECT r.id FROM mezzanine.row_ids r
+             WHERE r.parent = $1::regclass AND r.id = ANY($3::int8[]) AND r.row_key <> ALL($2::uuid[])
+             LIMIT 1),
+         reserved AS (
+             INSERT INTO mezzanine.row_ids (parent, row_key, id)
+             SELECT $1::regclass, k, i FROM unnest($2::uuid[], $3::int8[]) AS u(k, i)
+             WHERE NOT EXISTS (SELECT FROM taken)
+             ON CONFLICT (parent, row_key) DO UPDATE SET id = EXCLUDED.id, reserved_at = now())
+         SELECT id::text FROM taken",
+        id = layout.id_sql(),
+        table = layout.table_sql(),
+    );
+    let found: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(layout.table_sql())
+        .bind(keys)
+        .bind(ids)
+        .fetch_optional(legacy.pool())
+        .await;
+    match found {
+        Ok(None) => Ok(()),
+        Ok(Some(id)) => Err(taken(&id)),
+        // Two rows of the statement given one id, or a race with
+        // another writer's reservation.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Err(Refused::new(
+            "23505",
+            format!(
+                "duplicate key value violates unique constraint on \"{}\": {} given twice",
+                layout.table,
+                unquote(layout.id_sql())
+            ),
+        )),
+        Err(e) => Err(Refused::new(
+            "58000",
+            format!("reserving the rows' integer ids (mezzanine.row_ids): {e}"),
+        )),
+    }
 }
 
 /// Puts `batch`. PostgreSQL's `INSERT ... ON CONFLICT DO NOTHING` without

@@ -1940,6 +1940,28 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
     let (ok, _, err) = psql(&by_default.url(&db), &given(id_a));
     assert!(!ok && err.contains("duplicate key value"), "{err}");
     assert!(latest(&facade, e, "BASE").await.is_none());
+    // The app's own `nextval`, which the read-only evaluation of values
+    // could not draw: drawn, then reserved.
+    let f = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &by_default.url(&db),
+        &format!(
+            "\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n{} RETURNING id;\n",
+            trip(f)
+                .replace("(uuid,", "(id, uuid,")
+                .replace("VALUES (", "VALUES (nextval('trips_id_seq'), ")
+        ),
+    );
+    assert!(ok, "{out}{err}");
+    let id_f: i64 = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(id_f > id_c, "{out}");
+    assert_eq!(reserved(db.pool.clone(), f).await, Some(id_f));
     drop(by_default);
     sqlx::raw_sql("ALTER TABLE trips ALTER COLUMN id SET GENERATED ALWAYS")
         .execute(&db.pool)
@@ -1995,6 +2017,11 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
         ],
         "{out}"
     );
+    let (_, out, _) = psql(
+        &direct,
+        &format!("\\pset tuples_only on\nSELECT id FROM trips WHERE uuid = '{f}';\n"),
+    );
+    assert_eq!(out.trim(), id_f.to_string());
     let d = uuid::Uuid::new_v4();
     let (ok, out, err) = psql(
         &direct,
@@ -2002,7 +2029,7 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
     );
     assert!(ok, "{err}");
     let id_d: i64 = out.lines().next().unwrap().trim().parse().unwrap();
-    assert!(id_d > id_c, "{out}");
+    assert!(id_d > id_f, "{out}");
     // Now in PostgreSQL, an id names its row there.
     let (ok, out, err) = psql(
         &url,

@@ -197,3 +197,27 @@ pub(super) async fn columns<'a>(
     }
     Ok(cols)
 }
+
+/// Whether `expr` is a bare `nextval('name')` (the name a literal, cast
+/// or not; the call cast or not): a value drawn from a sequence, which the
+/// read-only evaluation of the statement's values cannot draw. Only this
+/// form is drawn in a committed transaction, never any other of the
+/// app's expressions ([`Evaluator::committed_rows`]).
+pub(super) fn draws(expr: &Expr) -> bool {
+    use sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
+    let Expr::Function(f) = strip(expr) else {
+        return false;
+    };
+    let FunctionArguments::List(list) = &f.args else {
+        return false;
+    };
+    crate::expr::last_name(&f.name) == "nextval"
+        && list.clauses.is_empty()
+        && list.duplicate_treatment.is_none()
+        && matches!(
+            list.args.as_slice(),
+            [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))]
+                if matches!(strip(arg), Expr::Value(v)
+                    if matches!(v.value, sqlparser::ast::Value::SingleQuotedString(_)))
+        )
+}

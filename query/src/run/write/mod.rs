@@ -163,6 +163,15 @@ struct Writer<'a, S> {
 /// A written row's values (one per [`Col`]) and its cells.
 type RowWrite = (Vec<Value>, Vec<Cell>);
 
+/// An INSERTed row's expression for each [`Col`] (by position), the
+/// columns among them that draw from a sequence (with the expression
+/// drawn), and which columns the INSERT gives ([`Writer::targets`]).
+struct Targets {
+    targets: Vec<(usize, String)>,
+    drawn: Vec<(usize, String)>,
+    given: Vec<bool>,
+}
+
 impl<S: CellStore> Writer<'_, S> {
     /// Reads and evaluates the statement's rows a few at a time; nothing
     /// is put. An error is the first failing row's, as in PostgreSQL,
@@ -172,8 +181,16 @@ impl<S: CellStore> Writer<'_, S> {
         let mut named = Vec::new();
         let tag = match &self.write.rows {
             Rows::Insert { rows, conflict } => {
+                let mut targets = rows
+                    .iter()
+                    .map(|row| self.targets(row))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.draw_all(&mut targets).await?;
+                let rows: Vec<_> = rows.iter().zip(&targets).collect();
                 for chunk in rows.chunks(ROWS_AT_ONCE) {
-                    let rows = chunk.iter().map(|row| self.insert(row, conflict));
+                    let rows = chunk
+                        .iter()
+                        .map(|(row, targets)| self.insert(row, conflict, targets));
                     for row in futures::future::join_all(rows).await {
                         done.push(row?);
                     }
@@ -353,23 +370,6 @@ impl<S: CellStore> Writer<'_, S> {
         Ok((key, values, holds))
     }
 
-    /// The values of column defaults that draw from a sequence
-    /// (`targets`: column, default expression), drawn in a committed
-    /// transaction ([`Evaluator::committed_rows`]).
-    async fn draw(&self, targets: &[(usize, String)]) -> Result<Vec<Value>, Refused> {
-        let items: Vec<String> = targets.iter().map(|(i, e)| self.cols[*i].read(e)).collect();
-        let sql = format!(
-            "/* mezzanine: a write through the facade */ SELECT {}",
-            items.join(", ")
-        );
-        let texts = first_row(self.eval.committed_rows(&sql).await)?;
-        targets
-            .iter()
-            .zip(texts)
-            .map(|((i, _), text)| self.cols[*i].render(text))
-            .collect()
-    }
-
     /// `(VALUES (...), ...) AS "alias"("col", ...)`.
     fn values(&self, rows: &[Vec<Value>]) -> Result<String, Refused> {
         let mut out = Vec::with_capacity(rows.len());
@@ -406,18 +406,23 @@ impl<S: CellStore> Writer<'_, S> {
     }
 }
 
-/// One row of text values, PostgreSQL's errors kept with their SQLSTATE.
-fn first_row(
-    rows: Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>,
-) -> Result<Vec<Option<String>>, Refused> {
-    use sqlx::Row as _;
-    let rows = rows.map_err(|e| match &e {
+/// PostgreSQL's error evaluating a write's values, with its SQLSTATE.
+fn evaluation_error(e: sqlx::Error) -> Refused {
+    match &e {
         sqlx::Error::Database(db) => Refused::new(
             db.code().as_deref().unwrap_or("XX000"),
             db.message().to_string(),
         ),
         _ => Refused::new("58000", format!("evaluating the write's values: {e}")),
-    })?;
+    }
+}
+
+/// One row of text values, PostgreSQL's errors kept with their SQLSTATE.
+fn first_row(
+    rows: Result<Vec<sqlx::postgres::PgRow>, sqlx::Error>,
+) -> Result<Vec<Option<String>>, Refused> {
+    use sqlx::Row as _;
+    let rows = rows.map_err(evaluation_error)?;
     let row = rows
         .first()
         .ok_or_else(|| Refused::new("XX000", "the values' evaluation gave no row"))?;

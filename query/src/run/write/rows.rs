@@ -4,15 +4,12 @@
 use super::*;
 
 impl<S: CellStore> Writer<'_, S> {
-    /// One INSERTed row: its values and cells, or `None` when the row
-    /// exists and ON CONFLICT DO NOTHING leaves it.
-    pub(super) async fn insert(
-        &self,
-        row: &Inserted,
-        conflict: &OnConflict,
-    ) -> Result<Option<RowWrite>, Refused> {
-        // Every mapped column: the value given, or the default; a
-        // generated one once the others are known.
+    /// What each mapped column of an INSERTed row is evaluated from: the
+    /// value given, or the default (a generated one stands in as NULL
+    /// until the row is known), and which columns draw from a sequence
+    /// (a default's `nextval`, or the app's own), which the read-only
+    /// evaluation cannot draw: [`Writer::draw_all`] draws them first.
+    pub(super) fn targets(&self, row: &Inserted) -> Result<Targets, Refused> {
         let mut targets = Vec::new();
         let mut drawn = Vec::new();
         let mut given = vec![false; self.cols.len()];
@@ -46,6 +43,11 @@ impl<S: CellStore> Writer<'_, S> {
             if default.is_some_and(|d| d.to_ascii_lowercase().contains("nextval(")) {
                 drawn.push((i, default.unwrap_or_default().to_string()));
             }
+            // The app's own `nextval('seq')` (an id drawn in the INSERT):
+            // drawn as a default is.
+            if let Some((_, e)) = value.filter(|(_, e)| super::columns::draws(e)) {
+                drawn.push((i, e.to_string()));
+            }
             targets.push((
                 i,
                 match value {
@@ -54,17 +56,66 @@ impl<S: CellStore> Writer<'_, S> {
                 },
             ));
         }
-        let evaluating = async {
-            // A default that draws from a sequence cannot run in the
-            // read-only evaluation: drawn first, then given as a value.
-            if !drawn.is_empty() {
-                let values = self.draw(&drawn).await?;
-                for ((at, _), v) in drawn.iter().zip(values) {
-                    targets[*at].1 = self.cols[*at].typed(&v)?;
-                }
+        Ok(Targets {
+            targets,
+            drawn,
+            given,
+        })
+    }
+
+    /// Draws every row's sequence values (`rows`' [`Targets::drawn`]) in
+    /// one committed statement, in the rows' order, as PostgreSQL draws
+    /// them for a multi-row INSERT (rows evaluated at once would draw in
+    /// the order their round trips arrive), and puts each in its row's
+    /// targets as a typed value.
+    pub(super) async fn draw_all(&self, rows: &mut [Targets]) -> Result<(), Refused> {
+        let items: Vec<String> = rows
+            .iter()
+            .flat_map(|row| row.drawn.iter())
+            .enumerate()
+            .map(|(n, (i, e))| format!("({n}, {})", self.cols[*i].read(e)))
+            .collect();
+        if items.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "/* mezzanine: a write through the facade */ SELECT t FROM (VALUES {}) AS drawn(n, t) \
+             ORDER BY n",
+            items.join(", ")
+        );
+        let texts = self
+            .eval
+            .committed_rows(&sql)
+            .await
+            .map_err(evaluation_error)?;
+        let mut texts = texts.iter().map(|row| {
+            use sqlx::Row as _;
+            row.try_get::<Option<String>, _>(0)
+                .map_err(|e| Refused::new("XX000", e.to_string()))
+        });
+        for row in rows.iter_mut() {
+            for (at, _) in &row.drawn {
+                let text = texts
+                    .next()
+                    .ok_or_else(|| Refused::new("XX000", "fewer values drawn than asked"))??;
+                row.targets[*at].1 = self.cols[*at].typed(&self.cols[*at].render(text)?)?;
             }
+        }
+        Ok(())
+    }
+
+    /// One INSERTed row, its sequences drawn ([`Writer::draw_all`]): its
+    /// values and cells, or `None` when the row exists and ON CONFLICT DO
+    /// NOTHING leaves it.
+    pub(super) async fn insert(
+        &self,
+        row: &Inserted,
+        conflict: &OnConflict,
+        Targets { targets, given, .. }: &Targets,
+    ) -> Result<Option<RowWrite>, Refused> {
+        let evaluating = async {
             let key = row.key.as_ref().map(ToString::to_string);
-            self.evaluate(key.as_deref(), &targets, &[], None).await
+            self.evaluate(key.as_deref(), targets, &[], None).await
         };
         // A key written as a literal UUID (a bound parameter) is known
         // before PostgreSQL evaluates it: its latest cells are read

@@ -27,13 +27,13 @@
 //!   id handed out when it was recorded, so the relay can tell a cell
 //!   written again after its deletion from one delivered again; see
 //!   [`crate::retired`];
-//! - `row_ids`: the integer id the proxy drew for a parent row it
-//!   inserted through the facade with `INSERT ... RETURNING id` (in
-//!   `primary`), until the reverse mirror inserts the row under it (the
-//!   same statement deletes the reservation). Every role may read it
-//!   (`GRANT SELECT ... TO PUBLIC`): an app's write by that id, evaluated
-//!   as the app's role, finds the row's UUID there before the row is in
-//!   its table;
+//! - `row_ids`: the integer id of a parent row the proxy inserted
+//!   through the facade (in `primary`), given by the INSERT or drawn for
+//!   its `RETURNING id`, until the reverse mirror inserts the row under
+//!   it (the same statement deletes the reservation). Every role may
+//!   read it (`GRANT SELECT ... TO PUBLIC`): an app's write by that id,
+//!   evaluated as the app's role, finds the row's UUID there before the
+//!   row is in its table;
 //! - `capture_replica_identity`: with `capture.method = "logical"`, the
 //!   replica identity each layout table had before install changed it,
 //!   which uninstall restores.

@@ -158,9 +158,10 @@ pub struct Write {
     /// RETURNING's items (they name only what the cells hold, or
     /// values, or a parent INSERT's integer id).
     pub returning: Vec<SelectItem>,
-    /// RETURNING names the parent's integer id: each row inserted is
-    /// given one, drawn from the column's default and reserved for the
-    /// row in `mezzanine.row_ids` before its cells are put.
+    /// A parent INSERT gives the integer id or RETURNING names it: each
+    /// row inserted gets one (given, or drawn from the column's default),
+    /// reserved for the row in `mezzanine.row_ids` before its cells are
+    /// put.
     pub reserves_ids: bool,
 }
 

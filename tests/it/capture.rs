@@ -1420,7 +1420,8 @@ async fn missing_privileges_and_bad_layouts_are_refused_and_change_nothing() {
     assert_eq!(ours().await, 0);
 
     // The owner installs it (twice: idempotent); the app role's writes are
-    // captured, though it has no rights on schema mezzanine.
+    // captured, though it has no rights on the mezzanine tables (every
+    // role may only read mezzanine.row_ids).
     let owner = config_file(&text);
     run_ok(mezzanine(owner.path(), &["capture", "install"]));
     run_ok(mezzanine(owner.path(), &["capture", "install"]));

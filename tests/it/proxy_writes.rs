@@ -1098,7 +1098,9 @@ async fn psycopg_asyncpg_node_pg_and_jdbc_get_what_postgresql_gives_them_for_wri
     let direct = crate::harness::cluster().postgres_url(&db.name);
     let insert = INSERT_TRIP.replace("'{k}'", "$1");
     let statements = [
-        insert.clone(),
+        // The id is drawn (and reserved): `id - id` is 0 both ways, an
+        // int8 as PostgreSQL describes it.
+        format!("{insert} RETURNING id - id AS drawn, uuid"),
         "UPDATE trips SET status = 'accepted', fare = fare * 2, version = version + 1 \
          WHERE uuid = $1 RETURNING version, fare, status, requested_at, completed_at, \
          distance_km, driver_uuid"

@@ -43,9 +43,10 @@ pub trait TransactionHook: Send + Sync {
     }
 
     /// Whether a parent row the batch inserts takes the integer id
-    /// reserved for its row key in `mezzanine.row_ids` (the proxy answers
-    /// `INSERT ... RETURNING id` in `primary` with an id it reserved
-    /// there), consuming the reservation in the same statement. The
+    /// reserved for its row key in `mezzanine.row_ids` (the proxy reserves
+    /// there, in `primary`, the id an INSERT gives or the one it drew
+    /// for `RETURNING id`), consuming the reservation in the same
+    /// statement. The
     /// reverse mirror's writes do; the table must exist (the mirror's
     /// schema). Without a reservation the id is the column's default, as
     /// always. Ignored with [`TransactionHook::copy_table`].

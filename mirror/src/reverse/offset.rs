@@ -51,8 +51,8 @@ impl TransactionHook for OffsetHook {
         true
     }
 
-    /// A row the proxy inserted with `RETURNING id` takes the id the app
-    /// was answered.
+    /// A row the proxy inserted with an id, or with `RETURNING id`, takes
+    /// the id the app gave or was answered.
     fn reserved_ids(&self) -> bool {
         true
     }

@@ -216,7 +216,7 @@ const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
 
 impl<S: CellStore> Writer<'_, S> {
     /// The (row key, integer id) of each kept row of `rows` ([`Kind::Id`]
-    /// is among the columns only where RETURNING reads the id).
+    /// is among the columns only where the statement reserves ids).
     pub(super) fn reservations(
         &self,
         rows: &[Vec<Value>],

@@ -19,8 +19,9 @@ pub(super) struct Col<'a> {
 
 pub(super) enum Kind<'a> {
     RowKey,
-    /// The parent's integer id, of an INSERT whose RETURNING reads it:
-    /// drawn from its default, reserved for the row, never in a cell.
+    /// The parent's integer id, of an INSERT that gives it or whose
+    /// RETURNING reads it: given or drawn from its default, reserved for
+    /// the row, never in a cell.
     Id,
     /// The ref key of layout column `usize`.
     RefKey(usize),
@@ -196,28 +197,4 @@ pub(super) async fn columns<'a>(
         cols.push(Col { sql, attr, kind });
     }
     Ok(cols)
-}
-
-/// Whether `expr` is a bare `nextval('name')` (the name a literal, cast
-/// or not; the call cast or not): a value drawn from a sequence, which the
-/// read-only evaluation of the statement's values cannot draw. Only this
-/// form is drawn in a committed transaction, never any other of the
-/// app's expressions ([`Evaluator::committed_rows`]).
-pub(super) fn draws(expr: &Expr) -> bool {
-    use sqlparser::ast::{FunctionArg, FunctionArgExpr, FunctionArguments};
-    let Expr::Function(f) = strip(expr) else {
-        return false;
-    };
-    let FunctionArguments::List(list) = &f.args else {
-        return false;
-    };
-    crate::expr::last_name(&f.name) == "nextval"
-        && list.clauses.is_empty()
-        && list.duplicate_treatment.is_none()
-        && matches!(
-            list.args.as_slice(),
-            [FunctionArg::Unnamed(FunctionArgExpr::Expr(arg))]
-                if matches!(strip(arg), Expr::Value(v)
-                    if matches!(v.value, sqlparser::ast::Value::SingleQuotedString(_)))
-        )
 }

@@ -46,7 +46,8 @@
 //! way into SQL and back), `rows` (an INSERT's proposed row, an UPDATE's
 //! next version, their cells), `answer` (the cells put, the app
 //! answered), `batch` (statements pipelined in one implicit transaction,
-//! run as one); this file evaluates and runs a statement's rows.
+//! run as one), `targets` (an INSERT's expressions per column, and its
+//! sequence draws); this file evaluates and runs a statement's rows.
 
 use legacy::layout::{Field, Shape};
 use schemaless::{Body, Cell, RefKey, WriteOutcome};
@@ -64,6 +65,7 @@ mod columns;
 mod evaluations;
 mod readahead;
 mod rows;
+mod targets;
 
 use answer::put_all;
 pub use batch::write_batch;

@@ -80,6 +80,10 @@ pub(crate) struct Owed {
     /// PostgreSQL resolved, in its `ParameterDescription`, are taken
     /// ([`Answers::described`]).
     pub describes: Option<(String, String)>,
+    /// A simple `Query` the proxy composed of several statements (writes
+    /// run through the facade): the origins and tag of each statement
+    /// after the first, taken in turn as each `CommandComplete` passes.
+    pub then: VecDeque<(Option<Vec<Origin>>, Option<String>)>,
 }
 
 /// What the proxy's probe of the session got.
@@ -123,6 +127,7 @@ impl Owed {
             tag: None,
             probe: true,
             describes: None,
+            then: VecDeque::new(),
         }
     }
 
@@ -143,6 +148,7 @@ impl Owed {
             tag: None,
             probe: false,
             describes: None,
+            then: VecDeque::new(),
         }
     }
 }
@@ -320,10 +326,17 @@ impl Answers {
                     _ => Seen::Relay,
                 }
             }
-            // A simple `Query` run through the facade: one statement, so
-            // one `CommandComplete`.
-            b'C' => match &front.tag {
-                Some(tag) if awaits == Awaits::Query => Seen::Retag(tag.clone()),
+            // A simple `Query` run through the facade: each statement's
+            // `CommandComplete` in turn.
+            b'C' => match self.owed.front_mut() {
+                Some(front) if awaits == Awaits::Query && front.tag.is_some() => {
+                    let tag = front.tag.take().unwrap_or_default();
+                    if let Some((origins, next)) = front.then.pop_front() {
+                        front.origins = origins;
+                        front.tag = next;
+                    }
+                    Seen::Retag(tag)
+                }
                 _ => Seen::Relay,
             },
             _ => Seen::Relay,
@@ -510,12 +523,8 @@ mod tests {
         let mut answers = Answers::starting();
         answers.answer(b'Z', &mut []);
         answers.push(Owed {
-            awaits: Awaits::Query,
-            ours: false,
             origins: Some(origins),
-            tag: None,
-            probe: false,
-            describes: None,
+            ..Owed::app(Awaits::Query)
         });
         answers.push(Owed::app(Awaits::Query));
         let mut served = body(field("fare", 0, 0), field("?column?", 0, 0));
@@ -575,12 +584,8 @@ mod tests {
         let mut answers = Answers::starting();
         answers.answer(b'Z', &mut []);
         let tagged = |awaits| Owed {
-            awaits,
-            ours: false,
-            origins: None,
             tag: Some("INSERT 0 2".into()),
-            probe: false,
-            describes: None,
+            ..Owed::app(awaits)
         };
         // Simple protocol: the Query's CommandComplete.
         answers.push(tagged(Awaits::Query));
@@ -605,6 +610,55 @@ mod tests {
         let mut out = bytes::BytesMut::new();
         command_complete("UPDATE 1", &mut out);
         assert_eq!(&out[..], b"C\0\0\0\x0dUPDATE 1\0");
+    }
+
+    #[test]
+    fn a_query_of_several_writes_answers_each_with_its_own_origins_and_tag() {
+        let field = |table: u32, attnum: i16| {
+            let mut f = b"id\0".to_vec();
+            f.extend_from_slice(&table.to_be_bytes());
+            f.extend_from_slice(&attnum.to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 20, 0, 8, 255, 255, 255, 255, 0, 0]);
+            [vec![0, 1], f].concat()
+        };
+        let origin = |attnum| Origin {
+            table: 16384,
+            attnum,
+        };
+        let mut answers = Answers::starting();
+        answers.answer(b'Z', &mut []);
+        answers.push(Owed {
+            origins: Some(vec![origin(1)]),
+            tag: Some("INSERT 0 2".into()),
+            then: VecDeque::from([
+                (Some(Vec::new()), Some("UPDATE 1".into())),
+                (Some(vec![origin(4)]), Some("DELETE 1".into())),
+            ]),
+            ..Owed::app(Awaits::Query)
+        });
+        let mut first = field(0, 0);
+        assert_eq!(answers.answer(b'T', &mut first), Seen::Relay);
+        assert_eq!(first, field(16384, 1));
+        assert_eq!(answers.answer(b'D', &mut []), Seen::Relay);
+        assert_eq!(
+            answers.answer(b'C', &mut []),
+            Seen::Retag("INSERT 0 2".into())
+        );
+        assert_eq!(
+            answers.answer(b'C', &mut []),
+            Seen::Retag("UPDATE 1".into())
+        );
+        let mut third = field(0, 0);
+        answers.answer(b'T', &mut third);
+        assert_eq!(third, field(16384, 4));
+        assert_eq!(
+            answers.answer(b'C', &mut []),
+            Seen::Retag("DELETE 1".into())
+        );
+        // Nothing more to retag, and the count holds.
+        assert_eq!(answers.answer(b'C', &mut []), Seen::Relay);
+        assert_eq!(answers.answer(b'Z', &mut []), Seen::Relay);
+        assert!(!answers.lost() && answers.readies() == 0);
     }
 
     fn probing(answers: &mut Answers) {

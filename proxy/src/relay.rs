@@ -450,7 +450,7 @@ fn message(
                 Verdict::Forward => {
                     // A translatable write the facade runs from `primary`
                     // on: counted for that step's gate.
-                    if let Some(shape) = decision.shape.as_deref().filter(|_| outside) {
+                    for shape in decision.shapes.iter().filter(|_| outside) {
                         shared.stats.forwarded_write(shared.mode(), shape);
                     }
                     return state.forward(shared, frame, out);
@@ -498,12 +498,9 @@ fn message(
                 .filter(|d| d.target_type == b'S')
                 .and_then(|d| prepared::remembered(state, &name(d)));
             state.answers.push(Owed {
-                awaits: Awaits::Describe,
-                ours: false,
                 origins,
-                tag: None,
-                probe: false,
                 describes,
+                ..Owed::app(Awaits::Describe)
             });
             out.extend_from_slice(&frame.bytes);
         }
@@ -515,12 +512,8 @@ fn message(
                     .and_then(|p| p.tag.clone())
             });
             state.answers.push(Owed {
-                awaits: Awaits::Execute,
-                ours: false,
-                origins: None,
                 tag,
-                probe: false,
-                describes: None,
+                ..Owed::app(Awaits::Execute)
             });
             out.extend_from_slice(&frame.bytes);
         }

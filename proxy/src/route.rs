@@ -12,7 +12,8 @@
 //!   at the read share: `sample` and `query::run::render_from`.)
 //! - `primary`: Schemaless is the source of truth. A translatable write
 //!   (INSERT, UPDATE by row key, upsert) is run through the facade by the
-//!   relay, one statement at a time ([`Decision::writable`]); a statement
+//!   relay: one statement, or a simple `Query` of several writes run as
+//!   one ([`Decision::writable`]); a statement
 //!   that could change a layout table and that the cell API cannot express
 //!   is refused with SQLSTATE `0A000` and the translator's reason; it
 //!   would change PostgreSQL behind the reverse mirror's back. Translatable reads are
@@ -53,20 +54,22 @@ pub struct Decision {
     /// One statement the translator answers as a read, forwarded: the
     /// verifier may sample it.
     pub samplable: bool,
-    /// One statement the translator answers as a write, in `primary` or
-    /// `schemaless` outside a transaction block: the relay runs it
-    /// through the facade (`query::run::write_through`) instead of
-    /// PostgreSQL.
+    /// Statements the translator answers as writes (one, or several
+    /// sent in one simple `Query`, each of them a write), in `primary` or
+    /// `schemaless` outside a transaction block: the relay runs them
+    /// through the facade (`query::run::write_batch`, as one, as
+    /// PostgreSQL runs a `Query`'s statements in one implicit
+    /// transaction) instead of PostgreSQL.
     pub writable: bool,
     /// One statement the translator answers as a write, in any mode: a
     /// prepared one is run through the facade if it is bound in those
     /// modes.
     pub write: bool,
-    /// That write's shape ([`query::audit::shape`]): forwarded before
-    /// `primary`, it is counted under it, so that the `primary` gate does
-    /// not take it for a direct write (the proxy moves it to the facade
-    /// at that step).
-    pub shape: Option<String>,
+    /// The shape of each of those writes ([`query::audit::shape`]):
+    /// forwarded before `primary`, each is counted under it, so that the
+    /// `primary` gate does not take it for a direct write (the proxy
+    /// moves it to the facade at that step).
+    pub shapes: Vec<String>,
 }
 
 impl Decision {
@@ -79,7 +82,7 @@ impl Decision {
             samplable: false,
             writable: false,
             write: false,
-            shape: None,
+            shapes: Vec::new(),
         }
     }
 
@@ -98,7 +101,7 @@ impl Decision {
         self.samplable = false;
         self.writable = false;
         self.write = false;
-        self.shape = None;
+        self.shapes.clear();
     }
 }
 
@@ -271,6 +274,11 @@ impl Router {
             .unwrap_or(Class::Other);
         let alone = matches!(analyses, [one] if matches!(one.class, Class::Row | Class::Index));
         let alone_write = matches!(analyses, [one] if one.class == Class::Write);
+        // Several writes in one `Query` run through the facade as one,
+        // as PostgreSQL runs them in one implicit transaction; with any
+        // other statement among them, the Query would be split across
+        // the stores.
+        let all_writes = !analyses.is_empty() && analyses.iter().all(|a| a.class == Class::Write);
         let facade_writes = matches!(mode, Mode::Primary | Mode::Schemaless);
         let verdict = if in_transaction {
             Verdict::Forward
@@ -290,11 +298,12 @@ impl Router {
                             mode,
                             "it is sent with other statements in one Query; send it alone",
                         )
-                    } else if write && !alone_write && facade_writes {
+                    } else if write && !all_writes && facade_writes {
                         Some(format!(
-                            "{mode} mode: a translatable write runs through the facade, one \
-                             statement at a time, and this one is sent with other statements \
-                             in one Query; send it alone"
+                            "{mode} mode: a translatable write runs through the facade, and \
+                             this one is sent in one Query with statements that are not \
+                             translatable writes, which would split it across the stores; \
+                             send it alone"
                         ))
                     } else {
                         None
@@ -304,16 +313,16 @@ impl Router {
         };
         let samplable = verdict == Verdict::Forward && alone;
         let writable =
-            verdict == Verdict::Forward && alone_write && facade_writes && !in_transaction;
+            verdict == Verdict::Forward && all_writes && facade_writes && !in_transaction;
         Decision {
             class,
             verdict,
             samplable,
             writable,
             write: alone_write,
-            shape: match analyses {
-                [one] if alone_write => one.shape.clone(),
-                _ => None,
+            shapes: match all_writes {
+                true => analyses.iter().filter_map(|a| a.shape.clone()).collect(),
+                false => Vec::new(),
             },
         }
     }

@@ -50,6 +50,9 @@ pub(crate) enum Held {
     /// A pipelined batch of writes run as one: a result per statement, or
     /// up to the first that failed ([`query::run::write_batch`]).
     Batch(Vec<Result<Written, Refused>>),
+    /// The writes of one simple `Query` of several statements, run as
+    /// one: a result per statement, or up to the first that failed.
+    Writes(Vec<Result<Written, Refused>>),
     /// The session's writes were awaited in PostgreSQL ([`crate::fresh`]),
     /// and how that ended. The statement held is forwarded now;
     /// `unserved`, a read Schemaless did not answer, says why it is not
@@ -184,7 +187,9 @@ impl Sampling {
     /// `None` a NULL) through the facade in the background
     /// ([`query::run::write_through`]): the facade routes its cells by the
     /// mode, as it routes an app's `put_cells`. Acknowledged to the app
-    /// only once the facade has taken every cell.
+    /// only once the facade has taken every cell. A `sql` of several
+    /// statements (a simple `Query`'s) is run as one batch
+    /// ([`query::run::write_batch`]), answered [`Held::Writes`].
     pub(crate) fn write(
         &self,
         sql: String,
@@ -193,6 +198,28 @@ impl Sampling {
     ) -> tokio::sync::oneshot::Receiver<Held> {
         let limits = self.limits.clone();
         self.background(move |facade, catalog, model| async move {
+            // Several statements (a simple `Query`'s): run as one, as
+            // PostgreSQL runs them in one implicit transaction.
+            let pieces = query::split::statements(&sql);
+            if let (Some(model), [_, _, ..]) = (&model, pieces.as_slice()) {
+                let eval = session.evaluator(facade.legacy());
+                let statements: Vec<(&str, &[Option<String>])> = pieces
+                    .iter()
+                    .map(|p| (p.text.as_str(), params.as_slice()))
+                    .collect();
+                let results = query::run::write_batch(
+                    eval,
+                    facade.as_ref(),
+                    &catalog,
+                    (model, &limits),
+                    &statements,
+                )
+                .await;
+                if let Some(Err(e)) = results.last() {
+                    tracing::debug!("proxy: writes through the facade failed: {e:?}\n  {sql}");
+                }
+                return Held::Writes(results);
+            }
             let written = match model {
                 Some(model) => {
                     let eval = session.evaluator(facade.legacy());

@@ -2056,3 +2056,90 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
     pool.close().await;
     facade.close().await;
 }
+
+/// Several writes in one simple `Query` (psql's `\;`, a driver's
+/// multi-statement string) in `primary`: run through the facade as one,
+/// as PostgreSQL runs them in one implicit transaction, each statement
+/// answered in turn, byte for byte as PostgreSQL answers the same Query;
+/// one that fails is raised after the ones before it are answered, and
+/// nothing of the Query is written, as PostgreSQL rolls it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_of_several_writes_runs_through_the_facade_as_one() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut through = crate::proxy::raw_session(proxy.addr, &db);
+    let mut own = crate::proxy::raw_session(own_addr, &db);
+    let three = |key: uuid::Uuid| {
+        format!(
+            "{}; UPDATE trips SET status = 'rated', version = version + 1 WHERE uuid = '{key}' \
+             RETURNING status, version, fare; INSERT INTO trip_notes (trip_id, seq, author, \
+             body, created_at) VALUES ((SELECT id FROM trips WHERE uuid = '{key}'), 1, 'ops', \
+             'in one Query', '2026-12-03 12:00:00Z')",
+            trip(key)
+        )
+    };
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let answer = raw_answer(&mut through, &three(k));
+    assert_eq!(answer, raw_answer(&mut own, &three(d)));
+    let tags: Vec<String> = answer
+        .iter()
+        .filter(|(kind, _)| *kind == b'C')
+        .map(|(_, body)| {
+            String::from_utf8_lossy(body)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .collect();
+    assert_eq!(tags, ["INSERT 0 1", "UPDATE 1", "INSERT 0 1"]);
+    let base = latest(&facade, k, "BASE").await.expect("written");
+    assert_eq!(base.cell.key.ref_key.get(), 2);
+    assert_eq!(base.cell.body.fields()["status"], "rated");
+    let notes = facade
+        .get_column_cells(
+            &[RowKey::from(k)],
+            &Column::new("NOTES").unwrap(),
+            ReadFrom::Master,
+        )
+        .await
+        .unwrap();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+
+    // The second statement fails (the same row again): the first is
+    // answered, then PostgreSQL's error, and nothing is written either way.
+    let twice = |key: uuid::Uuid| format!("{}; {}", trip(key), trip(key));
+    let (k, d) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let kinds = |answer: &[(u8, Vec<u8>)]| -> Vec<u8> { answer.iter().map(|(k, _)| *k).collect() };
+    let a = raw_answer(&mut through, &twice(k));
+    let b = raw_answer(&mut own, &twice(d));
+    assert_eq!(kinds(&a), kinds(&b), "{a:?}");
+    assert_eq!(kinds(&b), b"CEZ");
+    assert_eq!(a[0], b[0], "the first statement's tag");
+    for answer in [&a, &b] {
+        assert!(
+            String::from_utf8_lossy(&answer[1].1).contains("C23505"),
+            "{answer:?}"
+        );
+    }
+    assert!(
+        latest(&facade, k, "BASE").await.is_none(),
+        "nothing written"
+    );
+    let (_, out, _) = psql(
+        &crate::harness::cluster().postgres_url(&db.name),
+        &format!("SELECT count(*) FROM trips WHERE uuid = '{d}';\n"),
+    );
+    assert!(out.contains(" 0\n"), "{out}");
+    // A write with a statement that is not one is still refused whole.
+    let mixed = raw_answer(
+        &mut through,
+        &format!("{}; SELECT 1", trip(uuid::Uuid::new_v4())),
+    );
+    assert!(
+        String::from_utf8_lossy(&mixed[0].1).contains("send it alone"),
+        "{mixed:?}"
+    );
+    facade.close().await;
+}

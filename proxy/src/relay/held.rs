@@ -79,6 +79,12 @@ pub(super) fn settle(
             fail_write(shared, state, frame, &refused, out);
             return None;
         }
+        Ok(Held::Writes(results)) => {
+            // Only a `Query` holds several statements: it is answered by
+            // another, composed of their answers.
+            serve_writes(shared, state, mode, results, out);
+            return None;
+        }
         Ok(Held::Batch(_)) => {
             // Unpacked into its first write's answer before it is settled.
             let refused = Refused::new("XX000", "a batch's answer reached one write");
@@ -120,12 +126,9 @@ fn serve_held(
             shared.stats.served(Store::Schemaless);
         }
         state.answers.push(Owed {
-            awaits: Awaits::Query,
-            ours: false,
             origins: Some(rendering.origins),
             tag,
-            probe: false,
-            describes: None,
+            ..Owed::app(Awaits::Query)
         });
         frame::encode(&Query::new(rendering.sql), out);
         return Some(Side::Schemaless);
@@ -158,6 +161,55 @@ fn serve_held(
         out,
     );
     Some(Side::Schemaless)
+}
+
+/// Answers a held `Query` of several writes the facade ran as one
+/// (`results`: one per statement, or up to the first that failed): one
+/// `Query` to PostgreSQL of each statement's rendering, in order, each
+/// `CommandComplete` retagged with its write's tag; a failure is raised
+/// where its statement would have run, after the ones before it answered,
+/// as PostgreSQL answers a `Query` whose statement fails (its implicit
+/// transaction rolled back: the facade put nothing).
+fn serve_writes(
+    shared: &Shared,
+    state: &mut State,
+    mode: tripstore::Mode,
+    results: Vec<Result<query::run::Written, Refused>>,
+    out: &mut BytesMut,
+) {
+    let mut statements = Vec::with_capacity(results.len());
+    let mut answers = std::collections::VecDeque::with_capacity(results.len());
+    let failed = results.iter().any(Result::is_err);
+    for result in results {
+        match result {
+            Ok(mut written) => {
+                if !failed {
+                    shared.stats.write(Some(written.cells));
+                    if mode == tripstore::Mode::Primary && shared.settings.read_your_writes_ms > 0 {
+                        let shards = shared.sampling.shard_count();
+                        state.awaiting(std::mem::take(&mut written.written), shards);
+                    }
+                }
+                statements.push(written.rendering.sql);
+                answers.push_back((Some(written.rendering.origins), Some(written.tag)));
+            }
+            Err(refused) => {
+                shared.stats.write(None);
+                let hint = (refused.sqlstate == "58000")
+                    .then_some("mezzanine proxy: the write ran through the facade, in Schemaless");
+                statements.push(raising_statement(&refused.sqlstate, &refused.message, hint));
+                break;
+            }
+        }
+    }
+    let (origins, tag) = answers.pop_front().unwrap_or_default();
+    state.answers.push(Owed {
+        origins,
+        tag,
+        then: answers,
+        ..Owed::app(Awaits::Query)
+    });
+    frame::encode(&Query::new(statements.join(";\n")), out);
 }
 
 /// Prepares `sql` as [`SERVED_STATEMENT`] (closing the one before), the

@@ -78,7 +78,7 @@ pub(super) fn parse(shared: &Shared, state: &mut State, frame: Frame, out: &mut 
                 resolution,
                 read: decision.samplable,
                 write: decision.write,
-                shape: decision.shape,
+                shape: decision.shapes.into_iter().next(),
             },
         );
     } else {
@@ -149,7 +149,7 @@ pub(super) fn bind(
         Some(p) => rejudged(shared, state, p).map(|decision| {
             p.read = decision.samplable;
             p.write = decision.write;
-            p.shape = decision.shape;
+            p.shape = decision.shapes.into_iter().next();
         }),
         None => state.refused.get(statement).cloned().map_or(Ok(()), Err),
     };

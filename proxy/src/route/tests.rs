@@ -112,3 +112,31 @@ fn the_probe_checks_every_layout_table_and_quotes_the_names() {
     }
     assert!(Router::new(None).probe().is_none());
 }
+
+#[test]
+fn a_query_of_writes_alone_runs_through_the_facade_and_is_counted_before_it() {
+    let router = example();
+    let writes = "INSERT INTO trips (uuid, version, status) VALUES ($1, 1, 'requested'); \
+                  UPDATE trips SET status = 'x', version = version + 1 WHERE uuid = '6f1c1a0e-0000-4000-8000-000000000001'";
+    let primary = router.decide(writes, Mode::Primary, false);
+    assert!(
+        primary.writable && primary.verdict == Verdict::Forward,
+        "{primary:?}"
+    );
+    assert!(
+        !router.decide(writes, Mode::Primary, true).writable,
+        "in a block"
+    );
+    // Before `primary`, forwarded and counted under each write's shape.
+    let shadow = router.decide(writes, Mode::Shadow, false);
+    assert!(!shadow.writable && shadow.verdict == Verdict::Forward);
+    assert_eq!(shadow.shapes.len(), 2, "{shadow:?}");
+    // With a statement that is not a translatable write: refused in
+    // `primary`, and, since it would stay refused, not counted before.
+    let mixed = format!("{writes}; SELECT 1");
+    match router.decide(&mixed, Mode::Primary, false).verdict {
+        Verdict::Refuse(why) => assert!(why.contains("send it alone"), "{why}"),
+        Verdict::Forward => panic!("{mixed} forwarded in primary"),
+    }
+    assert!(router.decide(&mixed, Mode::Shadow, false).shapes.is_empty());
+}

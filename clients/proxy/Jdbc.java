@@ -20,6 +20,7 @@ import java.util.UUID;
  *     java -cp postgresql.jar Jdbc.java writes postgres://user@host:port/db KEY "INSERT ... $1 ..." ...
  *     java -cp postgresql.jar Jdbc.java batch postgres://user@host:port/db "INSERT ... $1 ..." KEY...
  *     java -cp postgresql.jar Jdbc.java statements postgres://user@host:port/db "INSERT ... $1 ..." KEY...
+ *     java -cp postgresql.jar Jdbc.java keys postgres://user@host:port/db "INSERT ... $1 ..." KEY...
  *
  * Each statement has one parameter, $1 (written as JDBC's ?), the row
  * key. Run straight against PostgreSQL and through the proxy; the tests
@@ -35,8 +36,9 @@ public class Jdbc {
             case "writes" -> writes(args[1], args[2], args, 3, out);
             case "batch" -> batch(args[1], args[2], args, 3, out);
             case "statements" -> statements(args[1], args[2], args, 3, out);
+            case "keys" -> keys(args[1], args[2], args, 3, out);
             default -> throw new IllegalArgumentException(
-                "served, writes, batch or statements, not " + args[0]);
+                "served, writes, batch, statements or keys, not " + args[0]);
         }
         System.out.println(String.join("\n", out));
     }
@@ -172,6 +174,51 @@ public class Jdbc {
         } catch (SQLException e) {
             SQLException first = e.getNextException() == null ? e : e.getNextException();
             out.add(error(first));
+        }
+    }
+
+    /**
+     * Generated keys, as Spring's KeyHolder asks for them: for each key,
+     * the statement prepared with RETURN_GENERATED_KEYS (pgjdbc appends
+     * RETURNING *), run, and its generated keys read. The update count,
+     * the keys' rows (the first column, the integer id, each row its own,
+     * shown as ID when it is a positive Long) and their columns, or the
+     * SQLSTATE of an error.
+     */
+    static void keys(String url, String sql, String[] keys, int from, List<String> out)
+            throws Exception {
+        try (Connection conn = connect(url, "")) {
+            for (int k = from; k < keys.length; k++) {
+                String line;
+                try (PreparedStatement ps = conn.prepareStatement(
+                        sql.replace("$1", "?"), Statement.RETURN_GENERATED_KEYS)) {
+                    ps.setObject(1, UUID.fromString(keys[k]));
+                    int count = ps.executeUpdate();
+                    try (ResultSet rs = ps.getGeneratedKeys()) {
+                        String columns = columns(rs);
+                        int n = rs.getMetaData().getColumnCount();
+                        List<String> rows = new ArrayList<>();
+                        while (rs.next()) {
+                            List<String> row = new ArrayList<>();
+                            for (int i = 1; i <= n; i++) {
+                                Object value = rs.getObject(i);
+                                String shown = value == null
+                                    ? "NULL"
+                                    : rs.getString(i) + " (" + value.getClass().getSimpleName() + ")";
+                                if (i == 1 && value instanceof Long id && id > 0) {
+                                    shown = "ID (Long)";
+                                }
+                                row.add(shown);
+                            }
+                            rows.add(row.toString());
+                        }
+                        line = "count " + count + " keys " + rows + " columns " + columns;
+                    }
+                } catch (SQLException e) {
+                    line = error(e);
+                }
+                out.add(line.replace(keys[k], "KEY"));
+            }
         }
     }
 

@@ -403,6 +403,9 @@ fn an_insert_listing_no_columns_takes_the_tables_first_columns_in_the_catalogs_o
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, 'a note')", Class::None, "writes orders.note, which the layout does not map"),
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, DEFAULT, 8)", Class::None, "INSERT has more expressions than target columns: 8 values for the 7 columns of orders"),
             ("INSERT INTO orders VALUES (41, $1, 1)", Class::Write, "reserve each row's integer id (the one given"),
+            // `RETURNING *` is every column in the catalog's order: here
+            // one the layout does not map.
+            ("INSERT INTO orders (public_id, rev) VALUES ($1, 1) RETURNING *", Class::None, "RETURNING * includes orders.note, which the layout does not map"),
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1), (DEFAULT, $2)", Class::None, "a VALUES row of 2 values for 3 columns"),
         ],
     );
@@ -410,6 +413,9 @@ fn an_insert_listing_no_columns_takes_the_tables_first_columns_in_the_catalogs_o
     // translatable.
     check(
         &shop(),
-        &[("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2)", Class::None, "which only the database's catalog says (the proxy reads it when it starts): list the columns")],
+        &[
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2)", Class::None, "which only the database's catalog says (the proxy reads it when it starts): list the columns"),
+            ("INSERT INTO orders (public_id, rev) VALUES ($1, 1) RETURNING *", Class::None, "RETURNING * returns the columns of orders in the order of the database's catalog"),
+        ],
     );
 }

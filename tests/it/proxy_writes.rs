@@ -1892,20 +1892,52 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
     .unwrap();
     assert!(id_c > id_b);
     // The row description is PostgreSQL's own (the table's OID, the id's
-    // column number and type), byte for byte.
+    // column number and type), byte for byte; so is `RETURNING *`'s
+    // (pgjdbc's RETURN_GENERATED_KEYS), every column in the table's
+    // order, its row the id and the cells' values.
     let port = crate::harness::cluster().spec().postgres_port;
     let own_addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let description = |stream: &mut std::net::TcpStream| {
+    let returned = |stream: &mut std::net::TcpStream, returning: &str| {
         let k = uuid::Uuid::new_v4();
-        let answer = raw_answer(stream, &format!("{} RETURNING id, uuid", trip(k)));
-        answer
-            .into_iter()
+        let answer = raw_answer(stream, &format!("{} RETURNING {returning}", trip(k)));
+        let description = answer
+            .iter()
             .find(|(kind, _)| *kind == b'T')
-            .unwrap_or_else(|| panic!("no row description for {k}"))
+            .cloned()
+            .unwrap_or_else(|| panic!("no row description for {k}: {answer:?}"));
+        // The row's values (text), the key written as KEY.
+        let body = answer
+            .iter()
+            .find(|(kind, _)| *kind == b'D')
+            .map(|(_, body)| body.clone())
+            .unwrap_or_default();
+        let mut row = Vec::new();
+        let mut at = 2;
+        while at + 4 <= body.len() {
+            let len = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
+            at += 4;
+            let len = usize::try_from(len).unwrap_or(0);
+            row.push(String::from_utf8_lossy(&body[at..at + len]).replace(&k.to_string(), "KEY"));
+            at += len;
+        }
+        (description, row)
     };
+    for returning in ["id, uuid", "*"] {
+        let (through, row) = returned(&mut crate::proxy::raw_session(proxy.addr, &db), returning);
+        let (own, own_row) = returned(&mut crate::proxy::raw_session(own_addr, &db), returning);
+        assert_eq!(through, own, "RETURNING {returning}");
+        // The same values but the id (the first: each its own).
+        assert!(
+            row.len() >= 2 && row[1..] == own_row[1..],
+            "{row:?} {own_row:?}"
+        );
+        assert!(row[0].parse::<i64>().unwrap() > 0 && row.contains(&"KEY".to_string()));
+    }
     assert_eq!(
-        description(&mut crate::proxy::raw_session(proxy.addr, &db)),
-        description(&mut crate::proxy::raw_session(own_addr, &db))
+        returned(&mut crate::proxy::raw_session(proxy.addr, &db), "*")
+            .1
+            .len(),
+        12
     );
     let reserved = |pool: sqlx::PgPool, key: uuid::Uuid| async move {
         sqlx::query_scalar::<_, i64>("SELECT id FROM mezzanine.row_ids WHERE row_key = $1")
@@ -2038,9 +2070,10 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
         &format!("UPDATE trips SET version = version + 1 WHERE id = {id_b};\n"),
     );
     assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
-    // RETURNING * and an upsert's id are still refused, with the reason.
+    // An UPDATE's RETURNING * and an upsert's id are still refused, with
+    // the reason.
     for refused in [
-        format!("{} RETURNING *", trip(uuid::Uuid::new_v4())),
+        format!("UPDATE trips SET version = version + 1 WHERE uuid = '{a}' RETURNING *"),
         format!(
             "{} ON CONFLICT (uuid) DO UPDATE SET status = 'x', version = trips.version + 1 \
              RETURNING id",
@@ -2141,5 +2174,46 @@ async fn a_query_of_several_writes_runs_through_the_facade_as_one() {
         String::from_utf8_lossy(&mixed[0].1).contains("send it alone"),
         "{mixed:?}"
     );
+    facade.close().await;
+}
+
+/// JDBC's generated keys (`RETURN_GENERATED_KEYS`, which pgjdbc sends as
+/// `RETURNING *`, as Spring's `KeyHolder` asks) in `primary`: every
+/// column, typed and valued as PostgreSQL gives them, the id drawn for the
+/// row; the same output as the same statements straight to PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jdbc_generated_keys_are_answered_as_postgresql_answers_them() {
+    let (db, facade, file) = primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let insert = INSERT_TRIP.replace("'{k}'", "$1");
+    let keys = |n: usize| {
+        (0..n)
+            .map(|_| uuid::Uuid::new_v4().to_string())
+            .collect::<Vec<_>>()
+    };
+    let run = |url: &str, keys: &[String]| {
+        let mut args = vec!["keys", url, insert.as_str()];
+        args.extend(keys.iter().map(String::as_str));
+        // A key inserted twice: PostgreSQL's unique violation, both ways.
+        args.push(keys[0].as_str());
+        crate::proxy_modes::run_client("java", "Jdbc.java", &args)
+    };
+    let (mine, theirs) = (keys(2), keys(2));
+    let through = run(&proxy.url(&db), &mine);
+    let straight = run(&direct, &theirs);
+    assert_eq!(through, straight);
+    assert!(
+        through.contains("count 1 keys [[ID (Long), KEY (UUID)") && through.contains("error 23505"),
+        "{through}"
+    );
+    for key in &mine {
+        let key = uuid::Uuid::parse_str(key).unwrap();
+        assert!(
+            latest(&facade, key, "BASE").await.is_some(),
+            "{key} written"
+        );
+    }
     facade.close().await;
 }

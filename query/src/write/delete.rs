@@ -74,7 +74,7 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
             keys: Box::new(keys),
             conditions,
         },
-        returning: returning_items(delete.returning.as_deref()),
+        returning: returning_items(model, Table::Parent, delete.returning.as_deref()),
         reserves_ids: false,
     })))
 }
@@ -169,7 +169,7 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
             keys: Box::new(keys),
             conditions,
         },
-        returning: returning_items(delete.returning.as_deref()),
+        returning: returning_items(model, Table::Child(c), delete.returning.as_deref()),
         reserves_ids: false,
     })))
 }

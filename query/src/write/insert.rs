@@ -123,7 +123,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
             rows: written,
             conflict,
         },
-        returning: returning_items(insert.returning.as_deref()),
+        returning: returning_items(model, table, insert.returning.as_deref()),
         reserves_ids,
     })))
 }

@@ -194,6 +194,29 @@ fn check_returning(
     for item in returning.unwrap_or_default() {
         let expr = match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            // `RETURNING *` of a parent INSERT (pgjdbc's
+            // `RETURN_GENERATED_KEYS`): every column, in the catalog's
+            // order, each held by the cells or the reserved id.
+            _ if reserves && table == Table::Parent => {
+                let Some(order) = model.column_order(table) else {
+                    return Err(format!(
+                        "RETURNING * returns the columns of {name} in the order of the \
+                         database's catalog, which the proxy reads when it starts: name the \
+                         columns the app needs"
+                    ));
+                };
+                if let Some(column) = order
+                    .iter()
+                    .find(|c| model.source(table, c) == Source::Unmapped)
+                {
+                    return Err(format!(
+                        "RETURNING * includes {name}.{column}, which the layout does not map: \
+                         return the fields the app needs"
+                    ));
+                }
+                names_id = true;
+                continue;
+            }
             // `RETURNING *` includes the integer id.
             _ => {
                 return Err(format!(
@@ -241,9 +264,32 @@ fn check_returning(
     Ok(names_id)
 }
 
-/// RETURNING's items as written.
-fn returning_items(returning: Option<&[SelectItem]>) -> Vec<SelectItem> {
-    returning.unwrap_or_default().to_vec()
+/// RETURNING's items as written, a `*` (or `t.*`) spelled out as the
+/// table's columns in the catalog's order ([`check_returning`] allows one
+/// only where that order is known).
+fn returning_items(
+    model: &Model,
+    table: Table,
+    returning: Option<&[SelectItem]>,
+) -> Vec<SelectItem> {
+    let mut items = Vec::new();
+    for item in returning.unwrap_or_default() {
+        match item {
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => items.extend(
+                model
+                    .column_order(table)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|c| {
+                        SelectItem::UnnamedExpr(Expr::Identifier(
+                            sqlparser::ast::Ident::with_quote('"', c.as_str()),
+                        ))
+                    }),
+            ),
+            other => items.push(other.clone()),
+        }
+    }
+    items
 }
 
 /// A SET value as the calls show it: a value, or an expression of the

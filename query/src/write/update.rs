@@ -133,7 +133,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 .collect(),
             conditions: others,
         },
-        returning: returning_items(update.returning.as_deref()),
+        returning: returning_items(model, table, update.returning.as_deref()),
         reserves_ids: false,
     })))
 }

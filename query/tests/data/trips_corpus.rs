@@ -111,6 +111,7 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3) RETURNING fare * 2 AS twice, upper(status), uuid IS NOT NULL", Class::Write, "put_cell(row = $1, BASE"),
     ("UPDATE trips SET fare = fare + 1, version = version + 1 WHERE uuid = $1 RETURNING coalesce(trips.fare, 0) - 1", Class::Write, "put_cell(row = $1, BASE"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING id + 1, uuid", Class::Write, "reserve each row's integer id"),
+    ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING *", Class::None, "RETURNING * includes trips.id, which no cell holds"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING (SELECT count(*) FROM trips)", Class::None, "reads the tables"),
     // A column not given, or given DEFAULT, gets its default when the row
     // is evaluated: the ref key's and the UUID's too (PostgreSQL's

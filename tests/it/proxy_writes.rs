@@ -2217,3 +2217,75 @@ async fn jdbc_generated_keys_are_answered_as_postgresql_answers_them() {
     }
     facade.close().await;
 }
+
+/// Rows inserted through the proxy one after the other in `primary` are
+/// numbered in that order, as PostgreSQL numbers them: each id is drawn
+/// when the row is inserted and reserved for it. The reverse mirror, which
+/// drew them otherwise, applies shard by shard: rows of a later shard
+/// inserted first came out with the higher ids, and `ORDER BY id` no
+/// longer said which came first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_inserted_one_after_another_are_numbered_in_that_order() {
+    let (db, facade, file) = primary_without_reverse().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let url = proxy.url(&db);
+    // Four rows of four shards, inserted from the highest shard down: the
+    // reverse mirror applies the lowest first.
+    let shards = facade.shard_count();
+    let mut keys: Vec<uuid::Uuid> = Vec::new();
+    while keys.len() < 4 {
+        let k = uuid::Uuid::new_v4();
+        let shard = |k: &uuid::Uuid| schemaless::routing::shard_of(&RowKey::from(*k), shards);
+        if keys.iter().all(|other| shard(other) != shard(&k)) {
+            keys.push(k);
+        }
+    }
+    keys.sort_by_key(|k| {
+        std::cmp::Reverse(schemaless::routing::shard_of(&RowKey::from(*k), shards))
+    });
+    for (i, k) in keys.iter().enumerate() {
+        // Two of them through a prepared statement, as drivers send it.
+        let (ok, out, err) = if i % 2 == 0 {
+            psql(&url, &format!("\\set ON_ERROR_STOP 1\n{};\n", trip(*k)))
+        } else {
+            let pool = sqlx::postgres::PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&url)
+                .await
+                .unwrap();
+            let done = sqlx::query(sqlx::AssertSqlSafe(INSERT_TRIP.replace("'{k}'", "$1")))
+                .bind(*k)
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            (
+                true,
+                format!("INSERT 0 {}", done.rows_affected()),
+                String::new(),
+            )
+        };
+        assert!(ok && out.trim() == "INSERT 0 1", "{out}{err}");
+    }
+    facade.reverse().catch_up().await.unwrap();
+    let listed: Vec<String> = keys.iter().map(|k| format!("'{k}'")).collect();
+    let (ok, out, err) = psql(
+        &crate::harness::cluster().postgres_url(&db.name),
+        &format!(
+            "\\pset tuples_only on\nSELECT uuid FROM trips WHERE uuid IN ({}) ORDER BY id;\n\
+             SELECT count(*) FROM mezzanine.row_ids;\n",
+            listed.join(", ")
+        ),
+    );
+    assert!(ok, "{err}");
+    let mut lines: Vec<&str> = out
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.pop(), Some("0"), "every reservation taken: {out}");
+    let expected: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    assert_eq!(lines, expected, "numbered in the order inserted");
+    facade.close().await;
+}

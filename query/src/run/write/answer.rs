@@ -136,6 +136,79 @@ pub(super) async fn reserve_ids(
     }
 }
 
+/// Numbers the parent rows `keys` (inserted without an id the statement
+/// gives or reads) now, in the order the app inserted them: each is
+/// reserved the next value of the id's default (its sequence, drawn by
+/// the facade's user, as the reverse mirror would draw it), which the
+/// reverse mirror then inserts the row under. Without this the reverse
+/// mirror drew each id as it applied the row, shard by shard, so rows
+/// inserted one after the other could be numbered the other way round,
+/// and an app's `ORDER BY id` no longer said which came first. An id
+/// default that draws from no sequence is left to the reverse mirror. A
+/// drawn id a row of the table has (an app that gave ids ahead of the
+/// sequence) is PostgreSQL's `23505`, nothing reserved.
+pub(super) async fn number_rows(
+    legacy: &LegacyStore,
+    catalog: &Catalog,
+    keys: &[RowKey],
+) -> Result<(), Refused> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let layout = legacy.layout();
+    let id = unquote(layout.id_sql());
+    let default = catalog
+        .attribute(legacy, layout.table_sql(), &id)
+        .await?
+        .default
+        .filter(|d| d.to_ascii_lowercase().contains("nextval("));
+    let Some(default) = default else {
+        return Ok(());
+    };
+    let keys: Vec<uuid::Uuid> = keys.iter().map(RowKey::uuid).collect();
+    let sql = format!(
+        "/* mezzanine */ WITH drawn AS (
+             SELECT k, ({default})::int8 AS i
+             FROM unnest($2::uuid[]) WITH ORDINALITY AS u(k, n) ORDER BY n),
+         taken AS (
+             SELECT d.i FROM drawn d WHERE EXISTS (SELECT FROM {table} t WHERE t.{id_sql} = d.i)
+             LIMIT 1),
+         reserved AS (
+             INSERT INTO mezzanine.row_ids (parent, row_key, id)
+             SELECT $1::regclass, k, i FROM drawn WHERE NOT EXISTS (SELECT FROM taken)
+             ON CONFLICT (parent, row_key) DO NOTHING)
+         SELECT i::text FROM taken",
+        table = layout.table_sql(),
+        id_sql = layout.id_sql(),
+    );
+    let found: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+        .bind(layout.table_sql())
+        .bind(keys)
+        .fetch_optional(legacy.pool())
+        .await;
+    let taken = |what: String| {
+        Refused::new(
+            "23505",
+            format!(
+                "duplicate key value violates unique constraint on \"{}\": Key ({id})=({what}) \
+                 already exists",
+                layout.table
+            ),
+        )
+    };
+    match found {
+        Ok(None) => Ok(()),
+        Ok(Some(drawn)) => Err(taken(drawn)),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Err(taken(
+            "the next value of its sequence, reserved for another row".into(),
+        )),
+        Err(e) => Err(Refused::new(
+            "58000",
+            format!("numbering the rows inserted (mezzanine.row_ids): {e}"),
+        )),
+    }
+}
+
 /// Puts `batch`. PostgreSQL's `INSERT ... ON CONFLICT DO NOTHING` without
 /// a conflict target skips a row that would duplicate a value of any
 /// unique index, or that an exclusion constraint refuses; the store
@@ -245,6 +318,28 @@ impl<S: CellStore> Writer<'_, S> {
                     )),
                 }
             })
+            .collect()
+    }
+
+    /// The keys of the kept rows of `rows` that [`number_rows`] numbers:
+    /// a parent INSERT's, where the statement reserves no ids of its own
+    /// and updates no existing row (an upsert's row may be one).
+    pub(super) fn unnumbered(&self, rows: &[Vec<Value>], staged: &Staged) -> Vec<RowKey> {
+        let inserts = self.write.table == Table::Parent
+            && matches!(&self.write.rows, Rows::Insert { conflict, .. }
+                if !matches!(conflict, OnConflict::Update(_)));
+        let key = self
+            .cols
+            .iter()
+            .position(|c| matches!(c.kind, Kind::RowKey));
+        let (true, false, Some(key)) = (inserts, self.write.reserves_ids, key) else {
+            return Vec::new();
+        };
+        rows.iter()
+            .zip(&staged.kept)
+            .filter(|(_, &kept)| kept)
+            .filter_map(|(row, _)| row[key].as_str()?.parse::<uuid::Uuid>().ok())
+            .map(RowKey::from)
             .collect()
     }
 

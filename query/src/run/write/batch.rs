@@ -147,6 +147,14 @@ pub async fn write_batch<S: CellStore>(
     if let Err(e) = answer::reserve_ids(eval.legacy, &reservations).await {
         return vec![Err(e)];
     }
+    let unnumbered: Vec<RowKey> = writers
+        .iter()
+        .zip(&planned)
+        .flat_map(|(writer, (rows, staged, _))| writer.unnumbered(rows, staged))
+        .collect();
+    if let Err(e) = answer::number_rows(eval.legacy, catalog, &unnumbered).await {
+        return vec![Err(e)];
+    }
     let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
     let all = cells.clone();
     let (put, failure) = put_all(store, limits, cells, &skippable).await;

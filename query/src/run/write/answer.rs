@@ -17,6 +17,11 @@ impl Staged {
         self.of_row.len()
     }
 
+    /// Which of its rows are kept so far.
+    pub(super) fn kept(&self) -> &[bool] {
+        &self.kept
+    }
+
     /// Its rows, and the row of each cell.
     pub(super) fn rows(&self) -> (usize, &[usize]) {
         (self.kept.len(), &self.of_row)
@@ -61,152 +66,6 @@ pub(super) async fn put_all<S: CellStore>(
         at += size;
     }
     (results, None)
-}
-
-/// Reserves, in `mezzanine.row_ids`, the integer id of each kept row of
-/// a parent INSERT that gives one or whose RETURNING reads it (drawn from
-/// the column's default, as PostgreSQL would draw it), for the row's key:
-/// the reverse mirror inserts the row under it. Committed before any
-/// cell is put, so the reverse mirror, which may apply the row at once,
-/// finds it; a failure after it leaves an id unused, as a failed INSERT
-/// in PostgreSQL leaves its drawn id. A reservation for the same key
-/// again (the app retrying a write it was not answered) takes the new id.
-/// An id a row of the table has, or another row's reservation, is
-/// PostgreSQL's unique violation (`23505`), and nothing is reserved.
-pub(super) async fn reserve_ids(
-    legacy: &LegacyStore,
-    reservations: &[(RowKey, i64)],
-) -> Result<(), Refused> {
-    if reservations.is_empty() {
-        return Ok(());
-    }
-    let layout = legacy.layout();
-    let keys: Vec<uuid::Uuid> = reservations.iter().map(|(k, _)| k.uuid()).collect();
-    let ids: Vec<i64> = reservations.iter().map(|(_, id)| *id).collect();
-    let taken = |id: &str| {
-        Refused::new(
-            "23505",
-            format!(
-                "duplicate key value violates unique constraint on \"{}\": Key ({})=({id}) \
-                 already exists",
-                layout.table,
-                unquote(layout.id_sql())
-            ),
-        )
-    };
-    let sql = format!(
-        "/* mezzanine */ WITH taken AS (
-             SELECT t.{id}::int8 AS id FROM {table} t WHERE t.{id} = ANY($3::int8[])
-             UNION ALL
-             SELECT r.id FROM mezzanine.row_ids r
-             WHERE r.parent = $1::regclass AND r.id = ANY($3::int8[]) AND r.row_key <> ALL($2::uuid[])
-             LIMIT 1),
-         reserved AS (
-             INSERT INTO mezzanine.row_ids (parent, row_key, id)
-             SELECT $1::regclass, k, i FROM unnest($2::uuid[], $3::int8[]) AS u(k, i)
-             WHERE NOT EXISTS (SELECT FROM taken)
-             ON CONFLICT (parent, row_key) DO UPDATE SET id = EXCLUDED.id, reserved_at = now())
-         SELECT id::text FROM taken",
-        id = layout.id_sql(),
-        table = layout.table_sql(),
-    );
-    let found: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(layout.table_sql())
-        .bind(keys)
-        .bind(ids)
-        .fetch_optional(legacy.pool())
-        .await;
-    match found {
-        Ok(None) => Ok(()),
-        Ok(Some(id)) => Err(taken(&id)),
-        // Two rows of the statement given one id, or a race with
-        // another writer's reservation.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Err(Refused::new(
-            "23505",
-            format!(
-                "duplicate key value violates unique constraint on \"{}\": {} given twice",
-                layout.table,
-                unquote(layout.id_sql())
-            ),
-        )),
-        Err(e) => Err(Refused::new(
-            "58000",
-            format!("reserving the rows' integer ids (mezzanine.row_ids): {e}"),
-        )),
-    }
-}
-
-/// Numbers the parent rows `keys` (inserted without an id the statement
-/// gives or reads) now, in the order the app inserted them: each is
-/// reserved the next value of the id's default (its sequence, drawn by
-/// the facade's user, as the reverse mirror would draw it), which the
-/// reverse mirror then inserts the row under. Without this the reverse
-/// mirror drew each id as it applied the row, shard by shard, so rows
-/// inserted one after the other could be numbered the other way round,
-/// and an app's `ORDER BY id` no longer said which came first. An id
-/// default that draws from no sequence is left to the reverse mirror. A
-/// drawn id a row of the table has (an app that gave ids ahead of the
-/// sequence) is PostgreSQL's `23505`, nothing reserved.
-pub(super) async fn number_rows(
-    legacy: &LegacyStore,
-    catalog: &Catalog,
-    keys: &[RowKey],
-) -> Result<(), Refused> {
-    if keys.is_empty() {
-        return Ok(());
-    }
-    let layout = legacy.layout();
-    let id = unquote(layout.id_sql());
-    let default = catalog
-        .attribute(legacy, layout.table_sql(), &id)
-        .await?
-        .default
-        .filter(|d| d.to_ascii_lowercase().contains("nextval("));
-    let Some(default) = default else {
-        return Ok(());
-    };
-    let keys: Vec<uuid::Uuid> = keys.iter().map(RowKey::uuid).collect();
-    let sql = format!(
-        "/* mezzanine */ WITH drawn AS (
-             SELECT k, ({default})::int8 AS i
-             FROM unnest($2::uuid[]) WITH ORDINALITY AS u(k, n) ORDER BY n),
-         taken AS (
-             SELECT d.i FROM drawn d WHERE EXISTS (SELECT FROM {table} t WHERE t.{id_sql} = d.i)
-             LIMIT 1),
-         reserved AS (
-             INSERT INTO mezzanine.row_ids (parent, row_key, id)
-             SELECT $1::regclass, k, i FROM drawn WHERE NOT EXISTS (SELECT FROM taken)
-             ON CONFLICT (parent, row_key) DO NOTHING)
-         SELECT i::text FROM taken",
-        table = layout.table_sql(),
-        id_sql = layout.id_sql(),
-    );
-    let found: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-        .bind(layout.table_sql())
-        .bind(keys)
-        .fetch_optional(legacy.pool())
-        .await;
-    let taken = |what: String| {
-        Refused::new(
-            "23505",
-            format!(
-                "duplicate key value violates unique constraint on \"{}\": Key ({id})=({what}) \
-                 already exists",
-                layout.table
-            ),
-        )
-    };
-    match found {
-        Ok(None) => Ok(()),
-        Ok(Some(drawn)) => Err(taken(drawn)),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Err(taken(
-            "the next value of its sequence, reserved for another row".into(),
-        )),
-        Err(e) => Err(Refused::new(
-            "58000",
-            format!("numbering the rows inserted (mezzanine.row_ids): {e}"),
-        )),
-    }
 }
 
 /// Puts `batch`. PostgreSQL's `INSERT ... ON CONFLICT DO NOTHING` without
@@ -288,61 +147,6 @@ fn sqlstate_of(e: &schemaless::Error) -> &str {
 const NOTHING: &str = "DO $mezzanine$ BEGIN END $mezzanine$";
 
 impl<S: CellStore> Writer<'_, S> {
-    /// The (row key, integer id) of each kept row of `rows` ([`Kind::Id`]
-    /// is among the columns only where the statement reserves ids).
-    pub(super) fn reservations(
-        &self,
-        rows: &[Vec<Value>],
-        staged: &Staged,
-    ) -> Result<Vec<(RowKey, i64)>, Refused> {
-        let at = |kind: fn(&Kind) -> bool| self.cols.iter().position(|c| kind(&c.kind));
-        let (Some(key), Some(id)) = (
-            at(|k| matches!(k, Kind::RowKey)),
-            at(|k| matches!(k, Kind::Id)),
-        ) else {
-            return Ok(Vec::new());
-        };
-        rows.iter()
-            .zip(&staged.kept)
-            .filter(|(_, &kept)| kept)
-            .map(|(row, _)| {
-                let key = row[key]
-                    .as_str()
-                    .and_then(|k| k.parse::<uuid::Uuid>().ok())
-                    .map(RowKey::from);
-                match (key, row[id].as_i64()) {
-                    (Some(key), Some(id)) => Ok((key, id)),
-                    _ => Err(Refused::new(
-                        "XX000",
-                        format!("a row inserted without its key or id: {:?}", row),
-                    )),
-                }
-            })
-            .collect()
-    }
-
-    /// The keys of the kept rows of `rows` that [`number_rows`] numbers:
-    /// a parent INSERT's, where the statement reserves no ids of its own
-    /// and updates no existing row (an upsert's row may be one).
-    pub(super) fn unnumbered(&self, rows: &[Vec<Value>], staged: &Staged) -> Vec<RowKey> {
-        let inserts = self.write.table == Table::Parent
-            && matches!(&self.write.rows, Rows::Insert { conflict, .. }
-                if !matches!(conflict, OnConflict::Update(_)));
-        let key = self
-            .cols
-            .iter()
-            .position(|c| matches!(c.kind, Kind::RowKey));
-        let (true, false, Some(key)) = (inserts, self.write.reserves_ids, key) else {
-            return Vec::new();
-        };
-        rows.iter()
-            .zip(&staged.kept)
-            .filter(|(_, &kept)| kept)
-            .filter_map(|(row, _)| row[key].as_str()?.parse::<uuid::Uuid>().ok())
-            .map(RowKey::from)
-            .collect()
-    }
-
     /// A planned statement's cells, to be put with its batch's: checked
     /// against each other first ([`Writer::repeated`]), nothing put.
     pub(super) fn stage(&self, mut rows: Vec<Vec<Cell>>) -> Result<Staged, Refused> {

@@ -144,7 +144,7 @@ pub async fn write_batch<S: CellStore>(
             Err(e) => return vec![Err(e)],
         }
     }
-    if let Err(e) = answer::reserve_ids(eval.legacy, &reservations).await {
+    if let Err(e) = ids::reserve_ids(eval.legacy, &reservations).await {
         return vec![Err(e)];
     }
     let unnumbered: Vec<RowKey> = writers
@@ -152,7 +152,7 @@ pub async fn write_batch<S: CellStore>(
         .zip(&planned)
         .flat_map(|(writer, (rows, staged, _))| writer.unnumbered(rows, staged))
         .collect();
-    if let Err(e) = answer::number_rows(eval.legacy, catalog, &unnumbered).await {
+    if let Err(e) = ids::number_rows(eval.legacy, catalog, &unnumbered).await {
         return vec![Err(e)];
     }
     let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();

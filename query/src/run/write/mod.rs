@@ -47,7 +47,8 @@
 //! next version, their cells), `answer` (the cells put, the app
 //! answered), `batch` (statements pipelined in one implicit transaction,
 //! run as one), `targets` (an INSERT's expressions per column, and its
-//! sequence draws); this file evaluates and runs a statement's rows.
+//! sequence draws), `ids` (the integer ids reserved for the rows
+//! inserted); this file evaluates and runs a statement's rows.
 
 use legacy::layout::{Field, Shape};
 use schemaless::{Body, Cell, RefKey, WriteOutcome};
@@ -63,6 +64,7 @@ mod answer;
 mod batch;
 mod columns;
 mod evaluations;
+mod ids;
 mod readahead;
 mod rows;
 mod targets;

@@ -361,6 +361,16 @@ fn refusal(analysis: &Analysis, mode: Mode) -> Option<String> {
     let because = |why: &str| Some(format!("{mode} mode: {why}"));
     match analysis.class {
         Class::Other => None,
+        // PostgreSQL refuses it before it runs (`42601`): forwarded, the
+        // app gets PostgreSQL's own error, and nothing is written.
+        Class::None
+            if analysis
+                .reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with(query::REFUSED_BY_POSTGRES)) =>
+        {
+            None
+        }
         // The text names a layout table and the parser could not read it:
         // nothing proves it does not write one.
         Class::Unparsed => because(&format!(

@@ -33,6 +33,7 @@ pub mod write;
 pub use analysis::{analyze, analyze_statement, analyze_text, Analysis, Class};
 pub use model::Model;
 pub use plan::Plan;
+pub use write::REFUSED_BY_POSTGRES;
 
 /// The parser, for callers that build on its syntax tree.
 pub use sqlparser;

@@ -401,12 +401,12 @@ fn an_insert_listing_no_columns_takes_the_tables_first_columns_in_the_catalogs_o
             ("INSERT INTO sales.orders VALUES (DEFAULT, $1, 2, 'paid', $2, 500), (DEFAULT, $3, 1, 'open', $4, 7)", Class::Write, "put_cell(row = $3, HEADER, ref_key = 1, {customer: $4, placed: default, state: 'open', total: 7})"),
             ("INSERT INTO order_lines VALUES ((SELECT order_no FROM orders WHERE public_id = $1), $2, $3, $4, $5)", Class::Write, "put_cell(row = $1, LINES, ref_key = $2, {price: $5, qty: $4, sku: $3})"),
             ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, 'a note')", Class::None, "writes orders.note, which the layout does not map"),
-            ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, DEFAULT, 8)", Class::None, "INSERT has more expressions than target columns: 8 values for the 7 columns of orders"),
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1, 'open', $2, 5, DEFAULT, 8)", Class::None, "PostgreSQL refuses it (42601): INSERT has more expressions than target columns (8 values for the 7 columns of orders)"),
             ("INSERT INTO orders VALUES (41, $1, 1)", Class::Write, "reserve each row's integer id (the one given"),
             // `RETURNING *` is every column in the catalog's order: here
             // one the layout does not map.
             ("INSERT INTO orders (public_id, rev) VALUES ($1, 1) RETURNING *", Class::None, "RETURNING * includes orders.note, which the layout does not map"),
-            ("INSERT INTO orders VALUES (DEFAULT, $1, 1), (DEFAULT, $2)", Class::None, "a VALUES row of 2 values for 3 columns"),
+            ("INSERT INTO orders VALUES (DEFAULT, $1, 1), (DEFAULT, $2)", Class::None, "PostgreSQL refuses it (42601): VALUES lists must all be the same length (rows of 2 and 3 values)"),
         ],
     );
     // Without the catalog's order, the same INSERT says how to make it

@@ -1663,17 +1663,29 @@ async fn an_insert_listing_no_columns_writes_each_value_to_the_column_at_its_pla
     assert!(latest(&facade, again, "BASE").await.is_none());
     // More values than the table has columns: refused, as PostgreSQL
     // refuses it.
-    let over = whole(again).replace("+02')", "+02', 'one too many')");
-    let (ok, _, err) = psql(&url, &over);
-    assert!(
-        !ok && err.contains("INSERT has more expressions than target columns"),
-        "{err}"
+    // More values than the table has columns, or VALUES rows of
+    // different lengths: PostgreSQL's own error (42601, not the proxy's
+    // 0A000), the same both ways, nothing written.
+    let over = format!(
+        "\\set VERBOSITY verbose\n{}",
+        whole(again).replace("+02')", "+02', 'one too many')")
     );
-    let (ok, _, err) = psql(&direct, &over);
-    assert!(
-        !ok && err.contains("INSERT has more expressions than target columns"),
-        "{err}"
+    let ragged = format!(
+        "\\set VERBOSITY verbose\n\\set ON_ERROR_STOP 1\nINSERT INTO trips (uuid, status) VALUES ('{again}', 'a'), \
+         ('{again}');\n"
     );
+    for (sql, says) in [
+        (
+            &over,
+            "42601: INSERT has more expressions than target columns",
+        ),
+        (&ragged, "42601: VALUES lists must all be the same length"),
+    ] {
+        for url in [&url, &direct] {
+            let (ok, _, err) = psql(url, sql);
+            assert!(!ok && err.contains(says), "{url}: {err}");
+        }
+    }
     assert!(latest(&facade, again, "BASE").await.is_none());
     facade.close().await;
 }

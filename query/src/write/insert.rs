@@ -128,6 +128,39 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     })))
 }
 
+/// How the reason of an INSERT PostgreSQL itself refuses before it runs
+/// begins (a syntax error of parse analysis, SQLSTATE `42601`: more
+/// values than columns, VALUES rows of different lengths): the proxy
+/// forwards such a statement in every mode, so the app gets PostgreSQL's
+/// own error, and nothing is written either way.
+pub const REFUSED_BY_POSTGRES: &str = "PostgreSQL refuses it (42601): ";
+
+/// PostgreSQL's own refusal of VALUES rows of `lengths` for `columns`
+/// target columns, if it refuses them.
+fn values_refused(lengths: &[usize], columns: usize) -> Option<String> {
+    let (Some(&first), Some(&longest), Some(&shortest)) =
+        (lengths.first(), lengths.iter().max(), lengths.iter().min())
+    else {
+        return None;
+    };
+    let why = if longest != shortest {
+        format!(
+            "VALUES lists must all be the same length (rows of {shortest} and {longest} values)"
+        )
+    } else if first > columns {
+        format!(
+            "INSERT has more expressions than target columns ({first} values for {columns} columns)"
+        )
+    } else if first < columns {
+        format!(
+            "INSERT has more target columns than expressions ({first} values for {columns} columns)"
+        )
+    } else {
+        return None;
+    };
+    Some(format!("{REFUSED_BY_POSTGRES}{why}"))
+}
+
 /// The target columns of an INSERT that lists none, as PostgreSQL takes
 /// them: the table's first columns, as many as each row has values.
 fn positional(
@@ -144,14 +177,21 @@ fn positional(
         ));
     };
     let width = match source.body.as_ref() {
-        SetExpr::Values(values) => values.rows.first().map_or(0, |r| r.len()),
+        SetExpr::Values(values) => {
+            let lengths: Vec<usize> = values.rows.iter().map(|r| r.len()).collect();
+            let longest = lengths.iter().copied().max().unwrap_or(0);
+            if let Some(refused) = values_refused(&lengths, longest) {
+                return Err(refused);
+            }
+            longest
+        }
         SetExpr::Select(select) => select.projection.len(),
         _ => order.len(),
     };
     if width > order.len() {
         return Err(format!(
-            "INSERT has more expressions than target columns: {width} values for the {} \
-             columns of {name}",
+            "{REFUSED_BY_POSTGRES}INSERT has more expressions than target columns ({width} \
+             values for the {} columns of {name})",
             order.len()
         ));
     }
@@ -344,15 +384,12 @@ fn source_rows<'a>(
     };
     match source.body.as_ref() {
         SetExpr::Values(values) => {
+            let lengths: Vec<usize> = values.rows.iter().map(|r| r.len()).collect();
+            if let Some(refused) = values_refused(&lengths, columns.len()) {
+                return Err(refused);
+            }
             let mut rows = Vec::new();
             for row in &values.rows {
-                if row.len() != columns.len() {
-                    return Err(format!(
-                        "a VALUES row of {} values for {} columns",
-                        row.len(),
-                        columns.len()
-                    ));
-                }
                 rows.push(Values {
                     values: row.iter().collect(),
                     parent_uuid: None,

@@ -18,6 +18,7 @@ use crate::plan::{Inserted, Keys, OnConflict, Plan, Put, Rows, Write};
 
 mod delete;
 mod insert;
+pub use insert::REFUSED_BY_POSTGRES;
 mod update;
 
 pub use delete::delete;

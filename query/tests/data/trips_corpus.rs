@@ -126,6 +126,9 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, version, status, promo_code) VALUES ($1, 1, $2, $3)", Class::None, "writes trips.promo_code, which the layout does not map"),
     // The integer id is the sequence's: no cell holds a value the app gives.
     ("INSERT INTO trips (id, uuid, status) VALUES ($1, $2, $3)", Class::Write, "reserve each row's integer id"),
+    ("INSERT INTO trips (uuid, status) VALUES ($1, $2, $3)", Class::None, "PostgreSQL refuses it (42601): INSERT has more expressions than target columns (3 values for 2 columns)"),
+    ("INSERT INTO trips (uuid, status) VALUES ($1)", Class::None, "PostgreSQL refuses it (42601): INSERT has more target columns than expressions (1 values for 2 columns)"),
+    ("INSERT INTO trips (uuid, status) VALUES ($1, $2), ($3)", Class::None, "PostgreSQL refuses it (42601): VALUES lists must all be the same length"),
     ("INSERT INTO trips (id, uuid, status) VALUES ((SELECT max(id) + 1 FROM trips), $2, $3)", Class::None, "the integer id, which reads the database"),
     ("INSERT INTO trips (id, uuid, status, version) VALUES ($1, $2, $3, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1", Class::None, "the integer id, in an upsert"),
     ("INSERT INTO trips (id, uuid, status) VALUES (DEFAULT, $1, $2)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),

@@ -201,14 +201,8 @@ public class Jdbc {
                         while (rs.next()) {
                             List<String> row = new ArrayList<>();
                             for (int i = 1; i <= n; i++) {
-                                Object value = rs.getObject(i);
-                                String shown = value == null
-                                    ? "NULL"
-                                    : rs.getString(i) + " (" + value.getClass().getSimpleName() + ")";
-                                if (i == 1 && value instanceof Long id && id > 0) {
-                                    shown = "ID (Long)";
-                                }
-                                row.add(shown);
+                                boolean id = i == 1 && rs.getObject(i) instanceof Long v && v > 0;
+                                row.add(id ? "ID (Long)" : shown(rs, i));
                             }
                             rows.add(row.toString());
                         }
@@ -259,14 +253,19 @@ public class Jdbc {
         while (rs.next()) {
             List<String> row = new ArrayList<>();
             for (int i = 1; i <= n; i++) {
-                Object value = rs.getObject(i);
-                row.add(value == null
-                    ? "NULL"
-                    : rs.getString(i) + " (" + value.getClass().getSimpleName() + ")");
+                row.add(shown(rs, i));
             }
             rows.add(row.toString());
         }
         return rows;
+    }
+
+    /** Column {@code i} of the current row as "value (Class)", NULL as NULL. */
+    static String shown(ResultSet rs, int i) throws SQLException {
+        Object value = rs.getObject(i);
+        return value == null
+            ? "NULL"
+            : rs.getString(i) + " (" + value.getClass().getSimpleName() + ")";
     }
 
     /** The columns: label and type name. */

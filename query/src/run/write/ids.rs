@@ -27,17 +27,6 @@ pub(super) async fn reserve_ids(
     let layout = legacy.layout();
     let keys: Vec<uuid::Uuid> = reservations.iter().map(|(k, _)| k.uuid()).collect();
     let ids: Vec<i64> = reservations.iter().map(|(_, id)| *id).collect();
-    let taken = |id: &str| {
-        Refused::new(
-            "23505",
-            format!(
-                "duplicate key value violates unique constraint on \"{}\": Key ({})=({id}) \
-                 already exists",
-                layout.table,
-                unquote(layout.id_sql())
-            ),
-        )
-    };
     let sql = format!(
         "/* mezzanine */ WITH taken AS (
              SELECT t.{id}::int8 AS id FROM {table} t WHERE t.{id} = ANY($3::int8[])
@@ -60,24 +49,11 @@ pub(super) async fn reserve_ids(
         .bind(ids)
         .fetch_optional(legacy.pool())
         .await;
-    match found {
-        Ok(None) => Ok(()),
-        Ok(Some(id)) => Err(taken(&id)),
-        // Two rows of the statement given one id, or a race with
-        // another writer's reservation.
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Err(Refused::new(
-            "23505",
-            format!(
-                "duplicate key value violates unique constraint on \"{}\": {} given twice",
-                layout.table,
-                unquote(layout.id_sql())
-            ),
-        )),
-        Err(e) => Err(Refused::new(
-            "58000",
-            format!("reserving the rows' integer ids (mezzanine.row_ids): {e}"),
-        )),
-    }
+    reserved(
+        legacy,
+        found,
+        ("{id} given twice", "reserving the rows' integer ids"),
+    )
 }
 
 /// Numbers the parent rows `keys` (inserted without an id the statement
@@ -130,25 +106,46 @@ pub(super) async fn number_rows(
         .bind(keys)
         .fetch_optional(legacy.pool())
         .await;
-    let taken = |what: String| {
+    reserved(
+        legacy,
+        found,
+        (
+            "Key ({id})=(the next value of its sequence) already reserved for another row",
+            "numbering the rows inserted",
+        ),
+    )
+}
+
+/// A reservation statement's outcome (`found`: an id a row of the table
+/// has), as PostgreSQL would answer the INSERT: the id's unique violation
+/// (`23505`), naming the id found, or, when the reservations collided
+/// among themselves, saying `twice` (`{id}`: the id column); any other
+/// failure `58000`, saying while `doing` what.
+fn reserved(
+    legacy: &LegacyStore,
+    found: Result<Option<String>, sqlx::Error>,
+    (twice, doing): (&str, &str),
+) -> Result<(), Refused> {
+    let layout = legacy.layout();
+    let column = unquote(layout.id_sql());
+    let duplicate = |what: String| {
         Refused::new(
             "23505",
             format!(
-                "duplicate key value violates unique constraint on \"{}\": Key ({id})=({what}) \
-                 already exists",
+                "duplicate key value violates unique constraint on \"{}\": {what}",
                 layout.table
             ),
         )
     };
     match found {
         Ok(None) => Ok(()),
-        Ok(Some(drawn)) => Err(taken(drawn)),
-        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => Err(taken(
-            "the next value of its sequence, reserved for another row".into(),
-        )),
+        Ok(Some(id)) => Err(duplicate(format!("Key ({column})=({id}) already exists"))),
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {
+            Err(duplicate(twice.replace("{id}", &column)))
+        }
         Err(e) => Err(Refused::new(
             "58000",
-            format!("numbering the rows inserted (mezzanine.row_ids): {e}"),
+            format!("{doing} (mezzanine.row_ids): {e}"),
         )),
     }
 }

@@ -40,6 +40,10 @@
 //! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `tsquery[]`, `hstore[]`, `xml[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
 //! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
 //!
+//! Every array may have up to six dimensions: nested JSON arrays,
+//! rectangular, subscripted from 1 ([`dims`]); a `json[]`'s and a
+//! `jsonb[]`'s are flat, their elements being any JSON value.
+//!
 //! A domain converts as its base type: a domain over `numeric(10,2)` is a
 //! `numeric`, cast into the domain itself on write, so PostgreSQL checks
 //! the domain's constraints there. A domain over a domain converts as the
@@ -363,6 +367,20 @@ impl Conversion {
         })
     }
 
+    /// Whether a value is an array whose arrays are dimensions
+    /// ([`dims`]): a `json[]`'s elements, and a `json` value, may be
+    /// arrays themselves.
+    pub fn dimensional(&self) -> bool {
+        match self {
+            Conversion::TextArray
+            | Conversion::Int2Array
+            | Conversion::Int4Array
+            | Conversion::Int8Array => true,
+            Conversion::ArrayOf(element) => !element.is_json(),
+            _ => false,
+        }
+    }
+
     /// The SQL expression that reads column `column` (already quoted and
     /// qualified) as the text [`Conversion::render`] takes.
     pub fn read_expr(&self, column: &str) -> String {
@@ -393,13 +411,18 @@ impl Conversion {
             Conversion::Money => format!("({column})::pg_catalog.numeric::text"),
             // Hex whatever `bytea_output` says.
             Conversion::Bytea => format!("(E'\\\\x' || encode({column}, 'hex'))"),
+            // An array of several dimensions, or subscripted from
+            // another bound than 1, reads as its dimensions (`array_dims`)
+            // and its elements ([`dims`]); a flat one from 1 as its
+            // elements alone.
             Conversion::TextArray
             | Conversion::Int2Array
             | Conversion::Int4Array
-            | Conversion::Int8Array => format!("array_to_json({column})::text"),
-            // Element by element through the element's own reading, in
-            // order; a multidimensional array reads as a string, which
-            // no array accepts.
+            | Conversion::Int8Array => format!(
+                "CASE WHEN {} THEN json_build_object('dims', array_dims({column}), 'elements', array_to_json({column}))::text \
+                 ELSE array_to_json({column})::text END",
+                shaped(column)
+            ),
             Conversion::Range(subtype) => range::read_expr(*subtype, column),
             Conversion::Multirange(subtype) => multirange::read_expr(*subtype, column),
             // Printed under the layout's own settings whatever the
@@ -407,16 +430,25 @@ impl Conversion {
             Conversion::Record => format!("mezzanine_public.composite_text({column})"),
             // `unnest` of composite values in FROM spreads each into its
             // fields: the elements are taken by subscript instead.
+            // (Its dimensions alone when it is shaped otherwise: see
+            // [`Conversion::render`].)
             Conversion::ArrayOf(Element::Record) => format!(
-                "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
+                "CASE WHEN {column} IS NULL THEN NULL \
+                 WHEN {} THEN json_build_object('dims', array_dims({column}))::text \
                  ELSE (SELECT coalesce(json_agg(mezzanine_public.composite_text(({column})[u.n]) ORDER BY u.n), '[]')::text \
-                       FROM generate_subscripts({column}, 1) AS u(n)) END"
+                       FROM generate_subscripts({column}, 1) AS u(n)) END",
+                shaped(column)
             ),
+            // Element by element through the element's own reading, in
+            // order (`unnest` reads every dimension's, the last fastest).
             Conversion::ArrayOf(element) => format!(
-                "CASE WHEN {column} IS NULL THEN NULL WHEN array_ndims({column}) > 1 THEN '\"a multidimensional array\"' \
-                 ELSE (SELECT coalesce(json_agg({} ORDER BY u.n), '[]')::text \
+                "CASE WHEN {column} IS NULL THEN NULL \
+                 ELSE (SELECT CASE WHEN {} \
+                                   THEN json_build_object('dims', array_dims({column}), 'elements', coalesce(json_agg({e} ORDER BY u.n), '[]'))::text \
+                                   ELSE coalesce(json_agg({e} ORDER BY u.n), '[]')::text END \
                        FROM unnest({column}) WITH ORDINALITY AS u(e, n)) END",
-                element.scalar().read_expr("u.e")
+                shaped(column),
+                e = element.scalar().read_expr("u.e")
             ),
             _ => format!("{column}::text"),
         }
@@ -507,24 +539,36 @@ impl Conversion {
             | Conversion::Int8Array => {
                 let value: Value = serde_json::from_str(text)
                     .map_err(|e| format!("stored array does not parse: {e}"))?;
+                let (_, elements) = stored_shape(value)?;
                 // Checking it as input keeps one definition of a valid array
-                // (flat, elements of the type).
-                self.accept(&value).map(|(canonical, _)| canonical)
+                // (rectangular, elements of the type).
+                self.accept(&elements).map(|(canonical, _)| canonical)
             }
             Conversion::ArrayOf(element) => {
                 let value: Value = serde_json::from_str(text)
                     .map_err(|e| format!("stored array does not parse: {e}"))?;
-                let items = array(&value)?;
+                let (dims, elements) = stored_shape(value)?;
+                if dims.len() > 1 && (element.is_json() || *element == Element::Record) {
+                    return Err(format!(
+                        "an array of {} dimensions of {}: a cell keeps those flat",
+                        dims.len(),
+                        if element.is_json() {
+                            "JSON values (whose own arrays would read as dimensions)"
+                        } else {
+                            "a composite type"
+                        }
+                    ));
+                }
                 let scalar = element.scalar();
-                items
+                let items = array(&elements)?
                     .iter()
                     .map(|item| match item {
                         Value::Null => Ok(Value::Null),
                         Value::String(s) => scalar.render(Some(s)),
                         other => Err(expected("an element read as text", other)),
                     })
-                    .collect::<Result<Vec<_>, _>>()
-                    .map(Value::Array)
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(dims::nest(&dims, items))
             }
         }
     }
@@ -696,8 +740,8 @@ impl Conversion {
                 return Ok((canonical, Some(text)));
             }
             Conversion::TextArray => {
-                let items = array(value)?;
-                for item in items {
+                let dims = dims::dimensions(value, false)?;
+                for item in dims::leaves(value, &dims) {
                     match item {
                         Value::Null => {}
                         Value::String(s) if !s.contains('\0') => {}
@@ -715,16 +759,18 @@ impl Conversion {
                     Conversion::Int4Array => (i32::MIN.into(), i32::MAX.into(), "integer"),
                     _ => (i64::MIN, i64::MAX, "bigint"),
                 };
-                let items = array(value)?;
+                let dims = dims::dimensions(value, false)?;
+                let items = dims::leaves(value, &dims);
                 let mut out = Vec::with_capacity(items.len());
-                for item in items {
+                for (i, item) in items.into_iter().enumerate() {
                     out.push(if item.is_null() {
                         Value::Null
                     } else {
-                        integer(item, low, high, name)?
+                        integer(item, low, high, name)
+                            .map_err(|e| format!("{}: {e}", dims::position(&dims, i)))?
                     });
                 }
-                Value::Array(out)
+                dims::nest(&dims, out)
             }
         };
         let param = self.param(&canonical);
@@ -735,25 +781,28 @@ impl Conversion {
     /// by its own conversion, the literal from the elements' texts.
     fn accept_elements(element: Element, value: &Value) -> Result<(Value, Option<String>), String> {
         let scalar = element.scalar();
-        let items = array(value)?;
+        // A `json` or `jsonb` element is any JSON value, an array too;
+        // otherwise an array in an array is a dimension.
+        let dims = dims::dimensions(value, element.is_json())?;
+        if dims.len() > 1 && element == Element::Record {
+            return Err(format!(
+                "an array of {} dimensions of a composite type: a cell keeps those flat",
+                dims.len()
+            ));
+        }
+        let items = dims::leaves(value, &dims);
         let mut canonical = Vec::with_capacity(items.len());
         let mut texts = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            // A `json` or `jsonb` element is any JSON value; otherwise an
-            // array in an array is a dimension, which the layout does not
-            // keep.
-            if item.is_array() && !element.is_json() {
-                return Err("a nested array: only flat arrays are kept".into());
-            }
+        for (i, item) in items.into_iter().enumerate() {
             let (value, text) = scalar
                 .accept(item)
-                .map_err(|e| format!("element {i}: {e}"))?;
+                .map_err(|e| format!("{}: {e}", dims::position(&dims, i)))?;
             canonical.push(value);
             texts.push(text.map_or(Value::Null, Value::String));
         }
         Ok((
-            Value::Array(canonical),
-            Some(array_literal(&texts, element.delimiter())),
+            dims::nest(&dims, canonical),
+            Some(dims::literal(&dims, &texts, element.delimiter())),
         ))
     }
 
@@ -773,8 +822,12 @@ impl Conversion {
                 | Conversion::Int2Array
                 | Conversion::Int4Array
                 | Conversion::Int8Array,
-                Value::Array(items),
-            ) => array_literal(items, ','),
+                Value::Array(_),
+            ) => {
+                // Canonical, so rectangular.
+                let dims = dims::dimensions(canonical, false).unwrap_or_default();
+                dims::literal(&dims, dims::leaves(canonical, &dims), ',')
+            }
             (_, other) => other.to_string(),
         }
     }
@@ -888,24 +941,6 @@ fn float_value(x: f64) -> Value {
     }
 }
 
-/// A PostgreSQL array literal of flat JSON items, `delimiter` between
-/// them: `{"a","b\"c",NULL}`.
-fn array_literal(items: &[Value], delimiter: char) -> String {
-    let mut out = String::from("{");
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(delimiter);
-        }
-        match item {
-            Value::Null => out.push_str("NULL"),
-            Value::String(s) => push_quoted(&mut out, s),
-            other => out.push_str(&other.to_string()),
-        }
-    }
-    out.push('}');
-    out
-}
-
 /// `s` in double quotes, `"` and `\` escaped with `\`: an array
 /// element's form, and an `hstore` key's or value's.
 pub(crate) fn push_quoted(out: &mut String, s: &str) {
@@ -919,6 +954,39 @@ pub(crate) fn push_quoted(out: &mut String, s: &str) {
     out.push('"');
 }
 
+/// Whether array `column` has several dimensions or is subscripted from
+/// another bound than 1 (SQL): then it reads with its dimensions.
+fn shaped(column: &str) -> String {
+    format!("(array_lower({column}, 1) <> 1 OR array_ndims({column}) > 1)")
+}
+
+/// A stored array as read by [`Conversion::read_expr`]: its dimensions
+/// and its elements (nested or flat, as that read gives them), refused
+/// by name when subscripted from another bound than 1.
+fn stored_shape(value: Value) -> Result<(Vec<usize>, Value), String> {
+    match value {
+        Value::Object(mut map) => {
+            let bounds = map
+                .get("dims")
+                .and_then(Value::as_str)
+                .ok_or("a stored array's dimensions are missing")?;
+            let dims = dims::from_bounds(bounds)?;
+            let elements = map.remove("elements").unwrap_or(Value::Array(Vec::new()));
+            Ok((dims, elements))
+        }
+        Value::Array(items) => {
+            let dims = if items.is_empty() {
+                Vec::new()
+            } else {
+                vec![items.len()]
+            };
+            Ok((dims, Value::Array(items)))
+        }
+        other => Err(expected("an array", &other)),
+    }
+}
+
+pub mod dims;
 mod fits;
 pub use fits::{money_fits, numeric_fits, timestamp_fits, MONEY_SCALE};
 

@@ -10,7 +10,7 @@
 //! types, `tsvector`, `tsquery`, the range and multirange types over those, `hstore` (an extension's
 //! type, whose OID each database gives it: [`Extensions`]), composite
 //! types made with `CREATE TYPE ... AS` (their OIDs read likewise) whose
-//! fields are any of these, and one-dimensional arrays of them (sqlx, psycopg's `%b`, asyncpg and JDBC
+//! fields are any of these, and arrays of them, of any dimensions (sqlx, psycopg's `%b`, asyncpg and JDBC
 //! bind these in binary). Anything else, or a parameter whose type the
 //! `Parse` left unspecified, is not read: the statement is then not
 //! sampled or served, and a write is refused (`0A000`) rather than guessed
@@ -459,9 +459,11 @@ fn multirange_text(subtype: u32, value: &[u8]) -> Option<String> {
     rest.is_empty().then(|| format!("{{{}}}", ranges.join(",")))
 }
 
-/// A one-dimensional array's binary form (dimensions, a NULL flag, the
-/// element type, each dimension's length and lower bound, then each
-/// element's length and bytes) as an array literal.
+/// An array's binary form (dimensions, a NULL flag, the element type,
+/// each dimension's length and lower bound, then each element's length
+/// and bytes) as an array literal: nested by its dimensions, and
+/// prefixed by its bounds (`[0:1]={…}`) when one is not 1, so that
+/// PostgreSQL reads the value sent, and the layout refuses it by name.
 fn array_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String> {
     let element = match oid {
         1000 => 16,
@@ -521,16 +523,27 @@ fn array_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String>
             .get(at..at + 4)
             .map(|b| i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     };
-    let ndim = int(0)?;
-    if int(8)? as u32 != element {
+    let ndim = usize::try_from(int(0)?).ok()?;
+    if int(8)? as u32 != element || ndim > legacy::conversion::dims::MAX_DIMENSIONS {
         return None;
     }
-    let (count, mut at) = match ndim {
-        0 => (0, 12),
-        1 => (usize::try_from(int(12)?).ok()?, 20),
-        _ => return None,
-    };
-    let mut items = Vec::with_capacity(count);
+    let mut dims = Vec::with_capacity(ndim);
+    let mut bounds = String::new();
+    let mut from_one = true;
+    for d in 0..ndim {
+        let len = usize::try_from(int(12 + 8 * d)?).ok()?;
+        let lower = int(16 + 8 * d)?;
+        bounds.push_str(&format!("[{lower}:{}]", i64::from(lower) + len as i64 - 1));
+        from_one &= lower == 1;
+        dims.push(len);
+    }
+    let count = dims
+        .iter()
+        .try_fold(1usize, |n, &len| n.checked_mul(len))
+        .filter(|_| ndim > 0)
+        .unwrap_or(0);
+    let mut at = 12 + 8 * ndim;
+    let mut items = Vec::with_capacity(count.min(value.len() / 4));
     for _ in 0..count {
         let len = int(at)?;
         at += 4;
@@ -546,7 +559,40 @@ fn array_text(oid: u32, value: &[u8], extensions: &Extensions) -> Option<String>
             text.replace('\\', "\\\\").replace('"', "\\\"")
         ));
     }
-    (at == value.len()).then(|| format!("{{{}}}", items.join(delimiter)))
+    if at != value.len() {
+        return None;
+    }
+    let mut out = String::new();
+    if !from_one {
+        out.push_str(&bounds);
+        out.push('=');
+    }
+    nest_literal(&mut out, &dims, &mut items.iter(), delimiter);
+    Some(out)
+}
+
+/// Element texts (already quoted, or `NULL`) into an array literal of
+/// dimensions `dims`: `{{"1","2"},{"3",NULL}}`.
+fn nest_literal<'a>(
+    out: &mut String,
+    dims: &[usize],
+    items: &mut impl Iterator<Item = &'a String>,
+    delimiter: &str,
+) {
+    out.push('{');
+    if let Some((&len, inner)) = dims.split_first() {
+        for i in 0..len {
+            if i > 0 {
+                out.push_str(delimiter);
+            }
+            if inner.is_empty() {
+                out.push_str(items.next().map_or("NULL", String::as_str));
+            } else {
+                nest_literal(out, inner, items, delimiter);
+            }
+        }
+    }
+    out.push('}');
 }
 
 #[cfg(test)]

@@ -195,8 +195,11 @@ async fn enums_characters_and_domains_survive_both_stores_and_the_proxy() {
         ),
         (
             "stops",
-            json!([["20000000-0000-4000-8000-0000000000aa"]]),
-            "nested array",
+            json!([
+                ["20000000-0000-4000-8000-0000000000aa"],
+                "20000000-0000-4000-8000-0000000000aa"
+            ]),
+            "rectangular",
         ),
         ("codes", json!(["US", 7]), "element 1: expected a string"),
         // A domain over a domain: the innermost one's scale, and every

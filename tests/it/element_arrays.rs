@@ -145,7 +145,7 @@ async fn arrays_of_money_bits_geometry_ranges_and_json_survive_both_stores_and_t
                 json!(["111111111"]),
                 "element 0: bit string too long for type bit varying(8)",
             ),
-            ("stops", json!([["(1,2)"]]), "a nested array"),
+            ("stops", json!([["(1,2)"], "(3,4)"]), "rectangular"),
             ("zones", json!(["1,2,3,4"]), "element 0:"),
             ("spans", json!(["[1,x)"]), "element 0:"),
             ("docs", json!({"a": 1}), "expected an array"),

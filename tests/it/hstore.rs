@@ -87,7 +87,7 @@ async fn hstores_are_kept_as_objects_in_both_stores_and_the_proxy() {
             ("attrs", json!({"n": 1}), "a string or null"),
             ("attrs", json!("a=>1"), "an object of strings and nulls"),
             ("attrs", json!({"a\u{0}": "b"}), "NUL"),
-            ("variants", json!([{}, [1]]), "a nested array"),
+            ("variants", json!([{}, [1]]), "rectangular"),
             ("variants", json!([{}, {"a": true}]), "element 1"),
         ],
     )

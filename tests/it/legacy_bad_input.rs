@@ -230,7 +230,10 @@ async fn bad_input_is_a_clear_error_and_writes_nothing() {
             json!({"t": "nul\u{0}"}),
             "body.t: text cannot contain the NUL character",
         ),
-        (json!({"ia": [1, "2"]}), "body.ia: expected an integer"),
+        (
+            json!({"ia": [1, "2"]}),
+            "body.ia: element 1: expected an integer",
+        ),
         (json!({"ta": "x"}), "body.ta: expected an array"),
         (
             json!({"zzz": 1}),

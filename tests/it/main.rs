@@ -102,6 +102,7 @@ mod composite;
 mod connections;
 mod cutover;
 mod deletes;
+mod dimensions;
 mod durations;
 mod element_arrays;
 mod exact_values;

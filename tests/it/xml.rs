@@ -112,7 +112,7 @@ async fn xml_is_kept_as_stored_in_both_stores_and_the_proxy() {
             ("body", json!(5), "expected a string"),
             ("body", json!("<a>\u{0}</a>"), "NUL"),
             ("parts", json!(["<a/>", 7]), "element 1"),
-            ("parts", json!([["<a/>"]]), "a nested array"),
+            ("parts", json!([["<a/>"], "<b/>"]), "rectangular"),
         ],
     )
     .await;

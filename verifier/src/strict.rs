@@ -15,7 +15,7 @@
 //! | column type (catalog) | equal when |
 //! |---|---|
 //! | `json`, `jsonb` | both as `jsonb` text (JSON `null` is SQL NULL) |
-//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value; a `jsonb[]`'s or `json[]`'s elements as JSON, by value; a `bit(n)[]`'s cast to the column's own type |
+//! | arrays | the JSON array's elements, cast to the array type, as text; a `numeric` array's by value; a `jsonb[]`'s or `json[]`'s elements as JSON, by value; a `bit(n)[]`'s cast to the column's own type. An array of several dimensions (nested JSON arrays) through the literal the layout writes of it, cast likewise |
 //! | `numeric` | equal as `numeric` (the value; not the scale a `numeric(p,s)` displays) |
 //! | `real` | cast to `real`, as text (a `real` is written as its shortest text, which reads back as the same `real`) |
 //! | `timestamp`, `timestamptz`, `date` | cast, as text; ISO 8601 expanded years (`+294276`, astronomical `-4712`) are rewritten in SQL to PostgreSQL's (`294276`, `4713 … BC`) |
@@ -302,12 +302,12 @@ fn statement(
 fn param_texts(layout: &ColumnLayout, body: &Map<String, Value>) -> Map<String, Value> {
     let mut out = Map::new();
     for field in &layout.fields {
-        if !by_param(field) {
-            continue;
-        }
         let Some(value) = body.get(&field.json) else {
             continue;
         };
+        if !by_param(field) && !nested(field, value) {
+            continue;
+        }
         let hstore = matches!(
             field.conversion,
             legacy::conversion::Conversion::Hstore
@@ -343,9 +343,43 @@ fn by_param(field: &Field) -> bool {
     )
 }
 
+/// An array of several dimensions (an array of arrays, where the arrays
+/// are dimensions and not `jsonb[]` elements): PostgreSQL reads it
+/// through its literal ([`param_texts`]), as JSON has no cast to one.
+fn nested(field: &Field, value: &Value) -> bool {
+    field.conversion.dimensional() && value.get(0).is_some_and(Value::is_array)
+}
+
 /// Whether Schemaless's value of `field` (in `s.e`) is what `column`
 /// holds, by the column's catalog type alone.
 fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
+    let flat = same_flat(field, column, tolerance);
+    if tolerance.is_some() || by_param(field) || !field.conversion.dimensional() {
+        return flat;
+    }
+    // An array of several dimensions: its literal cast as the column's
+    // type, by value for a `numeric[]`, else as text; cast to the
+    // column's own `character(n)[]` or `bit(n)[]`, whose elements the
+    // type without its modifier would cut to one.
+    let param = format!("(s.e->'p'->>{})", literal(&field.json));
+    let nested = match field.typname.as_str() {
+        "_numeric" => format!("{param}::numeric[] IS NOT DISTINCT FROM {column}::numeric[]"),
+        typname => {
+            let ty = match typname {
+                "_bpchar" | "_bit" | "_varbit" => &field.sql_type,
+                _ => &field.base_type,
+            };
+            format!("{param}::{ty}::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\"")
+        }
+    };
+    format!(
+        "CASE WHEN json_typeof((s.e->'b'->{})->0) = 'array' THEN {nested} ELSE {flat} END",
+        literal(&field.json)
+    )
+}
+
+/// [`same`] of a value that is not an array of several dimensions.
+fn same_flat(field: &Field, column: &str, tolerance: Option<f64>) -> String {
     let value = format!("(s.e->'b'->{})", literal(&field.json));
     let text = format!("({value} #>> '{{}}')");
     let base = &field.base_type;

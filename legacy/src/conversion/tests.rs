@@ -140,7 +140,9 @@ fn arrays_become_literals() {
         "{}"
     );
     assert!(Conversion::Int2Array.accept(&json!([70000])).is_err());
-    assert!(Conversion::TextArray.accept(&json!([["nested"]])).is_err());
+    assert!(Conversion::TextArray
+        .accept(&json!([["nested"], "flat"]))
+        .is_err());
 }
 
 #[test]
@@ -258,9 +260,75 @@ fn arrays_of_other_scalars_convert_element_by_element() {
     // Refused, naming the element.
     let err = numbers.accept(&json!(["1", "x"])).unwrap_err();
     assert!(err.starts_with("element 1:"), "{err}");
-    assert!(numbers.accept(&json!([["1"]])).is_err());
+    assert!(numbers.accept(&json!([["1"], "2"])).is_err());
     assert!(numbers.accept(&json!("1")).is_err());
-    assert!(flags.render(Some(r#""a multidimensional array""#)).is_err());
+    assert!(flags.render(Some(r#""a string""#)).is_err());
+}
+
+#[test]
+fn arrays_of_several_dimensions_nest_as_postgresql_subscripts_them() {
+    let numbers = Conversion::ArrayOf(Element::Numeric);
+    // Each element canonical, the literal nested.
+    assert_eq!(
+        numbers.accept(&json!([["1.50", null], [2, "-0"]])).unwrap(),
+        (
+            json!([["1.5", null], ["2", "0"]]),
+            Some(r#"{{"1.5",NULL},{"2","0"}}"#.into())
+        )
+    );
+    // An element refused by its place, ragged arrays by theirs.
+    let err = numbers
+        .accept(&json!([["1", "2"], ["3", "x"]]))
+        .unwrap_err();
+    assert!(err.starts_with("element [1][1]:"), "{err}");
+    let err = numbers.accept(&json!([["1", "2"], ["3"]])).unwrap_err();
+    assert!(err.contains("rectangular"), "{err}");
+    assert!(numbers.accept(&json!([[]])).is_err());
+    // Integers and text, which read through `array_to_json`.
+    let ints = Conversion::Int4Array;
+    assert_eq!(
+        ints.accept(&json!([[1, 2], [null, 4]])).unwrap(),
+        (json!([[1, 2], [null, 4]]), Some("{{1,2},{NULL,4}}".into()))
+    );
+    let err = ints
+        .accept(&json!([[1, 2], [3, 4294967296u64]]))
+        .unwrap_err();
+    assert!(err.starts_with("element [1][1]:"), "{err}");
+    let texts = Conversion::TextArray;
+    assert_eq!(
+        texts.accept(&json!([["a", "b\"c"]])).unwrap().1.unwrap(),
+        r#"{{"a","b\"c"}}"#
+    );
+    // Read back: the dimensions with the elements, or refused by bounds.
+    assert_eq!(
+        ints.render(Some(
+            r#"{"dims": "[1:2][1:2]", "elements": [[1, 2], [3, 4]]}"#
+        ))
+        .unwrap(),
+        json!([[1, 2], [3, 4]])
+    );
+    let err = texts
+        .render(Some(r#"{"dims": "[0:1]", "elements": ["a", "b"]}"#))
+        .unwrap_err();
+    assert!(err.contains("subscripted [0:1]"), "{err}");
+    let times = Conversion::ArrayOf(Element::Timestamptz);
+    assert_eq!(
+        times
+            .render(Some(r#"{"dims": "[1:1][1:2]", "elements": ["0", null]}"#))
+            .unwrap(),
+        json!([["1970-01-01T00:00:00.000000Z", null]])
+    );
+    // A `jsonb[]`'s arrays are its elements; one of several dimensions
+    // cannot be told from them, and is refused.
+    let documents = Conversion::ArrayOf(Element::Jsonb);
+    assert_eq!(
+        documents.accept(&json!([[1, 2]])).unwrap().0,
+        json!([[1, 2]])
+    );
+    let err = documents
+        .render(Some(r#"{"dims": "[1:1][1:2]", "elements": ["1", "2"]}"#))
+        .unwrap_err();
+    assert!(err.contains("2 dimensions"), "{err}");
 }
 
 #[test]
@@ -343,7 +411,11 @@ fn arrays_of_money_bits_geometry_ranges_and_json_take_their_elements_forms() {
         json!([{"a": 1}, null, null])
     );
     let bits = Conversion::ArrayOf(Element::Bit);
-    assert!(bits.accept(&json!([["01"]])).is_err(), "a dimension");
+    assert_eq!(
+        bits.accept(&json!([["01"]])).unwrap().1.unwrap(),
+        r#"{{"01"}}"#,
+        "a dimension"
+    );
     assert!(bits.accept(&json!(["012"])).is_err());
 }
 

@@ -64,16 +64,20 @@ impl Field {
     pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
         let (canonical, param) = self.conversion.accept(value)?;
         match (&canonical, self.conversion) {
-            (Value::Array(items), conversion) => {
+            (Value::Array(_), conversion) => {
+                // Canonical, so rectangular; a `json[]`'s are its items.
+                let dims = conversion::dims::dimensions(&canonical, !conversion.dimensional())?;
+                let items = conversion::dims::leaves(&canonical, &dims);
                 if let Conversion::ArrayOf(element) = conversion {
                     for (i, item) in items.iter().enumerate() {
                         if let Value::String(text) = item {
-                            self.check(element.scalar(), text)
-                                .map_err(|e| format!("element {i}: {e}"))?;
+                            self.check(element.scalar(), text).map_err(|e| {
+                                format!("{}: {e}", conversion::dims::position(&dims, i))
+                            })?;
                         }
                     }
                 }
-                match self.fitted_elements(items)? {
+                match self.fitted_elements(&dims, &items)? {
                     Some(cut) => self.conversion.accept(&cut),
                     None => Ok((canonical, param)),
                 }
@@ -143,22 +147,30 @@ impl Field {
         }
     }
 
-    /// An array's elements in the length limit of a `varchar(n)[]` or
-    /// `character(n)[]` (PostgreSQL fits each element it assigns as it
-    /// fits a scalar): `None` when all fit as they are, the array with
-    /// the cut ones when only spaces were over; an error naming the first
-    /// element over it.
-    pub fn fitted_elements(&self, items: &[Value]) -> Result<Option<Value>, String> {
-        let mut cut = None;
+    /// An array's elements (`items`, of an array of dimensions `dims`) in
+    /// the length limit of a `varchar(n)[]` or `character(n)[]`
+    /// (PostgreSQL fits each element it assigns as it fits a scalar):
+    /// `None` when all fit as they are, the array with the cut ones when
+    /// only spaces were over; an error naming the first element over it.
+    pub fn fitted_elements(
+        &self,
+        dims: &[usize],
+        items: &[&Value],
+    ) -> Result<Option<Value>, String> {
+        let mut cut: Option<Vec<Value>> = None;
         for (i, item) in items.iter().enumerate() {
             let Value::String(text) = item else {
                 continue;
             };
-            if let Some(fits) = self.fitted(text).map_err(|e| format!("element {i} {e}"))? {
-                cut.get_or_insert_with(|| items.to_vec())[i] = Value::String(fits);
+            let fits = self
+                .fitted(text)
+                .map_err(|e| format!("{} {e}", conversion::dims::position(dims, i)))?;
+            if let Some(fits) = fits {
+                cut.get_or_insert_with(|| items.iter().map(|v| (*v).clone()).collect())[i] =
+                    Value::String(fits);
             }
         }
-        Ok(cut.map(Value::Array))
+        Ok(cut.map(|flat| conversion::dims::nest(dims, flat)))
     }
 
     /// `text` in the column's length limit, as PostgreSQL fits a value

@@ -297,6 +297,31 @@ fn binary_json_bytea_and_arrays_read_as_literals() {
         empty.extend_from_slice(&x.to_be_bytes());
     }
     assert_eq!(one(1009, &empty).as_deref(), Some("{}"));
+    // int4[] {{1,2},{3,NULL}}: two dimensions of two, nested; the same
+    // elements subscripted from 0 and 5 carry their bounds.
+    let square = |lower: [i32; 2]| {
+        let mut a = Vec::new();
+        for x in [2i32, 1, 23, 2, lower[0], 2, lower[1]] {
+            a.extend_from_slice(&x.to_be_bytes());
+        }
+        for x in [1i32, 2, 3] {
+            a.extend_from_slice(&4i32.to_be_bytes());
+            a.extend_from_slice(&x.to_be_bytes());
+        }
+        a.extend_from_slice(&(-1i32).to_be_bytes());
+        a
+    };
+    assert_eq!(
+        one(1007, &square([1, 1])).as_deref(),
+        Some(r#"{{"1","2"},{"3",NULL}}"#)
+    );
+    assert_eq!(
+        one(1007, &square([0, 5])).as_deref(),
+        Some(r#"[0:1][5:6]={{"1","2"},{"3",NULL}}"#)
+    );
+    let mut short = square([1, 1]);
+    short.truncate(short.len() - 4);
+    assert_eq!(one(1007, &short), None, "an element missing");
     // The element type must be the array's.
     t[8..12].copy_from_slice(&23u32.to_be_bytes());
     assert_eq!(one(1009, &t), None);

@@ -2,6 +2,8 @@
 //! into SQL (typed, for a `VALUES` row) and back (read as the layout
 //! renders it).
 
+use legacy::conversion::dims;
+
 use super::*;
 
 /// A `bit(n)[]` or `bit varying(n)[]` field's conversion.
@@ -113,10 +115,17 @@ impl Col<'_> {
                         format!("{} {e}: Schemaless cannot hold this value", f.json),
                     )
                 })?;
+                // An array's elements, through its dimensions.
+                let dims = match &value {
+                    Value::Array(_) => dims::dimensions(&value, !f.conversion.dimensional())
+                        .map_err(|e| Refused::new("0A000", format!("{} {e}", f.json)))?,
+                    _ => Vec::new(),
+                };
+                let items = dims::leaves(&value, &dims);
                 let bits: Vec<&str> = match (f.conversion, &value) {
                     (legacy::conversion::Conversion::Bit, Value::String(bits)) => vec![bits],
-                    (BIT_ARRAY, Value::Array(items)) => {
-                        items.iter().filter_map(Value::as_str).collect()
+                    (BIT_ARRAY, Value::Array(_)) => {
+                        items.iter().filter_map(|v| v.as_str()).collect()
                     }
                     _ => Vec::new(),
                 };
@@ -131,7 +140,7 @@ impl Col<'_> {
                 }
                 let fitted = match &value {
                     Value::String(text) => f.fitted(text).map(|cut| cut.map(Value::String)),
-                    Value::Array(items) => f.fitted_elements(items),
+                    Value::Array(_) => f.fitted_elements(&dims, &items),
                     _ => Ok(None),
                 };
                 match fitted {

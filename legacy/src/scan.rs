@@ -50,7 +50,22 @@ pub struct Chunk {
     pub parents_without_uuid: u64,
     /// Rows whose values the layout cannot convert; the rest of the chunk
     /// is unaffected.
-    pub unreadable: Vec<Error>,
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A row's column (a child column: one of its cells) that the layout
+/// cannot convert: where, and why.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub row_key: RowKey,
+    pub column: Column,
+    pub error: Error,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
 }
 
 /// The rows behind captured changes, as they are now.
@@ -191,7 +206,11 @@ impl LegacyStore {
                 match cell {
                     Ok(Some(cell)) => kept.push(cell),
                     Ok(None) => {}
-                    Err(e) => chunk.unreadable.push(e),
+                    Err(error) => chunk.unreadable.push(Unreadable {
+                        row_key,
+                        column,
+                        error,
+                    }),
                 }
             }
             by_id.insert(id, (row_key, kept));
@@ -224,7 +243,11 @@ impl LegacyStore {
                 match child_cell(layout, column, row, id, *row_key) {
                     Ok(Some(cell)) => cells.push(cell),
                     Ok(None) => {}
-                    Err(e) => chunk.unreadable.push(e),
+                    Err(error) => chunk.unreadable.push(Unreadable {
+                        row_key: *row_key,
+                        column: column.name.clone(),
+                        error,
+                    }),
                 }
             }
         }

@@ -14,7 +14,7 @@ use crate::durations::{
     all, body, changes_captured, kept_exactly, key, planted, refused_by_field, served_as_twin,
     strictly_checked, written_as_twin, written_in_binary,
 };
-use crate::harness::LegacyDb;
+use crate::harness::{strict_full_diff, LegacyDb};
 use crate::proxy::psql;
 
 const SETUP: &str = r#"
@@ -144,6 +144,16 @@ async fn arrays_of_several_dimensions_survive_both_stores_and_the_proxy() {
         err.contains("names") && err.contains("an array subscripted [0:1]"),
         "{err}"
     );
+    // The full diff records it as a mismatch with the reason, next to
+    // what Schemaless holds, and goes on (it stopped at the row before).
+    let checked = strict_full_diff(&db, &legacy, &schemaless, 1..4).await;
+    assert_eq!(checked.parents, 3);
+    assert_eq!(checked.mismatches.len(), 1, "{:#?}", checked.mismatches);
+    let found = &checked.mismatches[0];
+    assert_eq!((found.row_key, found.column.as_str()), (key(3), "ALL"));
+    let reason = found.legacy["unreadable"].as_str().unwrap_or_default();
+    assert!(reason.contains("subscripted [0:1]"), "{found:#?}");
+    assert_eq!(found.schemaless["body"], expected[2], "{found:#?}");
     sqlx::query("UPDATE grids SET names = '{}', stamps = '[1:1][2:2]={{NULL}}' WHERE grid_id = 3")
         .execute(&db.pool)
         .await

@@ -52,8 +52,14 @@ impl FullDiff {
             predicate: None,
         };
         let chunk = self.legacy.scan_filtered(ids.clone(), &filter).await?;
-        for e in &chunk.unreadable {
-            tracing::warn!("verify full: a legacy row cannot be read through the layout: {e}");
+        // A (row, column) the layout cannot read is a mismatch of its
+        // own, not compared: the legacy side of it is not known.
+        let mut unreadable: BTreeMap<(RowKey, Column), String> = BTreeMap::new();
+        for u in &chunk.unreadable {
+            tracing::warn!("verify full: a legacy row cannot be read through the layout: {u}");
+            unreadable
+                .entry((u.row_key, u.column.clone()))
+                .or_insert_with(|| u.error.to_string());
         }
         let mut legacy_cells: BTreeMap<RowKey, Vec<Cell>> = BTreeMap::new();
         for cell in &chunk.cells {
@@ -62,9 +68,16 @@ impl FullDiff {
                 .or_default()
                 .push(cell.clone());
         }
+        for (row, _) in unreadable.keys() {
+            legacy_cells.entry(*row).or_default();
+        }
         let rows: Vec<RowKey> = legacy_cells.keys().copied().collect();
         let stored = self.schemaless_cells(&rows).await?;
-        let units = self.compare(&legacy_cells, &stored, columns);
+        let units: Vec<Unit> = self
+            .compare(&legacy_cells, &stored, columns)
+            .into_iter()
+            .filter(|u| !unreadable.contains_key(&(u.row_key, u.column.clone())))
+            .collect();
         let (mut equal, first): (Vec<Unit>, Vec<Unit>) =
             units.into_iter().partition(|u| u.difference.is_none());
         // What Schemaless held for each unit found equal: the strict
@@ -75,6 +88,21 @@ impl FullDiff {
         strict_cells.extend(triaged.equal_cells);
         equal.extend(triaged.equal);
         let mut mismatches = triaged.mismatches;
+        mismatches.extend(unreadable.into_iter().map(|((row_key, column), error)| {
+            let held = stored
+                .get(&row_key)
+                .into_iter()
+                .flatten()
+                .filter(|c| c.key.column == column)
+                .max_by_key(|c| c.key.ref_key)
+                .map(|c| json!({"ref_key": c.key.ref_key.get(), "body": c.body.to_value()}));
+            Difference {
+                row_key,
+                column,
+                legacy: json!({ "unreadable": error }),
+                schemaless: held.unwrap_or(Value::Null),
+            }
+        }));
         let mut strict_failed = Vec::new();
         if self.config.strict {
             strict_failed = strict::check(&self.legacy, &self.rules, &strict_cells).await?;

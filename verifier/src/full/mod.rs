@@ -16,7 +16,11 @@
 //!    [`schemaless::tombstone`]);
 //! 3. per parent and layout column: a row column's current cell against
 //!    Schemaless's latest; a child column's whole set of cells against
-//!    Schemaless's, by ref key;
+//!    Schemaless's, by ref key; a (row, column) the layout cannot read
+//!    (a value no cell can hold, such as an infinite timestamp or an
+//!    array subscripted from 0) is not compared but recorded as a
+//!    mismatch carrying the reason, so that a row the migration cannot
+//!    carry is counted, and the run goes on;
 //! 4. rows that differ are triaged as sampled reads are (wait, let
 //!    in-flight writes land, read them again, until they agree or show the
 //!    same difference twice) and recorded in the same mismatch store; what
@@ -56,6 +60,7 @@ use crate::error::Error;
 use crate::sample::{now_secs, Triage};
 use crate::store::{self, Counts, Source, Verified};
 use crate::strict;
+use serde_json::{json, Value};
 
 mod chunk;
 mod plan;

@@ -251,6 +251,26 @@ impl Element {
         matches!(self, Element::Json | Element::Jsonb)
     }
 
+    /// Refuses an array of several dimensions of an element kept flat: a
+    /// `json`'s or `jsonb`'s (its elements' own arrays would read as
+    /// dimensions) or a composite type's (read by subscript).
+    fn flat_only(self, dims: &[usize]) -> Result<(), String> {
+        let what = match self {
+            Element::Json | Element::Jsonb => {
+                "JSON values (whose own arrays would read as dimensions)"
+            }
+            Element::Record => "a composite type",
+            _ => return Ok(()),
+        };
+        if dims.len() > 1 {
+            return Err(format!(
+                "an array of {} dimensions of {what}: a cell keeps those flat",
+                dims.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// The character between elements in the type's array literal: a
     /// `box` has commas of its own, so its arrays use `;` (`typdelim`).
     pub fn delimiter(self) -> char {
@@ -548,17 +568,7 @@ impl Conversion {
                 let value: Value = serde_json::from_str(text)
                     .map_err(|e| format!("stored array does not parse: {e}"))?;
                 let (dims, elements) = stored_shape(value)?;
-                if dims.len() > 1 && (element.is_json() || *element == Element::Record) {
-                    return Err(format!(
-                        "an array of {} dimensions of {}: a cell keeps those flat",
-                        dims.len(),
-                        if element.is_json() {
-                            "JSON values (whose own arrays would read as dimensions)"
-                        } else {
-                            "a composite type"
-                        }
-                    ));
-                }
+                element.flat_only(&dims)?;
                 let scalar = element.scalar();
                 let items = array(&elements)?
                     .iter()
@@ -784,12 +794,7 @@ impl Conversion {
         // A `json` or `jsonb` element is any JSON value, an array too;
         // otherwise an array in an array is a dimension.
         let dims = dims::dimensions(value, element.is_json())?;
-        if dims.len() > 1 && element == Element::Record {
-            return Err(format!(
-                "an array of {} dimensions of a composite type: a cell keeps those flat",
-                dims.len()
-            ));
-        }
+        element.flat_only(&dims)?;
         let items = dims::leaves(value, &dims);
         let mut canonical = Vec::with_capacity(items.len());
         let mut texts = Vec::with_capacity(items.len());

@@ -449,27 +449,38 @@ impl Conversion {
             // session's ([`COMPOSITE_TEXT`]).
             Conversion::Record => format!("mezzanine_public.composite_text({column})"),
             // `unnest` of composite values in FROM spreads each into its
-            // fields: the elements are taken by subscript instead.
-            // (Its dimensions alone when it is shaped otherwise: see
+            // fields: the elements are taken by subscript instead. (Its
+            // dimensions alone when it is shaped otherwise: see
             // [`Conversion::render`].)
+            //
+            // `column` may be the app's own expression (`n`, `u.codes`),
+            // so it is named only outside the subquery or in its FROM,
+            // where the subquery's own names do not capture it; and
+            // those names are the layout's own (`mezzanine_u`).
             Conversion::ArrayOf(Element::Record) => format!(
                 "CASE WHEN {column} IS NULL THEN NULL \
                  WHEN {} THEN json_build_object('dims', array_dims({column}))::text \
-                 ELSE (SELECT coalesce(json_agg(mezzanine_public.composite_text(({column})[u.n]) ORDER BY u.n), '[]')::text \
-                       FROM generate_subscripts({column}, 1) AS u(n)) END",
+                 ELSE (SELECT coalesce(json_agg(mezzanine_public.composite_text(mezzanine_u.mezzanine_a[mezzanine_s.mezzanine_n]) \
+                                                ORDER BY mezzanine_s.mezzanine_n), '[]')::text \
+                       FROM (SELECT {column}) AS mezzanine_u(mezzanine_a), \
+                            generate_subscripts(mezzanine_u.mezzanine_a, 1) AS mezzanine_s(mezzanine_n)) END",
                 shaped(column)
             ),
             // Element by element through the element's own reading, in
             // order (`unnest` reads every dimension's, the last fastest).
-            Conversion::ArrayOf(element) => format!(
-                "CASE WHEN {column} IS NULL THEN NULL \
-                 ELSE (SELECT CASE WHEN {} \
-                                   THEN json_build_object('dims', array_dims({column}), 'elements', coalesce(json_agg({e} ORDER BY u.n), '[]'))::text \
-                                   ELSE coalesce(json_agg({e} ORDER BY u.n), '[]')::text END \
-                       FROM unnest({column}) WITH ORDINALITY AS u(e, n)) END",
-                shaped(column),
-                e = element.scalar().read_expr("u.e")
-            ),
+            Conversion::ArrayOf(element) => {
+                let elements = format!(
+                    "(SELECT coalesce(json_agg({} ORDER BY mezzanine_u.mezzanine_n), '[]') \
+                      FROM unnest({column}) WITH ORDINALITY AS mezzanine_u(mezzanine_e, mezzanine_n))",
+                    element.scalar().read_expr("mezzanine_u.mezzanine_e")
+                );
+                format!(
+                    "CASE WHEN {column} IS NULL THEN NULL \
+                     WHEN {} THEN json_build_object('dims', array_dims({column}), 'elements', {elements})::text \
+                     ELSE {elements}::text END",
+                    shaped(column)
+                )
+            }
             _ => format!("{column}::text"),
         }
     }

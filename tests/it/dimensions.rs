@@ -249,3 +249,70 @@ async fn arrays_of_several_dimensions_survive_both_stores_and_the_proxy() {
     assert!(!ok && err.contains("subscripted [0:1]"), "{err}");
     assert_eq!(body(&facade, k.into()).await, None);
 }
+
+/// An array's read expression may be given the app's own expression (a
+/// column called `n` or `e`, one of a table aliased `u`): its subquery's
+/// own names must not capture it. Each reads as the column it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_read_is_not_captured_by_the_names_of_its_own_subquery() {
+    use legacy::conversion::{Conversion, Element, COMPOSITE_TEXT};
+    let setup = format!(
+        "{SETUP}
+         CREATE SCHEMA mezzanine_public;
+         {COMPOSITE_TEXT};
+         CREATE TYPE pair AS (a integer, b text);
+         CREATE TABLE named (n numeric[], e timestamptz[], m pair[]);
+         INSERT INTO named VALUES ('{{{{1.5,2}}}}', '{{\"2015-03-08 07:30:00+00\"}}',
+                                   ARRAY[ROW(1, 'x')::pair, NULL]);"
+    );
+    let db = LegacyDb::new(&setup, LAYOUT).await;
+    for (conversion, column, from, want) in [
+        (
+            Conversion::ArrayOf(Element::Numeric),
+            "n",
+            "named",
+            json!([["1.5", "2"]]),
+        ),
+        (
+            Conversion::ArrayOf(Element::Timestamptz),
+            "e",
+            "named",
+            json!(["2015-03-08T07:30:00.000000Z"]),
+        ),
+        (
+            Conversion::ArrayOf(Element::Numeric),
+            "u.fares",
+            "grids u WHERE grid_id = 1",
+            json!([["1.5", "2"], ["-0.07", null]]),
+        ),
+        (
+            Conversion::ArrayOf(Element::Record),
+            "m",
+            "(SELECT m AS n FROM named) AS t(m), (SELECT 7 AS n) AS s",
+            json!(["(1,x)", null]),
+        ),
+        (
+            Conversion::ArrayOf(Element::Record),
+            "n",
+            "(SELECT m AS n FROM named) AS t",
+            json!(["(1,x)", null]),
+        ),
+        (
+            Conversion::ArrayOf(Element::Record),
+            "u.m",
+            "named u",
+            json!(["(1,x)", null]),
+        ),
+    ] {
+        let sql = format!("SELECT {} FROM {from}", conversion.read_expr(column));
+        let (text,): (Option<String>,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap_or_else(|e| panic!("{column}: {e}\n{sql}"));
+        assert_eq!(
+            conversion.render(text.as_deref()).unwrap(),
+            want,
+            "{column}"
+        );
+    }
+}

@@ -55,7 +55,9 @@
 //! every body read from the legacy tables. On write, a field left out of the
 //! body is written as NULL, so `{}` and `{"fare": null}` are the same cell
 //! once canonical. A `json`/`jsonb` value that is itself JSON `null` reads
-//! the same as SQL NULL (there is one `null`).
+//! the same as SQL NULL (there is one `null`); in a `NOT NULL` column it
+//! can only be the JSON value, and is written so
+//! ([`crate::layout::Field::null_is_json`]).
 //!
 //! Values are read as text (`col::text`, timestamps as microseconds since 1970,
 //! arrays through `array_to_json`), which PostgreSQL produces the same way

@@ -111,6 +111,7 @@ mod harness;
 mod hstore;
 mod index_agreement;
 mod indexes;
+mod json_null;
 mod legacy_bad_input;
 mod legacy_conversions;
 mod legacy_model;

@@ -62,6 +62,9 @@ impl Field {
     /// What only PostgreSQL knows (a domain's or the table's CHECK
     /// constraints) is checked where the value is cast into the column.
     pub fn accept(&self, value: &Value) -> Result<(Value, Option<String>), String> {
+        if value.is_null() && self.null_is_json() {
+            return Ok((Value::Null, Some("null".into())));
+        }
         let (canonical, param) = self.conversion.accept(value)?;
         match (&canonical, self.conversion) {
             (Value::Array(_), conversion) => {
@@ -91,6 +94,25 @@ impl Field {
             }
             _ => Ok((canonical, param)),
         }
+    }
+
+    /// Whether a `null` of this field is JSON's `null` rather than SQL
+    /// NULL: a `json` or `jsonb` column that is `NOT NULL` cannot hold
+    /// SQL NULL, so the one `null` a cell has means the JSON value there
+    /// (as Django's `JSONField(null=False)` stores `None`). Elsewhere the
+    /// two read alike (the NULL rule of [`crate::conversion`]).
+    pub fn null_is_json(&self) -> bool {
+        self.not_null && matches!(self.conversion, Conversion::Json | Conversion::Jsonb)
+    }
+
+    /// The text a canonical value (one Schemaless holds) is cast from
+    /// into the column (`None`: SQL NULL), as [`Field::accept`] writes
+    /// it, without the checks of a value written.
+    pub fn text_of(&self, value: &Value) -> Result<Option<String>, String> {
+        if value.is_null() && self.null_is_json() {
+            return Ok(Some("null".into()));
+        }
+        Ok(self.conversion.accept(value)?.1)
     }
 
     /// The checks of a canonical text value (or array element) of

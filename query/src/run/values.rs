@@ -57,12 +57,9 @@ pub(super) async fn typed_of<'f>(
 pub(super) fn value_sql(t: &Typed, v: &Value) -> Result<String, RunError> {
     let (_, ty, field, collate) = t;
     let text = match field {
-        Some(f) => {
-            f.conversion
-                .accept(v)
-                .map_err(|e| anyhow::anyhow!("a stored value of {}: {e}", f.json))?
-                .1
-        }
+        Some(f) => f
+            .text_of(v)
+            .map_err(|e| anyhow::anyhow!("a stored value of {}: {e}", f.json))?,
         None => match v {
             Value::Null => None,
             Value::String(s) => Some(s.clone()),

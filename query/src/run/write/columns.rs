@@ -32,15 +32,18 @@ pub(super) enum Kind<'a> {
 }
 
 impl Col<'_> {
+    /// Whether a `null` of it is JSON's `null`, not SQL NULL
+    /// ([`legacy::layout::Field::null_is_json`]).
+    pub(super) fn null_is_json(&self) -> bool {
+        matches!(self.kind, Kind::Field(_, f) if f.null_is_json())
+    }
+
     /// `v` as a typed SQL value.
     pub(super) fn typed(&self, v: &Value) -> Result<String, Refused> {
         let text = match &self.kind {
-            Kind::Field(_, f) => {
-                f.conversion
-                    .accept(v)
-                    .map_err(|e| Refused::new("XX001", format!("a stored {}: {e}", f.json)))?
-                    .1
-            }
+            Kind::Field(_, f) => f
+                .text_of(v)
+                .map_err(|e| Refused::new("XX001", format!("a stored {}: {e}", f.json)))?,
             _ => match v {
                 Value::Null => None,
                 Value::String(s) => Some(s.clone()),

@@ -368,7 +368,7 @@ impl<S: CellStore> Writer<'_, S> {
         };
         let mut values = Vec::with_capacity(targets.len());
         for (i, _) in targets {
-            values.push(self.cols[*i].render(texts.next().flatten())?);
+            values.push(self.rendered(*i, texts.next().flatten())?);
         }
         let holds = conditions.is_empty() || texts.next().flatten().as_deref() == Some("true");
         Ok((key, values, holds))

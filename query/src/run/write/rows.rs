@@ -408,23 +408,43 @@ impl<S: CellStore> Writer<'_, S> {
         child.unwrap_or_else(|| unquote(layout.uuid_sql()))
     }
 
+    /// A new row's values against the columns' `NOT NULL`; a `null` of
+    /// a `json`/`jsonb` column that is `NOT NULL` is JSON's (SQL NULL was
+    /// refused as it was evaluated, [`Writer::rendered`]).
     fn check_not_null(&self, new: &[Value]) -> Result<(), Refused> {
         match self
             .cols
             .iter()
             .zip(new)
-            .find(|(c, v)| c.attr.not_null && v.is_null())
+            .find(|(c, v)| c.attr.not_null && v.is_null() && !c.null_is_json())
         {
-            Some((c, _)) => Err(Refused::new(
-                "23502",
-                format!(
-                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                    c.sql,
-                    self.table_name()
-                ),
-            )),
+            Some((c, _)) => Err(self.null_refused(c)),
             None => Ok(()),
         }
+    }
+
+    /// PostgreSQL's refusal of SQL NULL in column `c`.
+    pub(super) fn null_refused(&self, c: &Col) -> Refused {
+        Refused::new(
+            "23502",
+            format!(
+                "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                c.sql,
+                self.table_name()
+            ),
+        )
+    }
+
+    /// Column `i`'s value from the text PostgreSQL evaluated (`None`:
+    /// SQL NULL), as the layout renders it. SQL NULL where a `null` in
+    /// the cell would be JSON's is refused here, as the column's
+    /// `NOT NULL` refuses it: once rendered, the two are one `null`.
+    pub(super) fn rendered(&self, i: usize, text: Option<String>) -> Result<Value, Refused> {
+        let c = &self.cols[i];
+        if text.is_none() && c.null_is_json() {
+            return Err(self.null_refused(c));
+        }
+        c.render(text)
     }
 }
 

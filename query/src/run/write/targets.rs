@@ -99,7 +99,7 @@ impl<S: CellStore> Writer<'_, S> {
                 let text = texts
                     .next()
                     .ok_or_else(|| Refused::new("XX000", "fewer values drawn than asked"))??;
-                row.targets[*at].1 = self.cols[*at].typed(&self.cols[*at].render(text)?)?;
+                row.targets[*at].1 = self.cols[*at].typed(&self.rendered(*at, text)?)?;
             }
         }
         Ok(())

@@ -316,3 +316,39 @@ async fn an_array_read_is_not_captured_by_the_names_of_its_own_subquery() {
         );
     }
 }
+
+/// A row that differs at the scan and cannot be read when triage reads
+/// it again (here: its array given bounds in between) is a mismatch
+/// carrying the reason, as one unreadable at the scan is; the run goes
+/// on (before, it stopped with the error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_turns_unreadable_during_triage_is_a_mismatch_with_the_reason() {
+    let db = LegacyDb::new(SETUP, LAYOUT).await;
+    db.apply_schemaless().await;
+    let legacy = db.store().await;
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
+    verifier::store::ensure(&db.pool).await.unwrap();
+    // Triage waits three seconds before it reads a difference again (row
+    // 3 is in PostgreSQL only); the row changes a tenth of that in.
+    let mut config = db.config.clone();
+    config.verify.triage_delay_ms = 3000;
+    config.verify.triage_wait_ms = 0;
+    let pool = db.pool.clone();
+    let turn = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        sqlx::query("UPDATE grids SET names = '[0:1]={a,b}' WHERE grid_id = 3")
+            .execute(&pool)
+            .await
+            .unwrap();
+    });
+    let checked = tripstore::triage::full_diff(&legacy, &schemaless, &config)
+        .check(3..4)
+        .await
+        .unwrap();
+    turn.await.unwrap();
+    assert_eq!(checked.mismatches.len(), 1, "{:#?}", checked.mismatches);
+    let found = &checked.mismatches[0];
+    assert_eq!(found.row_key, key(3));
+    let reason = found.legacy["unreadable"].as_str().unwrap_or_default();
+    assert!(reason.contains("subscripted [0:1]"), "{found:#?}");
+}

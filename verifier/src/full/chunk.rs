@@ -178,7 +178,25 @@ impl FullDiff {
                 .await;
             let mut again: BTreeMap<RowKey, Vec<Cell>> = BTreeMap::new();
             for row in &rows {
-                again.insert(*row, self.legacy.row_cells(row).await?);
+                match self.legacy.row_cells(row).await {
+                    Ok(cells) => {
+                        again.insert(*row, cells);
+                    }
+                    // Unreadable since the scan: its differences are
+                    // mismatches carrying the reason, as the scan's are.
+                    Err(e @ schemaless::Error::Unreadable { .. }) => {
+                        let (now, rest): (Vec<Difference>, Vec<Difference>) =
+                            previous.into_iter().partition(|d| d.row_key == *row);
+                        previous = rest;
+                        triaged
+                            .mismatches
+                            .extend(now.into_iter().map(|d| Difference {
+                                legacy: json!({ "unreadable": e.to_string() }),
+                                ..d
+                            }));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
             let stored = self.schemaless_cells(&rows).await?;
             let keys: std::collections::BTreeSet<(RowKey, String)> = previous

@@ -20,7 +20,8 @@
 //!    (a value no cell can hold, such as an infinite timestamp or an
 //!    array subscripted from 0) is not compared but recorded as a
 //!    mismatch carrying the reason, so that a row the migration cannot
-//!    carry is counted, and the run goes on;
+//!    carry is counted, and the run goes on (so is a difference whose
+//!    row triage finds unreadable when it reads it again);
 //! 4. rows that differ are triaged as sampled reads are (wait, let
 //!    in-flight writes land, read them again, until they agree or show the
 //!    same difference twice) and recorded in the same mismatch store; what

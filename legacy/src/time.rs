@@ -224,6 +224,11 @@ pub fn postgres_text(canonical: &str) -> String {
 /// expanded year outside 0000–9999), from that form or PostgreSQL's
 /// `YYYY-MM-DD BC`.
 pub fn canonical_date(text: &str) -> Result<String, String> {
+    if matches!(text, "infinity" | "-infinity") {
+        return Err(format!(
+            "{text:?} cannot be a cell value: only finite dates are"
+        ));
+    }
     let (date, bc) = match text.strip_suffix(" BC") {
         Some(date) => (date, true),
         None => (text, false),

@@ -266,6 +266,16 @@ fn arrays_of_other_scalars_convert_element_by_element() {
 }
 
 #[test]
+fn an_infinite_date_is_refused_by_name() {
+    for text in ["infinity", "-infinity"] {
+        let err = Conversion::Date.render(Some(text)).unwrap_err();
+        assert!(err.contains("only finite dates are"), "{err}");
+        let err = Conversion::Date.accept(&json!(text)).unwrap_err();
+        assert!(err.contains("only finite dates are"), "{err}");
+    }
+}
+
+#[test]
 fn arrays_of_several_dimensions_nest_as_postgresql_subscripts_them() {
     let numbers = Conversion::ArrayOf(Element::Numeric);
     // Each element canonical, the literal nested.

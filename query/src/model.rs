@@ -41,6 +41,10 @@ pub struct Model {
     pub indexes: Vec<Index>,
     /// `capture.tombstone_column`, named by the reason given for DELETE.
     pub tombstones: String,
+    /// `capture.bump_version`: an UPDATE that changes a row column's
+    /// fields and leaves its version (ref key) is the next version, as
+    /// capture's `BEFORE UPDATE` trigger makes it in PostgreSQL.
+    pub bump_version: bool,
     /// Whether a name without a schema (`trips`) names the layout's table
     /// of that name. It does when the statement's session finds that
     /// table first on its `search_path`, as the facade's own does; in a
@@ -64,6 +68,7 @@ impl Model {
             layout: config.layout.clone()?,
             indexes: config.indexes.clone(),
             tombstones: config.capture.tombstone_column.clone(),
+            bump_version: config.capture.bump_version,
             bare_names: true,
             column_orders: BTreeMap::new(),
         })

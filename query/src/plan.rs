@@ -180,6 +180,12 @@ pub enum Rows {
         keys: Box<Keys>,
         sets: Vec<(String, Expr)>,
         conditions: Vec<Expr>,
+        /// The ref key columns `sets` raises by one only because the
+        /// statement changes their fields and leaves them
+        /// ([`crate::Model::bump_version`]): a row whose fields of that
+        /// column come out unchanged keeps its version, and gets no
+        /// cell, as the trigger leaves an unchanged row.
+        bumped: Vec<String>,
     },
     /// DELETE by row key: the WHERE's other conditions on the latest row.
     /// Each row there (and matching) gets a tombstone.

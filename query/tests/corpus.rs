@@ -419,3 +419,42 @@ fn an_insert_listing_no_columns_takes_the_tables_first_columns_in_the_catalogs_o
         ],
     );
 }
+
+/// With `capture.bump_version`, an UPDATE that sets a row column's fields
+/// and not its ref key (as an ORM writes it) is the next version, as
+/// capture's trigger makes it in PostgreSQL; one setting the ref key is
+/// left as written, and so is everything `bump_version` off refuses.
+#[test]
+fn with_bump_version_an_update_leaving_the_version_is_the_next_version() {
+    let bumping = Model {
+        bump_version: true,
+        ..shop()
+    };
+    check(
+        &bumping,
+        &[
+            (
+                "UPDATE orders SET state = 'paid' WHERE public_id = $1",
+                Class::Write,
+                "ref_key = rev + 1 (of the latest cell, as capture.bump_version raises it; no \
+                 new version when its fields come out unchanged)",
+            ),
+            (
+                "UPDATE orders SET state = 'paid', rev = rev + 5 WHERE public_id = $1",
+                Class::Write,
+                "ref_key = rev + 5 (of the latest cell)",
+            ),
+            (
+                "UPDATE orders SET public_id = $2 WHERE public_id = $1",
+                Class::None,
+                "the row key",
+            ),
+        ],
+    );
+    // Off, the first is refused as before.
+    let found = analyze(
+        &shop(),
+        "UPDATE orders SET state = 'paid' WHERE public_id = $1",
+    );
+    assert_eq!(found.class, Class::None);
+}

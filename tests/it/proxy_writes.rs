@@ -915,6 +915,106 @@ async fn an_update_to_the_rows_own_version_or_an_older_one_is_refused_not_lost()
     facade.close().await;
 }
 
+/// With `capture.bump_version`, an UPDATE that changes a row column's
+/// fields and leaves its version (as an ORM writes it: the refusal above
+/// without it) is the next version, as capture's trigger makes it in
+/// PostgreSQL before `primary`; one that changes nothing keeps the
+/// version and writes no cell, still `UPDATE 1`; one that raises the
+/// version itself is left alone. The reverse mirror gives PostgreSQL the
+/// versions the app was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_bump_version_an_update_leaving_the_version_is_the_next_version() {
+    let db = LegacyDb::trips().await;
+    db.apply_schemaless().await;
+    let text = db.config_text.replace(
+        crate::harness::TEST_CAPTURE,
+        "[capture]\nrequired = false\nbump_version = true\n",
+    );
+    assert_ne!(text, db.config_text);
+    let config = config::Config::parse(&text, "bump.toml").unwrap();
+    let facade = TripStore::connect(&config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Primary).await;
+    let file = config_file(&format!("{text}\n[proxy]\n"));
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let (k, j) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+    let run = |sql: String| psql(&url, &format!("\\set ON_ERROR_STOP 1\n{sql};\n"));
+    for key in [k, j] {
+        let (ok, out, err) = run(trip(key));
+        assert!(ok, "{out}{err}");
+    }
+    // Whether row `key` has a BASE cell at `ref_key`.
+    let has = async |key, ref_key| {
+        let at = schemaless::CellKey {
+            row_key: RowKey::from(key),
+            column: Column::new("BASE").unwrap(),
+            ref_key: schemaless::RefKey::new(ref_key).unwrap(),
+        };
+        facade
+            .get_cell(&at, ReadFrom::Master)
+            .await
+            .unwrap()
+            .is_some()
+    };
+
+    // An ORM's update: the fields alone. Its RETURNING shows the version
+    // raised, as the trigger's BEFORE UPDATE would.
+    let (ok, out, err) = run(format!(
+        "UPDATE trips SET status = 'accepted', fare = 13 WHERE uuid = '{k}' \
+         RETURNING version, status"
+    ));
+    assert!(
+        ok && out.contains("2 | accepted") && out.contains("UPDATE 1"),
+        "{out}{err}"
+    );
+    assert_eq!(version(&facade, k).await, 2);
+    let body = latest(&facade, k, "BASE").await.unwrap().cell.body;
+    assert_eq!(
+        (&body.fields()["status"], &body.fields()["fare"]),
+        (&serde_json::json!("accepted"), &serde_json::json!("13"))
+    );
+    // The same values again: no new version, no cell, as PostgreSQL's
+    // trigger leaves an unchanged row; still `UPDATE 1`.
+    let (ok, out, err) = run(format!(
+        "UPDATE trips SET status = 'accepted' WHERE uuid = '{k}' RETURNING version"
+    ));
+    assert!(
+        ok && out.contains("       2\n") && out.contains("UPDATE 1"),
+        "{out}{err}"
+    );
+    assert_eq!(version(&facade, k).await, 2);
+    assert!(has(k, 2).await && !has(k, 3).await);
+    // One that raises the version itself is left alone.
+    let (ok, out, err) = run(format!(
+        "UPDATE trips SET status = 'completed', version = version + 5 WHERE uuid = '{k}'"
+    ));
+    assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
+    assert_eq!(version(&facade, k).await, 7);
+    // Several rows at once, each from its own latest version.
+    let (ok, out, err) = run(format!(
+        "UPDATE trips SET status = 'cancelled' WHERE uuid IN ('{k}', '{j}')"
+    ));
+    assert!(ok && out.trim() == "UPDATE 2", "{out}{err}");
+    assert_eq!(
+        (version(&facade, k).await, version(&facade, j).await),
+        (8, 2)
+    );
+    // PostgreSQL gets the versions the app was answered.
+    facade.reverse().catch_up().await.unwrap();
+    let versions: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT version::int8, status FROM trips WHERE uuid = ANY($1) ORDER BY version",
+    )
+    .bind(vec![j, k])
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        versions,
+        [(2, "cancelled".to_string()), (8, "cancelled".to_string())]
+    );
+    facade.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_updates_of_one_row_lose_no_acknowledged_version() {
     let (db, facade, file) = primary().await;

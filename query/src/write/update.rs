@@ -72,6 +72,22 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
         }
         sets.push((col, &assignment.value));
     }
+    // `capture.bump_version`: `ref_key = ref_key + 1` for a column whose
+    // fields are set and whose ref key is not, as capture's trigger
+    // raises it in PostgreSQL.
+    let raised: Vec<(String, Expr)> = match model.bump_version {
+        true => model
+            .columns_of(Table::Parent)
+            .into_iter()
+            .map(|c| model.column(c).ref_key.clone())
+            .map(|ref_key| {
+                let next = next_version(&ref_key);
+                (ref_key, next)
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    let mut bumped = Vec::new();
     let mut puts = Vec::new();
     for c in model.columns_of(Table::Parent) {
         let column = model.column(c);
@@ -88,8 +104,33 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             .iter()
             .find(|(col, _)| col.name == column.ref_key)
             .map(|(_, value)| shown_value(value));
+        let raise = raised.iter().find(|(name, _)| *name == column.ref_key);
         match (fields.is_empty(), ref_key) {
             (true, None) => {}
+            (false, None) if raise.is_some() => {
+                let (name, value) = raise.expect("matched");
+                sets.push((
+                    Col {
+                        at: 0,
+                        source: model.source(table, name),
+                        name: name.clone(),
+                    },
+                    value,
+                ));
+                bumped.push(name.clone());
+                puts.push(Put {
+                    row: row.clone(),
+                    column: column.name.clone(),
+                    ref_key: format!(
+                        "{name} + 1 (of the latest cell, as capture.bump_version raises it; \
+                         no new version when its fields come out unchanged)"
+                    ),
+                    fields,
+                    read_latest: true,
+                    merge: true,
+                    checks: checks.clone(),
+                });
+            }
             (false, None) => {
                 return Err(format!(
                     "sets {} of column {} without a new ref key: a cell is never changed; \
@@ -132,8 +173,24 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 .map(|(col, value)| (col.name.clone(), (*value).clone()))
                 .collect(),
             conditions: others,
+            bumped,
         },
         returning: returning_items(model, table, update.returning.as_deref()),
         reserves_ids: false,
     })))
+}
+
+/// `column + 1`: the next version of a row column whose ref key is
+/// `column`.
+fn next_version(column: &str) -> Expr {
+    Expr::BinaryOp {
+        left: Box::new(Expr::Identifier(sqlparser::ast::Ident::with_quote(
+            '"', column,
+        ))),
+        op: sqlparser::ast::BinaryOperator::Plus,
+        right: Box::new(Expr::value(sqlparser::ast::Value::Number(
+            "1".to_string(),
+            false,
+        ))),
+    }
 }

@@ -163,6 +163,12 @@ pub struct Write {
     /// reserved for the row in `mezzanine.row_ids` before its cells are
     /// put.
     pub reserves_ids: bool,
+    /// The ref key columns an UPDATE's SET (or an upsert's DO UPDATE)
+    /// raises by one only because it changes their fields and leaves
+    /// them ([`crate::Model::bump_version`]): a row whose fields of that
+    /// column come out unchanged keeps its version, and gets no cell, as
+    /// capture's trigger leaves an unchanged row.
+    pub bumped: Vec<String>,
 }
 
 /// The rows a write names and what it sets in them. Values are keyed by
@@ -180,12 +186,6 @@ pub enum Rows {
         keys: Box<Keys>,
         sets: Vec<(String, Expr)>,
         conditions: Vec<Expr>,
-        /// The ref key columns `sets` raises by one only because the
-        /// statement changes their fields and leaves them
-        /// ([`crate::Model::bump_version`]): a row whose fields of that
-        /// column come out unchanged keeps its version, and gets no
-        /// cell, as the trigger leaves an unchanged row.
-        bumped: Vec<String>,
     },
     /// DELETE by row key: the WHERE's other conditions on the latest row.
     /// Each row there (and matching) gets a tombstone.

@@ -449,6 +449,13 @@ fn with_bump_version_an_update_leaving_the_version_is_the_next_version() {
                 Class::None,
                 "the row key",
             ),
+            (
+                "INSERT INTO orders (public_id, rev, state) VALUES ($1, 1, $2) \
+                 ON CONFLICT (public_id) DO UPDATE SET state = EXCLUDED.state",
+                Class::Write,
+                "otherwise (a cell exists):\nput_cell(row = $1, HEADER, ref_key = rev + 1 (of \
+                 the latest cell, as capture.bump_version raises it",
+            ),
         ],
     );
     // Off, the first is refused as before.

@@ -920,8 +920,8 @@ async fn an_update_to_the_rows_own_version_or_an_older_one_is_refused_not_lost()
 /// without it) is the next version, as capture's trigger makes it in
 /// PostgreSQL before `primary`; one that changes nothing keeps the
 /// version and writes no cell, still `UPDATE 1`; one that raises the
-/// version itself is left alone. The reverse mirror gives PostgreSQL the
-/// versions the app was answered.
+/// version itself is left alone; an upsert's DO UPDATE likewise. The
+/// reverse mirror gives PostgreSQL the versions the app was answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_bump_version_an_update_leaving_the_version_is_the_next_version() {
     let db = LegacyDb::trips().await;
@@ -999,6 +999,22 @@ async fn with_bump_version_an_update_leaving_the_version_is_the_next_version() {
         (version(&facade, k).await, version(&facade, j).await),
         (8, 2)
     );
+    // An upsert's DO UPDATE of fields alone likewise, from the latest;
+    // the same values again keep the version.
+    let upsert = |status: &str| {
+        format!(
+            "{} ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status RETURNING version",
+            trip(j).replace("'requested'", &format!("'{status}'"))
+        )
+    };
+    for (status, want) in [("rerouted", 3), ("rerouted", 3)] {
+        let (ok, out, err) = run(upsert(status));
+        assert!(
+            ok && out.contains(&format!("       {want}\n")),
+            "{out}{err}"
+        );
+        assert_eq!(version(&facade, j).await, want);
+    }
     // PostgreSQL gets the versions the app was answered.
     facade.reverse().catch_up().await.unwrap();
     let versions: Vec<(i64, String)> = sqlx::query_as(
@@ -1010,7 +1026,7 @@ async fn with_bump_version_an_update_leaving_the_version_is_the_next_version() {
     .unwrap();
     assert_eq!(
         versions,
-        [(2, "cancelled".to_string()), (8, "cancelled".to_string())]
+        [(3, "rerouted".to_string()), (8, "cancelled".to_string())]
     );
     facade.close().await;
 }

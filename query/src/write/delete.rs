@@ -76,6 +76,7 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
         },
         returning: returning_items(model, Table::Parent, delete.returning.as_deref()),
         reserves_ids: false,
+        bumped: Vec::new(),
     })))
 }
 
@@ -171,5 +172,6 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         },
         returning: returning_items(model, Table::Child(c), delete.returning.as_deref()),
         reserves_ids: false,
+        bumped: Vec::new(),
     })))
 }

@@ -38,7 +38,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
                     }
                     AssignmentTarget::Tuple(_) => false,
                 });
-                if !sets_ref_key {
+                if !sets_ref_key && !model.bump_version {
                     return Err(format!(
                         "an upsert (ON CONFLICT DO UPDATE) that changes a row of {name} without \
                          a new ref key: a cell is never changed; set the ref key column too, \
@@ -99,21 +99,36 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
             _ => puts.extend(inserted),
         }
     }
+    let mut bumped = Vec::new();
     let conflict = match &insert.on {
         Some(OnInsert::OnConflict(c)) => match &c.action {
             OnConflictAction::DoNothing => OnConflict::Nothing {
                 any: c.conflict_target.is_none(),
             },
-            OnConflictAction::DoUpdate(update) => OnConflict::Update(
-                update
+            OnConflictAction::DoUpdate(update) => {
+                let mut sets: Vec<(String, Expr)> = update
                     .assignments
                     .iter()
                     .filter_map(|a| match &a.target {
                         AssignmentTarget::ColumnName(n) => Some((last(n), a.value.clone())),
                         AssignmentTarget::Tuple(_) => None,
                     })
-                    .collect(),
-            ),
+                    .collect();
+                // `capture.bump_version`: each row column's version the
+                // DO UPDATE leaves is raised, as the trigger raises it
+                // on the conflict's UPDATE (none where its fields come
+                // out unchanged).
+                if model.bump_version && table == Table::Parent {
+                    for c in model.columns_of(Table::Parent) {
+                        let ref_key = &model.column(c).ref_key;
+                        if !sets.iter().any(|(name, _)| name == ref_key) {
+                            sets.push((ref_key.clone(), super::update::next_version(ref_key)));
+                            bumped.push(ref_key.clone());
+                        }
+                    }
+                }
+                OnConflict::Update(sets)
+            }
         },
         _ => OnConflict::Fail,
     };
@@ -130,6 +145,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         returning: returning_items(model, table, insert.returning.as_deref()),
         reserves_ids,
+        bumped,
     })))
 }
 
@@ -272,12 +288,16 @@ fn upserted(
                 }
             }
         }
-        let Some(ref_key) = ref_key else {
-            return Err(format!(
-                "an upsert (ON CONFLICT DO UPDATE) that changes column {} of {name} without a \
-                 new ref key: also set {} (e.g. {} = {name}.{} + 1)",
-                column.name, column.ref_key, column.ref_key, column.ref_key
-            ));
+        let ref_key = match ref_key {
+            Some(ref_key) => ref_key,
+            None if model.bump_version => super::update::bumped_text(&column.ref_key),
+            None => {
+                return Err(format!(
+                    "an upsert (ON CONFLICT DO UPDATE) that changes column {} of {name} without \
+                     a new ref key: also set {} (e.g. {} = {name}.{} + 1)",
+                    column.name, column.ref_key, column.ref_key, column.ref_key
+                ))
+            }
         };
         let next = Put {
             row: first.row.clone(),

@@ -121,10 +121,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 puts.push(Put {
                     row: row.clone(),
                     column: column.name.clone(),
-                    ref_key: format!(
-                        "{name} + 1 (of the latest cell, as capture.bump_version raises it; \
-                         no new version when its fields come out unchanged)"
-                    ),
+                    ref_key: bumped_text(name),
                     fields,
                     read_latest: true,
                     merge: true,
@@ -173,16 +170,24 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 .map(|(col, value)| (col.name.clone(), (*value).clone()))
                 .collect(),
             conditions: others,
-            bumped,
         },
         returning: returning_items(model, table, update.returning.as_deref()),
         reserves_ids: false,
+        bumped,
     })))
+}
+
+/// How a call shows the version `capture.bump_version` raises.
+pub(super) fn bumped_text(ref_key: &str) -> String {
+    format!(
+        "{ref_key} + 1 (of the latest cell, as capture.bump_version raises it; no new version \
+         when its fields come out unchanged)"
+    )
 }
 
 /// `column + 1`: the next version of a row column whose ref key is
 /// `column`.
-fn next_version(column: &str) -> Expr {
+pub(super) fn next_version(column: &str) -> Expr {
     Expr::BinaryOp {
         left: Box::new(Expr::Identifier(sqlparser::ast::Ident::with_quote(
             '"', column,

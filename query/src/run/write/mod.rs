@@ -205,7 +205,6 @@ impl<S: CellStore> Writer<'_, S> {
                 keys,
                 sets,
                 conditions,
-                ..
             } => {
                 let keys = self.eval.keys(keys).await?;
                 named.extend(keys.iter().copied());

@@ -285,10 +285,7 @@ impl<S: CellStore> Writer<'_, S> {
         if !holds {
             return Ok(None);
         }
-        let bumped: &[String] = match &self.write.rows {
-            Rows::Update { bumped, .. } => bumped,
-            _ => &[],
-        };
+        let bumped = &self.write.bumped;
         let before = (!bumped.is_empty()).then(|| base.clone());
         let mut new = base;
         for ((at, _), v) in targets.iter().zip(values) {

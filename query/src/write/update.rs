@@ -72,21 +72,9 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
         }
         sets.push((col, &assignment.value));
     }
-    // `capture.bump_version`: `ref_key = ref_key + 1` for a column whose
-    // fields are set and whose ref key is not, as capture's trigger
-    // raises it in PostgreSQL.
-    let raised: Vec<(String, Expr)> = match model.bump_version {
-        true => model
-            .columns_of(Table::Parent)
-            .into_iter()
-            .map(|c| model.column(c).ref_key.clone())
-            .map(|ref_key| {
-                let next = next_version(&ref_key);
-                (ref_key, next)
-            })
-            .collect(),
-        false => Vec::new(),
-    };
+    // With `capture.bump_version`, the ref keys of the columns whose
+    // fields are set and whose ref key is not: each raised by one, as
+    // capture's trigger raises it in PostgreSQL.
     let mut bumped = Vec::new();
     let mut puts = Vec::new();
     for c in model.columns_of(Table::Parent) {
@@ -104,24 +92,14 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             .iter()
             .find(|(col, _)| col.name == column.ref_key)
             .map(|(_, value)| shown_value(value));
-        let raise = raised.iter().find(|(name, _)| *name == column.ref_key);
         match (fields.is_empty(), ref_key) {
             (true, None) => {}
-            (false, None) if raise.is_some() => {
-                let (name, value) = raise.expect("matched");
-                sets.push((
-                    Col {
-                        at: 0,
-                        source: model.source(table, name),
-                        name: name.clone(),
-                    },
-                    value,
-                ));
-                bumped.push(name.clone());
+            (false, None) if model.bump_version => {
+                bumped.push(column.ref_key.clone());
                 puts.push(Put {
                     row: row.clone(),
                     column: column.name.clone(),
-                    ref_key: bumped_text(name),
+                    ref_key: bumped_text(&column.ref_key),
                     fields,
                     read_latest: true,
                     merge: true,
@@ -168,6 +146,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
             sets: sets
                 .iter()
                 .map(|(col, value)| (col.name.clone(), (*value).clone()))
+                .chain(bumped.iter().map(|r| (r.clone(), next_version(r))))
                 .collect(),
             conditions: others,
         },

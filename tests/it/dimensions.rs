@@ -51,6 +51,24 @@ fields = ["cells", "names", "fares", "codes", "flags", "stamps", "zones", "docs"
 
 const COLUMNS: &str = "cells, names, fares, codes, flags, stamps, zones, docs";
 
+async fn run(db: &LegacyDb, sql: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+}
+
+/// `update` run on the legacy tables, then row 3 read through the
+/// layout: its error.
+async fn unreadable_after(db: &LegacyDb, legacy: &legacy::LegacyStore, update: &str) -> String {
+    run(db, update).await;
+    legacy
+        .get_cell_latest(&key(3), &all(), ReadFrom::Master)
+        .await
+        .unwrap_err()
+        .to_string()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn arrays_of_several_dimensions_survive_both_stores_and_the_proxy() {
     let db = LegacyDb::new(SETUP, LAYOUT).await;
@@ -131,15 +149,12 @@ async fn arrays_of_several_dimensions_survive_both_stores_and_the_proxy() {
 
     // Subscripted from another bound than 1: refused by name, where it
     // was read as another value.
-    sqlx::query("UPDATE grids SET names = '[0:1]={a,b}', cells = '{{1}}' WHERE grid_id = 3")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let err = legacy
-        .get_cell_latest(&key(3), &all(), ReadFrom::Master)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = unreadable_after(
+        &db,
+        &legacy,
+        "UPDATE grids SET names = '[0:1]={a,b}', cells = '{{1}}' WHERE grid_id = 3",
+    )
+    .await;
     assert!(
         err.contains("names") && err.contains("an array subscripted [0:1]"),
         "{err}"
@@ -154,20 +169,18 @@ async fn arrays_of_several_dimensions_survive_both_stores_and_the_proxy() {
     let reason = found.legacy["unreadable"].as_str().unwrap_or_default();
     assert!(reason.contains("subscripted [0:1]"), "{found:#?}");
     assert_eq!(found.schemaless["body"], expected[2], "{found:#?}");
-    sqlx::query("UPDATE grids SET names = '{}', stamps = '[1:1][2:2]={{NULL}}' WHERE grid_id = 3")
-        .execute(&db.pool)
-        .await
-        .unwrap();
-    let err = legacy
-        .get_cell_latest(&key(3), &all(), ReadFrom::Master)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = unreadable_after(
+        &db,
+        &legacy,
+        "UPDATE grids SET names = '{}', stamps = '[1:1][2:2]={{NULL}}' WHERE grid_id = 3",
+    )
+    .await;
     assert!(err.contains("subscripted [1:1][2:2]"), "{err}");
-    sqlx::query("UPDATE grids SET stamps = '{}', cells = '{}' WHERE grid_id = 3")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    run(
+        &db,
+        "UPDATE grids SET stamps = '{}', cells = '{}' WHERE grid_id = 3",
+    )
+    .await;
 
     // Capture takes a change of shape or of bounds alone for a change.
     changes_captured(
@@ -187,10 +200,11 @@ async fn arrays_of_several_dimensions_survive_both_stores_and_the_proxy() {
         ],
     )
     .await;
-    sqlx::query("UPDATE grids SET cells = '{{1,2,3},{4,NULL,6}}' WHERE grid_id = 1")
-        .execute(&db.pool)
-        .await
-        .unwrap();
+    run(
+        &db,
+        "UPDATE grids SET cells = '{{1,2,3},{4,NULL,6}}' WHERE grid_id = 1",
+    )
+    .await;
 
     // Through the proxy in `schemaless`: the planted row is served as
     // PostgreSQL prints its twin; written as PostgreSQL writes it, from

@@ -45,14 +45,14 @@ impl Conversion {
             }
             Conversion::Float8 => exactly(value, float_value(float_input(value)?), "a double")?,
             Conversion::Text | Conversion::Enum | Conversion::Xml | Conversion::Record => {
-                let s = value.as_str().ok_or_else(|| expected("a string", value))?;
+                let s = text(value, "a string")?;
                 if s.contains('\0') {
                     return Err("text cannot contain the NUL character (\\u0000)".into());
                 }
                 value.clone()
             }
             Conversion::Char => {
-                let s = value.as_str().ok_or_else(|| expected("a string", value))?;
+                let s = text(value, "a string")?;
                 if s.contains('\0') {
                     return Err("text cannot contain the NUL character (\\u0000)".into());
                 }
@@ -64,101 +64,71 @@ impl Conversion {
                     .ok_or_else(|| expected("true or false", value))?,
             ),
             Conversion::Uuid => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a UUID string", value))?;
+                let s = text(value, "a UUID string")?;
                 let uuid =
                     uuid::Uuid::parse_str(s).map_err(|e| format!("{s:?} is not a UUID: {e}"))?;
                 Value::String(uuid.hyphenated().to_string())
             }
             Conversion::Timestamptz | Conversion::Timestamp => {
                 let zone = *self == Conversion::Timestamptz;
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a timestamp string", value))?;
+                let s = text(value, "a timestamp string")?;
                 let micros = time::parse_timestamp(s, zone)?;
                 Value::String(time::format_timestamp(micros, zone)?)
             }
             Conversion::Date => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a date string YYYY-MM-DD", value))?;
+                let s = text(value, "a date string YYYY-MM-DD")?;
                 Value::String(time::canonical_date(s)?)
             }
             Conversion::Time => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a time string HH:MM:SS[.ffffff]", value))?;
+                let s = text(value, "a time string HH:MM:SS[.ffffff]")?;
                 Value::String(duration::canonical_time(s)?)
             }
             Conversion::Timetz => {
-                let s = value.as_str().ok_or_else(|| {
-                    expected(
-                        "a time string with an offset HH:MM:SS[.ffffff]+HH[:MM]",
-                        value,
-                    )
-                })?;
+                let s = text(
+                    value,
+                    "a time string with an offset HH:MM:SS[.ffffff]+HH[:MM]",
+                )?;
                 Value::String(zoned::canonical_timetz(s)?)
             }
             Conversion::Interval => {
-                let s = value.as_str().ok_or_else(|| {
-                    expected("an ISO 8601 interval string such as \"P1DT2H\"", value)
-                })?;
+                let s = text(value, "an ISO 8601 interval string such as \"P1DT2H\"")?;
                 Value::String(duration::canonical_interval(s)?)
             }
             Conversion::Bytea => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a bytea string of \"\\x\" and hex digits", value))?;
+                let s = text(value, "a bytea string of \"\\x\" and hex digits")?;
                 Value::String(duration::canonical_bytea(s)?)
             }
             Conversion::Inet | Conversion::Cidr => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a network address string", value))?;
+                let s = text(value, "a network address string")?;
                 Value::String(network::canonical_inet(s, *self == Conversion::Cidr)?)
             }
             Conversion::Macaddr | Conversion::Macaddr8 => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a MAC address string", value))?;
+                let s = text(value, "a MAC address string")?;
                 let len = if *self == Conversion::Macaddr { 6 } else { 8 };
                 Value::String(network::canonical_mac(s, len)?)
             }
             Conversion::Bit => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a bit string such as \"0101\"", value))?;
+                let s = text(value, "a bit string such as \"0101\"")?;
                 Value::String(bits::canonical_bits(s)?)
             }
             Conversion::Geometric(g) => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a geometric value as PostgreSQL prints it", value))?;
+                let s = text(value, "a geometric value as PostgreSQL prints it")?;
                 Value::String(g.canonical(s)?)
             }
             Conversion::Range(subtype) => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a range string such as \"[1,5)\"", value))?;
+                let s = text(value, "a range string such as \"[1,5)\"")?;
                 Value::String(range::accept(*subtype, s)?)
             }
             Conversion::Multirange(subtype) => {
-                let s = value.as_str().ok_or_else(|| {
-                    expected("a multirange string such as \"{[1,3),[5,7)}\"", value)
-                })?;
+                let s = text(value, "a multirange string such as \"{[1,3),[5,7)}\"")?;
                 Value::String(multirange::accept(*subtype, s)?)
             }
             Conversion::Tsvector => {
-                let s = value.as_str().ok_or_else(|| {
-                    expected("a tsvector string such as \"'fat':2 'rat':3\"", value)
-                })?;
+                let s = text(value, "a tsvector string such as \"'fat':2 'rat':3\"")?;
                 Value::String(tsvector::canonical_tsvector(s)?)
             }
             Conversion::Tsquery => {
-                let s = value
-                    .as_str()
-                    .ok_or_else(|| expected("a tsquery string such as \"'fat' & 'rat'\"", value))?;
+                let s = text(value, "a tsquery string such as \"'fat' & 'rat'\"")?;
                 Value::String(tsquery::canonical_tsquery(s)?)
             }
             Conversion::Hstore => Value::Object(hstore::accept(value)?),
@@ -324,4 +294,9 @@ fn jsonb_numbers(value: &Value) -> Result<Value, String> {
         ),
         other => other.clone(),
     })
+}
+
+/// `value` as a string, or the refusal saying what was `expected`.
+fn text<'a>(value: &'a Value, what: &str) -> Result<&'a str, String> {
+    value.as_str().ok_or_else(|| expected(what, value))
 }

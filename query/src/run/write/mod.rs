@@ -62,6 +62,7 @@ use crate::plan::{Inserted, OnConflict, Rows, Write};
 
 mod answer;
 mod batch;
+mod checks;
 mod columns;
 mod evaluations;
 mod ids;

@@ -67,6 +67,26 @@ pub struct Layout {
     /// `[[layout.column]]`: the Schemaless columns.
     #[serde(rename = "column", default)]
     pub columns: Vec<LayoutColumn>,
+    /// `layout.json_null`: what a `json`/`jsonb` value that is JSON
+    /// `null` becomes in a column that allows SQL NULL. A cell has one
+    /// `null`, which is SQL NULL there, so the two cannot both be kept:
+    /// `refuse` (the default) reads such a row as unreadable, by name,
+    /// and the proxy refuses writing one; `sql_null` carries it as SQL
+    /// NULL, for an app that never tells the two apart.
+    #[serde(default)]
+    pub json_null: JsonNull,
+}
+
+/// `layout.json_null`: `refuse` or `sql_null`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonNull {
+    /// A JSON `null` in a nullable `json`/`jsonb` column cannot become a
+    /// cell: its row is unreadable, with the reason.
+    #[default]
+    Refuse,
+    /// It becomes SQL NULL (the one `null` a cell has).
+    SqlNull,
 }
 
 fn default_schema() -> String {

@@ -57,7 +57,9 @@ pub mod worker;
 use std::path::{Path, PathBuf};
 
 pub use guard::Guard;
-pub use layout::{ColumnKind, Fields, Index, IndexFieldType, Layout, LayoutColumn, Legacy};
+pub use layout::{
+    ColumnKind, Fields, Index, IndexFieldType, JsonNull, Layout, LayoutColumn, Legacy,
+};
 pub use model::{
     Backfill, Capture, CaptureMethod, Cluster, Config, Durability, Gates, Instance, Limits, Mirror,
     OnFailure, Storage, TriggerRead, Triggers, Verify, ONE_HOST_WARNING,

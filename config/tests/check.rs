@@ -288,3 +288,24 @@ fn capture_keys_have_defaults_and_are_checked() {
     )
     .unwrap();
 }
+
+#[test]
+fn layout_json_null_defaults_to_refuse_and_names_its_choices() {
+    let layout = "\n[legacy]\nurl = \"postgres://u@127.0.0.1:5432/db\"\n\n[layout]\ntable = \"forms\"\nid = \"id\"\nuuid = \"uuid\"\n";
+    let column = "\n[[layout.column]]\nname = \"ALL\"\nkind = \"row\"\nref_key = \"rev\"\nfields = [\"meta\"]\n";
+    let config = Config::parse(&format!("{GOOD}{layout}{column}"), "good.toml").unwrap();
+    let json_null = |c: &Config| c.layout.as_ref().unwrap().json_null;
+    assert_eq!(json_null(&config), config::JsonNull::Refuse);
+    let config = Config::parse(
+        &format!("{GOOD}{layout}json_null = \"sql_null\"\n{column}"),
+        "good.toml",
+    )
+    .unwrap();
+    assert_eq!(json_null(&config), config::JsonNull::SqlNull);
+    let (line, key, message) = invalid(&format!("{GOOD}{layout}json_null = \"null\"\n{column}"));
+    assert_eq!((line, key.as_str()), (23, "layout.json_null"));
+    assert!(
+        message.contains("refuse") && message.contains("sql_null"),
+        "{message}"
+    );
+}

@@ -54,9 +54,11 @@
 //! **NULL**: an SQL NULL is JSON `null`, and every field of a column is in
 //! every body read from the legacy tables. On write, a field left out of the
 //! body is written as NULL, so `{}` and `{"fare": null}` are the same cell
-//! once canonical. A `json`/`jsonb` value that is itself JSON `null` reads
-//! the same as SQL NULL (there is one `null`); in a `NOT NULL` column it
-//! can only be the JSON value, and is written so
+//! once canonical. A `json`/`jsonb` value that is itself JSON `null`
+//! renders as SQL NULL does (there is one `null`): in a column that
+//! allows SQL NULL, [`crate::layout::Field::render`] refuses it unless the
+//! layout carries it as SQL NULL (`layout.json_null`); in a `NOT NULL`
+//! column it can only be the JSON value, and is written so
 //! ([`crate::layout::Field::null_is_json`]).
 //!
 //! Values are read as text (`col::text`, timestamps as microseconds since 1970,

@@ -237,14 +237,10 @@ pub(crate) async fn query(store: &LegacyStore, query: &IndexQuery) -> Result<Vec
         let mut map = Map::with_capacity(fields.len());
         for (i, field) in fields.iter().enumerate() {
             let text: Option<String> = row.try_get(i + 1).map_err(|e| store.storage(e))?;
-            let value =
-                field
-                    .conversion
-                    .render_owned(text)
-                    .map_err(|reason| Error::Unreadable {
-                        what: format!("index {} entry of {uuid}", index.name),
-                        reason: format!("field {}: {reason}", field.json),
-                    })?;
+            let value = field.render(text).map_err(|reason| Error::Unreadable {
+                what: format!("index {} entry of {uuid}", index.name),
+                reason: format!("field {}: {reason}", field.json),
+            })?;
             map.insert(field.json.clone(), value);
         }
         entries.push(IndexEntry {

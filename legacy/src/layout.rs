@@ -268,6 +268,7 @@ impl Layout {
                     generated: c.generated,
                     identity_always: c.identity_always,
                     not_null: info_ref.checks.not_null(sql),
+                    json_null_as_sql_null: layout.json_null == config::JsonNull::SqlNull,
                 });
             }
             // The keys a check may read: the row key (in the parent
@@ -472,6 +473,7 @@ mod tests {
             generated: false,
             identity_always: false,
             not_null: false,
+            json_null_as_sql_null: false,
         }
     }
 

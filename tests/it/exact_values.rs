@@ -71,6 +71,9 @@ const LAYOUT: &str = r#"
 table = "ledger_entries"
 id = "entry_id"
 uuid = "entry_key"
+# A JSON `null` in a nullable json column is carried as SQL NULL
+# (the default refuses it: tests/it/json_null.rs).
+json_null = "sql_null"
 
 [[layout.column]]
 name = "ENTRY"
@@ -191,8 +194,9 @@ async fn hard_values_survive_both_stores_to_the_last_digit() {
 
     // PostgreSQL's own text of every column: the copies equal the
     // originals. `json` keeps its input text; both sides as jsonb. The
-    // one documented conflation: a `json`/`jsonb` value that is JSON
-    // `null` reads as SQL NULL (a body has one null).
+    // one conflation, which this layout asks for (`json_null =
+    // "sql_null"`): a `json`/`jsonb` value that is JSON `null` reads as
+    // SQL NULL (a body has one null).
     let differing: Vec<(i64, String)> = sqlx::query_as(
         "SELECT a.entry_id, concat_ws(' | ',
                  a.amount::text, b.amount::text, a.ratio::text, b.ratio::text,

@@ -4,10 +4,14 @@
 //! `'null'`, not as the SQL NULL the column refuses. Before, such a row
 //! read into a cell that no write could then put back: the facade and
 //! the proxy refused every write of it with `23502`, and the reverse
-//! mirror would have parked it. In a nullable column the two still read
-//! alike (the NULL rule).
+//! mirror would have parked it.
+//!
+//! In a nullable column the one `null` is SQL NULL, so a JSON `null`
+//! there cannot be kept: by default (`layout.json_null = "refuse"`) its
+//! row is unreadable by name, and the proxy refuses writing one; with
+//! `json_null = "sql_null"` it is carried as SQL NULL (the NULL rule).
 
-use schemaless::{Body, Cell, CellStore, MySqlStore, RefKey, RowKey};
+use schemaless::{Body, Cell, CellStore, MySqlStore, ReadFrom, RefKey, RowKey};
 use serde_json::json;
 use tripstore::Mode;
 
@@ -35,6 +39,7 @@ const LAYOUT: &str = r#"
 table = "forms"
 id = "form_id"
 uuid = "form_key"
+json_null = "sql_null"
 
 [[layout.column]]
 name = "ALL"
@@ -67,7 +72,8 @@ async fn json_null_in_a_not_null_column_is_written_back_as_json_null() {
     let schemaless = MySqlStore::connect(&db.config).unwrap();
 
     // Read as `null`; copied back (rows 101...) as the JSON value in the
-    // NOT NULL columns, as SQL NULL in the nullable one; the copies equal
+    // NOT NULL columns, as SQL NULL in the nullable one (as
+    // `json_null = "sql_null"` asks); the copies equal
     // the originals but for that column, and the strict diff is silent.
     let expected = [
         json!({"answers": null, "raw": null, "meta": null, "title": "a"}),
@@ -149,4 +155,90 @@ async fn json_null_in_a_not_null_column_is_written_back_as_json_null() {
     })
     .await;
     assert!(refused.contains("not-null constraint"), "{refused}");
+}
+
+/// By default a JSON `null` in a nullable `jsonb` column is refused by
+/// name wherever the legacy tables are read (the backfill, capture, the
+/// full diff) and wherever the proxy would write one, instead of coming
+/// back as SQL NULL. Before, `meta` of row 1 was read as SQL NULL and
+/// every check passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_null_in_a_nullable_column_is_refused_by_name_unless_the_layout_carries_it() {
+    let layout = LAYOUT.replace("json_null = \"sql_null\"\n", "");
+    let db = LegacyDb::new(SETUP, &layout).await;
+    db.apply_schemaless().await;
+    let legacy = db.store().await;
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
+
+    // Row 1 (`meta` is JSON `null`) is refused, naming the field and the
+    // choices; JSON `null` in its NOT NULL columns reads as before, and
+    // so does row 2's SQL NULL `meta`.
+    let err = legacy
+        .get_cell_latest(&key(1), &all(), ReadFrom::Master)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("field meta")
+            && err.contains("jsonb value that is JSON null")
+            && err.contains("layout.json_null = \"sql_null\""),
+        "{err}"
+    );
+    let (_, second) = body(&legacy, key(2)).await.unwrap();
+    assert_eq!(second.to_value()["meta"], json!(null));
+    let (_, third) = body(&legacy, key(3)).await.unwrap();
+    schemaless
+        .put_cells(vec![Cell::new(
+            key(3),
+            all(),
+            RefKey::new(1).unwrap(),
+            third,
+        )])
+        .await
+        .unwrap();
+    let (_, second) = body(&legacy, key(2)).await.unwrap();
+    schemaless
+        .put_cells(vec![Cell::new(
+            key(2),
+            all(),
+            RefKey::new(1).unwrap(),
+            second,
+        )])
+        .await
+        .unwrap();
+
+    // The full diff records row 1 as a mismatch carrying the reason.
+    let checked = crate::harness::strict_full_diff(&db, &legacy, &schemaless, 1..4).await;
+    assert_eq!(checked.parents, 3);
+    assert_eq!(checked.mismatches.len(), 1, "{:#?}", checked.mismatches);
+    let found = &checked.mismatches[0];
+    assert_eq!(found.row_key, key(1));
+    let reason = found.legacy["unreadable"].as_str().unwrap_or_default();
+    assert!(reason.contains("JSON null"), "{found:#?}");
+
+    // Through the proxy, where the facade writes: an INSERT of `'null'`
+    // into `meta` is refused, naming it, and writes nothing; the same
+    // INSERT with SQL NULL there is written.
+    let facade = tripstore::TripStore::connect(&db.config).await.unwrap();
+    crate::worker::forced(&facade, Mode::Schemaless).await;
+    let file = crate::harness::config_file(&format!("{}\n[proxy]\n", db.config_text));
+    let proxy = crate::proxy::ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let insert = |id: u128, meta: &str| {
+        format!(
+            "\\set ON_ERROR_STOP 1\n\
+             INSERT INTO forms (form_id, form_key, rev, answers, raw, meta) VALUES ({id}, '{}', 1, '{{}}', '[]', {meta});\n",
+            key(id).uuid()
+        )
+    };
+    let (ok, out, err) = psql(&proxy.url(&db), &insert(20, "'null'"));
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("meta") && err.contains("JSON null") && err.contains("layout.json_null"),
+        "{err}"
+    );
+    assert_eq!(body(&facade, key(20)).await, None);
+    let (ok, out, err) = psql(&proxy.url(&db), &insert(21, "NULL"));
+    assert!(ok && out.contains("INSERT 0 1"), "{out}{err}");
+    let (_, written) = body(&facade, key(21)).await.unwrap();
+    assert_eq!(written.to_value()["meta"], json!(null));
 }

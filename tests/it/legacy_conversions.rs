@@ -66,6 +66,9 @@ pub const LAYOUT: &str = r#"
 table = "kinds"
 id = "id"
 uuid = "uuid"
+# A JSON `null` in a nullable json column is carried as SQL NULL
+# (the default refuses it: tests/it/json_null.rs).
+json_null = "sql_null"
 
 [[layout.column]]
 name = "ALL"

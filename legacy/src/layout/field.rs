@@ -49,6 +49,10 @@ pub struct Field {
     /// `NOT NULL`: a cell with it null is refused before a write that
     /// reaches PostgreSQL only later (see [`super::Checks`]).
     pub not_null: bool,
+    /// `layout.json_null = "sql_null"`: a `json`/`jsonb` value that is
+    /// JSON `null` in this column, which allows SQL NULL, is read as SQL
+    /// NULL instead of refused (see [`Field::render`]).
+    pub json_null_as_sql_null: bool,
 }
 
 impl Field {
@@ -103,6 +107,34 @@ impl Field {
     /// two read alike (the NULL rule of [`crate::conversion`]).
     pub fn null_is_json(&self) -> bool {
         self.not_null && matches!(self.conversion, Conversion::Json | Conversion::Jsonb)
+    }
+
+    /// The JSON value of this field's stored text, as
+    /// [`Conversion::read_expr`] reads it (`None`: SQL NULL). A cell has
+    /// one `null`: in a `json`/`jsonb` column that allows SQL NULL it is
+    /// SQL NULL, so a value there that is JSON `null` would come back as
+    /// the other one. It is refused, naming the choices, unless the
+    /// layout says the app never tells the two apart
+    /// (`layout.json_null = "sql_null"`). In a `NOT NULL` column it can
+    /// only be JSON's, and is read as it is ([`Field::null_is_json`]).
+    pub fn render(&self, text: Option<String>) -> Result<Value, String> {
+        let stored = text.is_some();
+        let value = self.conversion.render_owned(text)?;
+        if stored
+            && value.is_null()
+            && !self.not_null
+            && !self.json_null_as_sql_null
+            && matches!(self.conversion, Conversion::Json | Conversion::Jsonb)
+        {
+            return Err(format!(
+                "a {} value that is JSON null, in a column that allows SQL NULL: a cell has one \
+                 null, which is SQL NULL there, so the value would come back as SQL NULL. Store \
+                 SQL NULL instead, make the column NOT NULL, or set layout.json_null = \
+                 \"sql_null\" if the app never tells the two apart",
+                self.base_type
+            ));
+        }
+        Ok(value)
     }
 
     /// The text a canonical value (one Schemaless holds) is cast from

@@ -173,16 +173,13 @@ pub(crate) fn read_body(
             what: what(),
             reason: format!("field {}: {e}", field.json),
         })?;
-        let value = field
-            .conversion
-            .render_owned(text)
-            .map_err(|reason| Error::Unreadable {
-                what: what(),
-                reason: format!(
-                    "field {} ({}.{}): {reason}",
-                    field.json, column.table, field.sql
-                ),
-            })?;
+        let value = field.render(text).map_err(|reason| Error::Unreadable {
+            what: what(),
+            reason: format!(
+                "field {} ({}.{}): {reason}",
+                field.json, column.table, field.sql
+            ),
+        })?;
         map.insert(field.json.clone(), value);
     }
     Ok(Body::from(map))

@@ -427,9 +427,7 @@ impl<'a> Evaluator<'a> {
             .await?
             .pop()
             .flatten();
-        Ok(f.conversion
-            .render_owned(text)
-            .map_err(|e| anyhow::anyhow!(e))?)
+        Ok(f.render(text).map_err(|e| anyhow::anyhow!(e))?)
     }
 
     /// The values of an array expression, as the cells hold the field.

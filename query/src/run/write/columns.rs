@@ -112,10 +112,10 @@ impl Col<'_> {
         };
         match &self.kind {
             Kind::Field(_, f) => {
-                let value = f.conversion.render_owned(Some(text)).map_err(|e| {
+                let value = f.render(Some(text)).map_err(|e| {
                     Refused::new(
                         "0A000",
-                        format!("{} {e}: Schemaless cannot hold this value", f.json),
+                        format!("{}: {e} (Schemaless cannot hold this value)", f.json),
                     )
                 })?;
                 // An array's elements, through its dimensions.

@@ -163,6 +163,10 @@ pub struct Write {
     /// reserved for the row in `mezzanine.row_ids` before its cells are
     /// put.
     pub reserves_ids: bool,
+    /// A parent UPDATE or DELETE whose RETURNING names the integer id:
+    /// each row's is read before its cells are put (the legacy table's,
+    /// or the row's reservation in `mezzanine.row_ids`).
+    pub reads_ids: bool,
     /// The ref key columns an UPDATE's SET (or an upsert's DO UPDATE)
     /// raises by one only because it changes their fields and leaves
     /// them ([`crate::Model::bump_version`]): a row whose fields of that
@@ -314,6 +318,13 @@ impl Plan {
                         "reserve each row's integer id (the one given, or drawn from its \
                          default) in mezzanine.row_ids: the reverse mirror inserts the row \
                          under it"
+                            .to_string(),
+                    );
+                }
+                if write.reads_ids {
+                    calls.push(
+                        "read each row's integer id (the legacy table's, or its reservation \
+                         in mezzanine.row_ids: ids never change)"
                             .to_string(),
                     );
                 }

@@ -132,6 +132,7 @@ mod proxy_sql_prepare;
 mod proxy_writes;
 mod query;
 mod ranges;
+mod returning_ids;
 mod runbook;
 mod schema;
 mod servers;

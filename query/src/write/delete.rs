@@ -42,12 +42,12 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
     }
     let (keys, conditions, checks) =
         by_row_key(model, &scope, delete.selection.as_ref(), "DELETE")?;
-    check_returning(
+    let reads_ids = check_returning(
         model,
         Table::Parent,
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written)]),
         delete.returning.as_deref(),
-        false,
+        Ids::Existing,
     )?;
     let row = keys.text();
     // The row is there (a tombstone of a row that is not would change
@@ -76,6 +76,7 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
         },
         returning: returning_items(model, Table::Parent, delete.returning.as_deref()),
         reserves_ids: false,
+        reads_ids,
         bumped: Vec::new(),
     })))
 }
@@ -143,7 +144,7 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         Table::Child(c),
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
         delete.returning.as_deref(),
-        false,
+        Ids::Unknown,
     )?;
     let row = keys.text();
     let mut reads = vec![format!("get_column_cells({row}, {})", column.name)];
@@ -172,6 +173,7 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         },
         returning: returning_items(model, Table::Child(c), delete.returning.as_deref()),
         reserves_ids: false,
+        reads_ids: false,
         bumped: Vec::new(),
     })))
 }

@@ -51,7 +51,8 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     }
     let upserts = matches!(&insert.on, Some(OnInsert::OnConflict(c))
         if matches!(c.action, OnConflictAction::DoUpdate(_)));
-    let returns_id = check_returning(model, table, name, insert.returning.as_deref(), !upserts)?;
+    let ids = if upserts { Ids::Unknown } else { Ids::Reserved };
+    let returns_id = check_returning(model, table, name, insert.returning.as_deref(), ids)?;
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
     // A parent row given its integer id: the id is reserved for it, as
     // one RETURNING reads is drawn and reserved. An upsert's row may be
@@ -145,6 +146,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         returning: returning_items(model, table, insert.returning.as_deref()),
         reserves_ids,
+        reads_ids: false,
         bumped,
     })))
 }

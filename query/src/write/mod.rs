@@ -179,26 +179,42 @@ pub(crate) fn uuid_of_id(model: &Model, id: &Expr, any: bool) -> Option<Expr> {
         .ok()
 }
 
-/// RETURNING may name only what the cells hold, and, where `reserves`
-/// (a parent INSERT that updates no existing row), the parent's integer
-/// id: the runner draws it for each row inserted and reserves it for the
-/// row (`mezzanine.row_ids`), which the reverse mirror inserts under it.
-/// Whether it names the id.
+/// Where the integer ids of a write's parent rows come from, for its
+/// RETURNING (no cell holds them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ids {
+    /// Nowhere: an upsert's row may be a new one or an existing one
+    /// under another id, and a child table's key is its parent's id.
+    Unknown,
+    /// A parent INSERT that updates no existing row: the runner draws
+    /// each row's id and reserves it for the row (`mezzanine.row_ids`),
+    /// which the reverse mirror inserts under it.
+    Reserved,
+    /// A parent UPDATE or DELETE by row key: each existing row's id, as
+    /// the legacy table has it or, for a row the reverse mirror has not
+    /// inserted yet, as its reservation says (ids never change).
+    Existing,
+}
+
+/// RETURNING may name only what the cells hold, and the parent's integer
+/// id where `ids` says where it comes from. Whether it names the id.
 fn check_returning(
     model: &Model,
     table: Table,
     name: &ObjectName,
     returning: Option<&[SelectItem]>,
-    reserves: bool,
+    ids: Ids,
 ) -> Result<bool, String> {
+    let has_ids = ids != Ids::Unknown && table == Table::Parent;
     let mut names_id = false;
     for item in returning.unwrap_or_default() {
         let expr = match item {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
             // `RETURNING *` of a parent INSERT (pgjdbc's
-            // `RETURN_GENERATED_KEYS`): every column, in the catalog's
-            // order, each held by the cells or the reserved id.
-            _ if reserves && table == Table::Parent => {
+            // `RETURN_GENERATED_KEYS`), UPDATE or DELETE (Prisma's): every
+            // column, in the catalog's order, each held by the cells or
+            // the row's id.
+            _ if has_ids => {
                 let Some(order) = model.column_order(table) else {
                     return Err(format!(
                         "RETURNING * returns the columns of {name} in the order of the \
@@ -246,11 +262,16 @@ fn check_returning(
         }
         for column in column_names_in(expr) {
             match model.source(table, &column) {
-                Source::IntegerId if reserves && table == Table::Parent => names_id = true,
+                Source::IntegerId if has_ids => names_id = true,
                 Source::IntegerId => {
                     return Err(format!(
-                        "RETURNING {name}.{column}, the integer id, which no cell holds: the \
-                         app knows the UUID it wrote; use it instead"
+                        "RETURNING {name}.{column}, the integer id, which no cell holds{}: the \
+                         app knows the UUID it wrote; use it instead",
+                        if table == Table::Parent {
+                            " (an upsert's row may be an existing one under another id)"
+                        } else {
+                            ""
+                        }
                     ))
                 }
                 Source::Unmapped => {

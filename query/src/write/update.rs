@@ -32,12 +32,12 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
     }
     let (keys, others, checks) = by_row_key(model, &scope, update.selection.as_ref(), "UPDATE")?;
     let row = keys.text();
-    check_returning(
+    let reads_ids = check_returning(
         model,
         table,
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
         update.returning.as_deref(),
-        false,
+        Ids::Existing,
     )?;
     // What the SET changes, per layout column.
     let mut sets: Vec<(Col, &Expr)> = Vec::new();
@@ -152,6 +152,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
         },
         returning: returning_items(model, table, update.returning.as_deref()),
         reserves_ids: false,
+        reads_ids,
         bumped,
     })))
 }

@@ -76,7 +76,7 @@ pub const TRIPS: &[Case] = &[
     ("DELETE FROM trips WHERE uuid = $1", Class::Write, "get_cell_latest(row = $1, BASE)\nput_cell(row = $1, DELETED, ref_key = 0, {row: true})"),
     ("DELETE FROM trips t WHERE t.uuid IN ($1, $2) AND t.status = 'requested' RETURNING t.uuid, t.fare", Class::Write, "check in the app: t.status = 'requested'\nput_cell(rows in ($1, $2), DELETED, ref_key = 0"),
     ("DELETE FROM trips WHERE uuid = ANY($1)", Class::Write, "put_cell(rows in $1, DELETED"),
-    ("DELETE FROM trips WHERE uuid = $1 RETURNING id", Class::None, "the integer id"),
+    ("DELETE FROM trips WHERE uuid = $1 RETURNING id", Class::Write, "read each row's integer id (the legacy table's, or its reservation in mezzanine.row_ids: ids never change)\nget_cell_latest(row = $1, BASE)"),
     // The integer id names its row through PostgreSQL's own mapping.
     ("DELETE FROM trips WHERE id = $1", Class::Write, "put_cell(row = COALESCE((SELECT \"uuid\" FROM \"public\".\"trips\" WHERE \"id\" = $1), (SELECT row_key FROM mezzanine.row_ids WHERE parent = '\"public\".\"trips\"'::REGCLASS AND id = $1)), DELETED, ref_key = 0"),
     ("DELETE FROM trips WHERE id IN (1, $2) AND status = 'x'", Class::Write, "rows in (COALESCE((SELECT \"uuid\" FROM \"public\".\"trips\" WHERE \"id\" = 1), (SELECT row_key FROM mezzanine.row_ids WHERE parent = '\"public\".\"trips\"'::REGCLASS AND id = 1)), COALESCE((SELECT \"uuid\" FROM \"public\".\"trips\" WHERE \"id\" = $2), (SELECT row_key FROM mezzanine.row_ids WHERE parent = '\"public\".\"trips\"'::REGCLASS AND id = $2)))"),
@@ -111,7 +111,9 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3) RETURNING fare * 2 AS twice, upper(status), uuid IS NOT NULL", Class::Write, "put_cell(row = $1, BASE"),
     ("UPDATE trips SET fare = fare + 1, version = version + 1 WHERE uuid = $1 RETURNING coalesce(trips.fare, 0) - 1", Class::Write, "put_cell(row = $1, BASE"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING id + 1, uuid", Class::Write, "reserve each row's integer id"),
-    ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING *", Class::None, "RETURNING * includes trips.id, which no cell holds"),
+    ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING *", Class::None, "RETURNING * returns the columns of trips in the order of the database's catalog"),
+    ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING id, status", Class::Write, "read each row's integer id"),
+    ("DELETE FROM trip_notes WHERE trip_id = $1 RETURNING *", Class::None, "which no cell holds"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING (SELECT count(*) FROM trips)", Class::None, "reads the tables"),
     // A column not given, or given DEFAULT, gets its default when the row
     // is evaluated: the ref key's and the UUID's too (PostgreSQL's

@@ -63,6 +63,7 @@ pub async fn write_batch<S: CellStore>(
             earlier: &earlier,
             evaluations: &evaluations,
             readahead: &readahead,
+            ids: Default::default(),
         })
         .collect();
     // Every statement's rows, evaluated and checked, nothing put yet.
@@ -348,7 +349,7 @@ async fn analyze<'a, 's>(
         eval.legacy,
         catalog,
         model,
-        (write.table, write.reserves_ids),
+        (write.table, write.reserves_ids || write.reads_ids),
     )
     .await?;
     Ok((*write, cols))

@@ -43,13 +43,16 @@ impl<S: CellStore> Writer<'_, S> {
 
     /// A new row's values against the columns' `NOT NULL`; a `null` of
     /// a `json`/`jsonb` column that is `NOT NULL` is JSON's (SQL NULL was
-    /// refused as it was evaluated, [`Writer::rendered`]).
+    /// refused as it was evaluated, [`Writer::rendered`]). An UPDATE's
+    /// integer id is read for its RETURNING, not written: a row without
+    /// one is refused as such ([`Writer::ids_known`]).
     pub(super) fn check_not_null(&self, new: &[Value]) -> Result<(), Refused> {
+        let read_only = |c: &Col| self.write.reads_ids && matches!(c.kind, Kind::Id);
         match self
             .cols
             .iter()
             .zip(new)
-            .find(|(c, v)| c.attr.not_null && v.is_null() && !c.null_is_json())
+            .find(|(c, v)| c.attr.not_null && v.is_null() && !c.null_is_json() && !read_only(c))
         {
             Some((c, _)) => Err(self.null_refused(c)),
             None => Ok(()),

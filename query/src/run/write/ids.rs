@@ -2,7 +2,8 @@
 //! them, so each is reserved for its row in `mezzanine.row_ids` before
 //! the row's cells are put (the id the INSERT gives, the one drawn for
 //! its RETURNING, or the next of the id's sequence), and the reverse
-//! mirror inserts the row under it.
+//! mirror inserts the row under it. An UPDATE's or DELETE's RETURNING
+//! reads the ids of the rows it names the same two places.
 
 use super::answer::Staged;
 use super::*;
@@ -150,14 +151,98 @@ fn reserved(
     }
 }
 
+/// The integer ids of those of parent rows `keys` that have one: the
+/// legacy table's row's, else the row's reservation (a row the proxy
+/// inserted that the reverse mirror has not yet). Ids never change: the
+/// translator refuses a write of the id column, and the reverse mirror
+/// keeps the row's.
+async fn existing_ids(
+    legacy: &LegacyStore,
+    keys: &[RowKey],
+) -> Result<std::collections::HashMap<RowKey, i64>, Refused> {
+    let layout = legacy.layout();
+    let uuids: Vec<uuid::Uuid> = keys.iter().map(RowKey::uuid).collect();
+    let sql = format!(
+        "/* mezzanine */ SELECT t.{uuid}, t.{id}::int8, 0 AS source FROM {table} t
+         WHERE t.{uuid} = ANY($2::uuid[])
+         UNION ALL
+         SELECT r.row_key, r.id, 1 FROM mezzanine.row_ids r
+         WHERE r.parent = $1::regclass AND r.row_key = ANY($2::uuid[])
+         ORDER BY source DESC",
+        uuid = layout.uuid_sql(),
+        id = layout.id_sql(),
+        table = layout.table_sql(),
+    );
+    let found: Vec<(uuid::Uuid, i64, i32)> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(layout.table_sql())
+        .bind(uuids)
+        .fetch_all(legacy.pool())
+        .await
+        .map_err(|e| {
+            Refused::new(
+                "58000",
+                format!("reading the rows' integer ids for RETURNING: {e}"),
+            )
+        })?;
+    // The table's row last, so it wins over a reservation left behind.
+    Ok(found
+        .into_iter()
+        .map(|(key, id, _)| (RowKey::from(key), id))
+        .collect())
+}
+
 impl<S: CellStore> Writer<'_, S> {
-    /// The (row key, integer id) of each kept row of `rows` ([`Kind::Id`]
-    /// is among the columns only where the statement reserves ids).
+    /// Reads the integer ids of the rows `keys` an UPDATE or DELETE
+    /// names, where its RETURNING reads them ([`Write::reads_ids`]).
+    pub(super) async fn read_ids(&self, keys: &[RowKey]) -> Result<(), Refused> {
+        if !self.write.reads_ids || keys.is_empty() || self.ids.get().is_some() {
+            return Ok(());
+        }
+        let ids = existing_ids(self.eval.legacy, keys).await?;
+        let _ = self.ids.set(ids);
+        Ok(())
+    }
+
+    /// Refuses, before any cell is put, a statement whose RETURNING reads
+    /// the integer id of a row written that has none: one written through
+    /// the cell API that the reverse mirror has not inserted into the
+    /// legacy table (in `schemaless`, none is ever inserted).
+    pub(super) fn ids_known(&self, rows: &[Vec<Value>]) -> Result<(), Refused> {
+        let (true, Some(at), Some(key)) = (
+            self.write.reads_ids,
+            self.cols.iter().position(|c| matches!(c.kind, Kind::Id)),
+            self.cols
+                .iter()
+                .position(|c| matches!(c.kind, Kind::RowKey)),
+        ) else {
+            return Ok(());
+        };
+        match rows.iter().find(|row| row[at].is_null()) {
+            None => Ok(()),
+            Some(row) => Err(Refused::new(
+                "0A000",
+                format!(
+                    "RETURNING reads the integer id of row {}, which has none yet: it was \
+                     written through the cell API and the reverse mirror has not inserted it \
+                     into {} (nothing was written; return the UUID instead)",
+                    row[key].as_str().unwrap_or_default(),
+                    self.layout().table_sql()
+                ),
+            )),
+        }
+    }
+
+    /// The (row key, integer id) of each kept row of `rows`, where the
+    /// statement reserves ids.
     pub(super) fn reservations(
         &self,
         rows: &[Vec<Value>],
         staged: &Staged,
     ) -> Result<Vec<(RowKey, i64)>, Refused> {
+        if !self.write.reserves_ids {
+            // An UPDATE's or DELETE's ids are the rows' own.
+            return Ok(Vec::new());
+        }
         let at = |kind: fn(&Kind) -> bool| self.cols.iter().position(|c| kind(&c.kind));
         let (Some(key), Some(id)) = (
             at(|k| matches!(k, Kind::RowKey)),

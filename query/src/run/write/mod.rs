@@ -163,6 +163,10 @@ struct Writer<'a, S> {
     evaluations: &'a evaluations::Evaluations,
     /// The rows the batch names by literal keys, read for all at once.
     readahead: &'a readahead::Readahead,
+    /// The integer ids of the rows an UPDATE or DELETE names, where its
+    /// RETURNING reads them ([`Write::reads_ids`]), read before its rows
+    /// are evaluated.
+    ids: std::sync::OnceLock<std::collections::HashMap<RowKey, i64>>,
 }
 
 /// A written row's values (one per [`Col`]) and its cells.
@@ -208,6 +212,7 @@ impl<S: CellStore> Writer<'_, S> {
                 conditions,
             } => {
                 let keys = self.eval.keys(keys).await?;
+                self.read_ids(&keys).await?;
                 named.extend(keys.iter().copied());
                 for chunk in keys.chunks(ROWS_AT_ONCE) {
                     let rows = chunk
@@ -221,6 +226,7 @@ impl<S: CellStore> Writer<'_, S> {
             }
             Rows::Delete { keys, conditions } => {
                 let keys = self.eval.keys(keys).await?;
+                self.read_ids(&keys).await?;
                 named.extend(keys.iter().copied());
                 for chunk in keys.chunks(ROWS_AT_ONCE) {
                     let rows = chunk.iter().map(|key| self.delete(key, conditions));
@@ -232,6 +238,7 @@ impl<S: CellStore> Writer<'_, S> {
             }
         };
         let (rows, cells): (Vec<_>, Vec<Vec<Cell>>) = done.into_iter().flatten().unzip();
+        self.ids_known(&rows)?;
         named.extend(cells.iter().flatten().map(|c| c.key.row_key));
         Ok((rows, cells, tag, named))
     }

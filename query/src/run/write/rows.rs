@@ -235,8 +235,13 @@ impl<S: CellStore> Writer<'_, S> {
             .iter()
             .map(|c| match c.kind {
                 Kind::RowKey => Value::String(key.uuid().to_string()),
-                // Only an INSERT has it, which reads no row.
-                Kind::Id => Value::Null,
+                // An UPDATE's or DELETE's RETURNING reads it (an INSERT
+                // reads no row).
+                Kind::Id => self
+                    .ids
+                    .get()
+                    .and_then(|ids| ids.get(key))
+                    .map_or(Value::Null, |id| Value::from(*id)),
                 Kind::RefKey(i) => latest[i]
                     .as_ref()
                     .map_or(Value::Null, |s| Value::from(s.cell.key.ref_key.get())),

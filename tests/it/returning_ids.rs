@@ -1,0 +1,190 @@
+//! An UPDATE's or DELETE's RETURNING that reads the parent's integer id
+//! (Prisma ends its updates and deletes so: `RETURNING` the id, or
+//! every column) in `primary`, where the proxy runs them through the
+//! facade and no cell holds the id. Each row's own id is answered: the
+//! legacy table's, or the reservation of a row the proxy inserted and
+//! the reverse mirror has not yet, as PostgreSQL answers the same
+//! statement, byte for byte. Before, both were refused (`0A000`), so
+//! such an app broke at the step to `primary`. A row that has no id yet
+//! (written through the cell API, not yet mirrored) is refused, and
+//! nothing is written.
+
+use schemaless::{Cell, CellStore, Column, MySqlStore, ReadFrom, RefKey, RowKey};
+
+use crate::proxy::{psql, raw_session, ProxyProcess};
+use crate::proxy_modes::raw_answer;
+use crate::proxy_writes::{latest, primary_without_reverse, proxy_in, trip};
+
+/// The row description and the first data row of a simple Query's
+/// answer (the statement's own, where the Query is wrapped in
+/// `BEGIN`/`ROLLBACK`).
+fn described_row(answer: &[(u8, Vec<u8>)]) -> (Vec<u8>, Vec<u8>) {
+    let first = |kind: u8| {
+        answer
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, body)| body.clone())
+            .unwrap_or_else(|| panic!("no {} in {answer:?}", kind as char))
+    };
+    (first(b'T'), first(b'D'))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
+    let (db, facade, file) = primary_without_reverse().await;
+    let legacy = db.store().await;
+    let schemaless = MySqlStore::connect(&db.config).unwrap();
+    let base = Column::new("BASE").unwrap();
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+
+    // A trip PostgreSQL numbered, copied into Schemaless as the backfill
+    // copies it.
+    let k = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &direct,
+        &format!(
+            "\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n{} RETURNING id;\n",
+            trip(k)
+        ),
+    );
+    assert!(ok, "{err}");
+    let id: i64 = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap();
+    let read = legacy
+        .get_cell_latest(&RowKey::from(k), &base, ReadFrom::Master)
+        .await
+        .unwrap()
+        .unwrap();
+    schemaless.put_cells(vec![read.cell.clone()]).await.unwrap();
+
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Through the proxy, and the same statement on PostgreSQL's own row
+    // (rolled back): the same description and row, byte for byte.
+    let same = |statement: String| {
+        let through = raw_answer(&mut raw_session(proxy.addr, &db), &statement);
+        let own = raw_answer(
+            &mut raw_session(own, &db),
+            &format!("BEGIN; {statement}; ROLLBACK"),
+        );
+        assert_eq!(described_row(&through), described_row(&own), "{statement}");
+        through
+    };
+    same(format!(
+        "UPDATE trips SET status = 'accepted', version = version + 1 WHERE uuid = '{k}' RETURNING *"
+    ));
+    assert_eq!(
+        latest(&facade, k, "BASE")
+            .await
+            .unwrap()
+            .cell
+            .key
+            .ref_key
+            .get(),
+        2
+    );
+    same(format!(
+        "UPDATE trips t SET fare = t.fare * 2, version = t.version + 1 WHERE t.uuid = '{k}' \
+         RETURNING t.id, t.id * 10 AS tenfold, t.uuid"
+    ));
+    same(format!(
+        "DELETE FROM trips WHERE uuid = '{k}' RETURNING id, uuid"
+    ));
+    assert!(latest(&facade, k, "BASE").await.is_none(), "deleted");
+
+    // A row the proxy inserted, which no reverse mirror has put in
+    // PostgreSQL: its reserved id.
+    let url = proxy.url(&db);
+    let a = uuid::Uuid::new_v4();
+    let returned = |sql: String| {
+        let (ok, out, err) = psql(
+            &url,
+            &format!(
+                "\\set QUIET 1\n\\set ON_ERROR_STOP 1\n\\pset tuples_only on\n\\pset format unaligned\n{sql};\n"
+            ),
+        );
+        assert!(ok, "{sql}: {out}{err}");
+        out.lines().next().unwrap_or_default().to_string()
+    };
+    let id_a = returned(format!("{} RETURNING id", trip(a)));
+    assert!(id_a.parse::<i64>().unwrap() > id, "{id_a}");
+    assert_eq!(
+        returned(format!(
+            "UPDATE trips SET status = 'accepted', version = version + 1 WHERE uuid = '{a}' \
+             RETURNING id, status, version"
+        )),
+        format!("{id_a}|accepted|2")
+    );
+
+    // A row written through the cell API alone has no id until the
+    // reverse mirror inserts it: refused, naming it, nothing written.
+    let z = uuid::Uuid::new_v4();
+    let cell = Cell::new(
+        RowKey::from(z),
+        base.clone(),
+        RefKey::new(1).unwrap(),
+        read.cell.body.clone(),
+    );
+    facade.put_cell(cell).await.unwrap();
+    let (ok, _, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nUPDATE trips SET status = 'x', version = version + 1 \
+             WHERE uuid = '{z}' RETURNING id;\n"
+        ),
+    );
+    assert!(
+        !ok && err.contains(&z.to_string()) && err.contains("which has none yet"),
+        "{err}"
+    );
+    assert_eq!(
+        latest(&facade, z, "BASE")
+            .await
+            .unwrap()
+            .cell
+            .key
+            .ref_key
+            .get(),
+        1
+    );
+
+    // The audit says where the id comes from; a child's parent key and an
+    // upsert's id are still refused.
+    let out = crate::harness::mezzanine(
+        file.path(),
+        &[
+            "query",
+            "translate",
+            "DELETE FROM trips WHERE uuid = $1 RETURNING id",
+        ],
+    )
+    .output()
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("read each row's integer id"),
+        "{said}"
+    );
+    for refused in [
+        format!(
+            "{} ON CONFLICT (uuid) DO UPDATE SET status = 'x', version = trips.version + 1 \
+             RETURNING id",
+            trip(a)
+        ),
+        format!("DELETE FROM trip_notes WHERE trip_id = {id_a} RETURNING *"),
+    ] {
+        let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{refused};\n"));
+        assert!(
+            !ok && err.contains("which no cell holds"),
+            "{refused}: {err}"
+        );
+    }
+    facade.close().await;
+}

@@ -9,7 +9,9 @@
 //! (written through the cell API, not yet mirrored) is refused, and
 //! nothing is written.
 
-use schemaless::{Cell, CellStore, Column, MySqlStore, ReadFrom, RefKey, RowKey};
+use schemaless::{Cell, CellStore, Column, MySqlStore, ReadFrom, RefKey, RowKey, StoredCell};
+
+use crate::harness::LegacyDb;
 
 use crate::proxy::{psql, raw_session, ProxyProcess};
 use crate::proxy_modes::raw_answer;
@@ -29,16 +31,12 @@ fn described_row(answer: &[(u8, Vec<u8>)]) -> (Vec<u8>, Vec<u8>) {
     (first(b'T'), first(b'D'))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
-    let (db, facade, file) = primary_without_reverse().await;
+/// A trip PostgreSQL numbered, copied into Schemaless as the backfill
+/// copies it: its key, its id and its cell.
+async fn numbered_trip(db: &LegacyDb) -> (uuid::Uuid, i64, StoredCell) {
     let legacy = db.store().await;
     let schemaless = MySqlStore::connect(&db.config).unwrap();
-    let base = Column::new("BASE").unwrap();
     let direct = crate::harness::cluster().postgres_url(&db.name);
-
-    // A trip PostgreSQL numbered, copied into Schemaless as the backfill
-    // copies it.
     let k = uuid::Uuid::new_v4();
     let (ok, out, err) = psql(
         &direct,
@@ -56,27 +54,41 @@ async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
         .parse()
         .unwrap();
     let read = legacy
-        .get_cell_latest(&RowKey::from(k), &base, ReadFrom::Master)
+        .get_cell_latest(
+            &RowKey::from(k),
+            &Column::new("BASE").unwrap(),
+            ReadFrom::Master,
+        )
         .await
         .unwrap()
         .unwrap();
     schemaless.put_cells(vec![read.cell.clone()]).await.unwrap();
+    (k, id, read)
+}
+
+/// `statement` through the proxy and on PostgreSQL's own row (rolled
+/// back): the same description and first row, byte for byte.
+fn same_as_postgresql(db: &LegacyDb, proxy: &ProxyProcess, statement: &str) {
+    let port = crate::harness::cluster().spec().postgres_port;
+    let own = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let through = raw_answer(&mut raw_session(proxy.addr, db), statement);
+    let own = raw_answer(
+        &mut raw_session(own, db),
+        &format!("BEGIN; {statement}; ROLLBACK"),
+    );
+    assert_eq!(described_row(&through), described_row(&own), "{statement}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
+    let (db, facade, file) = primary_without_reverse().await;
+    let base = Column::new("BASE").unwrap();
+
+    let (k, id, read) = numbered_trip(&db).await;
 
     let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
     proxy_in(&proxy, "primary");
-    let port = crate::harness::cluster().spec().postgres_port;
-    let own = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    // Through the proxy, and the same statement on PostgreSQL's own row
-    // (rolled back): the same description and row, byte for byte.
-    let same = |statement: String| {
-        let through = raw_answer(&mut raw_session(proxy.addr, &db), &statement);
-        let own = raw_answer(
-            &mut raw_session(own, &db),
-            &format!("BEGIN; {statement}; ROLLBACK"),
-        );
-        assert_eq!(described_row(&through), described_row(&own), "{statement}");
-        through
-    };
+    let same = |statement: String| same_as_postgresql(&db, &proxy, &statement);
     same(format!(
         "UPDATE trips SET status = 'accepted', version = version + 1 WHERE uuid = '{k}' RETURNING *"
     ));
@@ -186,5 +198,87 @@ async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
             "{refused}: {err}"
         );
     }
+    facade.close().await;
+}
+
+/// Prisma names every column by its table's schema-qualified name
+/// (`"public"."trips"."id"`), in SET, WHERE and RETURNING: answered as
+/// PostgreSQL answers them. Before, the answer failed once the cells
+/// were put, so the app was told that a write it made had failed. And a
+/// RETURNING that PostgreSQL cannot evaluate over the row fails before
+/// anything is written, as PostgreSQL fails the statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_naming_columns_by_schema_or_returning_what_fails_answers_as_postgresql() {
+    let (db, facade, file) = primary_without_reverse().await;
+    let (k, _, _) = numbered_trip(&db).await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    same_as_postgresql(
+        &db,
+        &proxy,
+        &format!(
+            "UPDATE \"public\".\"trips\" SET \"status\" = 'accepted', \"version\" = \
+             (\"public\".\"trips\".\"version\" + 1) WHERE (\"public\".\"trips\".\"uuid\" = '{k}' \
+             AND 1=1) RETURNING \"public\".\"trips\".\"id\", \"public\".\"trips\".\"status\", \
+             \"public\".\"trips\".\"version\""
+        ),
+    );
+    assert_eq!(
+        latest(&facade, k, "BASE")
+            .await
+            .unwrap()
+            .cell
+            .key
+            .ref_key
+            .get(),
+        2
+    );
+    let url = proxy.url(&db);
+    let a = uuid::Uuid::new_v4();
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\n{} RETURNING \"public\".\"trips\".\"id\", \"public\".\"trips\".\"uuid\";\n",
+            trip(a).replace("INSERT INTO trips", "INSERT INTO \"public\".\"trips\"")
+        ),
+    );
+    assert!(
+        ok && out.contains(&a.to_string()) && out.contains("(1 row)"),
+        "{out}{err}"
+    );
+    let (ok, out, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\nDELETE FROM public.trips WHERE public.trips.uuid = '{a}' \
+             RETURNING public.trips.uuid;\n"
+        ),
+    );
+    assert!(ok && out.contains("DELETE 1"), "{out}{err}");
+    assert!(latest(&facade, a, "BASE").await.is_none());
+
+    // A RETURNING that fails on the row's values: PostgreSQL's error,
+    // and nothing written (before: written, then the error).
+    let failing = format!(
+        "\\set ON_ERROR_STOP 1\nUPDATE trips SET version = version + 1 WHERE uuid = '{k}' \
+         RETURNING uuid, 1 / (fare - fare) AS ratio;\n"
+    );
+    let (ok, _, err) = psql(&url, &failing);
+    let direct = crate::harness::cluster().postgres_url(&db.name);
+    let (direct_ok, _, direct_err) = psql(&direct, &failing);
+    assert!(!ok && !direct_ok, "{err} / {direct_err}");
+    assert!(
+        err.contains("division by zero") && direct_err.contains("division by zero"),
+        "{err}"
+    );
+    assert_eq!(
+        latest(&facade, k, "BASE")
+            .await
+            .unwrap()
+            .cell
+            .key
+            .ref_key
+            .get(),
+        2
+    );
     facade.close().await;
 }

@@ -15,6 +15,12 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
     let [target] = from.as_slice() else {
         return Err("DELETE from several tables: delete from each on its own".to_string());
     };
+    let delete = &match &target.relation {
+        sqlparser::ast::TableFactor::Table { name, alias, .. } => {
+            unqualified(delete, name, alias.is_some())
+        }
+        _ => delete.clone(),
+    };
     if !delete.tables.is_empty()
         || delete.using.is_some()
         || !target.joins.is_empty()

@@ -13,6 +13,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     let TableObject::TableName(name) = &insert.table else {
         return Err("inserts into a table function".to_string());
     };
+    let insert = &unqualified(insert, name, insert.table_alias.is_some());
     let Some(table) = model.table(name) else {
         return Err(format!(
             "inserts into {name}, outside the layout, from a layout table: read the cells \

@@ -25,6 +25,41 @@ pub use delete::delete;
 pub use insert::insert;
 pub use update::update;
 
+/// `node` (a write statement) with each column reference qualified by
+/// its table's schema-qualified name (`"billing"."Accounts"."ext_id"`,
+/// as Prisma writes every one) qualified by the table's own name
+/// instead: the runner evaluates SET, WHERE and RETURNING over rows
+/// named so, where PostgreSQL could not resolve the schema, and before,
+/// the answer failed after the cells were put (the app was told the
+/// write failed). PostgreSQL resolves both to the one table. A table the
+/// statement gives an alias cannot be named so (PostgreSQL refuses it),
+/// so then nothing is rewritten.
+fn unqualified<T: sqlparser::ast::VisitMut + Clone>(
+    node: &T,
+    table: &ObjectName,
+    aliased: bool,
+) -> T {
+    let mut node = node.clone();
+    let named: Vec<String> = table
+        .0
+        .iter()
+        .filter_map(|part| part.as_ident().map(folded))
+        .collect();
+    if aliased || named.len() < 2 || named.len() != table.0.len() {
+        return node;
+    }
+    let _ = sqlparser::ast::visit_expressions_mut(&mut node, |e| {
+        if let Expr::CompoundIdentifier(parts) = e {
+            let n = named.len();
+            if parts.len() == n + 1 && parts[..n].iter().map(folded).eq(named.iter().cloned()) {
+                *parts = parts[n - 1..].to_vec();
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    node
+}
+
 /// The rows an UPDATE's or DELETE's WHERE names by row key (`uuid = $1`,
 /// `IN (...)`, `= ANY($1)`), its other conditions (on the latest cells),
 /// and those as the calls show them; or why the statement writes by

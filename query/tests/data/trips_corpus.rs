@@ -113,6 +113,8 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING id + 1, uuid", Class::Write, "reserve each row's integer id"),
     ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING *", Class::None, "RETURNING * returns the columns of trips in the order of the database's catalog"),
     ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING id, status", Class::Write, "read each row's integer id"),
+    ("UPDATE \"public\".\"trips\" SET \"status\" = $2, \"version\" = (\"public\".\"trips\".\"version\" + 1) WHERE (\"public\".\"trips\".\"uuid\" = $1 AND 1=1) RETURNING \"public\".\"trips\".\"uuid\"", Class::Write, "put_cell(row = $1, BASE"),
+    ("DELETE FROM public.trips WHERE public.trips.uuid = $1 RETURNING public.trips.status", Class::Write, "put_cell(row = $1, DELETED"),
     ("DELETE FROM trip_notes WHERE trip_id = $1 RETURNING *", Class::None, "which no cell holds"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING (SELECT count(*) FROM trips)", Class::None, "reads the tables"),
     // A column not given, or given DEFAULT, gets its default when the row

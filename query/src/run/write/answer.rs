@@ -261,6 +261,32 @@ impl<S: CellStore> Writer<'_, S> {
     }
 
     /// The statement PostgreSQL runs in the app's statement's place.
+    /// Refuses, before any cell is put, a RETURNING whose expressions
+    /// PostgreSQL cannot evaluate over the rows (`1 / (fare - fare)`, a
+    /// cast a value does not fit): PostgreSQL would fail the statement
+    /// and write nothing, where the answer, run once the cells are put,
+    /// would tell the app that a write it made failed. Evaluated as the
+    /// app's values are, in the batch's shared round trips; RETURNING
+    /// only of columns (an ORM's id or row) costs nothing, since the
+    /// rows' values are the ones evaluated already.
+    pub(super) async fn renders(&self, rows: &[Vec<Value>]) -> Result<(), Refused> {
+        let columns_only = self.write.returning.iter().all(|item| match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                matches!(strip(e), Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+            }
+            _ => true,
+        });
+        if columns_only || rows.is_empty() {
+            return Ok(());
+        }
+        let rendering = self.rendering(rows)?;
+        let sql = format!(
+            "SELECT count(*)::text FROM ({}) AS mezzanine_r WHERE mezzanine_r::text IS NOT NULL",
+            rendering.sql
+        );
+        self.evaluations.texts(self.eval, sql).await.map(|_| ())
+    }
+
     pub(super) fn rendering(&self, rows: &[Vec<Value>]) -> Result<Rendering, Refused> {
         if self.write.returning.is_empty() {
             return Ok(Rendering {

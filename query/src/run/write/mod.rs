@@ -239,6 +239,7 @@ impl<S: CellStore> Writer<'_, S> {
         };
         let (rows, cells): (Vec<_>, Vec<Vec<Cell>>) = done.into_iter().flatten().unzip();
         self.ids_known(&rows)?;
+        self.renders(&rows).await?;
         named.extend(cells.iter().flatten().map(|c| c.key.row_key));
         Ok((rows, cells, tag, named))
     }

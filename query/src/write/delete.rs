@@ -15,12 +15,13 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
     let [target] = from.as_slice() else {
         return Err("DELETE from several tables: delete from each on its own".to_string());
     };
-    let delete = &match &target.relation {
+    let rewritten = match &target.relation {
         sqlparser::ast::TableFactor::Table { name, alias, .. } => {
             unqualified(delete, name, alias.is_some())
         }
-        _ => delete.clone(),
+        _ => None,
     };
+    let delete = rewritten.as_ref().unwrap_or(delete);
     if !delete.tables.is_empty()
         || delete.using.is_some()
         || !target.joins.is_empty()

@@ -13,7 +13,8 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     let TableObject::TableName(name) = &insert.table else {
         return Err("inserts into a table function".to_string());
     };
-    let insert = &unqualified(insert, name, insert.table_alias.is_some());
+    let rewritten = unqualified(insert, name, insert.table_alias.is_some());
+    let insert = rewritten.as_ref().unwrap_or(insert);
     let Some(table) = model.table(name) else {
         return Err(format!(
             "inserts into {name}, outside the layout, from a layout table: read the cells \

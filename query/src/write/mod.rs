@@ -31,23 +31,23 @@ pub use update::update;
 /// instead: the runner evaluates SET, WHERE and RETURNING over rows
 /// named so, where PostgreSQL could not resolve the schema, and before,
 /// the answer failed after the cells were put (the app was told the
-/// write failed). PostgreSQL resolves both to the one table. A table the
-/// statement gives an alias cannot be named so (PostgreSQL refuses it),
-/// so then nothing is rewritten.
+/// write failed). PostgreSQL resolves both to the one table. `None`
+/// (nothing to rewrite) where the statement names the table without its
+/// schema, or gives it an alias (which PostgreSQL then requires).
 fn unqualified<T: sqlparser::ast::VisitMut + Clone>(
     node: &T,
     table: &ObjectName,
     aliased: bool,
-) -> T {
-    let mut node = node.clone();
+) -> Option<T> {
     let named: Vec<String> = table
         .0
         .iter()
         .filter_map(|part| part.as_ident().map(folded))
         .collect();
     if aliased || named.len() < 2 || named.len() != table.0.len() {
-        return node;
+        return None;
     }
+    let mut node = node.clone();
     let _ = sqlparser::ast::visit_expressions_mut(&mut node, |e| {
         if let Expr::CompoundIdentifier(parts) = e {
             let n = named.len();
@@ -57,7 +57,7 @@ fn unqualified<T: sqlparser::ast::VisitMut + Clone>(
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
-    node
+    Some(node)
 }
 
 /// The rows an UPDATE's or DELETE's WHERE names by row key (`uuid = $1`,

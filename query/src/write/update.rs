@@ -4,12 +4,13 @@ use super::*;
 
 /// The plan of an UPDATE.
 pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
-    let update = &match &update.table.relation {
+    let rewritten = match &update.table.relation {
         sqlparser::ast::TableFactor::Table { name, alias, .. } => {
             unqualified(update, name, alias.is_some())
         }
-        _ => update.clone(),
+        _ => None,
     };
+    let update = rewritten.as_ref().unwrap_or(update);
     let mut scope = Scope::default();
     scope.add(model, &update.table.relation)?;
     let written = scope.tables[0].written.clone();

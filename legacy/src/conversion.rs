@@ -38,7 +38,7 @@
 //! | `smallint[]`, `integer[]`, `bigint[]` | array of integers (null elements allowed) |
 //! | `numeric[]`, `real[]`, `double precision[]`, `boolean[]`, `uuid[]`, `timestamptz[]`, `timestamp[]`, `date[]`, `time[]`, `timetz[]`, `interval[]`, `bytea[]`, `inet[]`, `cidr[]`, `macaddr[]`, `character(n)[]`, an enum's array | array of the element type's JSON form (null elements allowed) |
 //! | `money[]`, `bit(n)[]`, `bit varying(n)[]`, `tsvector[]`, `tsquery[]`, `hstore[]`, `xml[]`, `point[]` … `circle[]`, `int4range[]` … `tstzrange[]` | array of the element type's JSON form (a `box[]`'s literal separates its elements with `;`, as PostgreSQL's does) |
-//! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` reads as an SQL NULL element, as a field does) |
+//! | `jsonb[]`, `json[]` | array of JSON values, each as a `jsonb` (or `json`) field's (an element that is JSON `null` is refused unless `layout.json_null = "sql_null"` carries it as an SQL NULL element, as a field's) |
 //!
 //! Every array may have up to six dimensions: nested JSON arrays,
 //! rectangular, subscripted from 1 ([`dims`]); a `json[]`'s and a

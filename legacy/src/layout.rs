@@ -478,6 +478,45 @@ mod tests {
     }
 
     #[test]
+    fn json_null_is_refused_where_a_cell_would_read_it_as_sql_null() {
+        use conversion::Element;
+        let mut meta = field(Conversion::Jsonb, None, None);
+        let err = meta.render(Some("null".into())).unwrap_err();
+        assert!(
+            err.contains("JSON null") && err.contains("layout.json_null"),
+            "{err}"
+        );
+        assert_eq!(meta.render(None), Ok(json!(null)));
+        assert_eq!(meta.render(Some("[null]".into())), Ok(json!([null])));
+        meta.not_null = true;
+        assert_eq!(meta.render(Some("null".into())), Ok(json!(null)));
+        meta.not_null = false;
+        meta.json_null_as_sql_null = true;
+        assert_eq!(meta.render(Some("null".into())), Ok(json!(null)));
+
+        // An array's elements, each as its text: JSON `null` ("null",
+        // spacing kept by a `json`) against an SQL NULL element (null).
+        for element in [Element::Json, Element::Jsonb] {
+            let mut docs = field(Conversion::ArrayOf(element), None, None);
+            let read = r#"["{\"a\": 1}", " null ", null]"#;
+            let err = docs.render(Some(read.into())).unwrap_err();
+            assert!(
+                err.starts_with("element 2: ") && err.contains("JSON null"),
+                "{err}"
+            );
+            assert_eq!(
+                docs.render(Some(r#"["{\"a\": 1}", "\"null\"", null]"#.into())),
+                Ok(json!([{"a": 1}, "null", null]))
+            );
+            docs.json_null_as_sql_null = true;
+            assert_eq!(
+                docs.render(Some(read.into())),
+                Ok(json!([{"a": 1}, null, null]))
+            );
+        }
+    }
+
+    #[test]
     fn a_field_checks_its_labels_and_length() {
         let status = field(Conversion::Enum, None, Some(&["requested", "completed"]));
         assert_eq!(

@@ -37,7 +37,7 @@ pub(crate) async fn latest(
 }
 
 /// The ref key of row `k`'s latest BASE cell.
-async fn version(store: &impl CellStore, k: uuid::Uuid) -> i64 {
+pub(crate) async fn version(store: &impl CellStore, k: uuid::Uuid) -> i64 {
     latest(store, k, "BASE")
         .await
         .expect("a BASE cell")

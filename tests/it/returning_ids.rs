@@ -15,7 +15,7 @@ use crate::harness::LegacyDb;
 
 use crate::proxy::{psql, raw_session, ProxyProcess};
 use crate::proxy_modes::raw_answer;
-use crate::proxy_writes::{latest, primary_without_reverse, proxy_in, trip};
+use crate::proxy_writes::{latest, primary_without_reverse, proxy_in, trip, version};
 
 /// The row description and the first data row of a simple Query's
 /// answer (the statement's own, where the Query is wrapped in
@@ -92,16 +92,7 @@ async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
     same(format!(
         "UPDATE trips SET status = 'accepted', version = version + 1 WHERE uuid = '{k}' RETURNING *"
     ));
-    assert_eq!(
-        latest(&facade, k, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        2
-    );
+    assert_eq!(version(&facade, k).await, 2);
     same(format!(
         "UPDATE trips t SET fare = t.fare * 2, version = t.version + 1 WHERE t.uuid = '{k}' \
          RETURNING t.id, t.id * 10 AS tenfold, t.uuid"
@@ -156,16 +147,7 @@ async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
         !ok && err.contains(&z.to_string()) && err.contains("which has none yet"),
         "{err}"
     );
-    assert_eq!(
-        latest(&facade, z, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        1
-    );
+    assert_eq!(version(&facade, z).await, 1);
 
     // The audit says where the id comes from; a child's parent key and an
     // upsert's id are still refused.
@@ -223,16 +205,7 @@ async fn a_write_naming_columns_by_schema_or_returning_what_fails_answers_as_pos
              \"public\".\"trips\".\"version\""
         ),
     );
-    assert_eq!(
-        latest(&facade, k, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        2
-    );
+    assert_eq!(version(&facade, k).await, 2);
     let url = proxy.url(&db);
     let a = uuid::Uuid::new_v4();
     let (ok, out, err) = psql(
@@ -270,15 +243,6 @@ async fn a_write_naming_columns_by_schema_or_returning_what_fails_answers_as_pos
         err.contains("division by zero") && direct_err.contains("division by zero"),
         "{err}"
     );
-    assert_eq!(
-        latest(&facade, k, "BASE")
-            .await
-            .unwrap()
-            .cell
-            .key
-            .ref_key
-            .get(),
-        2
-    );
+    assert_eq!(version(&facade, k).await, 2);
     facade.close().await;
 }

@@ -116,9 +116,14 @@ impl Field {
     /// the other one. It is refused, naming the choices, unless the
     /// layout says the app never tells the two apart
     /// (`layout.json_null = "sql_null"`). In a `NOT NULL` column it can
-    /// only be JSON's, and is read as it is ([`Field::null_is_json`]).
+    /// only be JSON's, and is read as it is ([`Field::null_is_json`]). An
+    /// element of a `json[]`/`jsonb[]` that is JSON `null` is refused
+    /// alike (an SQL NULL element is what a cell's `null` element means).
     pub fn render(&self, text: Option<String>) -> Result<Value, String> {
         let stored = text.is_some();
+        if let (Some(text), false) = (&text, self.json_null_as_sql_null) {
+            json_null_element(self.conversion, text)?;
+        }
         let value = self.conversion.render_owned(text)?;
         if stored
             && value.is_null()
@@ -245,5 +250,35 @@ impl Field {
             return Ok(Some(text[..at].to_string()));
         }
         Err(format!("is {chars} characters, over the {max} it holds"))
+    }
+}
+
+/// Refuses a `json[]`/`jsonb[]` read (`text`, its elements each as their
+/// text) with an element that is JSON `null`: a cell's array has one
+/// `null` element, which is SQL NULL, so it would come back as SQL NULL.
+fn json_null_element(conversion: Conversion, text: &str) -> Result<(), String> {
+    use crate::conversion::Element;
+    if !matches!(
+        conversion,
+        Conversion::ArrayOf(Element::Json | Element::Jsonb)
+    ) {
+        return Ok(());
+    }
+    let Ok(Value::Array(elements)) = serde_json::from_str::<Value>(text) else {
+        // Not a flat array's text: the conversion refuses it.
+        return Ok(());
+    };
+    match elements
+        .iter()
+        .position(|e| matches!(e, Value::String(t) if t.trim() == "null"))
+    {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "element {}: a value that is JSON null, where a cell's array has one null \
+             element, which is SQL NULL, so the value would come back as SQL NULL. Store \
+             SQL NULL instead, or set layout.json_null = \"sql_null\" if the app never \
+             tells the two apart",
+            i + 1
+        )),
     }
 }

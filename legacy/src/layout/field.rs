@@ -282,3 +282,96 @@ fn json_null_element(conversion: Conversion, text: &str) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(conversion: Conversion, max_chars: Option<usize>, labels: Option<&[&str]>) -> Field {
+        Field {
+            json: "f".into(),
+            sql: "f".into(),
+            conversion,
+            sql_type: "t".into(),
+            typname: "t".into(),
+            base_type: "t".into(),
+            typmod: -1,
+            max_chars,
+            labels: labels.map(|l| l.iter().map(|s| s.to_string()).collect()),
+            generated: false,
+            identity_always: false,
+            not_null: false,
+            json_null_as_sql_null: false,
+        }
+    }
+
+    #[test]
+    fn json_null_is_refused_where_a_cell_would_read_it_as_sql_null() {
+        use conversion::Element;
+        let mut meta = field(Conversion::Jsonb, None, None);
+        let err = meta.render(Some("null".into())).unwrap_err();
+        assert!(
+            err.contains("JSON null") && err.contains("layout.json_null"),
+            "{err}"
+        );
+        assert_eq!(meta.render(None), Ok(json!(null)));
+        assert_eq!(meta.render(Some("[null]".into())), Ok(json!([null])));
+        meta.not_null = true;
+        assert_eq!(meta.render(Some("null".into())), Ok(json!(null)));
+        meta.not_null = false;
+        meta.json_null_as_sql_null = true;
+        assert_eq!(meta.render(Some("null".into())), Ok(json!(null)));
+
+        // An array's elements, each as its text: JSON `null` ("null",
+        // spacing kept by a `json`) against an SQL NULL element (null).
+        for element in [Element::Json, Element::Jsonb] {
+            let mut docs = field(Conversion::ArrayOf(element), None, None);
+            let read = r#"["{\"a\": 1}", " null ", null]"#;
+            let err = docs.render(Some(read.into())).unwrap_err();
+            assert!(
+                err.starts_with("element 2: ") && err.contains("JSON null"),
+                "{err}"
+            );
+            assert_eq!(
+                docs.render(Some(r#"["{\"a\": 1}", "\"null\"", null]"#.into())),
+                Ok(json!([{"a": 1}, "null", null]))
+            );
+            docs.json_null_as_sql_null = true;
+            assert_eq!(
+                docs.render(Some(read.into())),
+                Ok(json!([{"a": 1}, null, null]))
+            );
+        }
+    }
+
+    #[test]
+    fn a_field_checks_its_labels_and_length() {
+        let status = field(Conversion::Enum, None, Some(&["requested", "completed"]));
+        assert_eq!(
+            status.accept(&json!("completed")).unwrap(),
+            (json!("completed"), Some("completed".into()))
+        );
+        assert_eq!(status.accept(&json!(null)).unwrap(), (json!(null), None));
+        let err = status.accept(&json!("Completed")).unwrap_err();
+        assert!(
+            err.contains("\"Completed\" is not a label") && err.contains("requested, completed"),
+            "{err}"
+        );
+        // `character(3)`: padding does not count, the rest does.
+        let code = field(Conversion::Char, Some(3), None);
+        assert_eq!(code.accept(&json!("ab    ")).unwrap().0, json!("ab"));
+        let err = code.accept(&json!("abcd")).unwrap_err();
+        assert!(err.contains("is 4 characters, over the 3"), "{err}");
+        // `varchar(3)`: spaces over the limit are cut, as PostgreSQL
+        // cuts them on assignment; anything else over it is refused.
+        let short = field(Conversion::Text, Some(3), None);
+        assert_eq!(
+            short.accept(&json!("ab    ")).unwrap(),
+            (json!("ab "), Some("ab ".into()))
+        );
+        assert_eq!(short.accept(&json!("ééé  ")).unwrap().0, json!("ééé"));
+        assert!(short.accept(&json!("ab  c")).is_err());
+        assert_eq!(short.accept(&json!("abc")).unwrap().0, json!("abc"));
+    }
+}

@@ -222,8 +222,13 @@ pub enum OnConflict {
     /// an exclusion constraint refuses) is skipped too, as PostgreSQL
     /// skips it (not only one whose key is taken).
     Nothing { any: bool },
-    /// `DO UPDATE SET`: the assignments, on the latest row and `EXCLUDED`.
-    Update(Vec<(String, Expr)>),
+    /// `DO UPDATE SET ... [WHERE ...]`: the assignments, on the latest
+    /// row and `EXCLUDED`, where the condition holds there (a row where
+    /// it does not is left as it is, and neither counted nor returned).
+    Update {
+        sets: Vec<(String, Expr)>,
+        condition: Option<Box<Expr>>,
+    },
 }
 
 /// What a statement becomes.

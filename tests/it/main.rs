@@ -141,6 +141,7 @@ mod text_case;
 mod text_search;
 mod tls;
 mod triggers;
+mod upserts;
 mod verify;
 mod worker;
 mod xml;

@@ -2199,18 +2199,6 @@ async fn an_insert_returning_the_integer_id_is_answered_with_the_id_the_row_gets
         &format!("UPDATE trips SET version = version + 1 WHERE id = {id_b};\n"),
     );
     assert!(ok && out.trim() == "UPDATE 1", "{out}{err}");
-    // An upsert's id is still refused, with the reason (an UPDATE's and
-    // a DELETE's are answered: tests/it/returning_ids.rs).
-    let refused = format!(
-        "{} ON CONFLICT (uuid) DO UPDATE SET status = 'x', version = trips.version + 1 \
-         RETURNING id",
-        trip(a)
-    );
-    let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{refused};\n"));
-    assert!(
-        !ok && err.contains("which no cell holds"),
-        "{refused}: {err}"
-    );
     pool.close().await;
     facade.close().await;
 }

@@ -55,7 +55,11 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     }
     let upserts = matches!(&insert.on, Some(OnInsert::OnConflict(c))
         if matches!(c.action, OnConflictAction::DoUpdate(_)));
-    let ids = if upserts { Ids::Unknown } else { Ids::Reserved };
+    let ids = if upserts {
+        Ids::Upserted
+    } else {
+        Ids::Reserved
+    };
     let returns_id = check_returning(model, table, name, insert.returning.as_deref(), ids)?;
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
     // A parent row given its integer id: the id is reserved for it, as
@@ -132,7 +136,10 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
                         }
                     }
                 }
-                OnConflict::Update(sets)
+                OnConflict::Update {
+                    sets,
+                    condition: update.selection.clone().map(Box::new),
+                }
             }
         },
         _ => OnConflict::Fail,
@@ -150,7 +157,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         returning: returning_items(model, table, insert.returning.as_deref()),
         reserves_ids,
-        reads_ids: false,
+        reads_ids: upserts && returns_id,
         bumped,
     })))
 }

@@ -218,8 +218,7 @@ pub(crate) fn uuid_of_id(model: &Model, id: &Expr, any: bool) -> Option<Expr> {
 /// RETURNING (no cell holds them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ids {
-    /// Nowhere: an upsert's row may be a new one or an existing one
-    /// under another id, and a child table's key is its parent's id.
+    /// Nowhere: a child table's key is its parent's id.
     Unknown,
     /// A parent INSERT that updates no existing row: the runner draws
     /// each row's id and reserves it for the row (`mezzanine.row_ids`),
@@ -229,6 +228,10 @@ enum Ids {
     /// the legacy table has it or, for a row the reverse mirror has not
     /// inserted yet, as its reservation says (ids never change).
     Existing,
+    /// A parent upsert: a row inserted is [`Ids::Reserved`], one that
+    /// exists keeps its own ([`Ids::Existing`]), read as its DO UPDATE
+    /// is evaluated.
+    Upserted,
 }
 
 /// RETURNING may name only what the cells hold, and the parent's integer

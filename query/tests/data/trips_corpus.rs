@@ -104,7 +104,17 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) WHERE status <> 'x' DO NOTHING", Class::None, "a partial index's conflict"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ((SELECT id FROM trips WHERE uuid = $1), $2, $3, $4) ON CONFLICT (seq) DO NOTHING", Class::None, "on trip_notes: a cell put reports a conflict on the row's key alone, (seq, trip_id)"),
     ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) RETURNING id", Class::Write, "reserve each row's integer id (the one given, or drawn from its default) in mezzanine.row_ids"),
-    ("INSERT INTO trips (driver_uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 RETURNING id", Class::None, "RETURNING trips.id, the integer id"),
+    // An upsert's RETURNING id: the one reserved for a row inserted, an
+    // existing row's own (Prisma's upsert returns every column).
+    ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 RETURNING id", Class::Write, "reserve each row's integer id (the one given, or drawn from its default) in mezzanine.row_ids: the reverse mirror inserts the row under it\nread each row's integer id (the legacy table's"),
+    // DO UPDATE ... WHERE: evaluated over the latest cells and EXCLUDED;
+    // Prisma's shape, schema-qualified, `AND 1=1` included.
+    (r#"INSERT INTO "public"."trips" ("uuid","status","version") VALUES ($1,$2,1) ON CONFLICT ("uuid") DO UPDATE SET "status" = $3, "version" = ("public"."trips"."version" + 1) WHERE ("public"."trips"."uuid" = $4 AND 1=1) RETURNING "public"."trips"."id", "public"."trips"."status""#, Class::Write, "otherwise (a cell exists), if (\"trips\".\"uuid\" = $4 AND 1 = 1) holds on the latest cells (EXCLUDED: the proposed row; else the row is left, neither counted nor returned):"),
+    ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 WHERE trips.status <> EXCLUDED.status", Class::Write, "if trips.status <> EXCLUDED.status holds on the latest cells"),
+    ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 WHERE trips.id > 5", Class::None, "ON CONFLICT DO UPDATE WHERE trips.id > 5 uses trips.id, the integer id, which no cell holds"),
+    ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 WHERE trips.status IN (SELECT status FROM trips)", Class::None, "reads the tables (trips.status IN (SELECT status FROM trips)): run it first, in the app"),
+    ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = trips.id::text, version = trips.version + 1", Class::None, "ON CONFLICT DO UPDATE SET status = trips.id::TEXT uses trips.id, the integer id"),
+    ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.no_such_column, version = trips.version + 1", Class::None, "uses trips.no_such_column, which the layout does not map"),
     ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4) RETURNING trip_id", Class::None, "the integer id"),
     // RETURNING expressions over the cells' columns are evaluated over the
     // rows written; one reading the integer id or a table is not.

@@ -244,7 +244,7 @@ impl<S: CellStore> Writer<'_, S> {
             };
             match conflict {
                 OnConflict::Fail => return Err(duplicate(&self.table_name(), &again.key.row_key)),
-                OnConflict::Update(_) => {
+                OnConflict::Update { .. } => {
                     return Err(Refused::new(
                         "21000",
                         "ON CONFLICT DO UPDATE command cannot affect row a second time: \

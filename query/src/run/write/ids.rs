@@ -192,15 +192,26 @@ async fn existing_ids(
 }
 
 impl<S: CellStore> Writer<'_, S> {
-    /// Reads the integer ids of the rows `keys` an UPDATE or DELETE
-    /// names, where its RETURNING reads them ([`Write::reads_ids`]).
+    /// Reads the integer ids of the existing rows `keys` an UPDATE,
+    /// DELETE or upsert names, where its RETURNING reads them
+    /// ([`Write::reads_ids`]).
     pub(super) async fn read_ids(&self, keys: &[RowKey]) -> Result<(), Refused> {
-        if !self.write.reads_ids || keys.is_empty() || self.ids.get().is_some() {
+        if !self.write.reads_ids || keys.is_empty() {
             return Ok(());
         }
         let ids = existing_ids(self.eval.legacy, keys).await?;
-        let _ = self.ids.set(ids);
+        self.ids.lock().expect("no panic holds it").extend(ids);
         Ok(())
+    }
+
+    /// The integer id of existing row `key`, if [`Writer::read_ids`]
+    /// read one.
+    pub(super) fn existing_id(&self, key: &RowKey) -> Option<i64> {
+        self.ids
+            .lock()
+            .expect("no panic holds it")
+            .get(key)
+            .copied()
     }
 
     /// Refuses, before any cell is put, a statement whose RETURNING reads
@@ -232,8 +243,9 @@ impl<S: CellStore> Writer<'_, S> {
         }
     }
 
-    /// The (row key, integer id) of each kept row of `rows`, where the
-    /// statement reserves ids.
+    /// The (row key, integer id) of each kept row of `rows` the
+    /// statement inserts, where it reserves ids: an upsert's row that
+    /// existed keeps its own ([`Writer::existing_id`]).
     pub(super) fn reservations(
         &self,
         rows: &[Vec<Value>],
@@ -250,23 +262,24 @@ impl<S: CellStore> Writer<'_, S> {
         ) else {
             return Ok(Vec::new());
         };
-        rows.iter()
-            .zip(staged.kept())
-            .filter(|(_, &kept)| kept)
-            .map(|(row, _)| {
-                let key = row[key]
-                    .as_str()
-                    .and_then(|k| k.parse::<uuid::Uuid>().ok())
-                    .map(RowKey::from);
-                match (key, row[id].as_i64()) {
-                    (Some(key), Some(id)) => Ok((key, id)),
-                    _ => Err(Refused::new(
+        let mut out = Vec::new();
+        for (row, _) in rows.iter().zip(staged.kept()).filter(|(_, &kept)| kept) {
+            let key = row[key]
+                .as_str()
+                .and_then(|k| k.parse::<uuid::Uuid>().ok())
+                .map(RowKey::from);
+            match (key, row[id].as_i64()) {
+                (Some(key), Some(_)) if self.existing_id(&key).is_some() => {}
+                (Some(key), Some(id)) => out.push((key, id)),
+                _ => {
+                    return Err(Refused::new(
                         "XX000",
                         format!("a row inserted without its key or id: {:?}", row),
-                    )),
+                    ))
                 }
-            })
-            .collect()
+            }
+        }
+        Ok(out)
     }
 
     /// The keys of the kept rows of `rows` that [`number_rows`] numbers:
@@ -275,7 +288,7 @@ impl<S: CellStore> Writer<'_, S> {
     pub(super) fn unnumbered(&self, rows: &[Vec<Value>], staged: &Staged) -> Vec<RowKey> {
         let inserts = self.write.table == Table::Parent
             && matches!(&self.write.rows, Rows::Insert { conflict, .. }
-                if !matches!(conflict, OnConflict::Update(_)));
+                if !matches!(conflict, OnConflict::Update { .. }));
         let key = self
             .cols
             .iter()

@@ -163,10 +163,11 @@ struct Writer<'a, S> {
     evaluations: &'a evaluations::Evaluations,
     /// The rows the batch names by literal keys, read for all at once.
     readahead: &'a readahead::Readahead,
-    /// The integer ids of the rows an UPDATE or DELETE names, where its
-    /// RETURNING reads them ([`Write::reads_ids`]), read before its rows
-    /// are evaluated.
-    ids: std::sync::OnceLock<std::collections::HashMap<RowKey, i64>>,
+    /// The integer ids of the existing rows the statement names, where
+    /// its RETURNING reads them ([`Write::reads_ids`]): an UPDATE's or
+    /// DELETE's, read before its rows are evaluated; an upsert's, of each
+    /// row found to exist, read before its DO UPDATE is evaluated.
+    ids: std::sync::Mutex<std::collections::HashMap<RowKey, i64>>,
 }
 
 /// A written row's values (one per [`Col`]) and its cells.

@@ -105,9 +105,18 @@ impl<S: CellStore> Writer<'_, S> {
             return match conflict {
                 OnConflict::Fail => Err(duplicate(&self.layout().table, &key)),
                 OnConflict::Nothing { .. } => Ok(None),
-                OnConflict::Update(sets) => {
-                    let sets = excluded(sets, self.cols, &new)?;
-                    self.update(&key, &latest, &sets, &[]).await
+                OnConflict::Update { sets, condition } => {
+                    let sets = sets
+                        .iter()
+                        .map(|(name, e)| Ok((name.clone(), excluded(e, self.cols, &new)?)))
+                        .collect::<Result<Vec<_>, Refused>>()?;
+                    let condition = condition
+                        .iter()
+                        .map(|c| excluded(c, self.cols, &new))
+                        .collect::<Result<Vec<_>, Refused>>()?;
+                    // The row keeps its id, which RETURNING reads.
+                    self.read_ids(&[key]).await?;
+                    self.update(&key, &latest, &sets, &condition).await
                 }
             };
         }
@@ -235,13 +244,9 @@ impl<S: CellStore> Writer<'_, S> {
             .iter()
             .map(|c| match c.kind {
                 Kind::RowKey => Value::String(key.uuid().to_string()),
-                // An UPDATE's or DELETE's RETURNING reads it (an INSERT
-                // reads no row).
-                Kind::Id => self
-                    .ids
-                    .get()
-                    .and_then(|ids| ids.get(key))
-                    .map_or(Value::Null, |id| Value::from(*id)),
+                // An UPDATE's, DELETE's or upsert's RETURNING reads it
+                // (a plain INSERT reads no row).
+                Kind::Id => self.existing_id(key).map_or(Value::Null, Value::from),
                 Kind::RefKey(i) => latest[i]
                     .as_ref()
                     .map_or(Value::Null, |s| Value::from(s.cell.key.ref_key.get())),
@@ -434,47 +439,40 @@ pub(super) fn duplicate(table: &str, key: &RowKey) -> Refused {
     .of_row(*key)
 }
 
-/// `sets` with every `EXCLUDED.x` replaced by the proposed row's typed
-/// value of `x` (`NULL` for a column the layout does not map).
-fn excluded(
-    sets: &[(String, Expr)],
-    cols: &[Col],
-    proposed: &[Value],
-) -> Result<Vec<(String, Expr)>, Refused> {
-    let mut out = Vec::with_capacity(sets.len());
-    for (name, e) in sets {
-        let mut e = e.clone();
-        let mut failed = None;
-        let _ = visit_expressions_mut(&mut e, |e| {
-            if let Expr::CompoundIdentifier(parts) = e {
-                if let [table, column] = parts.as_slice() {
-                    if folded(table) == "excluded" {
-                        let column = folded(column);
-                        let typed = match cols.iter().position(|c| c.sql == column) {
-                            Some(at) => cols[at].typed(&proposed[at]),
-                            None => Ok("NULL".to_string()),
-                        };
-                        match typed.and_then(|sql| {
-                            Parser::new(&PostgreSqlDialect {})
-                                .try_with_sql(&sql)
-                                .and_then(|mut p| p.parse_expr())
-                                .map_err(|e| Refused::new("XX000", e.to_string()))
-                        }) {
-                            Ok(value) => *e = Expr::Nested(Box::new(value)),
-                            Err(err) => {
-                                failed = Some(err);
-                                return ControlFlow::Break(());
-                            }
+/// `e` with every `EXCLUDED.x` replaced by the proposed row's typed
+/// value of `x` (`NULL` for a column the layout does not map; the
+/// translator refuses one in a condition).
+fn excluded(e: &Expr, cols: &[Col], proposed: &[Value]) -> Result<Expr, Refused> {
+    let mut e = e.clone();
+    let mut failed = None;
+    let _ = visit_expressions_mut(&mut e, |e| {
+        if let Expr::CompoundIdentifier(parts) = e {
+            if let [table, column] = parts.as_slice() {
+                if folded(table) == "excluded" {
+                    let column = folded(column);
+                    let typed = match cols.iter().position(|c| c.sql == column) {
+                        Some(at) => cols[at].typed(&proposed[at]),
+                        None => Ok("NULL".to_string()),
+                    };
+                    match typed.and_then(|sql| {
+                        Parser::new(&PostgreSqlDialect {})
+                            .try_with_sql(&sql)
+                            .and_then(|mut p| p.parse_expr())
+                            .map_err(|e| Refused::new("XX000", e.to_string()))
+                    }) {
+                        Ok(value) => *e = Expr::Nested(Box::new(value)),
+                        Err(err) => {
+                            failed = Some(err);
+                            return ControlFlow::Break(());
                         }
                     }
                 }
             }
-            ControlFlow::Continue(())
-        });
-        if let Some(err) = failed {
-            return Err(err);
         }
-        out.push((name.clone(), e));
+        ControlFlow::Continue(())
+    });
+    match failed {
+        Some(err) => Err(err),
+        None => Ok(e),
     }
-    Ok(out)
 }

@@ -83,31 +83,35 @@ pub(super) fn upserted(
              next child row instead"
         ));
     }
-    if update.selection.is_some() {
-        return Err(
-            "ON CONFLICT DO UPDATE ... WHERE: check the condition in the app on the \
-                    latest cell, then write"
-                .to_string(),
-        );
+    for a in &update.assignments {
+        cells_only(
+            model,
+            table,
+            name,
+            &format!("SET {} = {}", a.target, a.value),
+            &a.value,
+        )?;
     }
-    let shown = |e: &Expr| -> Result<String, String> {
+    let condition = match &update.selection {
+        Some(condition) => {
+            cells_only(model, table, name, &format!("WHERE {condition}"), condition)?;
+            Some(condition.to_string())
+        }
+        None => None,
+    };
+    let shown = |e: &Expr| -> String {
         if let Expr::CompoundIdentifier(parts) = strip(e) {
             if let [table, column] = parts.as_slice() {
                 if folded(table) == "excluded" {
                     let column = folded(column);
                     return match columns.iter().position(|c| *c == column) {
-                        Some(i) => Ok(value_text(row.values[i])),
-                        None => Ok("null".to_string()),
+                        Some(i) => value_text(row.values[i]),
+                        None => "null".to_string(),
                     };
                 }
             }
         }
-        if crate::expr::subquery_in(e).is_some() {
-            return Err(format!(
-                "the upsert sets a value from a subquery ({e}): run it first"
-            ));
-        }
-        Ok(shown_value(e))
+        shown_value(e)
     };
     let mut out = Vec::new();
     for mut first in inserted {
@@ -126,10 +130,10 @@ pub(super) fn upserted(
             let target = last(target);
             match model.source(table, &target) {
                 Source::RefKey { .. } if target == column.ref_key => {
-                    ref_key = Some(shown(&a.value)?)
+                    ref_key = Some(shown(&a.value))
                 }
                 Source::Field { column: fc, field } if fc == c => {
-                    fields.push((field, shown(&a.value)?))
+                    fields.push((field, shown(&a.value)))
                 }
                 Source::Field { .. } | Source::RefKey { .. } => {}
                 Source::RowKey => {
@@ -160,7 +164,14 @@ pub(super) fn upserted(
             fields,
             read_latest: false,
             merge: true,
-            checks: vec!["otherwise (a cell exists):".to_string()],
+            checks: vec![match &condition {
+                Some(condition) => format!(
+                    "otherwise (a cell exists), if {condition} holds on the latest cells \
+                     (EXCLUDED: the proposed row; else the row is left, neither counted nor \
+                     returned):"
+                ),
+                None => "otherwise (a cell exists):".to_string(),
+            }],
         };
         first.read_latest = true;
         first.checks = vec![format!("if the row has no {} cell:", first.column)];
@@ -168,4 +179,44 @@ pub(super) fn upserted(
         out.push(next);
     }
     Ok(out)
+}
+
+/// Refuses a DO UPDATE's `clause` whose expression `e` the runner
+/// cannot evaluate as PostgreSQL does, over the existing row's latest
+/// cells (`EXCLUDED.x` being the proposed row's value): one that reads a
+/// column no cell holds (before, a SET of `t.id` evaluated over a row
+/// without it, as NULL), or a table (a subquery would read
+/// PostgreSQL's, which lag the facade's writes).
+fn cells_only(
+    model: &Model,
+    table: Table,
+    name: &ObjectName,
+    clause: &str,
+    e: &Expr,
+) -> Result<(), String> {
+    if let Some(subquery) = crate::expr::subquery_in(e) {
+        return Err(format!(
+            "ON CONFLICT DO UPDATE {clause} reads the tables ({subquery}): run it first, in \
+             the app"
+        ));
+    }
+    for column in column_names_in(e) {
+        match model.source(table, &column) {
+            Source::IntegerId => {
+                return Err(format!(
+                    "ON CONFLICT DO UPDATE {clause} uses {name}.{column}, the integer id, \
+                     which no cell holds: use the UUID {} (the row key)",
+                    model.layout.uuid
+                ))
+            }
+            Source::Unmapped => {
+                return Err(format!(
+                    "ON CONFLICT DO UPDATE {clause} uses {name}.{column}, which the layout \
+                     does not map: add it to the fields of a column"
+                ))
+            }
+            Source::RowKey | Source::RefKey { .. } | Source::Field { .. } => {}
+        }
+    }
+    Ok(())
 }

@@ -133,6 +133,7 @@ mod proxy_writes;
 mod query;
 mod ranges;
 mod returning_ids;
+mod reverse_unreadable;
 mod runbook;
 mod schema;
 mod servers;

@@ -24,8 +24,10 @@
 //! parent row with its child rows, or one child row. Cells of other
 //! columns the layout does not map are skipped (counted). Cells
 //! the legacy model refuses (a value its SQL type cannot hold, a child
-//! whose parent row exists nowhere) are parked in
-//! `mezzanine.reverse_parked` with the reason, and the shard moves on.
+//! whose parent row exists nowhere), and cells whose legacy row it cannot
+//! read as a cell (a value the layout refuses, written there directly),
+//! are parked in `mezzanine.reverse_parked` with the reason, and the
+//! shard moves on.
 //!
 //! A row's child cells may come before its row cell in the change log:
 //! one put writes its cells in address order, and a child column's name
@@ -396,12 +398,15 @@ impl ReverseMirror {
                 followers.remove(&shard);
                 Ok(Applied::default())
             }
-            Err(schemaless::Error::InvalidInput { .. }) => self
-                .apply_one_by_one(shard, apply, parked, before, after, applied)
-                .await
-                .inspect_err(|_| {
-                    followers.remove(&shard);
-                }),
+            // A cell refused, or one whose legacy row cannot be read as a
+            // cell: each on its own, so the others are applied.
+            Err(schemaless::Error::InvalidInput { .. } | schemaless::Error::Unreadable { .. }) => {
+                self.apply_one_by_one(shard, apply, parked, before, after, applied)
+                    .await
+                    .inspect_err(|_| {
+                        followers.remove(&shard);
+                    })
+            }
             Err(e) => {
                 followers.remove(&shard);
                 Err(e.into())
@@ -452,6 +457,18 @@ impl ReverseMirror {
                         _ => parked.push((stored, format!("invalid {field}: {message}"))),
                     }
                 }
+                // The legacy row it would change holds a value the layout
+                // cannot read (an infinite timestamp written directly):
+                // no pass would ever apply it, and the shard would stop.
+                // Parked with the reason; the row is left as it is, to be
+                // mended in PostgreSQL and the cell retried.
+                Err(e @ schemaless::Error::Unreadable { .. }) => parked.push((
+                    stored,
+                    format!(
+                        "{e}: mend the row in PostgreSQL, then retry the parked cells \
+                         (`mezzanine mirror retry`)"
+                    ),
+                )),
                 Err(e) => return Err(e.into()),
             }
         }

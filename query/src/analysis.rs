@@ -251,6 +251,15 @@ fn unvisited_tables(statement: &Statement) -> Vec<&ObjectName> {
 
 /// The plan of a statement that touches the layout, or why there is none.
 fn classify(model: &Model, statement: &Statement) -> Result<Plan, String> {
+    if let Some(joined) = crate::expr::subscripted_columns(statement) {
+        return classify_joined(model, &joined);
+    }
+    classify_joined(model, statement)
+}
+
+/// [`classify`] of a statement whose subscripted columns are whole
+/// ([`crate::expr::subscripted_columns`]).
+fn classify_joined(model: &Model, statement: &Statement) -> Result<Plan, String> {
     match statement {
         Statement::Query(query) => crate::read::plan(model, query),
         Statement::Insert(insert) => crate::write::insert(model, insert),

@@ -332,6 +332,19 @@ fn conditions_besides_the_row_key_become_one_filter_over_the_columns_they_read()
         "(v0 > 1) AND (v1 = 'open' OR lower(v2) LIKE 'a%') AND (v3::TEXT <> '')"
     );
     assert!(read.outer_condition.is_none());
+    // A subscripted column named with its table (`o.sku_tags[1]`, which
+    // sqlparser reads as `o`, `.sku_tags`, `[1]`) is that column,
+    // subscripted; before, `o` was taken for a column ("uses o.o").
+    let read = filtered(
+        "SELECT o.state FROM orders o WHERE o.public_id = $1 AND o.customer_ref[2:3] = '{}'",
+    );
+    let columns: Vec<String> = read.filter_columns.iter().map(|p| p.expr.clone()).collect();
+    assert_eq!(columns, ["o.customer_ref"]);
+    let read = filtered(
+        "SELECT state FROM sales.orders WHERE public_id = $1 AND sales.orders.state[1] IS NULL",
+    );
+    let columns: Vec<String> = read.filter_columns.iter().map(|p| p.expr.clone()).collect();
+    assert_eq!(columns, ["orders.state"]);
     // The key alone: nothing to filter.
     let read = filtered("SELECT state FROM orders WHERE public_id = $1");
     assert!(read.filter.is_none() && read.filter_columns.is_empty());

@@ -13,7 +13,7 @@
 use crate::harness::LegacyDb;
 use crate::proxy::{psql, raw_session, ProxyProcess};
 use crate::proxy_modes::raw_answer;
-use crate::proxy_writes::{primary_without_reverse, proxy_in, trip, version};
+use crate::proxy_writes::{latest, primary_without_reverse, proxy_in, trip, version};
 use crate::returning_ids::{first_row, numbered_trip, through_the_cell_api};
 
 /// The messages of a simple Query's answer that are the statement's
@@ -90,6 +90,25 @@ async fn an_upserts_where_and_returning_id_answer_as_postgresql() {
              version = trips.version + 1 WHERE trips.status <> EXCLUDED.status \
              RETURNING id, status, version",
             trip(k)
+        ),
+    );
+    // A SET that would fail is not evaluated where the WHERE does not
+    // hold, an upsert's or an UPDATE's (before: `division by zero`).
+    answered_as_postgresql(
+        &db,
+        &proxy,
+        &format!(
+            "{} ON CONFLICT (uuid) DO UPDATE SET fare = trips.fare / 0, \
+             version = trips.version + 1 WHERE trips.status = 'cancelled'",
+            trip(k)
+        ),
+    );
+    answered_as_postgresql(
+        &db,
+        &proxy,
+        &format!(
+            "UPDATE trips SET fare = fare / 0, version = version + 1 \
+             WHERE uuid = '{k}' AND status = 'cancelled' RETURNING fare"
         ),
     );
     assert_eq!(version(&facade, k).await, 1);
@@ -169,5 +188,41 @@ async fn an_upserts_where_and_returning_id_answer_as_postgresql() {
         );
     }
     assert_eq!(version(&facade, k).await, 2);
+
+    // A column assigned or listed twice: PostgreSQL's own error (the
+    // proxy forwards it), nothing written. Before, one of the two values
+    // was written and the other dropped.
+    let n = uuid::Uuid::new_v4();
+    for (statement, sqlstate) in [
+        (
+            format!(
+                "UPDATE trips SET status = 'a', status = 'b', version = version + 1 \
+                 WHERE uuid = '{k}'"
+            ),
+            "42601",
+        ),
+        (
+            format!(
+                "{} ON CONFLICT (uuid) DO UPDATE SET status = 'a', \"status\" = 'b', \
+                 version = trips.version + 1",
+                trip(k)
+            ),
+            "42601",
+        ),
+        (
+            trip(n)
+                .replace("status, fare", "status, status, fare")
+                .replace("'requested', 12.5", "'requested', 'x', 12.5"),
+            "42701",
+        ),
+    ] {
+        let (ok, _, err) = psql(
+            &url,
+            &format!("\\set ON_ERROR_STOP 1\n\\set VERBOSITY verbose\n{statement};\n"),
+        );
+        assert!(!ok && err.contains(sqlstate), "{statement}: {err}");
+    }
+    assert_eq!(version(&facade, k).await, 2);
+    assert!(latest(&facade, n, "BASE").await.is_none());
     facade.close().await;
 }

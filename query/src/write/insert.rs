@@ -7,7 +7,6 @@ mod conflict;
 mod values;
 
 use conflict::{conflict_target, upserted};
-pub use values::REFUSED_BY_POSTGRES;
 use values::{positional, source_rows, Values};
 
 /// The plan of an INSERT.
@@ -28,8 +27,18 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         Some(source) if insert.columns.is_empty() => positional(model, table, name, source)?,
         _ => insert.columns.iter().map(last).collect(),
     };
+    let mut listed = std::collections::HashSet::new();
+    if let Some(twice) = columns.iter().find(|c| !listed.insert(*c)) {
+        return Err(refused_by_postgres(
+            "42701",
+            format!("column \"{twice}\" specified more than once"),
+        ));
+    }
     if let Some(OnInsert::OnConflict(c)) = &insert.on {
         conflict_target(model, table, name, c.conflict_target.as_ref())?;
+        if let OnConflictAction::DoUpdate(update) = &c.action {
+            assigned_once(&update.assignments)?;
+        }
     }
     match &insert.on {
         None => {}

@@ -18,12 +18,43 @@ use crate::plan::{Inserted, Keys, OnConflict, Plan, Put, Rows, Write};
 
 mod delete;
 mod insert;
-pub use insert::REFUSED_BY_POSTGRES;
 mod update;
 
 pub use delete::delete;
 pub use insert::insert;
 pub use update::update;
+
+/// How the reason of a write PostgreSQL itself refuses before it runs
+/// begins (an error of parse analysis: more values than columns, VALUES
+/// rows of different lengths, a column listed or assigned twice): the
+/// proxy forwards such a statement in every mode, so the app gets
+/// PostgreSQL's own error, and nothing is written either way.
+pub const REFUSED_BY_POSTGRES: &str = "PostgreSQL refuses it (";
+
+/// The reason of a write PostgreSQL refuses before it runs, with the
+/// SQLSTATE it raises ([`REFUSED_BY_POSTGRES`]).
+fn refused_by_postgres(sqlstate: &str, why: impl std::fmt::Display) -> String {
+    format!("{REFUSED_BY_POSTGRES}{sqlstate}): {why}")
+}
+
+/// Refuses, as PostgreSQL does, a SET that assigns a column twice
+/// (`SET a = 1, a = 2`, an UPDATE's or a DO UPDATE's): translated, one
+/// of the two values was written and the other dropped.
+fn assigned_once(assignments: &[sqlparser::ast::Assignment]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for a in assignments {
+        if let AssignmentTarget::ColumnName(target) = &a.target {
+            let column = last(target);
+            if !seen.insert(column.clone()) {
+                return Err(refused_by_postgres(
+                    "42601",
+                    format!("multiple assignments to same column \"{column}\""),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
 
 /// `node` (a write statement) with each column reference qualified by
 /// its table's schema-qualified name (`"billing"."Accounts"."ext_id"`,

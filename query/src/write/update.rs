@@ -37,6 +37,7 @@ pub fn update(model: &Model, update: &Update) -> Result<Plan, String> {
                 .to_string(),
         );
     }
+    assigned_once(&update.assignments)?;
     let (keys, others, checks) = by_row_key(model, &scope, update.selection.as_ref(), "UPDATE")?;
     let row = keys.text();
     let reads_ids = check_returning(

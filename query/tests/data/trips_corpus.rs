@@ -143,6 +143,11 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2, $3)", Class::None, "PostgreSQL refuses it (42601): INSERT has more expressions than target columns (3 values for 2 columns)"),
     ("INSERT INTO trips (uuid, status) VALUES ($1)", Class::None, "PostgreSQL refuses it (42601): INSERT has more target columns than expressions (1 values for 2 columns)"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2), ($3)", Class::None, "PostgreSQL refuses it (42601): VALUES lists must all be the same length"),
+    // A column listed or assigned twice: PostgreSQL's own error (the
+    // proxy forwards it), where one of the two values was dropped.
+    ("INSERT INTO trips (uuid, status, \"status\") VALUES ($1, $2, $3)", Class::None, "PostgreSQL refuses it (42701): column \"status\" specified more than once"),
+    ("UPDATE trips SET status = $1, status = $2, version = version + 1 WHERE uuid = $3", Class::None, "PostgreSQL refuses it (42601): multiple assignments to same column \"status\""),
+    ("INSERT INTO trips (uuid, version, status) VALUES ($1, 1, $2) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, STATUS = 'x', version = trips.version + 1", Class::None, "PostgreSQL refuses it (42601): multiple assignments to same column \"status\""),
     ("INSERT INTO trips (id, uuid, status) VALUES ((SELECT max(id) + 1 FROM trips), $2, $3)", Class::None, "the integer id, which reads the database"),
     ("INSERT INTO trips (id, uuid, status, version) VALUES ($1, $2, $3, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1", Class::None, "the integer id, in an upsert"),
     ("INSERT INTO trips (id, uuid, status) VALUES (DEFAULT, $1, $2)", Class::Write, "put_cell(row = $1, BASE, ref_key = the default of version, {"),

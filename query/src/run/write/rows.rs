@@ -289,12 +289,20 @@ impl<S: CellStore> Writer<'_, S> {
             }
             targets.push((at, e.to_string()));
         }
-        let (_, values, holds) = self
-            .evaluate(None, &targets, conditions, Some(&base))
-            .await?;
-        if !holds {
-            return Ok(None);
+        // The conditions first, the SET's values only where they hold:
+        // PostgreSQL never evaluates a row's SET where its WHERE fails,
+        // so a value that would fail there (`1 / 0`, an out-of-range
+        // cast) fails nothing. In one SELECT the values were evaluated
+        // anyway, and no `CASE` or `WHERE` can guard them: PostgreSQL
+        // folds an expression of constants (the row's values, here)
+        // before it runs the query.
+        if !conditions.is_empty() {
+            let (_, _, holds) = self.evaluate(None, &[], conditions, Some(&base)).await?;
+            if !holds {
+                return Ok(None);
+            }
         }
+        let (_, values, _) = self.evaluate(None, &targets, &[], Some(&base)).await?;
         let bumped = &self.write.bumped;
         let before = (!bumped.is_empty()).then(|| base.clone());
         let mut new = base;

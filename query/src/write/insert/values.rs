@@ -5,13 +5,6 @@
 
 use super::*;
 
-/// How the reason of an INSERT PostgreSQL itself refuses before it runs
-/// begins (a syntax error of parse analysis, SQLSTATE `42601`: more
-/// values than columns, VALUES rows of different lengths): the proxy
-/// forwards such a statement in every mode, so the app gets PostgreSQL's
-/// own error, and nothing is written either way.
-pub const REFUSED_BY_POSTGRES: &str = "PostgreSQL refuses it (42601): ";
-
 /// PostgreSQL's own refusal of VALUES rows of `lengths` for `columns`
 /// target columns, if it refuses them.
 fn values_refused(lengths: &[usize], columns: usize) -> Option<String> {
@@ -35,7 +28,7 @@ fn values_refused(lengths: &[usize], columns: usize) -> Option<String> {
     } else {
         return None;
     };
-    Some(format!("{REFUSED_BY_POSTGRES}{why}"))
+    Some(refused_by_postgres("42601", why))
 }
 
 /// The target columns of an INSERT that lists none, as PostgreSQL takes
@@ -66,10 +59,13 @@ pub(super) fn positional(
         _ => order.len(),
     };
     if width > order.len() {
-        return Err(format!(
-            "{REFUSED_BY_POSTGRES}INSERT has more expressions than target columns ({width} \
-             values for the {} columns of {name})",
-            order.len()
+        return Err(refused_by_postgres(
+            "42601",
+            format!(
+                "INSERT has more expressions than target columns ({width} values for the {} \
+                 columns of {name})",
+                order.len()
+            ),
         ));
     }
     Ok(order[..width].to_vec())

@@ -672,6 +672,41 @@ async fn a_delete_by_row_key_through_the_proxy_is_a_tombstone_answered_as_postgr
     }
     assert!(latest(&facade, k, "BASE").await.is_some());
 
+    // A row its notes still refer to (trip_notes' foreign key does not
+    // cascade): PostgreSQL's own refusal, the same through the proxy as
+    // on the twin, and nothing written; the notes first, then the row.
+    // Before, the proxy deleted the row with its notes.
+    let (ok, out, err) = psql(&direct, &insert_note(d, 2));
+    assert!(ok, "{out}{err}");
+    let refused = |url: &str, u: uuid::Uuid| {
+        let (ok, _, err) = psql(
+            url,
+            &format!(
+                "\\set ON_ERROR_STOP 1\n\\set VERBOSITY terse\nDELETE FROM trips WHERE uuid = '{u}';\n"
+            ),
+        );
+        assert!(!ok, "{u}: deleted");
+        err
+    };
+    assert_eq!(refused(&url, k), refused(&direct, d));
+    assert!(
+        refused(&url, k).contains("violates foreign key constraint \"trip_notes_trip_id_fkey\""),
+        "{}",
+        refused(&url, k)
+    );
+    assert!(latest(&facade, k, "BASE").await.is_some());
+    assert!(latest(&facade, k, "NOTES").await.is_some());
+    for (url, u) in [(&url, k), (&direct, d)] {
+        let (ok, out, err) = psql(
+            url,
+            &format!(
+                "\\set ON_ERROR_STOP 1\nDELETE FROM trip_notes WHERE trip_id = \
+                 (SELECT id FROM trips WHERE uuid = '{u}');\n"
+            ),
+        );
+        assert!(ok && out.contains("DELETE 1"), "{out}{err}");
+    }
+
     // RETURNING shows the row as it was, in the session's zone, as
     // PostgreSQL's own DELETE of the twin shows it; the tag too.
     let delete = |u: uuid::Uuid| {
@@ -851,5 +886,67 @@ async fn in_a_pipelined_batch_statements_after_a_delete_find_the_row_gone() {
         .await
         .unwrap();
     assert!(raw.is_empty(), "the failed batch wrote {raw:?}");
+    facade.close().await;
+}
+
+/// A DELETE of a parent row through the proxy follows the child table's
+/// foreign key, as PostgreSQL does: `ON DELETE CASCADE` deletes the
+/// child rows with the row (one tombstone hides them, the reverse mirror
+/// deletes them); `SET NULL` would keep them without a parent, which no
+/// cell can hold: refused, nothing written. (`NO ACTION`: PostgreSQL's
+/// `23503`, above.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_delete_follows_the_child_tables_foreign_key() {
+    use crate::proxy::{psql, ProxyProcess};
+    use crate::proxy_writes::{latest, trip};
+
+    let (db, facade, file) = crate::proxy_writes::primary().await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    let url = proxy.url(&db);
+    let on_delete = |action: &str| {
+        format!(
+            "ALTER TABLE trip_notes DROP CONSTRAINT trip_notes_trip_id_fkey, ADD CONSTRAINT \
+             trip_notes_trip_id_fkey FOREIGN KEY (trip_id) REFERENCES trips (id) ON DELETE {action}"
+        )
+    };
+    let with_a_note = || {
+        let k = uuid::Uuid::new_v4();
+        let (ok, out, err) = psql(
+            &url,
+            &format!("\\set ON_ERROR_STOP 1\n{};\n{}", trip(k), insert_note(k, 1)),
+        );
+        assert!(ok, "{out}{err}");
+        k
+    };
+    let delete = |k: uuid::Uuid| {
+        psql(
+            &url,
+            &format!("\\set ON_ERROR_STOP 1\n\\set VERBOSITY verbose\nDELETE FROM trips WHERE uuid = '{k}';\n"),
+        )
+    };
+
+    sqlx::query(sqlx::AssertSqlSafe(on_delete("SET NULL")))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let k = with_a_note();
+    let (ok, _, err) = delete(k);
+    assert!(
+        !ok && err.contains("0A000") && err.contains("cannot outlive it"),
+        "{err}"
+    );
+    assert!(latest(&facade, k, "BASE").await.is_some());
+    assert!(latest(&facade, k, "NOTES").await.is_some());
+
+    sqlx::query(sqlx::AssertSqlSafe(on_delete("CASCADE")))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let (ok, out, err) = delete(k);
+    assert!(ok && out.contains("DELETE 1"), "{out}{err}");
+    assert!(latest(&facade, k, "BASE").await.is_none());
+    assert!(latest(&facade, k, "NOTES").await.is_none());
+    facade.reverse().catch_up().await.unwrap();
+    assert_eq!(in_postgresql(&db, RowKey::from(k)).await, (false, vec![]));
     facade.close().await;
 }

@@ -65,6 +65,23 @@ pub fn delete(model: &Model, delete: &Delete) -> Result<Plan, String> {
         .map(|c| format!("get_cell_latest({row}, {})", model.column(c).name))
         .collect();
     reads.extend(checks);
+    // The child tables' foreign keys, as PostgreSQL follows them.
+    reads.extend(
+        model
+            .layout
+            .columns
+            .iter()
+            .filter(|c| c.kind == config::ColumnKind::Child)
+            .map(|c| {
+                format!(
+                    "get_column_cells({row}, {}): none, unless {}'s foreign key to {} \
+                     cascades (else PostgreSQL's 23503; ON DELETE SET NULL: refused)",
+                    c.name,
+                    c.table.as_deref().unwrap_or_default(),
+                    model.layout.table
+                )
+            }),
+    );
     Ok(Plan::Write(Box::new(Write {
         puts: vec![Put {
             row,

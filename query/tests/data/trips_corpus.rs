@@ -73,8 +73,8 @@ pub const TRIPS: &[Case] = &[
     ("SELECT uuid FROM trips WHERE rider_uuid = $1", Class::None, "declare an [[index]] on column BASE with shard_field = \"rider_uuid\""),
     ("SELECT * FROM trips ORDER BY requested_at DESC LIMIT 10", Class::None, "without its UUID uuid or an equality on an index's shard field"),
     ("SELECT * FROM trips WHERE uuid = $1 FOR UPDATE", Class::None, "row lock (FOR UPDATE)"),
-    ("DELETE FROM trips WHERE uuid = $1", Class::Write, "get_cell_latest(row = $1, BASE)\nput_cell(row = $1, DELETED, ref_key = 0, {row: true})"),
-    ("DELETE FROM trips t WHERE t.uuid IN ($1, $2) AND t.status = 'requested' RETURNING t.uuid, t.fare", Class::Write, "check in the app: t.status = 'requested'\nput_cell(rows in ($1, $2), DELETED, ref_key = 0"),
+    ("DELETE FROM trips WHERE uuid = $1", Class::Write, "get_cell_latest(row = $1, BASE)\nget_column_cells(row = $1, NOTES): none, unless trip_notes's foreign key to trips cascades (else PostgreSQL's 23503; ON DELETE SET NULL: refused)"),
+    ("DELETE FROM trips t WHERE t.uuid IN ($1, $2) AND t.status = 'requested' RETURNING t.uuid, t.fare", Class::Write, "check in the app: t.status = 'requested'\nget_column_cells(rows in ($1, $2), NOTES)"),
     ("DELETE FROM trips WHERE uuid = ANY($1)", Class::Write, "put_cell(rows in $1, DELETED"),
     ("DELETE FROM trips WHERE uuid = $1 RETURNING id", Class::Write, "read each row's integer id (the legacy table's, or its reservation in mezzanine.row_ids: ids never change)\nget_cell_latest(row = $1, BASE)"),
     // The integer id names its row through PostgreSQL's own mapping.

@@ -229,6 +229,12 @@ impl Earlier {
         self.written().deleted.contains(key)
     }
 
+    /// Whether an earlier statement writes child rows of row `key` (an
+    /// INSERT of one, or its tombstone).
+    pub(super) fn writes_children_of(&self, key: &RowKey) -> bool {
+        self.written().children_of.contains(key)
+    }
+
     /// Whether a statement evaluated without the earlier statements'
     /// cells read a row they write: its rows name one, or its error came
     /// from one (a parent missing) or from no row it says (an error

@@ -48,7 +48,8 @@
 //! answered), `batch` (statements pipelined in one implicit transaction,
 //! run as one), `targets` (an INSERT's expressions per column, and its
 //! sequence draws), `ids` (the integer ids reserved for the rows
-//! inserted); this file evaluates and runs a statement's rows.
+//! inserted), `references` (a parent DELETE the child tables' foreign
+//! keys refuse); this file evaluates and runs a statement's rows.
 
 use legacy::layout::{Field, Shape};
 use schemaless::{Body, Cell, RefKey, WriteOutcome};
@@ -67,6 +68,7 @@ mod columns;
 mod evaluations;
 mod ids;
 mod readahead;
+mod references;
 mod rows;
 mod targets;
 
@@ -234,6 +236,14 @@ impl<S: CellStore> Writer<'_, S> {
                     for rows in futures::future::join_all(rows).await {
                         done.extend(rows?.into_iter().map(Some));
                     }
+                }
+                if self.write.table == Table::Parent {
+                    let deleted: Vec<RowKey> = done
+                        .iter()
+                        .flatten()
+                        .filter_map(|(_, cells)| Some(cells.first()?.key.row_key))
+                        .collect();
+                    self.still_referenced(&deleted).await?;
                 }
                 "DELETE"
             }

@@ -1,0 +1,153 @@
+//! A parent row a DELETE would delete while rows of a child table still
+//! refer to it. The cell API has no foreign keys: a row's tombstone hides
+//! its child rows with it, and the reverse mirror deletes them from
+//! PostgreSQL. PostgreSQL deletes them only where the child table's
+//! foreign key says `ON DELETE CASCADE`; with `NO ACTION` or `RESTRICT`
+//! (the default) it refuses the DELETE (`23503`), and an app may count on
+//! that refusal to keep rows it must not lose (a ledger under its
+//! account). Before, the proxy's DELETE in `primary` deleted them.
+
+use legacy::layout::ColumnLayout;
+
+use super::*;
+
+/// What a child table's foreign key to the parent does when a parent
+/// row it refers to is deleted, as `pg_constraint.confdeltype` says it.
+struct OnDelete {
+    /// The constraint's name.
+    name: String,
+    /// `a` (no action), `r` (restrict), `c` (cascade), `n` (set null),
+    /// `d` (set default).
+    action: String,
+    /// The child table's and the parent table's names, as PostgreSQL's
+    /// message gives them.
+    child: String,
+    parent: String,
+}
+
+impl<S: CellStore> Writer<'_, S> {
+    /// Refuses, before any tombstone is put, a DELETE of parent rows
+    /// `deleted` of which one still has child rows (as the facade reads
+    /// them) in a table whose foreign key does not cascade: with
+    /// PostgreSQL's `23503` where it would refuse the DELETE, or `0A000`
+    /// where it would keep the child rows with their key set to NULL or
+    /// its default (no cell can hold a child row without its parent). A
+    /// child table without a foreign key to the parent loses its rows
+    /// with the parent, as the tombstone hides them (docs/proxy.md).
+    pub(super) async fn still_referenced(&self, deleted: &[RowKey]) -> Result<(), Refused> {
+        let children: Vec<&ColumnLayout> = self
+            .layout()
+            .columns
+            .iter()
+            .filter(|c| matches!(c.shape, Shape::Child { .. }))
+            .collect();
+        if deleted.is_empty() || children.is_empty() {
+            return Ok(());
+        }
+        let keys = foreign_keys(self.eval.legacy, &children).await?;
+        for (child, on_delete) in children.iter().zip(keys) {
+            let Some(on_delete) = on_delete else {
+                continue;
+            };
+            if on_delete.action == "c" {
+                continue;
+            }
+            // Child rows an earlier statement of the batch inserts or
+            // deletes are not in the store yet: which remain is not known.
+            if let Some(key) = deleted.iter().find(|k| self.earlier.writes_children_of(k)) {
+                return Err(Refused::new(
+                    "0A000",
+                    format!(
+                        "deletes row {} of {}, whose rows of {} an earlier statement of the same \
+                         batch writes, while foreign key \"{}\" keeps a row referred to: send \
+                         the DELETE on its own",
+                        key.uuid(),
+                        on_delete.parent,
+                        on_delete.child,
+                        on_delete.name
+                    ),
+                )
+                .of_row(*key));
+            }
+            let found = self
+                .store
+                .get_column_cells(deleted, &child.name, ReadFrom::Master)
+                .await
+                .map_err(|e| Refused::new("58000", format!("reading the child rows: {e}")))?;
+            let Some(referring) = found.first() else {
+                continue;
+            };
+            let key = referring.cell.key.row_key;
+            return Err(match on_delete.action.as_str() {
+                "a" | "r" => Refused::new(
+                    "23503",
+                    format!(
+                        "update or delete on table \"{}\" violates foreign key constraint \
+                         \"{}\" on table \"{}\"",
+                        on_delete.parent, on_delete.name, on_delete.child
+                    ),
+                ),
+                _ => Refused::new(
+                    "0A000",
+                    format!(
+                        "deletes row {} of {}, whose rows of {} foreign key \"{}\" would keep \
+                         with their key set to NULL or its default: a child row is a cell of \
+                         its parent and cannot outlive it; delete or move the child rows first",
+                        key.uuid(),
+                        on_delete.parent,
+                        on_delete.child,
+                        on_delete.name
+                    ),
+                ),
+            }
+            .of_row(key));
+        }
+        Ok(())
+    }
+}
+
+/// The foreign key of each of `children`'s tables to the parent table,
+/// if it has one (of several, one that does not cascade, as PostgreSQL
+/// refuses the DELETE if any refuses it). Read from the catalog at each
+/// DELETE of parent rows: a foreign key may be changed while the proxy
+/// runs, and a DELETE is rare beside the reads and writes.
+async fn foreign_keys(
+    legacy: &LegacyStore,
+    children: &[&ColumnLayout],
+) -> Result<Vec<Option<OnDelete>>, Refused> {
+    let tables: Vec<&str> = children.iter().map(|c| c.table_sql()).collect();
+    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
+        "/* mezzanine */ SELECT ch.n, c.conname::text, c.confdeltype::text, r.relname::text,
+                p.relname::text
+         FROM unnest($1::text[]) WITH ORDINALITY AS ch(t, n)
+         JOIN pg_constraint c ON c.contype = 'f' AND c.conrelid = ch.t::regclass
+              AND c.confrelid = $2::regclass
+         JOIN pg_class r ON r.oid = c.conrelid
+         JOIN pg_class p ON p.oid = c.confrelid
+         ORDER BY ch.n, c.confdeltype = 'c', c.conname",
+    )
+    .bind(&tables)
+    .bind(legacy.layout().table_sql())
+    .fetch_all(legacy.pool())
+    .await
+    .map_err(|e| {
+        Refused::new(
+            "58000",
+            format!("reading the child tables' foreign keys: {e}"),
+        )
+    })?;
+    let mut out: Vec<Option<OnDelete>> = children.iter().map(|_| None).collect();
+    for (n, name, action, child, parent) in rows {
+        let slot = &mut out[(n - 1) as usize];
+        // Ordered so that a key that does not cascade comes first.
+        if slot.is_none() {
+            *slot = Some(OnDelete {
+                name,
+                action,
+                child,
+                parent,
+            });
+        }
+    }
+    Ok(out)
+}

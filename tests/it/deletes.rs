@@ -794,7 +794,8 @@ async fn a_delete_by_row_key_through_the_proxy_is_a_tombstone_answered_as_postgr
     assert!(ok, "{out}{err}");
     for sql in [
         "DELETE FROM trips WHERE uuid = $1 RETURNING (SELECT max(id) FROM trips)",
-        "DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1) RETURNING trip_id",
+        "DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1) \
+         RETURNING (SELECT count(*) FROM trips)",
     ] {
         let refused = sqlx::query(sql).bind(e).execute(&pool).await.unwrap_err();
         assert_eq!(

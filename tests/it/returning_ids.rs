@@ -176,12 +176,76 @@ async fn an_update_or_delete_returning_the_integer_id_answers_the_rows_own() {
         out.status.success() && said.contains("read each row's integer id"),
         "{said}"
     );
-    let refused = format!("DELETE FROM trip_notes WHERE trip_id = {id_a} RETURNING *");
-    let (ok, _, err) = psql(&url, &format!("\\set ON_ERROR_STOP 1\n{refused};\n"));
-    assert!(
-        !ok && err.contains("which no cell holds"),
-        "{refused}: {err}"
+    facade.close().await;
+}
+
+/// A child row's key to its parent, which Prisma's `create` of a child
+/// row returns with every column: the parent's own id (the legacy
+/// table's, or its reservation), as PostgreSQL answers it. Before, a
+/// child INSERT's or DELETE's RETURNING of it was refused (`0A000`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_rows_returning_reads_its_parents_id() {
+    let (db, facade, file) = primary_without_reverse().await;
+    let (k, id, read) = numbered_trip(&db).await;
+    let proxy = ProxyProcess::start(file.path(), "127.0.0.1:0");
+    proxy_in(&proxy, "primary");
+    let note = |parent: &str, seq: i64| {
+        format!(
+            "INSERT INTO trip_notes (trip_id, seq, author, body, created_at) VALUES \
+             ({parent}, {seq}, 'ops', 'n', '2026-12-03 10:00:00Z')"
+        )
+    };
+    let by_uuid = |k: uuid::Uuid| format!("(SELECT id FROM trips WHERE uuid = '{k}')");
+    same_as_postgresql(
+        &db,
+        &proxy,
+        &format!("{} RETURNING *", note(&by_uuid(k), 1)),
     );
+    same_as_postgresql(
+        &db,
+        &proxy,
+        &format!(
+            "{} RETURNING \"public\".\"trip_notes\".\"trip_id\", seq, trip_id * 10 AS tenfold",
+            note(&id.to_string(), 2).replace(
+                "INSERT INTO trip_notes",
+                "INSERT INTO \"public\".\"trip_notes\""
+            )
+        ),
+    );
+    let url = proxy.url(&db);
+    assert_eq!(
+        first_row(
+            &url,
+            &format!(
+                "DELETE FROM trip_notes n WHERE n.trip_id = {} AND n.seq = 1 \
+                 RETURNING n.trip_id, n.seq",
+                by_uuid(k)
+            )
+        ),
+        format!("{id}|1")
+    );
+
+    // A parent the proxy inserted, which PostgreSQL does not have yet:
+    // its reserved id.
+    let a = uuid::Uuid::new_v4();
+    let id_a = first_row(&url, &format!("{} RETURNING id", trip(a)));
+    assert_eq!(
+        first_row(&url, &format!("{} RETURNING trip_id", note(&by_uuid(a), 1))),
+        id_a
+    );
+
+    // A parent written through the cell API alone has no id yet: refused,
+    // nothing written.
+    let z = through_the_cell_api(&facade, &read).await;
+    let (ok, _, err) = psql(
+        &url,
+        &format!(
+            "\\set ON_ERROR_STOP 1\n{} RETURNING trip_id;\n",
+            note(&by_uuid(z), 1)
+        ),
+    );
+    assert!(!ok && err.contains("which has none yet"), "{err}");
+    assert!(latest(&facade, z, "NOTES").await.is_none());
     facade.close().await;
 }
 

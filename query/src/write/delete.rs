@@ -163,12 +163,12 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         conditions.push(e.clone());
     }
     let keys = key.ok_or_else(by_parent)?;
-    check_returning(
+    let reads_ids = check_returning(
         model,
         Table::Child(c),
         &ObjectName::from(vec![sqlparser::ast::Ident::new(written.clone())]),
         delete.returning.as_deref(),
-        Ids::Unknown,
+        Ids::Parent,
     )?;
     let row = keys.text();
     let mut reads = vec![format!("get_column_cells({row}, {})", column.name)];
@@ -197,7 +197,7 @@ fn child(model: &Model, scope: &Scope, c: usize, delete: &Delete) -> Result<Plan
         },
         returning: returning_items(model, Table::Child(c), delete.returning.as_deref()),
         reserves_ids: false,
-        reads_ids: false,
+        reads_ids,
         bumped: Vec::new(),
     })))
 }

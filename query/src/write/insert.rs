@@ -64,10 +64,10 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
     }
     let upserts = matches!(&insert.on, Some(OnInsert::OnConflict(c))
         if matches!(c.action, OnConflictAction::DoUpdate(_)));
-    let ids = if upserts {
-        Ids::Upserted
-    } else {
-        Ids::Reserved
+    let ids = match (table, upserts) {
+        (Table::Child(_), _) => Ids::Parent,
+        (Table::Parent, true) => Ids::Upserted,
+        (Table::Parent, false) => Ids::Reserved,
     };
     let returns_id = check_returning(model, table, name, insert.returning.as_deref(), ids)?;
     let rows = source_rows(model, table, &columns, insert.source.as_deref(), name)?;
@@ -89,7 +89,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
                 .map_or_else(String::new, ToString::to_string)
         ));
     }
-    let reserves_ids = returns_id || id_at.is_some();
+    let reserves_ids = (returns_id && table == Table::Parent) || id_at.is_some();
     let mut puts = Vec::new();
     let mut written = Vec::new();
     for row in &rows {
@@ -166,7 +166,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         },
         returning: returning_items(model, table, insert.returning.as_deref()),
         reserves_ids,
-        reads_ids: upserts && returns_id,
+        reads_ids: returns_id && (upserts || table != Table::Parent),
         bumped,
     })))
 }

@@ -249,8 +249,6 @@ pub(crate) fn uuid_of_id(model: &Model, id: &Expr, any: bool) -> Option<Expr> {
 /// RETURNING (no cell holds them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ids {
-    /// Nowhere: a child table's key is its parent's id.
-    Unknown,
     /// A parent INSERT that updates no existing row: the runner draws
     /// each row's id and reserves it for the row (`mezzanine.row_ids`),
     /// which the reverse mirror inserts under it.
@@ -263,6 +261,10 @@ enum Ids {
     /// exists keeps its own ([`Ids::Existing`]), read as its DO UPDATE
     /// is evaluated.
     Upserted,
+    /// A child table's key to its parent, of a child INSERT or DELETE:
+    /// the parent's own id, read as [`Ids::Existing`] is (Prisma's
+    /// `create` of a child row returns every column, the key included).
+    Parent,
 }
 
 /// RETURNING may name only what the cells hold, and the parent's integer
@@ -274,7 +276,10 @@ fn check_returning(
     returning: Option<&[SelectItem]>,
     ids: Ids,
 ) -> Result<bool, String> {
-    let has_ids = ids != Ids::Unknown && table == Table::Parent;
+    let has_ids = match ids {
+        Ids::Parent => matches!(table, Table::Child(_)),
+        Ids::Reserved | Ids::Existing | Ids::Upserted => table == Table::Parent,
+    };
     let mut names_id = false;
     for item in returning.unwrap_or_default() {
         let expr = match item {

@@ -91,7 +91,7 @@ pub const TRIPS: &[Case] = &[
     ("DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1) AND seq = $2", Class::Write, "get_column_cells(row = $1, NOTES)\ncheck in the app: seq = $2\nput_cell(row = $1, DELETED"),
     ("DELETE FROM trip_notes n WHERE (SELECT id FROM trips WHERE uuid = $1) = n.trip_id RETURNING n.seq, n.body", Class::Write, "get_column_cells(row = $1, NOTES)"),
     ("DELETE FROM trip_notes WHERE seq = $1", Class::None, "without naming their parent by UUID"),
-    ("DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1) RETURNING trip_id", Class::None, "no cell holds"),
+    ("DELETE FROM trip_notes WHERE trip_id = (SELECT id FROM trips WHERE uuid = $1) RETURNING trip_id", Class::Write, "read each row's integer id (the legacy table's, or its reservation in mezzanine.row_ids: ids never change)\nget_column_cells(row = $1, NOTES)"),
     ("UPDATE trips SET status = $1 WHERE uuid = $2", Class::None, "without a new ref key"),
     ("UPDATE trips SET status = 'expired', version = version + 1 WHERE requested_at < $1", Class::None, "a write by a non-key predicate"),
     ("UPDATE trips SET status = $1, version = version + 1 WHERE id = $2", Class::Write, "put_cell(row = COALESCE((SELECT \"uuid\" FROM \"public\".\"trips\" WHERE \"id\" = $2), (SELECT row_key FROM mezzanine.row_ids WHERE parent = '\"public\".\"trips\"'::REGCLASS AND id = $2)), BASE, ref_key = version + 1"),
@@ -115,7 +115,8 @@ pub const TRIPS: &[Case] = &[
     ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.status, version = trips.version + 1 WHERE trips.status IN (SELECT status FROM trips)", Class::None, "reads the tables (trips.status IN (SELECT status FROM trips)): run it first, in the app"),
     ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = trips.id::text, version = trips.version + 1", Class::None, "ON CONFLICT DO UPDATE SET status = trips.id::TEXT uses trips.id, the integer id"),
     ("INSERT INTO trips (uuid, status, version) VALUES ($1, $2, 1) ON CONFLICT (uuid) DO UPDATE SET status = EXCLUDED.no_such_column, version = trips.version + 1", Class::None, "uses trips.no_such_column, which the layout does not map"),
-    ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4) RETURNING trip_id", Class::None, "the integer id"),
+    // A child's key to its parent: the parent's own id, read.
+    ("INSERT INTO trip_notes (trip_id, seq, author, body) VALUES ($1, $2, $3, $4) RETURNING trip_id", Class::Write, "read each row's integer id (the legacy table's, or its reservation in mezzanine.row_ids: ids never change)"),
     // RETURNING expressions over the cells' columns are evaluated over the
     // rows written; one reading the integer id or a table is not.
     ("INSERT INTO trips (uuid, status, fare) VALUES ($1, $2, $3) RETURNING fare * 2 AS twice, upper(status), uuid IS NOT NULL", Class::Write, "put_cell(row = $1, BASE"),
@@ -125,7 +126,7 @@ pub const TRIPS: &[Case] = &[
     ("UPDATE trips SET status = $2, version = version + 1 WHERE uuid = $1 RETURNING id, status", Class::Write, "read each row's integer id"),
     ("UPDATE \"public\".\"trips\" SET \"status\" = $2, \"version\" = (\"public\".\"trips\".\"version\" + 1) WHERE (\"public\".\"trips\".\"uuid\" = $1 AND 1=1) RETURNING \"public\".\"trips\".\"uuid\"", Class::Write, "put_cell(row = $1, BASE"),
     ("DELETE FROM public.trips WHERE public.trips.uuid = $1 RETURNING public.trips.status", Class::Write, "put_cell(row = $1, DELETED"),
-    ("DELETE FROM trip_notes WHERE trip_id = $1 RETURNING *", Class::None, "which no cell holds"),
+    ("DELETE FROM trip_notes WHERE trip_id = $1 RETURNING *", Class::None, "RETURNING * returns the columns of trip_notes in the order of the database's catalog"),
     ("INSERT INTO trips (uuid, status) VALUES ($1, $2) RETURNING (SELECT count(*) FROM trips)", Class::None, "reads the tables"),
     // A column not given, or given DEFAULT, gets its default when the row
     // is evaluated: the ref key's and the UUID's too (PostgreSQL's

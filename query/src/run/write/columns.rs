@@ -23,7 +23,8 @@ pub(super) enum Kind<'a> {
     RowKey,
     /// The parent's integer id, of an INSERT that gives it or whose
     /// RETURNING reads it: given or drawn from its default, reserved for
-    /// the row, never in a cell.
+    /// the row, never in a cell. Of a child table, its key to the parent,
+    /// whose RETURNING reads it: the parent's id ([`Writer::read_ids`]).
     Id,
     /// The ref key of layout column `usize`.
     RefKey(usize),
@@ -169,7 +170,7 @@ impl Col<'_> {
 
 /// The mapped columns of `table`: the parent's UUID, then each layout
 /// column's ref key and fields (a child table: its column's); with
-/// `id`, last, the parent's integer id.
+/// `id`, last, the parent's integer id (a child table: its key to it).
 pub(super) async fn columns<'a>(
     legacy: &'a LegacyStore,
     catalog: &Catalog,
@@ -190,6 +191,10 @@ pub(super) async fn columns<'a>(
             .map(|(i, _)| vec![i])
             .unwrap_or_default(),
     };
+    let of_child = match table {
+        Table::Child(_) => of_table.clone(),
+        Table::Parent => Vec::new(),
+    };
     for i in of_table {
         let c = &layout.columns[i];
         wanted.push((c.table_sql(), unquote(c.ref_key_sql()), Kind::RefKey(i)));
@@ -197,8 +202,18 @@ pub(super) async fn columns<'a>(
             wanted.push((c.table_sql(), f.sql.clone(), Kind::Field(i, f)));
         }
     }
-    if id && table == Table::Parent {
-        wanted.push((layout.table_sql(), unquote(layout.id_sql()), Kind::Id));
+    match table {
+        Table::Parent if id => {
+            wanted.push((layout.table_sql(), unquote(layout.id_sql()), Kind::Id));
+        }
+        Table::Child(_) if id => {
+            if let Some(c) = of_child.first().map(|&i| &layout.columns[i]) {
+                if let Shape::Child { parent_sql } = &c.shape {
+                    wanted.push((c.table_sql(), unquote(parent_sql), Kind::Id));
+                }
+            }
+        }
+        _ => {}
     }
     let mut cols: Vec<Col> = Vec::new();
     for (table_sql, sql, kind) in wanted {

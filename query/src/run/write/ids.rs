@@ -219,28 +219,33 @@ impl<S: CellStore> Writer<'_, S> {
     /// the cell API that the reverse mirror has not inserted into the
     /// legacy table (in `schemaless`, none is ever inserted).
     pub(super) fn ids_known(&self, rows: &[Vec<Value>]) -> Result<(), Refused> {
-        let (true, Some(at), Some(key)) = (
+        let (true, Some(at)) = (
             self.write.reads_ids,
             self.cols.iter().position(|c| matches!(c.kind, Kind::Id)),
-            self.cols
-                .iter()
-                .position(|c| matches!(c.kind, Kind::RowKey)),
         ) else {
             return Ok(());
         };
-        match rows.iter().find(|row| row[at].is_null()) {
-            None => Ok(()),
-            Some(row) => Err(Refused::new(
-                "0A000",
-                format!(
-                    "RETURNING reads the integer id of row {}, which has none yet: it was \
-                     written through the cell API and the reverse mirror has not inserted it \
-                     into {} (nothing was written; return the UUID instead)",
-                    row[key].as_str().unwrap_or_default(),
-                    self.layout().table_sql()
-                ),
-            )),
-        }
+        let Some(row) = rows.iter().find(|row| row[at].is_null()) else {
+            return Ok(());
+        };
+        // A child row's is its parent's, whose key the row does not hold.
+        let which = match self
+            .cols
+            .iter()
+            .position(|c| matches!(c.kind, Kind::RowKey))
+        {
+            Some(key) => format!("of row {}", row[key].as_str().unwrap_or_default()),
+            None => "of a child row's parent".to_string(),
+        };
+        Err(Refused::new(
+            "0A000",
+            format!(
+                "RETURNING reads the integer id {which}, which has none yet: it was written \
+                 through the cell API and the reverse mirror has not inserted it into {} \
+                 (nothing was written; return the UUID instead)",
+                self.layout().table_sql()
+            ),
+        ))
     }
 
     /// The (row key, integer id) of each kept row of `rows` the

@@ -59,7 +59,14 @@ impl<S: CellStore> Writer<'_, S> {
             ));
         }
         let key = row_key(key, &self.key_column(), &self.table_name())?;
-        let new = self.generate(new).await?;
+        let mut new = self.generate(new).await?;
+        if let Table::Child(_) = self.write.table {
+            // Its key to the parent, which RETURNING reads: the parent's id.
+            self.read_ids(&[key]).await?;
+            if let Some(at) = self.cols.iter().position(|c| matches!(c.kind, Kind::Id)) {
+                new[at] = self.existing_id(&key).map_or(Value::Null, Value::from);
+            }
+        }
         // PostgreSQL checks the proposed row before it looks for a
         // conflict: an upsert's too.
         self.check_not_null(&new)?;

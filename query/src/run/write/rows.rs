@@ -455,8 +455,8 @@ pub(super) fn duplicate(table: &str, key: &RowKey) -> Refused {
 }
 
 /// `e` with every `EXCLUDED.x` replaced by the proposed row's typed
-/// value of `x` (`NULL` for a column the layout does not map; the
-/// translator refuses one in a condition).
+/// value of `x` (`NULL` for a column the layout does not map, which the
+/// translator refuses in a DO UPDATE).
 fn excluded(e: &Expr, cols: &[Col], proposed: &[Value]) -> Result<Expr, Refused> {
     let mut e = e.clone();
     let mut failed = None;

@@ -191,10 +191,6 @@ pub(super) async fn columns<'a>(
             .map(|(i, _)| vec![i])
             .unwrap_or_default(),
     };
-    let of_child = match table {
-        Table::Child(_) => of_table.clone(),
-        Table::Parent => Vec::new(),
-    };
     for i in of_table {
         let c = &layout.columns[i];
         wanted.push((c.table_sql(), unquote(c.ref_key_sql()), Kind::RefKey(i)));
@@ -206,10 +202,10 @@ pub(super) async fn columns<'a>(
         Table::Parent if id => {
             wanted.push((layout.table_sql(), unquote(layout.id_sql()), Kind::Id));
         }
-        Table::Child(_) if id => {
-            if let Some(c) = of_child.first().map(|&i| &layout.columns[i]) {
-                if let Shape::Child { parent_sql } = &c.shape {
-                    wanted.push((c.table_sql(), unquote(parent_sql), Kind::Id));
+        Table::Child(c) if id => {
+            if let Some((_, child)) = layout.column(model.column(c).name.as_str()) {
+                if let Shape::Child { parent_sql } = &child.shape {
+                    wanted.push((child.table_sql(), unquote(parent_sql), Kind::Id));
                 }
             }
         }

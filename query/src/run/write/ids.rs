@@ -200,7 +200,10 @@ impl<S: CellStore> Writer<'_, S> {
             return Ok(());
         }
         let ids = existing_ids(self.eval.legacy, keys).await?;
-        self.ids.lock().expect("no panic holds it").extend(ids);
+        self.ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(ids);
         Ok(())
     }
 
@@ -209,7 +212,7 @@ impl<S: CellStore> Writer<'_, S> {
     pub(super) fn existing_id(&self, key: &RowKey) -> Option<i64> {
         self.ids
             .lock()
-            .expect("no panic holds it")
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(key)
             .copied()
     }

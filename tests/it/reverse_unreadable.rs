@@ -5,7 +5,9 @@
 //! Before, every pass failed on that row and was tried again, for ever:
 //! nothing the facade wrote to any row of the shard reached PostgreSQL
 //! any more, and each proxy session waiting to read its own writes there
-//! waited out `proxy.read_your_writes_ms`.
+//! waited out `proxy.read_your_writes_ms`. The cells applied on their
+//! own then are applied as the shard's transaction applies them: a row
+//! takes the integer id the proxy reserved for it.
 
 use legacy::trips::TripCells;
 use schemaless::{CellStore, ReadFrom, RefKey};
@@ -49,6 +51,16 @@ async fn a_legacy_row_it_cannot_read_parks_its_cell_and_the_shard_goes_on() {
         }
     };
     facade.put_cells(neighbour.clone()).await.unwrap();
+    // Its integer id reserved, as the proxy reserves the id it answered
+    // an INSERT's `RETURNING id` with.
+    let neighbour_key = neighbour[0].key.row_key.uuid();
+    sqlx::query(
+        "INSERT INTO mezzanine.row_ids (parent, row_key, id) VALUES ('trips'::regclass, $1, 4242)",
+    )
+    .bind(neighbour_key)
+    .execute(&db.pool)
+    .await
+    .unwrap();
 
     let applied = facade.reverse().catch_up().await.unwrap();
     assert_eq!(applied.parked, 1, "{applied:?}");
@@ -73,6 +85,14 @@ async fn a_legacy_row_it_cannot_read_parks_its_cell_and_the_shard_goes_on() {
         .await
         .unwrap();
     assert_eq!(there.map(|s| s.cell), Some(neighbour[0].clone()));
+    // Applied on its own, it still took the id reserved for it (before:
+    // the sequence's next, another id than the app was answered).
+    let id: i64 = sqlx::query_scalar("SELECT id FROM trips WHERE uuid = $1")
+        .bind(neighbour_key)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(id, 4242);
     // And the row PostgreSQL holds is left as it is, for the operator.
     let requested: String =
         sqlx::query_scalar("SELECT requested_at::text FROM trips WHERE uuid = $1")

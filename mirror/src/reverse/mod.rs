@@ -69,7 +69,7 @@ mod offset;
 mod parked;
 
 use ahead::Parent;
-use offset::{conflict_reason, OffsetHook, FREE};
+use offset::{conflict_reason, OffsetHook, OnItsOwn, FREE};
 pub use parked::retry_parked;
 
 /// A shard's position: the offset and the ids below it still awaited.
@@ -427,8 +427,15 @@ impl ReverseMirror {
         mut applied: Applied,
     ) -> Result<Applied, Error> {
         let mut conflicts = Vec::new();
+        let one = OnItsOwn {
+            tombstones: self.legacy.tombstones().clone(),
+        };
         for stored in apply {
-            match self.legacy.put_cells(vec![stored.cell.clone()]).await {
+            match self
+                .legacy
+                .put_cells_with(vec![stored.cell.clone()], &one)
+                .await
+            {
                 Ok(results) if results.iter().any(|r| r.is_err()) => {
                     conflicts.push((stored.added_id, stored.cell.key.clone()));
                     parked.push((stored, conflict_reason()));
@@ -439,7 +446,7 @@ impl ReverseMirror {
                     let with_row = match self.row_cell(&stored.cell).await {
                         Some(Parent::Row(row)) => self
                             .legacy
-                            .put_cells(vec![row, stored.cell.clone()])
+                            .put_cells_with(vec![row, stored.cell.clone()], &one)
                             .await
                             .ok(),
                         Some(Parent::Deleted) => {

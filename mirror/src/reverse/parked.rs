@@ -15,12 +15,15 @@ pub async fn retry_parked(legacy: &LegacyStore) -> Result<(u64, u64), Error> {
     .await
     .map_err(Error::postgres(context))?;
     let (mut applied, mut still) = (0, 0);
+    let one = OnItsOwn {
+        tombstones: legacy.tombstones().clone(),
+    };
     for row in rows {
         let shard: i32 = row.try_get(0).map_err(Error::postgres(context))?;
         let added_id: i64 = row.try_get(1).map_err(Error::postgres(context))?;
         let cell = parked_cell(&row);
         let outcome = match cell {
-            Ok(cell) => match legacy.put_cells(vec![cell]).await {
+            Ok(cell) => match legacy.put_cells_with(vec![cell], &one).await {
                 // Still a conflict: it stays parked.
                 Ok(results) if results.iter().any(|r| r.is_err()) => {
                     Err(schemaless::Error::invalid("body", conflict_reason()))

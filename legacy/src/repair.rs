@@ -170,6 +170,7 @@ impl LegacyStore {
                     ),
                     row_key: row_key.uuid(),
                     ref_key: Some(cell.key.ref_key.get()),
+                    reserved: self.row_ids_exist().await?,
                 }
             }
             Shape::Child { parent_sql } => MakeRoom {
@@ -183,6 +184,7 @@ impl LegacyStore {
                 ),
                 row_key: row_key.uuid(),
                 ref_key: None,
+                reserved: false,
             },
         };
         let results = self.put_cells_with(cells, &hook).await?;
@@ -204,11 +206,27 @@ impl LegacyStore {
     }
 }
 
+impl LegacyStore {
+    /// Whether `mezzanine.row_ids` (the mirror's schema) exists.
+    async fn row_ids_exist(&self) -> Result<bool> {
+        sqlx::query_scalar("/* mezzanine */ SELECT to_regclass('mezzanine.row_ids') IS NOT NULL")
+            .fetch_one(self.pool())
+            .await
+            .map_err(|e| crate::storage_error("postgres (repair)", e))
+    }
+}
+
 /// The statement run first in a repair's transaction.
 struct MakeRoom {
     sql: String,
     row_key: Uuid,
     ref_key: Option<i64>,
+    /// A parent row the repair inserts takes the integer id reserved for
+    /// it in `mezzanine.row_ids` (the id the proxy answered the app's
+    /// `RETURNING id` with), as the reverse mirror's row would: before,
+    /// the sequence's next. Only where that table exists (the mirror's
+    /// schema).
+    reserved: bool,
 }
 
 #[async_trait]
@@ -217,6 +235,10 @@ impl TransactionHook for MakeRoom {
     /// tables: capturing it would send the same cells back.
     fn skip_capture(&self) -> bool {
         true
+    }
+
+    fn reserved_ids(&self) -> bool {
+        self.reserved
     }
 
     async fn begin(&self, tx: &mut sqlx::PgConnection) -> Result<()> {

@@ -312,3 +312,41 @@ async fn a_write_naming_columns_by_schema_or_returning_what_fails_answers_as_pos
     assert_eq!(version(&facade, k).await, 2);
     facade.close().await;
 }
+
+/// A parent row the repair inserts into PostgreSQL (Schemaless the source
+/// of truth, in `primary`: `verify repair` of a row PostgreSQL lacks)
+/// takes the integer id reserved for it, as the reverse mirror's row
+/// would, and ends the reservation; before, it took the sequence's next,
+/// another id than the app was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_repair_inserts_takes_the_id_reserved_for_it() {
+    let (db, facade, _file) = primary_without_reverse().await;
+    let (_, _, read) = numbered_trip(&db).await;
+    let z = through_the_cell_api(&facade, &read).await;
+    sqlx::query(
+        "INSERT INTO mezzanine.row_ids (parent, row_key, id) VALUES ('trips'::regclass, $1, 6161)",
+    )
+    .bind(z)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    let cell = latest(&facade, z, "BASE").await.unwrap().cell;
+    facade
+        .legacy()
+        .replace_column(&RowKey::from(z), &cell.key.column.clone(), vec![cell])
+        .await
+        .unwrap();
+    let id: i64 = sqlx::query_scalar("SELECT id FROM trips WHERE uuid = $1")
+        .bind(z)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(id, 6161);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM mezzanine.row_ids WHERE row_key = $1")
+        .bind(z)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the reservation ends with the row's insert");
+    facade.close().await;
+}

@@ -5,7 +5,8 @@ use std::ops::ControlFlow;
 
 use serde::Serialize;
 use sqlparser::ast::{
-    visit_relations, visit_statements, CopySource, ObjectName, ObjectType, Statement,
+    visit_expressions, visit_expressions_mut, visit_relations, visit_statements, AccessExpr,
+    CopySource, Expr, ObjectName, ObjectType, Statement,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -251,14 +252,72 @@ fn unvisited_tables(statement: &Statement) -> Vec<&ObjectName> {
 
 /// The plan of a statement that touches the layout, or why there is none.
 fn classify(model: &Model, statement: &Statement) -> Result<Plan, String> {
-    if let Some(joined) = crate::expr::subscripted_columns(statement) {
+    if let Some(joined) = subscripted_columns(statement) {
         return classify_joined(model, &joined);
     }
     classify_joined(model, statement)
 }
 
+/// `statement` with each subscripted column named with its table
+/// (`t.flags[1]`, which sqlparser reads as `t`, then `.flags`, then
+/// `[1]`) read as column `t.flags`, subscripted: the walks that find a
+/// statement's columns meet `t.flags` whole, where they met `t` as a
+/// column of its own and refused the statement for it ("uses t.t").
+/// `None` where the statement has none.
+fn subscripted_columns(statement: &Statement) -> Option<Statement> {
+    let split = |e: &Expr| match e {
+        Expr::CompoundFieldAccess { root, access_chain } => {
+            matches!(**root, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
+                && matches!(
+                    access_chain.first(),
+                    Some(AccessExpr::Dot(Expr::Identifier(_)))
+                )
+        }
+        _ => false,
+    };
+    let found = visit_expressions(statement, |e| match split(e) {
+        true => ControlFlow::Break(()),
+        false => ControlFlow::Continue(()),
+    });
+    if found.is_continue() {
+        return None;
+    }
+    let mut joined = statement.clone();
+    let _ = visit_expressions_mut(&mut joined, |e| {
+        if !split(e) {
+            return ControlFlow::<()>::Continue(());
+        }
+        let Expr::CompoundFieldAccess { root, access_chain } = e else {
+            return ControlFlow::Continue(());
+        };
+        let mut parts = match root.as_ref() {
+            Expr::Identifier(i) => vec![i.clone()],
+            Expr::CompoundIdentifier(parts) => parts.clone(),
+            _ => return ControlFlow::Continue(()),
+        };
+        let dots = access_chain
+            .iter()
+            .take_while(|a| matches!(a, AccessExpr::Dot(Expr::Identifier(_))))
+            .count();
+        for access in access_chain.drain(..dots) {
+            if let AccessExpr::Dot(Expr::Identifier(i)) = access {
+                parts.push(i);
+            }
+        }
+        *e = match access_chain.is_empty() {
+            true => Expr::CompoundIdentifier(parts),
+            false => Expr::CompoundFieldAccess {
+                root: Box::new(Expr::CompoundIdentifier(parts)),
+                access_chain: std::mem::take(access_chain),
+            },
+        };
+        ControlFlow::Continue(())
+    });
+    Some(joined)
+}
+
 /// [`classify`] of a statement whose subscripted columns are whole
-/// ([`crate::expr::subscripted_columns`]).
+/// ([`subscripted_columns`]).
 fn classify_joined(model: &Model, statement: &Statement) -> Result<Plan, String> {
     match statement {
         Statement::Query(query) => crate::read::plan(model, query),

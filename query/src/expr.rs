@@ -7,8 +7,8 @@ use std::ops::ControlFlow;
 
 use schemaless::FilterOp;
 use sqlparser::ast::{
-    visit_expressions, visit_expressions_mut, AccessExpr, BinaryOperator, Expr, FunctionArg,
-    FunctionArguments, Ident, InTarget, ObjectName, Statement, TableFactor, UnaryOperator,
+    visit_expressions, visit_expressions_mut, BinaryOperator, Expr, FunctionArg, FunctionArguments,
+    Ident, InTarget, ObjectName, TableFactor, UnaryOperator,
 };
 
 use crate::model::{folded, Model, Source, Table};
@@ -172,64 +172,6 @@ pub fn strip(expr: &Expr) -> &Expr {
         Expr::Cast { expr, .. } => strip(expr),
         other => other,
     }
-}
-
-/// `statement` with each subscripted column named with its table
-/// (`t.flags[1]`, which sqlparser reads as `t`, then `.flags`, then
-/// `[1]`) read as column `t.flags`, subscripted: the walks that find a
-/// statement's columns meet `t.flags` whole, where they met `t` as a
-/// column of its own and refused the statement for it ("uses t.t").
-/// `None` where the statement has none.
-pub fn subscripted_columns(statement: &Statement) -> Option<Statement> {
-    let split = |e: &Expr| match e {
-        Expr::CompoundFieldAccess { root, access_chain } => {
-            matches!(**root, Expr::Identifier(_) | Expr::CompoundIdentifier(_))
-                && matches!(
-                    access_chain.first(),
-                    Some(AccessExpr::Dot(Expr::Identifier(_)))
-                )
-        }
-        _ => false,
-    };
-    let found = visit_expressions(statement, |e| match split(e) {
-        true => ControlFlow::Break(()),
-        false => ControlFlow::Continue(()),
-    });
-    if found.is_continue() {
-        return None;
-    }
-    let mut joined = statement.clone();
-    let _ = visit_expressions_mut(&mut joined, |e| {
-        if !split(e) {
-            return ControlFlow::<()>::Continue(());
-        }
-        let Expr::CompoundFieldAccess { root, access_chain } = e else {
-            return ControlFlow::Continue(());
-        };
-        let mut parts = match root.as_ref() {
-            Expr::Identifier(i) => vec![i.clone()],
-            Expr::CompoundIdentifier(parts) => parts.clone(),
-            _ => return ControlFlow::Continue(()),
-        };
-        let dots = access_chain
-            .iter()
-            .take_while(|a| matches!(a, AccessExpr::Dot(Expr::Identifier(_))))
-            .count();
-        for access in access_chain.drain(..dots) {
-            if let AccessExpr::Dot(Expr::Identifier(i)) = access {
-                parts.push(i);
-            }
-        }
-        *e = match access_chain.is_empty() {
-            true => Expr::CompoundIdentifier(parts),
-            false => Expr::CompoundFieldAccess {
-                root: Box::new(Expr::CompoundIdentifier(parts)),
-                access_chain: std::mem::take(access_chain),
-            },
-        };
-        ControlFlow::Continue(())
-    });
-    Some(joined)
 }
 
 /// Whether `expr` is a value for the statement: it reads no column and

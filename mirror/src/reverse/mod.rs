@@ -39,8 +39,9 @@
 //! which the version guard makes harmless when its turn comes.
 //!
 //! Its rooms: `offset` (the transaction hook that moves a shard's
-//! offset with its writes), `parked` (refused cells and their retry),
-//! `ahead` (a child cell met before its row cell).
+//! offset with its writes), `alone` (cells applied on their own, outside
+//! it), `parked` (refused cells and their retry), `ahead` (a child cell
+//! met before its row cell).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -65,11 +66,13 @@ use crate::relay::changed;
 use crate::worker::{Heartbeat, WorkerStats};
 
 mod ahead;
+mod alone;
 mod offset;
 mod parked;
 
 use ahead::Parent;
-use offset::{conflict_reason, OffsetHook, OnItsOwn, FREE};
+use alone::OnItsOwn;
+use offset::{conflict_reason, OffsetHook, FREE};
 pub use parked::retry_parked;
 
 /// A shard's position: the offset and the ids below it still awaited.
@@ -410,117 +413,6 @@ impl ReverseMirror {
             Err(e) => {
                 followers.remove(&shard);
                 Err(e.into())
-            }
-        }
-    }
-
-    /// A batch the legacy model refused as a whole: each cell on its own
-    /// (refusals parked), then the position in a transaction of its own.
-    /// A crash in between applies the cells again, harmlessly.
-    async fn apply_one_by_one(
-        &self,
-        shard: u32,
-        apply: Vec<StoredCell>,
-        mut parked: Vec<(StoredCell, String)>,
-        before: Position,
-        after: Position,
-        mut applied: Applied,
-    ) -> Result<Applied, Error> {
-        let mut conflicts = Vec::new();
-        let one = OnItsOwn {
-            tombstones: self.legacy.tombstones().clone(),
-        };
-        for stored in apply {
-            match self
-                .legacy
-                .put_cells_with(vec![stored.cell.clone()], &one)
-                .await
-            {
-                Ok(results) if results.iter().any(|r| r.is_err()) => {
-                    conflicts.push((stored.added_id, stored.cell.key.clone()));
-                    parked.push((stored, conflict_reason()));
-                }
-                Ok(results) => count(&mut applied, &results),
-                Err(schemaless::Error::InvalidInput { field, message, .. }) => {
-                    // A child before its row cell: with the row cell.
-                    let with_row = match self.row_cell(&stored.cell).await {
-                        Some(Parent::Row(row)) => self
-                            .legacy
-                            .put_cells_with(vec![row, stored.cell.clone()], &one)
-                            .await
-                            .ok(),
-                        Some(Parent::Deleted) => {
-                            applied.skipped += 1;
-                            continue;
-                        }
-                        None => None,
-                    };
-                    match with_row.as_deref() {
-                        Some([_, Err(_)]) => {
-                            conflicts.push((stored.added_id, stored.cell.key.clone()));
-                            parked.push((stored, conflict_reason()));
-                        }
-                        Some([_, child]) => count(&mut applied, std::slice::from_ref(child)),
-                        _ => parked.push((stored, format!("invalid {field}: {message}"))),
-                    }
-                }
-                // The legacy row it would change holds a value the layout
-                // cannot read (an infinite timestamp written directly):
-                // no pass would ever apply it, and the shard would stop.
-                // Parked with the reason; the row is left as it is, to be
-                // mended in PostgreSQL and the cell retried.
-                Err(e @ schemaless::Error::Unreadable { .. }) => parked.push((
-                    stored,
-                    format!(
-                        "{e}: mend the row in PostgreSQL, then retry the parked cells \
-                         (`mezzanine mirror retry`)"
-                    ),
-                )),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let hook = OffsetHook {
-            shard,
-            before,
-            after,
-            parked: parked.clone(),
-            added_ids: Vec::new(),
-            conflicts: std::sync::Mutex::default(),
-            cells: (applied.applied + parked.len() as u64) as i64,
-            refused: AtomicU8::new(FREE),
-            tombstones: self.legacy.tombstones().clone(),
-        };
-        match self.legacy.put_cells_with(Vec::new(), &hook).await {
-            Ok(_) => {
-                applied.parked += parked.len() as u64;
-                applied.conflicts += conflicts.len() as u64;
-                self.record_legacy_bodies(shard, &conflicts).await;
-                Ok(applied)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Adds the legacy side's body to parked conflicts (after the commit
-    /// that parked them: the legacy row stays, so a crash before this only
-    /// leaves the column empty; `mirror status` reads both).
-    async fn record_legacy_bodies(&self, shard: u32, conflicts: &[(u64, schemaless::CellKey)]) {
-        for (added_id, key) in conflicts {
-            let body = match self.legacy.get_cell(key, ReadFrom::Master).await {
-                Ok(Some(stored)) => stored.cell.body.to_string(),
-                Ok(None) => "(none: the row is gone)".into(),
-                Err(e) => format!("(unreadable: {e})"),
-            };
-            let stored = sqlx::query(
-                "/* mezzanine */ UPDATE mezzanine.reverse_parked SET legacy_body = $3 WHERE shard = $1 AND added_id = $2",
-            )
-            .bind(shard as i32)
-            .bind(*added_id as i64)
-            .bind(body)
-            .execute(self.legacy.pool())
-            .await;
-            if let Err(e) = stored {
-                tracing::warn!("reverse mirror: recording a conflict's legacy body: {e}");
             }
         }
     }

@@ -120,12 +120,7 @@ impl TransactionHook for OffsetHook {
             }
         }
         *self.conflicts.lock().unwrap_or_else(|p| p.into_inner()) = conflicts;
-        let applied = cells
-            .iter()
-            .zip(results)
-            .filter(|(_, result)| result.is_ok())
-            .map(|(cell, _)| cell);
-        crate::retired::record(&mut *tx, &self.tombstones, applied).await?;
+        record_deletions(&mut *tx, &self.tombstones, cells, results).await?;
         for (stored, reason) in &self.parked {
             tracing::warn!(
                 "reverse mirror: shard {} added_id {} ({}) parked: {reason}",
@@ -166,42 +161,20 @@ impl TransactionHook for OffsetHook {
     }
 }
 
-/// One cell applied on its own, outside its shard's transaction (a batch
-/// the legacy model refused as a whole, applied cell by cell; a parked
-/// cell retried): as that transaction applies it, not captured back,
-/// its row taking the integer id the proxy reserved for it, a deletion
-/// recorded, but the offset left alone. Before, such a cell was written
-/// as a plain write: captured back to Schemaless, and a row the proxy
-/// had answered `RETURNING id` for inserted under another id than the
-/// app was told.
-pub(super) struct OnItsOwn {
-    /// `capture.tombstone_column`, as [`OffsetHook::tombstones`].
-    pub(super) tombstones: Column,
-}
-
-#[async_trait]
-impl TransactionHook for OnItsOwn {
-    fn skip_capture(&self) -> bool {
-        true
-    }
-
-    fn reserved_ids(&self) -> bool {
-        true
-    }
-
-    async fn before_commit(
-        &self,
-        tx: &mut sqlx::PgConnection,
-        cells: &[Cell],
-        results: &[CellResult],
-    ) -> schemaless::Result<()> {
-        let applied = cells
-            .iter()
-            .zip(results)
-            .filter(|(_, result)| result.is_ok())
-            .map(|(cell, _)| cell);
-        crate::retired::record(&mut *tx, &self.tombstones, applied).await
-    }
+/// Records the deletions among `cells` that were applied (`results`),
+/// for a mode moved back to `shadow` ([`crate::retired`]).
+pub(super) async fn record_deletions(
+    tx: &mut sqlx::PgConnection,
+    tombstones: &Column,
+    cells: &[Cell],
+    results: &[CellResult],
+) -> schemaless::Result<()> {
+    let applied = cells
+        .iter()
+        .zip(results)
+        .filter(|(_, result)| result.is_ok())
+        .map(|(cell, _)| cell);
+    crate::retired::record(tx, tombstones, applied).await
 }
 
 pub(super) fn storage(source: sqlx::Error) -> schemaless::Error {

@@ -7,7 +7,8 @@
 //! | SQL type | JSON |
 //! |---|---|
 //! | `smallint`, `integer`, `bigint` | number (integer) |
-//! | `numeric` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`) |
+//! | `numeric(p,s)` | string, exact: no exponent, no trailing fraction zeros (`"12.5"`, `"-0.001"`, `"NaN"`, `"Infinity"`); the column's scale prints it back as `12.50` |
+//! | `numeric` (unconstrained) | string, exact, with the scale it was written with, as PostgreSQL prints it: `"12.50"` stays `"12.50"`, `"1.5e-3"` is `"0.0015"`, `"1e5"` is `"100000"` (the column keeps each value's own scale, so its text is part of the value) |
 //! | `money` | string, the amount as a `numeric` is written (`"12.5"`, `"-0.07"`): PostgreSQL's text (`$12.50`) follows `lc_monetary`, the amount does not. At most two fraction digits (a third PostgreSQL would round), within the type's range; the layout refuses a server whose `lc_monetary` keeps another number of digits or another decimal point ([`crate::layout`]) |
 //! | `real`, `double precision` | number, the shortest text of the float (`-0.0` kept); `"NaN"`, `"Infinity"`, `"-Infinity"` as strings. A number written whose value the type cannot hold exactly (`0.30000000000000001` is `0.3`, but `12.345678901234567890123` is not a double) is refused, naming the value it would become |
 //! | `text`, `varchar`, `citext` | string, as written (a `citext`'s case kept) |
@@ -95,8 +96,14 @@ pub enum Conversion {
     Int4,
     /// `bigint`
     Int8,
-    /// `numeric`, exact, as a string.
+    /// `numeric(p,s)`, exact, as a string: the value without trailing
+    /// fraction zeros (`"12.5"`), which the column's fixed scale prints
+    /// back as PostgreSQL's text (`12.50`).
     Numeric,
+    /// An unconstrained `numeric`, exact, as a string with the scale it was
+    /// written with (`"12.50"` stays `"12.50"`): such a column keeps each
+    /// value's own scale, and prints it.
+    UnconstrainedNumeric,
     /// `money`: its amount, exact, as a `numeric` string.
     Money,
     /// `real`
@@ -184,6 +191,7 @@ pub enum Conversion {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Element {
     Numeric,
+    UnconstrainedNumeric,
     Float4,
     Float8,
     Bool,
@@ -222,6 +230,7 @@ impl Element {
     pub fn scalar(self) -> Conversion {
         match self {
             Element::Numeric => Conversion::Numeric,
+            Element::UnconstrainedNumeric => Conversion::UnconstrainedNumeric,
             Element::Float4 => Conversion::Float4,
             Element::Float8 => Conversion::Float8,
             Element::Bool => Conversion::Bool,
@@ -312,6 +321,20 @@ pub const COMPOSITE_TEXT: &str =
 pub const SUPPORTED: &str = "smallint, integer, bigint, numeric, money, real, double precision, text, varchar, citext, character(n), boolean, uuid, timestamptz, timestamp, date, time, timetz, interval, bytea, inet, cidr, macaddr, macaddr8, point, line, lseg, box, path, polygon, circle, bit, varbit, int4range, int8range, numrange, daterange, tsrange, tstzrange, their multiranges, tsvector, tsquery, hstore, json, jsonb, text[], varchar[], citext[], smallint[], integer[], bigint[], numeric[], real[], double precision[], boolean[], uuid[], timestamptz[], timestamp[], date[], time[], timetz[], interval[], bytea[], inet[], cidr[], macaddr[], macaddr8[], character(n)[], money[], bit[], varbit[], the geometric types' and the range types' arrays, tsvector[], tsquery[], hstore[], xml, xml[], json[], jsonb[], enum types and their arrays, composite types and their arrays, and domains over any of these (over other domains too) and their arrays";
 
 impl Conversion {
+    /// The conversion of a column of this type whose modifier is `typmod`
+    /// (`atttypmod`, -1 for none; an array's is its elements'): a
+    /// `numeric` without one keeps each value's scale
+    /// ([`Conversion::UnconstrainedNumeric`]).
+    pub fn with_typmod(self, typmod: i32) -> Conversion {
+        match self {
+            Conversion::Numeric if typmod < 0 => Conversion::UnconstrainedNumeric,
+            Conversion::ArrayOf(Element::Numeric) if typmod < 0 => {
+                Conversion::ArrayOf(Element::UnconstrainedNumeric)
+            }
+            other => other,
+        }
+    }
+
     /// The conversion for a column of type `typname` (`pg_type.typname`:
     /// `int4`, `_text`, …), if there is one. An enum type has no fixed
     /// name: the layout gives its columns [`Conversion::Enum`] by the

@@ -241,7 +241,8 @@ impl Layout {
                     (Some(_), _, false) => Some(Conversion::Enum),
                     (None, true, true) => Some(Conversion::ArrayOf(conversion::Element::Record)),
                     (None, true, false) => Some(Conversion::Record),
-                    (None, false, _) => Conversion::for_type(&c.typname),
+                    (None, false, _) => Conversion::for_type(&c.typname)
+                        .map(|conversion| conversion.with_typmod(c.modifier)),
                 };
                 let conversion = conversion.ok_or_else(|| {
                     Error::Layout(format!(

@@ -6,14 +6,31 @@ use std::cmp::Ordering;
 /// The canonical text of an exact decimal: optional `-`, no leading zeros,
 /// no exponent, no trailing zeros in the fraction, no `-0`.
 pub fn canonical_decimal(text: &str) -> Result<String, String> {
-    match text {
-        "NaN" | "Infinity" | "-Infinity" => return Ok(text.to_string()),
-        "+Infinity" | "inf" | "+inf" => return Ok("Infinity".into()),
-        "-inf" => return Ok("-Infinity".into()),
-        _ => {}
+    if let Some(special) = special(text) {
+        return Ok(special.into());
     }
     let parts = Parts::of(text)?;
     Ok(parts.text(parts.fraction.trim_end_matches('0')))
+}
+
+/// The text an unconstrained `numeric` column gives back for `text`
+/// written into it: [`numeric_text`], and `NaN` and the infinities as
+/// PostgreSQL prints them.
+pub fn scaled_decimal(text: &str) -> Result<String, String> {
+    match special(text) {
+        Some(special) => Ok(special.into()),
+        None => numeric_text(text),
+    }
+}
+
+/// `NaN` or an infinity, in the one spelling PostgreSQL prints.
+fn special(text: &str) -> Option<&'static str> {
+    match text {
+        "NaN" => Some("NaN"),
+        "Infinity" | "+Infinity" | "inf" | "+inf" => Some("Infinity"),
+        "-Infinity" | "-inf" => Some("-Infinity"),
+        _ => None,
+    }
 }
 
 /// The text PostgreSQL's `numeric` (and so `jsonb`) gives a number:
@@ -181,6 +198,9 @@ mod tests {
         }
         assert_eq!(canonical_decimal("1.50e1").unwrap(), "15");
         assert!(numeric_text("1e1001").is_err());
+        for (input, pg) in [("1.50", "1.50"), ("NaN", "NaN"), ("-inf", "-Infinity")] {
+            assert_eq!(scaled_decimal(input).unwrap(), pg, "{input}");
+        }
     }
 
     #[test]

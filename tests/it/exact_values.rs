@@ -225,12 +225,13 @@ async fn hard_values_survive_both_stores_to_the_last_digit() {
         .await
         .unwrap();
     assert_eq!(copies, 4);
-    // An unconstrained `numeric` keeps its value, not its display scale
-    // (`0.10` is `"0.1"` in a body; a `numeric(p,s)` column restores its
-    // scale on write, as `amount` above shows).
+    // An unconstrained `numeric` keeps its display scale too, which is
+    // part of what such a column holds (`0.10` is not `0.1` there; a
+    // `numeric(p,s)` column restores its scale on write, as `amount`
+    // above shows).
     let lines: Vec<(String, String)> = sqlx::query_as(
-        "SELECT concat_ws(',', a.line, a.payload::text, trim_scale(a.share)::text),
-                concat_ws(',', b.line, b.payload::text, trim_scale(b.share)::text)
+        "SELECT concat_ws(',', a.line, a.payload::text, a.share::text),
+                concat_ws(',', b.line, b.payload::text, b.share::text)
          FROM ledger_lines a
          JOIN ledger_entries pa ON pa.entry_id = a.entry_id
          JOIN ledger_entries pb ON pb.entry_key::text = '10000000-0000-4000-8000-' || lpad((pa.entry_id + 100)::text, 12, '0')

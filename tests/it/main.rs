@@ -142,6 +142,7 @@ mod text_case;
 mod text_search;
 mod tls;
 mod triggers;
+mod unconstrained_numeric;
 mod upserts;
 mod verify;
 mod worker;

@@ -115,9 +115,9 @@ async fn ranges_are_kept_in_one_canonical_text_and_written_back_as_they_were() {
 
     // A read of a row only Schemaless holds, served through the proxy,
     // is what PostgreSQL prints for its twin (in the session's zone). A
-    // `numrange`, like an unconstrained `numeric`, is kept as a value
-    // (`1.50` as `1.5`), not as PostgreSQL's text: a read of it is not
-    // served, and in `schemaless` refused, saying so.
+    // `numrange`'s bounds are kept as values (`1.50` as `1.5`), not as
+    // PostgreSQL's text: a read of it is not served, and in `schemaless`
+    // refused, saying so.
     let (facade, proxy) = planted(&db, &schemaless).await;
     served_as_twin(&db, &proxy, |k| {
         format!(

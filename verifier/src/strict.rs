@@ -363,7 +363,9 @@ fn same(field: &Field, column: &str, tolerance: Option<f64>) -> String {
     // type without its modifier would cut to one.
     let param = format!("(s.e->'p'->>{})", literal(&field.json));
     let nested = match field.typname.as_str() {
-        "_numeric" => format!("{param}::numeric[] IS NOT DISTINCT FROM {column}::numeric[]"),
+        "_numeric" if field.typmod >= 0 => {
+            format!("{param}::numeric[] IS NOT DISTINCT FROM {column}::numeric[]")
+        }
         typname => {
             let ty = match typname {
                 "_bpchar" | "_bit" | "_varbit" => &field.sql_type,
@@ -401,8 +403,10 @@ fn same_flat(field: &Field, column: &str, tolerance: Option<f64>) -> String {
         "json" | "jsonb" => format!(
             "nullif({value}::jsonb, 'null'::jsonb)::text IS NOT DISTINCT FROM nullif({column}::jsonb, 'null'::jsonb)::text"
         ),
-        // By value, as a `numeric` is: `numeric(6,2)[]` shows `12.50`.
-        "_numeric" => format!(
+        // By value, as a `numeric(p,s)` is: `numeric(6,2)[]` shows
+        // `12.50`. An unconstrained one's elements keep their scale, and
+        // are compared as text below.
+        "_numeric" if field.typmod >= 0 => format!(
             "(CASE WHEN json_typeof({value}) = 'array' THEN
                   ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::numeric[]
               END) IS NOT DISTINCT FROM {column}::numeric[]"
@@ -456,6 +460,11 @@ fn same_flat(field: &Field, column: &str, tolerance: Option<f64>) -> String {
                   ARRAY(SELECT a.e FROM json_array_elements_text({value}) WITH ORDINALITY AS a(e, n) ORDER BY a.n)::{base}
               END)::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\""
         ),
+        // An unconstrained `numeric` keeps each value's scale, and so
+        // does its cell: `1.5` is not the `1.50` the column holds.
+        "numeric" if field.typmod < 0 => {
+            format!("{text}::numeric::text IS NOT DISTINCT FROM {column}::text COLLATE \"C\"")
+        }
         "numeric" => format!("{text}::numeric IS NOT DISTINCT FROM {column}"),
         "timestamptz" | "timestamp" | "date" => {
             let year = format!("substring({text} FROM '^([+-]?[0-9]+)-')");

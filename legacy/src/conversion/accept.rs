@@ -15,13 +15,17 @@ impl Conversion {
             Conversion::Int2 => integer(value, i16::MIN.into(), i16::MAX.into(), "smallint")?,
             Conversion::Int4 => integer(value, i32::MIN.into(), i32::MAX.into(), "integer")?,
             Conversion::Int8 => integer(value, i64::MIN, i64::MAX, "bigint")?,
-            Conversion::Numeric => {
+            Conversion::Numeric | Conversion::UnconstrainedNumeric => {
                 let text = match value {
                     Value::String(s) => s.clone(),
                     Value::Number(n) => n.to_string(),
                     _ => return Err(expected("a decimal string such as \"12.50\"", value)),
                 };
-                Value::String(canonical_decimal(&text)?)
+                Value::String(if *self == Conversion::Numeric {
+                    canonical_decimal(&text)?
+                } else {
+                    schemaless::decimal::scaled_decimal(&text)?
+                })
             }
             Conversion::Money => {
                 let text = match value {

@@ -114,6 +114,9 @@ impl Conversion {
                 .map(Value::from)
                 .map_err(|e| format!("{text:?} is not an integer: {e}")),
             Conversion::Numeric | Conversion::Money => canonical_decimal(text).map(Value::String),
+            Conversion::UnconstrainedNumeric => {
+                schemaless::decimal::scaled_decimal(text).map(Value::String)
+            }
             Conversion::Float4 => {
                 let x: f32 = text
                     .parse()

@@ -229,6 +229,38 @@ fn timestamps_take_the_precision_they_keep() {
 }
 
 #[test]
+fn an_unconstrained_numeric_keeps_the_scale_it_was_written_with() {
+    // PostgreSQL's text of each, as `SELECT 'x'::numeric` prints it.
+    let unconstrained = Conversion::Numeric.with_typmod(-1);
+    assert_eq!(unconstrained, Conversion::UnconstrainedNumeric);
+    for (written, stored) in [
+        (json!("12.50"), "12.50"),
+        // A JSON number as written (not through an f64).
+        (serde_json::from_str("12.50").unwrap(), "12.50"),
+        (json!("1.5e-3"), "0.0015"),
+        (json!("1e5"), "100000"),
+        (json!("-0.00"), "0.00"),
+        (json!("NaN"), "NaN"),
+        (json!("-inf"), "-Infinity"),
+    ] {
+        let (value, param) = unconstrained.accept(&written).unwrap();
+        assert_eq!(value, json!(stored), "{written}");
+        assert_eq!(param.as_deref(), Some(stored), "{written}");
+        assert_eq!(unconstrained.render(Some(stored)), Ok(json!(stored)));
+    }
+    assert!(unconstrained.accept(&json!("12,5")).is_err());
+    // A `numeric(p,s)` keeps the value; its column prints the scale.
+    assert_eq!(Conversion::Numeric.with_typmod(655366), Conversion::Numeric);
+    assert_eq!(Conversion::Numeric.render(Some("12.50")), Ok(json!("12.5")));
+    // So do arrays, element by element.
+    let numbers = Conversion::ArrayOf(Element::Numeric).with_typmod(-1);
+    assert_eq!(numbers, Conversion::ArrayOf(Element::UnconstrainedNumeric));
+    let (v, p) = numbers.accept(&json!(["12.50", null, "1e3"])).unwrap();
+    assert_eq!(v, json!(["12.50", null, "1000"]));
+    assert_eq!(p.as_deref(), Some(r#"{"12.50",NULL,"1000"}"#));
+}
+
+#[test]
 fn arrays_of_other_scalars_convert_element_by_element() {
     let numbers = Conversion::ArrayOf(Element::Numeric);
     assert_eq!(Conversion::for_type("_numeric"), Some(numbers));

@@ -183,17 +183,15 @@ impl Field {
     }
 
     /// Whether the canonical value, cast into the column's type, gives
-    /// back the text PostgreSQL sends for the stored value. Not for an
-    /// unconstrained `numeric` (`1.50` is kept as `1.5`), a `numrange` or
-    /// `nummultirange` (its bounds are such numerics) or a `json`
-    /// (its spacing and key order are not kept), nor arrays of them: Schemaless keeps their
-    /// value. A `numeric(p,s)`, or a domain over one, gets its scale back
-    /// from the cast.
+    /// back the text PostgreSQL sends for the stored value. Not for a
+    /// `numrange` or `nummultirange` (its bounds are unconstrained
+    /// numerics, kept as values: `1.50` as `1.5`) or a `json` (its spacing
+    /// and key order are not kept), nor arrays of them: Schemaless keeps
+    /// their value. A `numeric(p,s)`, or a domain over one, gets its
+    /// scale back from the cast; an unconstrained `numeric` is kept with
+    /// its own ([`Conversion::UnconstrainedNumeric`]).
     pub fn keeps_text(&self) -> bool {
         match self.conversion {
-            Conversion::Numeric | Conversion::ArrayOf(conversion::Element::Numeric) => {
-                self.typmod >= 0
-            }
             Conversion::Json | Conversion::ArrayOf(conversion::Element::Json) => false,
             // Its bounds are unconstrained numerics.
             Conversion::Range(crate::range::Subtype::Numeric)

@@ -31,8 +31,9 @@
 //! saturation against about 20% for these row triggers (transition tables
 //! are built for every statement, and the set-based query is planned with
 //! anti-joins even for one row). A bulk statement pays one small insert
-//! per row either way. Values are compared natively, except floats and
-//! `json` (as text: `-0` is not `0` in JSON, and `json` has no equality).
+//! per row either way. Values are compared natively, except floats,
+//! `json` and an unconstrained `numeric` (as text: `-0` is not `0` in
+//! JSON, `json` has no equality, and `0.10` is not `0.1` in a cell).
 //!
 //! **Privileges.** The capture functions are `SECURITY DEFINER`, owned by
 //! the installer, so that the app's roles need no rights on schema
@@ -114,9 +115,10 @@ fn function_name(kind: &str, table_sql: &str, what: &str) -> String {
 }
 
 /// The value of a field as compared to tell whether it changed: natively,
-/// but floats, `json`/`jsonb` and `interval` as text (`1.50` and `1.5` are
-/// equal numbers but different values here, as `1 day` and `24 hours` are
-/// equal intervals; arrays of them likewise), geometric values and their
+/// but floats, `json`/`jsonb`, `interval` and an unconstrained `numeric`
+/// as text (`1.50` and `1.5` are equal numbers but different values here,
+/// as `1 day` and `24 hours` are equal intervals; arrays of them
+/// likewise; a `numeric(p,s)` prints one scale), geometric values and their
 /// arrays as text (a `point` or a `path` has no `=`, so a row comparison
 /// of one fails, as a `json[]`'s does;
 /// a `box`'s or a `circle`'s `=` compares areas, so a moved box would be
@@ -133,6 +135,7 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
         Some(
             Conversion::Float4
             | Conversion::Float8
+            | Conversion::UnconstrainedNumeric
             | Conversion::Json
             | Conversion::Jsonb
             | Conversion::Interval
@@ -146,6 +149,7 @@ fn compared(record: &str, column: &str, conversion: Option<Conversion>) -> Strin
             | Conversion::ArrayOf(
                 Element::Float4
                 | Element::Float8
+                | Element::UnconstrainedNumeric
                 | Element::Interval
                 | Element::Json
                 | Element::Jsonb

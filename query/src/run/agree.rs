@@ -51,7 +51,10 @@ pub(super) async fn compared_otherwise(
         let fits = match (kept_as, f.conversion) {
             (T::Int, C::Int2 | C::Int4 | C::Int8) => true,
             (T::Float, C::Float4 | C::Float8) => true,
-            (T::Decimal, C::Numeric | C::Money | C::Int2 | C::Int4 | C::Int8) => true,
+            (
+                T::Decimal,
+                C::Numeric | C::UnconstrainedNumeric | C::Money | C::Int2 | C::Int4 | C::Int8,
+            ) => true,
             (T::Bool, C::Bool) => true,
             (T::String, c) => !matches!(
                 c,
@@ -61,6 +64,7 @@ pub(super) async fn compared_otherwise(
                     | C::Float4
                     | C::Float8
                     | C::Numeric
+                    | C::UnconstrainedNumeric
                     | C::Money
                     | C::Bool
                     | C::Json

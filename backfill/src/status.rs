@@ -155,9 +155,9 @@ pub async fn read_plan(pool: &PgPool, name: &str) -> Result<PlanStatus, Error> {
 /// Why `mode set shadow` must wait for the backfills, if it must: no full
 /// plan ([`crate::plan::Plan::is_full`]), a plan with chunks not done or
 /// failed (every plan, full or partial, must be complete), or a full plan
-/// whose range was set before the mode entered `mirror` at
-/// `mirror_since` (epoch seconds; rows created in between were neither
-/// mirrored nor planned).
+/// whose range was set before `mirror_since` (epoch seconds: when the
+/// mode entered `mirror`, plus the time facades take to see it; rows
+/// created in between were neither mirrored nor planned).
 pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<String>, Error> {
     let plans = all(pool).await?;
     let full: Vec<&PlanStatus> = plans
@@ -190,8 +190,9 @@ pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<
             .iter()
             .find_map(|s| s.plan.as_ref())
             .map(|p| p.name.clone());
-        let (current,): (bool,) = sqlx::query_as(
-            "/* mezzanine */ SELECT coalesce(bool_or(extended_at > to_timestamp($1)), false)
+        let (current, since_text): (bool, String) = sqlx::query_as(
+            "/* mezzanine */ SELECT coalesce(bool_or(extended_at > to_timestamp($1)), false),
+                    to_char(to_timestamp($1) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
              FROM mezzanine.backfill_plan
              WHERE columns IS NULL AND predicate IS NULL AND NOT ids_fixed",
         )
@@ -205,7 +206,7 @@ pub async fn refusal(pool: &PgPool, mirror_since: Option<f64>) -> Result<Option<
                 .find_map(|s| s.plan.as_ref())
                 .expect("a full plan");
             return Ok(Some(format!(
-                "the backfill plan {}'s range was set at {}, before the mode entered mirror: rows created in between are in no chunk; run `mezzanine backfill plan --extend{}` and `backfill run`",
+                "the backfill plan {}'s range was set at {}, before every facade had seen the mode mirror (at {since_text}: when it was entered, and `legacy.mode_poll_ms` after): rows created in between may be in no chunk; run `mezzanine backfill plan --extend{}` and `backfill run`",
                 plan.name,
                 plan.extended_at,
                 after

@@ -226,7 +226,11 @@ async fn mirrored_writes_racing_the_backfill_end_equal_to_the_legacy_tables() {
     );
     assert!(runner.run(CancellationToken::new()).await.unwrap());
     let err = facade.set_mode(&request(Mode::Shadow)).await.unwrap_err();
-    assert!(err.to_string().contains("backfill plan --extend"), "{err}");
+    assert!(
+        err.to_string().contains("backfill plan --extend")
+            && err.to_string().contains("legacy.mode_poll_ms"),
+        "{err}"
+    );
 
     // Writers update seeded trips and add new ones while it runs again,
     // planned once every facade surely mirrors.

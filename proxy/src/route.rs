@@ -419,6 +419,17 @@ pub fn refusing_statement(reason: &str) -> String {
 /// write the facade failed reaches the app, as [`refusing_statement`]'s
 /// refusal does.
 pub fn raising_statement(sqlstate: &str, message: &str, hint: Option<&str>) -> String {
+    raising_with(sqlstate, message, hint, &query::run::Diagnostics::default())
+}
+
+/// [`raising_statement`], with PostgreSQL's other fields of the error
+/// (detail, schema, table, constraint) where the facade has them.
+pub fn raising_with(
+    sqlstate: &str,
+    message: &str,
+    hint: Option<&str>,
+    diagnostics: &query::run::Diagnostics,
+) -> String {
     let literal = |text: &str| {
         format!(
             "'{}'",
@@ -435,9 +446,20 @@ pub fn raising_statement(sqlstate: &str, message: &str, hint: Option<&str>) -> S
     } else {
         "XX000"
     };
-    let hint = hint.map_or_else(String::new, |h| format!(", HINT = {}", literal(h)));
+    let mut options = String::new();
+    for (option, value) in [
+        ("HINT", hint),
+        ("DETAIL", diagnostics.detail.as_deref()),
+        ("SCHEMA", diagnostics.schema.as_deref()),
+        ("TABLE", diagnostics.table.as_deref()),
+        ("CONSTRAINT", diagnostics.constraint.as_deref()),
+    ] {
+        if let Some(value) = value {
+            options.push_str(&format!(", {option} = {}", literal(value)));
+        }
+    }
     format!(
-        "DO $mezzanine$ BEGIN RAISE EXCEPTION USING ERRCODE = '{code}', MESSAGE = {}{hint}; \
+        "DO $mezzanine$ BEGIN RAISE EXCEPTION USING ERRCODE = '{code}', MESSAGE = {}{options}; \
          END $mezzanine$",
         literal(message)
     )

@@ -210,6 +210,10 @@ pub struct Inserted {
     /// A child row's parent named by its integer id: the id, whose UUID
     /// `key` asks of PostgreSQL (no parent has it: a foreign key error).
     pub parent_id: Option<Expr>,
+    /// A child row an `INSERT ... SELECT ... FROM parent WHERE uuid = v`
+    /// gives: there is none when no parent row has that key, as the
+    /// SELECT then finds none (`INSERT 0 0`, not a foreign key error).
+    pub of_parent_found: bool,
 }
 
 /// What an INSERT does when the row exists.

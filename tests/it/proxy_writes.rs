@@ -89,10 +89,22 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
 
     // The same INSERT again: a unique violation, as PostgreSQL says it;
     // ON CONFLICT DO NOTHING: nothing, and the tag says so.
-    let (_, _, err) = psql(&url, &format!("{};\n", trip(k)));
+    // Its fields too (psql's verbose error: the constraint in the
+    // message and its own field, the detail's key, the table and schema),
+    // which ORMs read to tell which key a write broke.
+    let verbose = |u: uuid::Uuid| format!("\\set VERBOSITY verbose\n{};\n", trip(u));
+    let (_, _, err) = psql(&url, &verbose(k));
     assert!(err.contains("23505"), "{err}");
-    let (_, _, err) = psql(&direct, &format!("{};\n", trip(d)));
-    assert!(err.contains("23505"), "PostgreSQL says the same: {err}");
+    let (_, _, direct_err) = psql(&direct, &verbose(d));
+    assert!(
+        direct_err.contains("23505"),
+        "PostgreSQL says the same: {direct_err}"
+    );
+    assert_eq!(
+        error_fields(&err),
+        error_fields(&direct_err.replace(&d.to_string(), &k.to_string()))
+    );
+    assert!(err.contains("CONSTRAINT NAME:  trips_uuid_key"), "{err}");
     let (ok, out, err) = psql(
         &url,
         &format!(
@@ -260,6 +272,30 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
     );
     let (_, _, err) = psql(&url, &format!("{};\n", note(uuid::Uuid::new_v4())));
     assert!(err.contains("23503"), "{err}");
+    // Again: the child row's key taken, with PostgreSQL's fields (its
+    // parent's id differs from the twin's, its columns do not).
+    let (_, _, err) = psql(&url, &format!("\\set VERBOSITY verbose\n{};\n", note(k)));
+    let (_, _, direct_err) = psql(&direct, &format!("\\set VERBOSITY verbose\n{};\n", note(d)));
+    let digits = |e: &str| -> Vec<String> {
+        error_fields(e)
+            .into_iter()
+            .map(|l| l.replace(|c: char| c.is_ascii_digit(), "#"))
+            .collect()
+    };
+    assert_eq!(digits(&err), digits(&direct_err), "{err}");
+    assert!(err.contains("DETAIL:  Key (trip_id, seq)=("), "{err}");
+    // A child row selected from its parent's row, when there is none: no
+    // row, as PostgreSQL's SELECT finds none (before: a foreign key error).
+    let selected = |u: uuid::Uuid| {
+        format!(
+            "\\set ON_ERROR_STOP 1\nINSERT INTO trip_notes (trip_id, seq, author, body, created_at) \
+             SELECT id, 2, 'ops', 'x', '2026-12-03 12:00:00Z' FROM trips WHERE uuid = '{u}';\n"
+        )
+    };
+    for url in [&url, &direct] {
+        let (ok, out, err) = psql(url, &selected(uuid::Uuid::new_v4()));
+        assert!(ok && out.trim() == "INSERT 0 0", "{out}{err}");
+    }
 
     // An upsert of an existing row: the DO UPDATE branch, EXCLUDED being
     // the proposed row.
@@ -392,10 +428,11 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
 
     let status = proxy.status();
     // Written: 2 trips, the one DO NOTHING left, 19 UPDATEs (2 of no
-    // row), the child row, the upsert; failed: the duplicate, the value,
-    // the NULL, the missing parent, the partial upsert, the file read.
-    assert_eq!(status["writes"]["written"], 24, "{status}");
-    assert_eq!(status["writes"]["failed"], 6, "{status}");
+    // row), the child row, the child row of no parent (none), the upsert;
+    // failed: the duplicate, the value, the NULL, the missing parent, the
+    // child row again, the partial upsert, the file read.
+    assert_eq!(status["writes"]["written"], 25, "{status}");
+    assert_eq!(status["writes"]["failed"], 7, "{status}");
     assert_eq!(status["write_cells"], 21, "{status}");
     facade.close().await;
 }
@@ -2401,4 +2438,26 @@ async fn rows_inserted_one_after_another_are_numbered_in_that_order() {
     let expected: Vec<String> = keys.iter().map(ToString::to_string).collect();
     assert_eq!(lines, expected, "numbered in the order inserted");
     facade.close().await;
+}
+
+/// The lines of psql's verbose error that PostgreSQL's fields make: the
+/// message, detail, schema, table and constraint (not the location, which
+/// is in the proxy's raising statement).
+pub(crate) fn error_fields(err: &str) -> Vec<String> {
+    err.lines()
+        // `psql:<stdin>:2: ERROR:  23505: ...`
+        .map(|l| l.find("ERROR:").map_or(l, |at| &l[at..]))
+        .filter(|l| {
+            [
+                "ERROR:",
+                "DETAIL:",
+                "SCHEMA NAME:",
+                "TABLE NAME:",
+                "CONSTRAINT NAME:",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+        })
+        .map(String::from)
+        .collect()
 }

@@ -17,7 +17,7 @@ use verifier::Side;
 use super::State;
 use crate::answers::{Awaits, Owed};
 use crate::frame::{self, Frame};
-use crate::route::{raising_statement, refusing_statement, unserved};
+use crate::route::{raising_with, refusing_statement, unserved};
 use crate::sample::Held;
 use crate::stats::Store;
 use crate::Shared;
@@ -197,7 +197,12 @@ fn serve_writes(
                 shared.stats.write(None);
                 let hint = (refused.sqlstate == "58000")
                     .then_some("mezzanine proxy: the write ran through the facade, in Schemaless");
-                statements.push(raising_statement(&refused.sqlstate, &refused.message, hint));
+                statements.push(raising_with(
+                    &refused.sqlstate,
+                    &refused.message,
+                    hint,
+                    &refused.diagnostics,
+                ));
                 break;
             }
         }
@@ -286,7 +291,12 @@ fn fail_write(
     raise_held(
         state,
         frame,
-        raising_statement(&refused.sqlstate, &refused.message, hint),
+        raising_with(
+            &refused.sqlstate,
+            &refused.message,
+            hint,
+            &refused.diagnostics,
+        ),
         out,
     );
 }

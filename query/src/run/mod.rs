@@ -45,7 +45,7 @@ pub use postgres::Evaluator;
 pub use reads::{cell_reads, CellRead};
 pub use serve::{column_orders, render_from, Catalog, Origin, Rendering, Serving};
 pub use session::AppSession;
-pub use write::{write_batch, write_through, Refused, Written};
+pub use write::{write_batch, write_through, Diagnostics, Refused, Written};
 
 /// One result row: the outputs' values, then the ORDER BY values.
 #[derive(Clone, Debug, PartialEq)]

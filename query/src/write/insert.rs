@@ -97,6 +97,7 @@ pub fn insert(model: &Model, insert: &Insert) -> Result<Plan, String> {
         written.push(Inserted {
             key,
             parent_id,
+            of_parent_found: row.parent_uuid.is_some(),
             values: columns
                 .iter()
                 .zip(&row.values)

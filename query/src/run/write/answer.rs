@@ -173,7 +173,7 @@ impl<S: CellStore> Writer<'_, S> {
     pub(super) fn outcome(
         &self,
         staged: &Staged,
-        keys: &[RowKey],
+        cells: &[Cell],
         results: &[schemaless::CellResult],
     ) -> Result<Vec<bool>, Refused> {
         let insert = match &self.write.rows {
@@ -184,12 +184,13 @@ impl<S: CellStore> Writer<'_, S> {
             }
         };
         let mut kept = staged.kept.clone();
-        for ((result, &r), key) in results.iter().zip(&staged.of_row).zip(keys) {
+        for ((result, &r), cell) in results.iter().zip(&staged.of_row).zip(cells) {
+            let key = &cell.key.row_key;
             let taken = matches!(result, Err(_) | Ok(WriteOutcome::AlreadyPresent));
             match (insert, taken) {
                 (_, false) => {}
                 (Some(OnConflict::Nothing { .. }), true) => kept[r] = false,
-                (Some(_), true) => return Err(duplicate(&self.table_name(), key)),
+                (Some(_), true) => return Err(self.duplicate(key, Some(cell.key.ref_key.get()))),
                 // The same next version, written by an equal UPDATE.
                 (None, true) if result.is_ok() => {}
                 (None, true) => {
@@ -243,7 +244,9 @@ impl<S: CellStore> Writer<'_, S> {
                 continue;
             };
             match conflict {
-                OnConflict::Fail => return Err(duplicate(&self.table_name(), &again.key.row_key)),
+                OnConflict::Fail => {
+                    return Err(self.duplicate(&again.key.row_key, Some(again.key.ref_key.get())))
+                }
                 OnConflict::Update { .. } => {
                     return Err(Refused::new(
                         "21000",

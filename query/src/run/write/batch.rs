@@ -23,7 +23,23 @@ use super::*;
 /// that names a row an earlier one writes is evaluated again once those
 /// before it are. As for one statement of several rows, a store failing
 /// while the cells are put can leave some written.
+///
+/// A unique violation it finds is raised with PostgreSQL's fields
+/// ([`super::constraint::explain`]).
 pub async fn write_batch<S: CellStore>(
+    eval: Evaluator<'_>,
+    store: &S,
+    catalog: &Catalog,
+    model: (&crate::Model, &config::Limits),
+    statements: &[(&str, &[Option<String>])],
+) -> Vec<Result<Written, Refused>> {
+    let mut results = run_batch(eval, store, catalog, model, statements).await;
+    super::constraint::explain(eval.legacy, &mut results).await;
+    results
+}
+
+/// [`write_batch`], its errors as the facade finds them.
+async fn run_batch<S: CellStore>(
     eval: Evaluator<'_>,
     store: &S,
     catalog: &Catalog,
@@ -156,7 +172,6 @@ pub async fn write_batch<S: CellStore>(
     if let Err(e) = ids::number_rows(eval.legacy, catalog, &unnumbered).await {
         return vec![Err(e)];
     }
-    let keys: Vec<RowKey> = cells.iter().map(|c| c.key.row_key).collect();
     let all = cells.clone();
     let (put, failure) = put_all(store, limits, cells, &skippable).await;
     let mut results: Vec<Result<Written, Refused>> = Vec::with_capacity(writers.len());
@@ -176,7 +191,7 @@ pub async fn write_batch<S: CellStore>(
             .map(|(c, _)| c.clone())
             .collect();
         let answered = writer
-            .outcome(&staged, &keys[at..end], put)
+            .outcome(&staged, &all[at..end], put)
             .and_then(|kept| writer.answer(rows, &kept, (end - at, written), tag));
         let failed = answered.is_err();
         results.push(answered);
@@ -280,7 +295,9 @@ impl Earlier {
             .flatten()
             .find(|c| written.keys.contains(&c.key))
         {
-            Some(cell) if inserts => Err(duplicate(&writer.table_name(), &cell.key.row_key)),
+            Some(cell) if inserts => {
+                Err(writer.duplicate(&cell.key.row_key, Some(cell.key.ref_key.get())))
+            }
             Some(cell) => Err(again(&cell.key.row_key)),
             None => Ok(()),
         }

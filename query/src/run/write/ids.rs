@@ -156,7 +156,7 @@ fn reserved(
 /// inserted that the reverse mirror has not yet). Ids never change: the
 /// translator refuses a write of the id column, and the reverse mirror
 /// keeps the row's.
-async fn existing_ids(
+pub(super) async fn existing_ids(
     legacy: &LegacyStore,
     keys: &[RowKey],
 ) -> Result<std::collections::HashMap<RowKey, i64>, Refused> {

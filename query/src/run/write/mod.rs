@@ -65,6 +65,7 @@ mod answer;
 mod batch;
 mod checks;
 mod columns;
+mod constraint;
 mod evaluations;
 mod ids;
 mod readahead;
@@ -75,7 +76,6 @@ mod targets;
 use answer::put_all;
 pub use batch::write_batch;
 use columns::{columns, Col, Kind};
-use rows::duplicate;
 
 /// What a write did, and how PostgreSQL is to answer the app.
 #[derive(Clone, Debug)]
@@ -101,6 +101,25 @@ pub struct Refused {
     /// taken, a parent missing): in a batch, an earlier write of the same
     /// row may be what the statement needed ([`write_batch`]).
     pub row: Option<RowKey>,
+    /// PostgreSQL's other fields of the error, where it has them.
+    pub diagnostics: Box<Diagnostics>,
+    /// A unique violation of the row key (a parent row) or of the
+    /// parent and ref key (a child row, its ref key where known), whose
+    /// constraint [`constraint::explain`] names as PostgreSQL would.
+    duplicate: Option<Box<(Table, Option<i64>)>>,
+}
+
+/// The fields of PostgreSQL's error besides its code and message (an
+/// `ErrorResponse`'s `D`, `s`, `t`, `n`): what an app or its ORM reads
+/// to tell which constraint a write broke (Prisma's `P2002` takes the
+/// fields from the detail's `Key (…)`, else the constraint's name;
+/// psycopg's `diag.constraint_name`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Diagnostics {
+    pub detail: Option<String>,
+    pub schema: Option<String>,
+    pub table: Option<String>,
+    pub constraint: Option<String>,
 }
 
 impl Refused {
@@ -109,6 +128,16 @@ impl Refused {
             sqlstate: sqlstate.to_string(),
             message: message.into(),
             row: None,
+            diagnostics: Box::default(),
+            duplicate: None,
+        }
+    }
+
+    /// The error, with PostgreSQL's other fields.
+    fn with(self, diagnostics: Diagnostics) -> Refused {
+        Refused {
+            diagnostics: Box::new(diagnostics),
+            ..self
         }
     }
 

@@ -23,6 +23,10 @@ struct OnDelete {
     /// message gives them.
     child: String,
     parent: String,
+    /// The child table's schema, and the parent's key columns the
+    /// constraint refers to, as PostgreSQL names them in its detail.
+    schema: String,
+    referenced: String,
 }
 
 impl<S: CellStore> Writer<'_, S> {
@@ -86,7 +90,8 @@ impl<S: CellStore> Writer<'_, S> {
                          \"{}\" on table \"{}\"",
                         on_delete.parent, on_delete.name, on_delete.child
                     ),
-                ),
+                )
+                .with(self.still_referenced_fields(&on_delete, key).await),
                 _ => Refused::new(
                     "0A000",
                     format!(
@@ -106,6 +111,29 @@ impl<S: CellStore> Writer<'_, S> {
     }
 }
 
+impl<S: CellStore> Writer<'_, S> {
+    /// PostgreSQL's fields of the `23503` refusing the DELETE of row
+    /// `key`: the child table, its schema, the constraint and the detail
+    /// naming the parent's key (its integer id, where it can be read).
+    async fn still_referenced_fields(&self, on_delete: &OnDelete, key: RowKey) -> Diagnostics {
+        let id = super::ids::existing_ids(self.eval.legacy, &[key])
+            .await
+            .ok()
+            .and_then(|ids| ids.get(&key).copied());
+        Diagnostics {
+            detail: id.map(|id| {
+                format!(
+                    "Key ({})=({id}) is still referenced from table \"{}\".",
+                    on_delete.referenced, on_delete.child
+                )
+            }),
+            schema: Some(on_delete.schema.clone()),
+            table: Some(on_delete.child.clone()),
+            constraint: Some(on_delete.name.clone()),
+        }
+    }
+}
+
 /// The foreign key of each of `children`'s tables to the parent table,
 /// if it has one (of several, one that does not cascade, as PostgreSQL
 /// refuses the DELETE if any refuses it). Read from the catalog at each
@@ -116,13 +144,18 @@ async fn foreign_keys(
     children: &[&ColumnLayout],
 ) -> Result<Vec<Option<OnDelete>>, Refused> {
     let tables: Vec<&str> = children.iter().map(|c| c.table_sql()).collect();
-    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(
+    type Row = (i64, String, String, String, String, String, String);
+    let rows: Vec<Row> = sqlx::query_as(
         "/* mezzanine */ SELECT ch.n, c.conname::text, c.confdeltype::text, r.relname::text,
-                p.relname::text
+                p.relname::text, rn.nspname::text,
+                (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.n)
+                 FROM unnest(c.confkey) WITH ORDINALITY AS k(attnum, n)
+                 JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum)
          FROM unnest($1::text[]) WITH ORDINALITY AS ch(t, n)
          JOIN pg_constraint c ON c.contype = 'f' AND c.conrelid = ch.t::regclass
               AND c.confrelid = $2::regclass
          JOIN pg_class r ON r.oid = c.conrelid
+         JOIN pg_namespace rn ON rn.oid = r.relnamespace
          JOIN pg_class p ON p.oid = c.confrelid
          ORDER BY ch.n, c.confdeltype = 'c', c.conname",
     )
@@ -137,7 +170,7 @@ async fn foreign_keys(
         )
     })?;
     let mut out: Vec<Option<OnDelete>> = children.iter().map(|_| None).collect();
-    for (n, name, action, child, parent) in rows {
+    for (n, name, action, child, parent, schema, referenced) in rows {
         let slot = &mut out[(n - 1) as usize];
         // Ordered so that a key that does not cascade comes first.
         if slot.is_none() {
@@ -146,6 +179,8 @@ async fn foreign_keys(
                 action,
                 child,
                 parent,
+                schema,
+                referenced,
             });
         }
     }

@@ -78,6 +78,10 @@ impl<S: CellStore> Writer<'_, S> {
             }
         };
         let exists = latest.iter().any(Option::is_some);
+        if row.of_parent_found && !exists {
+            // The SELECT over the parent table finds no row.
+            return Ok(None);
+        }
         if retired && !exists {
             // A deleted row's key: a cell put under it now would be
             // acknowledged and then hidden by the row's tombstone.
@@ -110,7 +114,7 @@ impl<S: CellStore> Writer<'_, S> {
             }
         } else if exists {
             return match conflict {
-                OnConflict::Fail => Err(duplicate(&self.layout().table, &key)),
+                OnConflict::Fail => Err(self.duplicate(&key, None)),
                 OnConflict::Nothing { .. } => Ok(None),
                 OnConflict::Update { sets, condition } => {
                     let sets = sets
@@ -442,16 +446,23 @@ fn row_key(text: Option<String>, column: &str, table: &str) -> Result<RowKey, Re
         .map_err(|e| Refused::new("22P02", format!("{text}: {e}")))
 }
 
-pub(super) fn duplicate(table: &str, key: &RowKey) -> Refused {
-    Refused::new(
-        "23505",
-        format!(
-            "duplicate key value violates unique constraint: a row of {table} with key {} \
-             exists",
-            key.uuid()
-        ),
-    )
-    .of_row(*key)
+impl<S: CellStore> Writer<'_, S> {
+    /// The unique violation of a row that exists: a parent row's key
+    /// taken, or a child row's (its parent's and `ref_key`, where known).
+    pub(super) fn duplicate(&self, key: &RowKey, ref_key: Option<i64>) -> Refused {
+        let mut refused = Refused::new(
+            "23505",
+            format!(
+                "duplicate key value violates unique constraint: a row of {} with key {} \
+                 exists",
+                self.table_name(),
+                key.uuid()
+            ),
+        )
+        .of_row(*key);
+        refused.duplicate = Some(Box::new((self.write.table, ref_key)));
+        refused
+    }
 }
 
 /// `e` with every `EXCLUDED.x` replaced by the proposed row's typed

@@ -5,9 +5,30 @@
 //! an ORM that names the fields of a `23505` from the detail or the
 //! constraint (Prisma's `P2002`) could not tell which.
 
+use legacy::layout::Shape;
 use legacy::LegacyStore;
+use schemaless::{CellStore, RowKey};
 
-use super::{Diagnostics, Refused, Table, Written};
+use super::{Diagnostics, Refused, Table, Writer, Written};
+
+impl<S: CellStore> Writer<'_, S> {
+    /// The unique violation of a row that exists: a parent row's key
+    /// taken, or a child row's (its parent's and `ref_key`, where known).
+    pub(super) fn duplicate(&self, key: &RowKey, ref_key: Option<i64>) -> Refused {
+        let mut refused = Refused::new(
+            "23505",
+            format!(
+                "duplicate key value violates unique constraint: a row of {} with key {} \
+                 exists",
+                self.table_name(),
+                key.uuid()
+            ),
+        )
+        .of_row(*key);
+        refused.duplicate = Some(Box::new((self.write.table, ref_key)));
+        refused
+    }
+}
 
 /// Gives each unique violation of `results` found by the facade
 /// ([`Refused::duplicate`]) PostgreSQL's fields, read from the catalog:
@@ -31,17 +52,21 @@ pub(super) async fn explain(legacy: &LegacyStore, results: &mut [Result<Written,
 async fn of_key(
     legacy: &LegacyStore,
     table: Table,
-    row: schemaless::RowKey,
+    row: RowKey,
     ref_key: Option<i64>,
 ) -> Option<(String, Diagnostics)> {
     let layout = legacy.layout();
     let (table_sql, columns): (&str, Vec<&str>) = match table {
         Table::Parent => (layout.table_sql(), vec![layout.uuid_sql()]),
         Table::Child(i) => {
-            let (column, parent) = layout
-                .children()
-                .find(|(c, _)| std::ptr::eq(*c, &layout.columns[i]))?;
-            (column.table_sql(), vec![parent, column.ref_key_sql()])
+            let column = layout.columns.get(i)?;
+            let Shape::Child { parent_sql } = &column.shape else {
+                return None;
+            };
+            (
+                column.table_sql(),
+                vec![parent_sql.as_str(), column.ref_key_sql()],
+            )
         }
     };
     // The unique index on exactly those columns (the primary key first),

@@ -446,25 +446,6 @@ fn row_key(text: Option<String>, column: &str, table: &str) -> Result<RowKey, Re
         .map_err(|e| Refused::new("22P02", format!("{text}: {e}")))
 }
 
-impl<S: CellStore> Writer<'_, S> {
-    /// The unique violation of a row that exists: a parent row's key
-    /// taken, or a child row's (its parent's and `ref_key`, where known).
-    pub(super) fn duplicate(&self, key: &RowKey, ref_key: Option<i64>) -> Refused {
-        let mut refused = Refused::new(
-            "23505",
-            format!(
-                "duplicate key value violates unique constraint: a row of {} with key {} \
-                 exists",
-                self.table_name(),
-                key.uuid()
-            ),
-        )
-        .of_row(*key);
-        refused.duplicate = Some(Box::new((self.write.table, ref_key)));
-        refused
-    }
-}
-
 /// `e` with every `EXCLUDED.x` replaced by the proposed row's typed
 /// value of `x` (`NULL` for a column the layout does not map, which the
 /// translator refuses in a DO UPDATE).

@@ -270,8 +270,20 @@ async fn primary_and_schemaless_run_translatable_writes_through_the_facade() {
         latest(&facade, k, "NOTES").await.unwrap().cell.body,
         latest(&legacy, d, "NOTES").await.unwrap().cell.body
     );
-    let (_, _, err) = psql(&url, &format!("{};\n", note(uuid::Uuid::new_v4())));
-    assert!(err.contains("23503"), "{err}");
+    // Of a parent that is not there, the subquery is NULL: PostgreSQL's
+    // NOT NULL of the key column, its fields as the twin's.
+    let verbose = |u: uuid::Uuid| format!("\\set VERBOSITY verbose\n{};\n", note(u));
+    let (_, _, err) = psql(&url, &verbose(uuid::Uuid::new_v4()));
+    let (_, _, direct_err) = psql(&direct, &verbose(uuid::Uuid::new_v4()));
+    assert!(err.contains("23502"), "{err}");
+    // PostgreSQL's detail shows the failing row; the proxy's has none.
+    let no_row = |e: &str| -> Vec<String> {
+        error_fields(e)
+            .into_iter()
+            .filter(|l| !l.starts_with("DETAIL:  Failing row"))
+            .collect()
+    };
+    assert_eq!(no_row(&err), no_row(&direct_err), "{err}");
     // Again: the child row's key taken, with PostgreSQL's fields (its
     // parent's id differs from the twin's, its columns do not).
     let (_, _, err) = psql(&url, &format!("\\set VERBOSITY verbose\n{};\n", note(k)));
@@ -1961,10 +1973,13 @@ async fn writes_naming_rows_by_the_integer_id_run_through_the_facade() {
             .any(|c| c.cell.key.ref_key.get() == 2 && c.cell.body.fields()["text"] == "by id"),
         "{notes:?}"
     );
-    for url in [&url, &direct] {
-        let (ok, _, err) = psql(url, &child(987654321, 1));
-        assert!(!ok && err.contains("23503"), "{url}: {err}");
-    }
+    let missing = format!("\\set VERBOSITY verbose\n{}", child(987654321, 1));
+    let (ok, _, err) = psql(&url, &missing);
+    let (_, _, direct_err) = psql(&direct, &missing);
+    assert!(!ok && err.contains("23503"), "{err}");
+    // The message, the detail `Key (trip_id)=(987654321) is not present
+    // in table "trips".`, the schema, table and constraint: the twin's.
+    assert_eq!(error_fields(&err), error_fields(&direct_err), "{err}");
     // A child's rows by their parent's integer id.
     let (ok, out, err) = psql(
         &url,

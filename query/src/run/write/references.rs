@@ -6,14 +6,21 @@
 //! (the default) it refuses the DELETE (`23503`), and an app may count on
 //! that refusal to keep rows it must not lose (a ledger under its
 //! account). Before, the proxy's DELETE in `primary` deleted them.
+//!
+//! And a child row an INSERT names under a parent that is not there:
+//! PostgreSQL's `23503` with the constraint's fields where the INSERT
+//! names the parent by its id, and the `NOT NULL` of the key column where
+//! it names it by UUID through `(SELECT id FROM parent WHERE uuid = v)`,
+//! which PostgreSQL evaluates to NULL.
 
 use legacy::layout::ColumnLayout;
 
 use super::*;
 
-/// What a child table's foreign key to the parent does when a parent
-/// row it refers to is deleted, as `pg_constraint.confdeltype` says it.
-struct OnDelete {
+/// A child table's foreign key to the parent, and what it does when a
+/// parent row it refers to is deleted, as `pg_constraint.confdeltype`
+/// says it.
+struct ForeignKey {
     /// The constraint's name.
     name: String,
     /// `a` (no action), `r` (restrict), `c` (cascade), `n` (set null),
@@ -23,10 +30,14 @@ struct OnDelete {
     /// message gives them.
     child: String,
     parent: String,
-    /// The child table's schema, and the parent's key columns the
-    /// constraint refers to, as PostgreSQL names them in its detail.
+    /// The child table's schema, the parent's key columns the constraint
+    /// refers to and the child's columns that refer to them, as
+    /// PostgreSQL names them in its details.
     schema: String,
     referenced: String,
+    referencing: String,
+    /// Whether every referring column is `NOT NULL`.
+    not_null: bool,
 }
 
 impl<S: CellStore> Writer<'_, S> {
@@ -115,7 +126,7 @@ impl<S: CellStore> Writer<'_, S> {
     /// PostgreSQL's fields of the `23503` refusing the DELETE of row
     /// `key`: the child table, its schema, the constraint and the detail
     /// naming the parent's key (its integer id, where it can be read).
-    async fn still_referenced_fields(&self, on_delete: &OnDelete, key: RowKey) -> Diagnostics {
+    async fn still_referenced_fields(&self, on_delete: &ForeignKey, key: RowKey) -> Diagnostics {
         let id = super::ids::existing_ids(self.eval.legacy, &[key])
             .await
             .ok()
@@ -134,6 +145,98 @@ impl<S: CellStore> Writer<'_, S> {
     }
 }
 
+impl<S: CellStore> Writer<'_, S> {
+    /// The refusal of an INSERTed child row whose parent is not there,
+    /// as PostgreSQL refuses it: named by its integer id `given` (the
+    /// INSERT's expression), the foreign key's `23503` with its fields
+    /// and the detail's `Key (…)=(…) is not present in table "…".`;
+    /// named by UUID through a subquery, which PostgreSQL evaluates to
+    /// NULL, the key column's `23502` where it is `NOT NULL`. A nullable
+    /// key would keep a row without its parent, which no cell can hold
+    /// (`0A000`). Where the catalog cannot be read, PostgreSQL's code
+    /// with a message of ours.
+    pub(super) async fn parent_missing(&self, given: Option<&Expr>) -> Refused {
+        let table = self.table_name();
+        let plain = || {
+            Refused::new(
+                "23503",
+                format!(
+                    "insert on table \"{table}\" violates its foreign key to \"{}\": no such \
+                     row there",
+                    self.layout().table
+                ),
+            )
+        };
+        let child = match self.write.table {
+            Table::Child(i) => self.layout().columns.get(i),
+            Table::Parent => None,
+        };
+        let Some(key) = (match child {
+            Some(child) => foreign_keys(self.eval.legacy, &[child])
+                .await
+                .ok()
+                .and_then(|mut keys| keys.pop().flatten()),
+            None => None,
+        }) else {
+            return plain();
+        };
+        let Some(given) = given else {
+            return if key.not_null {
+                Refused::new(
+                    "23502",
+                    format!(
+                        "null value in column \"{}\" of relation \"{}\" violates not-null \
+                         constraint",
+                        unquote(&key.referencing),
+                        key.child
+                    ),
+                )
+                .with(Diagnostics {
+                    schema: Some(key.schema.clone()),
+                    table: Some(key.child.clone()),
+                    ..Diagnostics::default()
+                })
+            } else {
+                Refused::new(
+                    "0A000",
+                    format!(
+                        "inserts a row of {} whose parent in {} is not there: PostgreSQL would \
+                         keep it with its key {} NULL, but a child row is a cell of its parent \
+                         and cannot be without one",
+                        key.child, key.parent, key.referencing
+                    ),
+                )
+            };
+        };
+        // The id as PostgreSQL prints it in the detail (a bound
+        // parameter's too).
+        let id = self
+            .eval
+            .texts(format!("SELECT (CAST(({given}) AS pg_catalog.int8))::text"))
+            .await
+            .ok()
+            .and_then(|texts| texts.into_iter().next().flatten());
+        Refused::new(
+            "23503",
+            format!(
+                "insert or update on table \"{}\" violates foreign key constraint \"{}\"",
+                key.child, key.name
+            ),
+        )
+        .with(Diagnostics {
+            detail: id.map(|id| {
+                format!(
+                    "Key ({})=({id}) is not present in table \"{}\".",
+                    key.referencing, key.parent
+                )
+            }),
+            schema: Some(key.schema.clone()),
+            table: Some(key.child.clone()),
+            constraint: Some(key.name.clone()),
+        })
+    }
+}
+
 /// The foreign key of each of `children`'s tables to the parent table,
 /// if it has one (of several, one that does not cascade, as PostgreSQL
 /// refuses the DELETE if any refuses it). Read from the catalog at each
@@ -142,15 +245,30 @@ impl<S: CellStore> Writer<'_, S> {
 async fn foreign_keys(
     legacy: &LegacyStore,
     children: &[&ColumnLayout],
-) -> Result<Vec<Option<OnDelete>>, Refused> {
+) -> Result<Vec<Option<ForeignKey>>, Refused> {
     let tables: Vec<&str> = children.iter().map(|c| c.table_sql()).collect();
-    type Row = (i64, String, String, String, String, String, String);
+    type Row = (
+        i64,
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        bool,
+    );
     let rows: Vec<Row> = sqlx::query_as(
         "/* mezzanine */ SELECT ch.n, c.conname::text, c.confdeltype::text, r.relname::text,
                 p.relname::text, rn.nspname::text,
                 (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.n)
                  FROM unnest(c.confkey) WITH ORDINALITY AS k(attnum, n)
-                 JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum)
+                 JOIN pg_attribute a ON a.attrelid = c.confrelid AND a.attnum = k.attnum),
+                (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.n)
+                 FROM unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
+                 JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum),
+                (SELECT bool_and(a.attnotnull)
+                 FROM pg_attribute a WHERE a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey))
          FROM unnest($1::text[]) WITH ORDINALITY AS ch(t, n)
          JOIN pg_constraint c ON c.contype = 'f' AND c.conrelid = ch.t::regclass
               AND c.confrelid = $2::regclass
@@ -169,18 +287,20 @@ async fn foreign_keys(
             format!("reading the child tables' foreign keys: {e}"),
         )
     })?;
-    let mut out: Vec<Option<OnDelete>> = children.iter().map(|_| None).collect();
-    for (n, name, action, child, parent, schema, referenced) in rows {
+    let mut out: Vec<Option<ForeignKey>> = children.iter().map(|_| None).collect();
+    for (n, name, action, child, parent, schema, referenced, referencing, not_null) in rows {
         let slot = &mut out[(n - 1) as usize];
         // Ordered so that a key that does not cascade comes first.
         if slot.is_none() {
-            *slot = Some(OnDelete {
+            *slot = Some(ForeignKey {
                 name,
                 action,
                 child,
                 parent,
                 schema,
                 referenced,
+                referencing,
+                not_null,
             });
         }
     }

@@ -47,16 +47,7 @@ impl<S: CellStore> Writer<'_, S> {
         };
         if let (None, Some(id)) = (&key, &row.parent_id) {
             // Named by an id no parent has: PostgreSQL's foreign key error.
-            return Err(Refused::new(
-                "23503",
-                format!(
-                    "insert or update on table \"{}\" violates foreign key constraint: Key \
-                     ({})=({id}) is not present in table \"{}\"",
-                    self.table_name(),
-                    self.key_column(),
-                    self.layout().table
-                ),
-            ));
+            return Err(self.parent_missing(Some(id)).await);
         }
         let key = row_key(key, &self.key_column(), &self.table_name())?;
         let mut new = self.generate(new).await?;
@@ -78,9 +69,13 @@ impl<S: CellStore> Writer<'_, S> {
             }
         };
         let exists = latest.iter().any(Option::is_some);
-        if row.of_parent_found && !exists {
-            // The SELECT over the parent table finds no row.
-            return Ok(None);
+        if let (Table::Child(_), false) = (self.write.table, exists) {
+            // No parent row has the key (or it is deleted).
+            return match (row.of_parent_found, &row.parent_id) {
+                // The SELECT over the parent table finds no row.
+                (true, _) => Ok(None),
+                (false, id) => Err(self.parent_missing(id.as_ref()).await.of_row(key)),
+            };
         }
         if retired && !exists {
             // A deleted row's key: a cell put under it now would be
@@ -100,19 +95,9 @@ impl<S: CellStore> Writer<'_, S> {
                 .of_row(key)),
             };
         }
-        if let Table::Child(_) = self.write.table {
-            if !exists {
-                return Err(Refused::new(
-                    "23503",
-                    format!(
-                        "insert on table {} violates its key to {}: no row {key} there",
-                        self.table_name(),
-                        self.layout().table
-                    ),
-                )
-                .of_row(key));
-            }
-        } else if exists {
+        // (A child row's own key, its parent's and its ref key, is
+        // checked when its cell is put.)
+        if let (Table::Parent, true) = (self.write.table, exists) {
             return match conflict {
                 OnConflict::Fail => Err(self.duplicate(&key, None)),
                 OnConflict::Nothing { .. } => Ok(None),

@@ -136,20 +136,28 @@ async fn mirror_samples_the_translatable_reads_apps_send_and_answers_from_postgr
 }
 
 /// `program clients/proxy/script args...`: its output, or a failure
-/// naming how the clients are installed. `java` runs a source file with
-/// pgjdbc on its class path (Debian's, or `MEZZANINE_PGJDBC_JAR`).
+/// naming how the clients are installed. `java` runs a class compiled
+/// from the source file with pgjdbc on its class path (Debian's, or
+/// `MEZZANINE_PGJDBC_JAR`).
 pub(crate) fn run_client(program: &str, script: &str, args: &[&str]) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("clients/proxy")
         .join(script);
     let mut command = std::process::Command::new(program);
     if program == "java" {
-        let jar = std::env::var("MEZZANINE_PGJDBC_JAR")
-            .unwrap_or_else(|_| "/usr/share/java/postgresql.jar".to_string());
-        command.arg("-cp").arg(jar);
+        let (jar, classes) = java_classes(&path);
+        let class = path.file_stem().expect("a class's source file");
+        // A short run: the first JIT tier and one GC thread cost the
+        // shared cores least.
+        command
+            .args(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"])
+            .arg("-cp")
+            .arg(format!("{jar}:{}", classes.display()))
+            .arg(class);
+    } else {
+        command.arg(&path);
     }
     let out = command
-        .arg(&path)
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("running {program}: {e}"));
@@ -159,6 +167,44 @@ pub(crate) fn run_client(program: &str, script: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// pgjdbc's jar, and a directory of the classes compiled from `source`,
+/// once per test process: the JDK's source launcher compiles the file
+/// again at each run, 2.7 s of CPU each on the 2-core machine (a dozen
+/// runs over the suite).
+fn java_classes(source: &std::path::Path) -> (String, std::path::PathBuf) {
+    type Compiled = std::collections::HashMap<std::path::PathBuf, std::path::PathBuf>;
+    static COMPILED: std::sync::Mutex<Option<Compiled>> = std::sync::Mutex::new(None);
+    let jar = std::env::var("MEZZANINE_PGJDBC_JAR")
+        .unwrap_or_else(|_| "/usr/share/java/postgresql.jar".to_string());
+    let mut compiled = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    let compiled = compiled.get_or_insert_with(Compiled::new);
+    if let Some(dir) = compiled.get(source) {
+        return (jar, dir.clone());
+    }
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "java-{}-{}",
+        source.file_stem().unwrap_or_default().to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new("javac")
+        .arg("-cp")
+        .arg(&jar)
+        .arg("-d")
+        .arg(&dir)
+        .arg(source)
+        .output()
+        .unwrap_or_else(|e| panic!("running javac: {e}"));
+    assert!(
+        out.status.success(),
+        "javac {}: {}\n(clients/proxy/install installs the JDK and pgjdbc; .ci/run runs it)",
+        source.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    compiled.insert(source.to_path_buf(), dir.clone());
+    (jar, dir)
 }
 
 /// One simple-protocol statement on a raw connection: every message
